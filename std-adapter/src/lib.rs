@@ -1,0 +1,8 @@
+//! ctxwin-std: what a desktop or server agent links on top of `ctxwin-core`.
+#![deny(missing_docs)]
+
+pub use ctxwin_core as core;
+
+pub mod message;
+
+pub use message::{ChatMessage, Conversation, ToolCall, ToolDefinition};

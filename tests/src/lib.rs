@@ -1,0 +1,1 @@
+//! Holder crate for the cross-crate integration tests in `tests/`.
