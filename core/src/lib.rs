@@ -9,7 +9,9 @@
 )]
 
 pub mod counter;
+pub mod estimator;
 pub mod role;
 
 pub use counter::TokenCounter;
+pub use estimator::{Estimator, Margin, Weights};
 pub use role::Role;

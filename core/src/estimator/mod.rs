@@ -1,0 +1,372 @@
+//! Token counts without a tokenizer: a one-pass, allocation-free class-count estimator.
+//!
+//! The estimator sorts each char into a class by code point (ASCII letters, digits,
+//! punctuation, whitespace, Latin, Cyrillic, Han, Kana, …), counts 24 features in one pass
+//! (letter runs, digit groups, line breaks, `\u` escapes, per-script chars, …) and weighs
+//! them with a per-tokenizer-family [`Weights`] table:
+//!
+//! ```text
+//! estimate = min(len_bytes, ceil(margin · Σ wᵢ·fᵢ / 256))
+//! ```
+//!
+//! `tokens ≤ bytes` holds for every byte-level BPE, hence the cap. Integer arithmetic only,
+//! no panics, no allocation, O(`text.len()`).
+//!
+//! Held-out accuracy against `cl100k_base` on a 4,349-message mixed corpus (prose, code, JSON,
+//! logs, shell output, CJK, other scripts), per message:
+//!
+//! | estimator | mean abs. error | messages under | 20-message totals under |
+//! |---|---:|---:|---:|
+//! | bytes/4 | 20.4% | 67% | 98% |
+//! | this, [`Margin::TIGHT`] | 8.1–8.6% | 43–48% | 64–72% |
+//! | this, [`Margin::SAFE`] (×5/4) | 25–27% | 3–3.6% | 0% |
+//!
+//! An underestimate is the dangerous direction (the provider rejects an oversized payload), so
+//! [`Estimator::new`] uses the safe margin. Weakest spot: European languages written in plain
+//! ASCII (about 16% of such messages still under at ×5/4).
+//!
+//! # Examples
+//!
+//! ```
+//! use ctxwin_core::estimator::{Estimator, Margin};
+//! use ctxwin_core::TokenCounter;
+//!
+//! let text = "fn main() {\n    println!(\"hello\");\n}\n";
+//! let safe = Estimator::new();
+//! let tight = safe.with_margin(Margin::TIGHT);
+//! assert!(tight.count(text) <= safe.count(text));
+//! assert!(safe.count(text) <= text.len() as u32);
+//! assert_eq!(ctxwin_core::estimator::estimate(text), safe.count(text));
+//! ```
+
+mod classes;
+mod weights;
+
+#[cfg(test)]
+mod accuracy_tests;
+
+pub use weights::Weights;
+
+use crate::counter::TokenCounter;
+use classes::Features;
+
+/// A safety factor `num/den ≥ 1` the estimator multiplies its raw estimate by.
+///
+/// # Examples
+///
+/// ```
+/// use ctxwin_core::estimator::Margin;
+///
+/// let m = Margin::new(23, 20).unwrap();
+/// assert_eq!((m.num(), m.den()), (23, 20));
+/// assert_eq!(m.apply(100), 115);
+/// assert_eq!(Margin::new(3, 4), None); // would shrink the estimate
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Margin {
+    num: u16,
+    den: u16,
+}
+
+impl Margin {
+    /// ×1: the raw estimate, about half of messages under their exact count.
+    pub const TIGHT: Margin = Margin { num: 1, den: 1 };
+
+    /// ×5/4, the default: about 3.6% of messages under (worst −31%), no sum of 20 messages
+    /// under, on the held-out `cl100k_base` corpus.
+    pub const SAFE: Margin = Margin { num: 5, den: 4 };
+
+    /// The factor `num/den`; `None` when `den` is 0 or the factor is below 1.
+    ///
+    /// ```
+    /// use ctxwin_core::estimator::Margin;
+    ///
+    /// assert_eq!(Margin::new(5, 4), Some(Margin::SAFE));
+    /// assert_eq!(Margin::new(1, 0), None);
+    /// ```
+    pub const fn new(num: u16, den: u16) -> Option<Margin> {
+        if den == 0 || num < den { None } else { Some(Margin { num, den }) }
+    }
+
+    /// Numerator of the factor.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::estimator::Margin::SAFE.num(), 5);
+    /// ```
+    pub const fn num(self) -> u16 {
+        self.num
+    }
+
+    /// Denominator of the factor (never 0).
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::estimator::Margin::SAFE.den(), 4);
+    /// ```
+    pub const fn den(self) -> u16 {
+        self.den
+    }
+
+    /// `ceil(tokens · num / den)`, saturating at `u32::MAX`.
+    ///
+    /// ```
+    /// use ctxwin_core::estimator::Margin;
+    ///
+    /// assert_eq!(Margin::SAFE.apply(10), 13);
+    /// assert_eq!(Margin::SAFE.apply(u32::MAX), u32::MAX);
+    /// ```
+    pub const fn apply(self, tokens: u32) -> u32 {
+        let scaled = (tokens as u64 * self.num as u64).div_ceil(self.den as u64);
+        if scaled > u32::MAX as u64 { u32::MAX } else { scaled as u32 }
+    }
+}
+
+impl Default for Margin {
+    fn default() -> Margin {
+        Margin::SAFE
+    }
+}
+
+/// A [`TokenCounter`] that estimates from character classes, with no tokenizer files.
+///
+/// Deterministic on every target, O(`text.len()`), no allocation, never above `text.len()`.
+/// Texts longer than `u32::MAX` bytes count as `u32::MAX` tokens.
+///
+/// # Examples
+///
+/// ```
+/// use ctxwin_core::estimator::{Estimator, Margin, Weights};
+/// use ctxwin_core::TokenCounter;
+///
+/// static COUNTER: Estimator = Estimator::with(Weights::CL100K, Margin::SAFE);
+/// assert_eq!(COUNTER, Estimator::new());
+/// assert_eq!(COUNTER.count(""), 0);
+/// assert_eq!(COUNTER.count("hello world"), 3);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Estimator {
+    weights: Weights,
+    margin: Margin,
+}
+
+impl Estimator {
+    /// `cl100k_base` weights with the [`Margin::SAFE`] factor.
+    ///
+    /// ```
+    /// use ctxwin_core::estimator::{Estimator, Margin, Weights};
+    ///
+    /// assert_eq!(Estimator::new().margin(), Margin::SAFE);
+    /// assert_eq!(Estimator::new().weights(), Weights::CL100K);
+    /// ```
+    pub const fn new() -> Estimator {
+        Estimator::with(Weights::CL100K, Margin::SAFE)
+    }
+
+    /// An estimator with the given weight table and margin.
+    ///
+    /// ```
+    /// use ctxwin_core::estimator::{Estimator, Margin, Weights};
+    /// use ctxwin_core::TokenCounter;
+    ///
+    /// let smol = Estimator::with(Weights::SMOLLM2, Margin::TIGHT);
+    /// assert_eq!(smol.count("2026"), 4);
+    /// ```
+    pub const fn with(weights: Weights, margin: Margin) -> Estimator {
+        Estimator { weights, margin }
+    }
+
+    /// The weight table.
+    ///
+    /// ```
+    /// use ctxwin_core::estimator::{Estimator, Weights};
+    ///
+    /// assert_eq!(Estimator::new().weights(), Weights::CL100K);
+    /// ```
+    pub const fn weights(&self) -> Weights {
+        self.weights
+    }
+
+    /// The safety factor.
+    ///
+    /// ```
+    /// use ctxwin_core::estimator::{Estimator, Margin};
+    ///
+    /// assert_eq!(Estimator::new().margin(), Margin::SAFE);
+    /// ```
+    pub const fn margin(&self) -> Margin {
+        self.margin
+    }
+
+    /// The same estimator with another margin (e.g. one calibrated from provider usage).
+    ///
+    /// ```
+    /// use ctxwin_core::estimator::{Estimator, Margin};
+    /// use ctxwin_core::TokenCounter;
+    ///
+    /// let calibrated = Estimator::new().with_margin(Margin::new(11, 10).unwrap());
+    /// assert_eq!(calibrated.margin().num(), 11);
+    /// assert!(calibrated.count("hello world") <= Estimator::new().count("hello world"));
+    /// ```
+    #[must_use]
+    pub const fn with_margin(self, margin: Margin) -> Self {
+        Estimator { margin, ..self }
+    }
+}
+
+impl Default for Estimator {
+    fn default() -> Estimator {
+        Estimator::new()
+    }
+}
+
+impl TokenCounter for Estimator {
+    fn count(&self, text: &str) -> u32 {
+        let Some(features) = Features::of(text) else {
+            return u32::MAX;
+        };
+        let raw = self.weights.cost(&features);
+        let scaled = raw.saturating_mul(u64::from(self.margin.num));
+        let tokens = scaled.div_ceil(u64::from(self.margin.den) * 256);
+        let bytes = u64::try_from(text.len()).unwrap_or(u64::MAX);
+        u32::try_from(tokens.min(bytes)).unwrap_or(u32::MAX)
+    }
+}
+
+/// Estimated `cl100k_base` tokens of `text`, with the [`Margin::SAFE`] factor.
+///
+/// ```
+/// assert_eq!(ctxwin_core::estimator::estimate("hello world"), 3);
+/// assert_eq!(ctxwin_core::estimator::estimate(""), 0);
+/// ```
+pub fn estimate(text: &str) -> u32 {
+    Estimator::new().count(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const TIGHT: Estimator = Estimator::with(Weights::CL100K, Margin::TIGHT);
+    const SAFE: Estimator = Estimator::new();
+
+    #[test]
+    fn empty_text_costs_nothing() {
+        assert_eq!(TIGHT.count(""), 0);
+        assert_eq!(SAFE.count(""), 0);
+        assert_eq!(Estimator::with(Weights::SMOLLM2, Margin::new(9, 1).unwrap()).count(""), 0);
+    }
+
+    #[test]
+    fn words_round_up_after_the_margin() {
+        // 2 letter runs * 117 + 10 letters * 35 = 584/256 = 2.28; * 5/4 = 2.85.
+        assert_eq!(TIGHT.count("hello world"), 3);
+        assert_eq!(SAFE.count("hello world"), 3);
+        // One whitespace run with line breaks: 271/256 = 1.06; * 5/4 = 1.32.
+        assert_eq!(TIGHT.count("\n\n\n"), 2);
+        assert_eq!(SAFE.count("\n\n\n"), 2);
+        // A lone space adds nothing: the tokenizer merges it into the next word.
+        assert_eq!(SAFE.count(" "), 0);
+    }
+
+    #[test]
+    fn digits_cost_per_group_of_three() {
+        // 3 groups * 390 = 1170/256 = 4.57; * 5/4 = 5.71.
+        assert_eq!(TIGHT.count("12345678"), 5);
+        assert_eq!(SAFE.count("12345678"), 6);
+        // SmolLM2: 3 groups * 147 + 8 digits * 246 = 2409/256 = 9.41, capped at 8 bytes.
+        assert_eq!(Estimator::with(Weights::SMOLLM2, Margin::TIGHT).count("12345678"), 8);
+    }
+
+    #[test]
+    fn han_costs_about_a_token_per_char() {
+        // Letter run 117 + 2 Han * 254 + non-ASCII run 233 = 858/256 = 3.35; * 5/4 = 4.19.
+        assert_eq!(TIGHT.count("漢字"), 4);
+        assert_eq!(SAFE.count("漢字"), 5);
+    }
+
+    #[test]
+    fn estimate_is_capped_at_the_byte_length() {
+        // 117 + 35 + 143 + 19 + 1398 (the `\u` escape) = 1712/256 = 6.7, but 2 bytes.
+        assert_eq!(TIGHT.count(r"\u"), 2);
+        // One control byte: 256/256 = 1 tight, 1.25 -> 2 safe, capped at 1.
+        assert_eq!(TIGHT.count("\u{1}"), 1);
+        assert_eq!(SAFE.count("\u{1}"), 1);
+    }
+
+    #[test]
+    fn huge_weights_saturate_instead_of_overflowing() {
+        let heavy = Estimator::with(
+            Weights::new([u16::MAX; Weights::FEATURE_COUNT]),
+            Margin::new(u16::MAX, 1).unwrap(),
+        );
+        let text = "aB1 \n!\u{e9}\u{1}🦀";
+        assert_eq!(heavy.count(text), text.len() as u32);
+    }
+
+    #[test]
+    fn margin_constructor_rejects_shrinking_and_zero() {
+        assert_eq!(Margin::new(0, 0), None);
+        assert_eq!(Margin::new(7, 0), None);
+        assert_eq!(Margin::new(19, 20), None);
+        assert_eq!(Margin::new(1, 1), Some(Margin::TIGHT));
+        assert_eq!(Margin::new(10, 8).map(Margin::num), Some(10));
+        assert_eq!(Margin::default(), Margin::SAFE);
+        assert_eq!(Estimator::default(), SAFE);
+    }
+
+    #[test]
+    fn margin_apply_rounds_up() {
+        assert_eq!(Margin::TIGHT.apply(7), 7);
+        assert_eq!(Margin::SAFE.apply(4), 5);
+        assert_eq!(Margin::SAFE.apply(5), 7);
+        assert_eq!(Margin::new(u16::MAX, 1).unwrap().apply(u32::MAX), u32::MAX);
+    }
+
+    /// Arbitrary text, biased towards the chars the features look at.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[a-zA-Z0-9 \t\r\n\\\\u{}\\[\\],.\"\u{0}-\u{1f}\u{7f}éßαбשहᄀ漢アー。한€🦀\u{20000}]{0,300}",
+        ]
+    }
+
+    fn margin() -> impl Strategy<Value = Margin> {
+        (1u16.., 1u16..).prop_filter_map("factor below 1", |(a, b)| Margin::new(a.max(b), b))
+    }
+
+    proptest! {
+        #[test]
+        fn never_above_the_byte_length(s in text(), m in margin()) {
+            for weights in [Weights::CL100K, Weights::SMOLLM2] {
+                let count = Estimator::with(weights, m).count(&s);
+                prop_assert!(count as usize <= s.len());
+            }
+        }
+
+        #[test]
+        fn larger_margin_never_counts_fewer(s in text(), a in margin(), b in margin()) {
+            prop_assert!(SAFE.count(&s) >= TIGHT.count(&s));
+            let (lo, hi) = if u32::from(a.num) * u32::from(b.den) <= u32::from(b.num) * u32::from(a.den) {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            prop_assert!(TIGHT.with_margin(hi).count(&s) >= TIGHT.with_margin(lo).count(&s));
+        }
+
+        #[test]
+        fn tight_estimate_matches_the_formula(s in text()) {
+            let features = Features::of(&s).unwrap();
+            let raw: u64 = Weights::CL100K
+                .per_feature()
+                .iter()
+                .zip(features.values())
+                .map(|(&w, &f)| u64::from(w) * u64::from(f))
+                .sum();
+            let expected = raw.div_ceil(256).min(s.len() as u64);
+            prop_assert_eq!(u64::from(TIGHT.count(&s)), expected);
+        }
+    }
+}
