@@ -1,0 +1,64 @@
+//! The archive's error type.
+
+/// Everything that can go wrong reading or writing the archive.
+///
+/// ```
+/// use ctxwin_std::archive::ArchiveError;
+/// let err = ArchiveError::OutOfRange { what: "message id", value: u64::MAX };
+/// assert!(err.to_string().contains("message id"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArchiveError {
+    /// SQLite reported an error (I/O, corruption, a locked database, ...).
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A `u64` (id, timestamp, count) is above `i64::MAX`, which SQLite cannot store.
+    #[error("{what} {value} is larger than SQLite's 64-bit signed integer")]
+    OutOfRange {
+        /// Which field.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// `store_unit` was given messages that belong to different units.
+    #[error("one unit must hold one unit id, got {first} and {other}")]
+    MixedUnit {
+        /// The first message's unit id.
+        first: u64,
+        /// The first unit id that differs from it.
+        other: u64,
+    },
+    /// The database was written by a newer version of this crate.
+    #[error("archive schema version {found} is newer than the {supported} this build supports")]
+    SchemaTooNew {
+        /// `PRAGMA user_version` found in the file.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// No summary with this id in this session.
+    #[error("no summary {id} in session {session:?}")]
+    SummaryNotFound {
+        /// Session searched.
+        session: String,
+        /// Summary id asked for.
+        id: u64,
+    },
+    /// A stored row cannot be decoded (written by another program, or damaged).
+    #[error("corrupt archive row: {0}")]
+    Corrupt(String),
+    /// Tool calls could not be encoded or decoded as JSON.
+    #[error("tool calls json: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Converts a caller's `u64` into SQLite's `i64`, or a typed error.
+pub(crate) fn to_sql_int(what: &'static str, value: u64) -> Result<i64, ArchiveError> {
+    i64::try_from(value).map_err(|_| ArchiveError::OutOfRange { what, value })
+}
+
+/// Converts a stored `i64` back; negative values mean the row was not written by us.
+pub(crate) fn from_sql_int(what: &'static str, value: i64) -> Result<u64, ArchiveError> {
+    u64::try_from(value).map_err(|_| ArchiveError::Corrupt(format!("negative {what} {value}")))
+}

@@ -1,0 +1,185 @@
+//! The archive: an embedded SQLite database that keeps every unit the core evicts, the
+//! summaries made of them, their keywords and compression metrics, and finds them again.
+//!
+//! * Writes are transactional: [`Archive::store_unit`] returns only after the unit is committed,
+//!   so the caller may release it from the core; re-storing a message id updates it in place.
+//! * Retrieval: BM25 full-text search over content, tool calls and original texts
+//!   ([`Archive::search`]), by recency ([`Archive::recent`]), by keyword
+//!   ([`Archive::by_keyword`]), and from a summary down to the messages it stands for
+//!   ([`Archive::drill_down`]). [`as_dynamic_context`] formats hits for the payload.
+//! * Message and unit ids are the core's per-session counters, so every lookup names its
+//!   session.
+//!
+//! # Examples
+//!
+//! ```
+//! use ctxwin_std::archive::{Archive, ArchivedMessage};
+//! use ctxwin_std::{ChatMessage, core::Role};
+//!
+//! let mut archive = Archive::open_in_memory()?;
+//! let ask = ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "why does the lexer panic?"));
+//! archive.store_unit("s1", &[ask])?;
+//! let hits = archive.search(Some("s1"), "lexer", 5)?;
+//! assert_eq!(hits[0].id, 1);
+//! assert_eq!(archive.get("s1", 1)?.unwrap().message.content, "why does the lexer panic?");
+//! # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+//! ```
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, Row};
+
+use crate::message::{ChatMessage, ToolCall};
+use ctxwin_core::Role;
+
+mod context;
+mod error;
+pub mod keywords;
+mod metrics;
+pub mod schema;
+mod search;
+mod store;
+mod summaries;
+mod types;
+
+pub use context::{as_dynamic_context, messages_as_dynamic_context};
+pub use error::ArchiveError;
+pub use metrics::{ArchiveStats, MetricsSummary, StrategyMetrics};
+pub use search::{KeywordCount, KeywordHit, SearchHit, SummaryHit};
+pub use types::{ArchiveLevel, ArchivedMessage, CompressionRecord, SummaryRecord};
+
+use error::from_sql_int;
+
+/// A handle on one archive database. Writes take `&mut self`; wrap it in a `Mutex` to share it
+/// between threads, or open the same file twice (WAL lets readers run beside one writer).
+#[derive(Debug)]
+pub struct Archive {
+    conn: Connection,
+}
+
+impl Archive {
+    /// Opens (creating if needed) the archive at `path`, in WAL mode with
+    /// `synchronous = NORMAL` and foreign keys on, and migrates its schema.
+    ///
+    /// # Errors
+    /// [`ArchiveError::Sqlite`] if the file cannot be opened or is not a database,
+    /// [`ArchiveError::SchemaTooNew`] if a newer build wrote it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let archive = ctxwin_std::archive::Archive::open(dir.path().join("archive.db"))?;
+    /// assert_eq!(archive.journal_mode()?, "wal");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ArchiveError> {
+        let path = path.as_ref();
+        let mut conn = Connection::open(path)?;
+        schema::configure(&conn, true)?;
+        schema::migrate(&mut conn)?;
+        tracing::debug!(path = %path.display(), "archive: opened");
+        Ok(Self { conn })
+    }
+
+    /// Opens a private in-memory archive (no WAL: there is no file), for tests and short runs.
+    ///
+    /// ```
+    /// let archive = ctxwin_std::archive::Archive::open_in_memory()?;
+    /// assert_eq!(archive.stats()?.messages, 0);
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn open_in_memory() -> Result<Self, ArchiveError> {
+        let mut conn = Connection::open_in_memory()?;
+        schema::configure(&conn, false)?;
+        schema::migrate(&mut conn)?;
+        Ok(Self { conn })
+    }
+
+    /// The journal mode in force (`"wal"` for a file, `"memory"` in memory).
+    ///
+    /// ```
+    /// let archive = ctxwin_std::archive::Archive::open_in_memory()?;
+    /// assert_eq!(archive.journal_mode()?, "memory");
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn journal_mode(&self) -> Result<String, ArchiveError> {
+        let mode: String = self.conn.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
+        Ok(mode.to_lowercase())
+    }
+
+    /// The schema version of the open database (`PRAGMA user_version`).
+    ///
+    /// ```
+    /// use ctxwin_std::archive::{Archive, schema::SCHEMA_VERSION};
+    /// assert_eq!(Archive::open_in_memory()?.schema_version()?, SCHEMA_VERSION);
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn schema_version(&self) -> Result<i64, ArchiveError> {
+        schema::version(&self.conn)
+    }
+
+    /// The row id of session `name`, if it has stored anything.
+    fn session_id(&self, name: &str) -> Result<Option<i64>, ArchiveError> {
+        let mut stmt = self.conn.prepare_cached("SELECT id FROM sessions WHERE name = ?1")?;
+        Ok(stmt.query_row([name], |row| row.get(0)).optional()?)
+    }
+}
+
+/// The row id of session `name`, created if new.
+fn ensure_session(conn: &Connection, name: &str) -> Result<i64, ArchiveError> {
+    conn.prepare_cached("INSERT INTO sessions (name) VALUES (?1) ON CONFLICT (name) DO NOTHING")?
+        .execute([name])?;
+    let mut stmt = conn.prepare_cached("SELECT id FROM sessions WHERE name = ?1")?;
+    Ok(stmt.query_row([name], |row| row.get(0))?)
+}
+
+/// The `messages` columns [`decode_message`] reads, in its order, for a table aliased `m`.
+const MESSAGE_COLUMNS: &str = "m.id, m.unit, m.level, m.role, m.content, m.tool_calls, \
+     m.tool_call_id, m.original, m.timestamp, m.tokens";
+
+/// Decodes one row selected with [`MESSAGE_COLUMNS`] first.
+fn decode_message(row: &Row<'_>) -> Result<ArchivedMessage, ArchiveError> {
+    let level: i64 = row.get(2)?;
+    let level = u8::try_from(level)
+        .ok()
+        .and_then(ArchiveLevel::from_code)
+        .ok_or_else(|| ArchiveError::Corrupt(format!("unknown level {level}")))?;
+    let role_name: String = row.get(3)?;
+    let role = Role::parse(&role_name)
+        .ok_or_else(|| ArchiveError::Corrupt(format!("unknown role {role_name:?}")))?;
+    let tool_calls: Option<String> = row.get(5)?;
+    let tool_calls: Vec<ToolCall> = match tool_calls {
+        Some(json) => serde_json::from_str(&json)?,
+        None => Vec::new(),
+    };
+    let tokens: i64 = row.get(9)?;
+    Ok(ArchivedMessage {
+        id: from_sql_int("message id", row.get(0)?)?,
+        unit: from_sql_int("unit id", row.get(1)?)?,
+        level,
+        message: ChatMessage { role, content: row.get(4)?, tool_calls, tool_call_id: row.get(6)? },
+        timestamp: from_sql_int("timestamp", row.get(8)?)?,
+        tokens: u32::try_from(tokens)
+            .map_err(|_| ArchiveError::Corrupt(format!("token count {tokens}")))?,
+        original: row.get(7)?,
+    })
+}
+
+/// Runs `stmt` and decodes every row as a message.
+fn collect_messages(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    params: impl rusqlite::Params,
+) -> Result<Vec<ArchivedMessage>, ArchiveError> {
+    let mut rows = stmt.query(params)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(decode_message(row)?);
+    }
+    Ok(out)
+}
+
+/// Clamps a caller's `limit` for SQL.
+fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,338 @@
+//! Retrieval: BM25 full-text search over messages and summaries, and keyword lookups.
+
+use ctxwin_core::Role;
+
+use super::error::{ArchiveError, from_sql_int};
+use super::{Archive, keywords, sql_limit};
+
+/// Query words beyond this many are ignored (bounds the cost of a pasted paragraph).
+const MAX_QUERY_TERMS: usize = 32;
+
+/// Tokens of context around the match in a snippet.
+const SNIPPET_TOKENS: i64 = 16;
+
+/// One message found by [`Archive::search`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchHit {
+    /// Session the message belongs to.
+    pub session: String,
+    /// Message id.
+    pub id: u64,
+    /// Unit id.
+    pub unit: u64,
+    /// Author.
+    pub role: Role,
+    /// Caller's timestamp (ms).
+    pub timestamp: u64,
+    /// The stored content (reduced form if the message was reduced).
+    pub content: String,
+    /// A short excerpt around the match, matched words in `«»`.
+    pub snippet: String,
+    /// Relevance: the negated BM25 rank, so higher is better.
+    pub score: f64,
+}
+
+/// One summary found by [`Archive::search_summaries`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct SummaryHit {
+    /// Session the summary belongs to.
+    pub session: String,
+    /// Summary id (give it to [`Archive::drill_down`]).
+    pub id: u64,
+    /// Hierarchy level.
+    pub level: u8,
+    /// The summary text.
+    pub text: String,
+    /// Relevance: the negated BM25 rank, so higher is better.
+    pub score: f64,
+}
+
+/// One message holding a keyword, from [`Archive::by_keyword`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeywordHit {
+    /// Session.
+    pub session: String,
+    /// Message id.
+    pub id: u64,
+    /// Unit id.
+    pub unit: u64,
+    /// How often the keyword occurs in the message.
+    pub count: u32,
+}
+
+/// A keyword and how many messages hold it, from [`Archive::keyword_counts`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeywordCount {
+    /// The keyword (lower-case).
+    pub keyword: String,
+    /// Messages that hold it.
+    pub messages: u64,
+}
+
+/// Turns plain user words into an FTS5 query that cannot fail to parse: each word becomes a
+/// quoted phrase (FTS5 operators, `*`, `-`, `:` and parentheses lose their meaning), words are
+/// OR-ed so BM25 ranks the messages matching most of them first, stop words are dropped when
+/// other words remain, and words without a letter or digit are skipped. `None` when nothing is
+/// left to search for.
+pub(crate) fn fts_query(user: &str) -> Option<String> {
+    let mut terms: Vec<&str> = Vec::new();
+    for word in user.split_whitespace() {
+        let seen = terms.iter().any(|t| t.to_lowercase() == word.to_lowercase());
+        if word.chars().any(char::is_alphanumeric) && !seen {
+            terms.push(word);
+        }
+    }
+    if terms.iter().any(|t| !keywords::is_stop_word(t)) {
+        terms.retain(|t| !keywords::is_stop_word(t));
+    }
+    terms.truncate(MAX_QUERY_TERMS);
+    if terms.is_empty() {
+        return None;
+    }
+    let quoted: Vec<String> =
+        terms.iter().map(|t| format!("\"{}\"", t.replace('"', "\"\""))).collect();
+    Some(quoted.join(" OR "))
+}
+
+/// The session filter for a query: `Some(None)` = all sessions, `Some(Some(id))` = that
+/// session, `None` = a session that has stored nothing (so nothing can match).
+fn session_filter(
+    archive: &Archive,
+    session: Option<&str>,
+) -> Result<Option<Option<i64>>, ArchiveError> {
+    match session {
+        None => Ok(Some(None)),
+        Some(name) => Ok(archive.session_id(name)?.map(Some)),
+    }
+}
+
+impl Archive {
+    /// Finds messages whose content, tool calls (names and arguments) or original text match
+    /// the words of `query`, best first (BM25), in `session` or in all sessions.
+    ///
+    /// `query` is plain user text: FTS5 syntax in it is treated as words, so no input makes
+    /// this fail; a query with no words gives no hits.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxwin_std::archive::{Archive, ArchivedMessage};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    ///
+    /// let mut archive = Archive::open_in_memory()?;
+    /// archive.store_unit("s", &[ArchivedMessage::new(1, 1,
+    ///     ChatMessage::text(Role::User, "the tokenizer drops emoji"))])?;
+    /// archive.store_unit("s", &[ArchivedMessage::new(2, 2,
+    ///     ChatMessage::text(Role::User, "deploy to staging"))])?;
+    /// let hits = archive.search(Some("s"), "emoji \"* AND -x (", 10)?;
+    /// assert_eq!(hits.len(), 1);
+    /// assert_eq!(hits[0].id, 1);
+    /// assert!(hits[0].snippet.contains("«emoji»"));
+    /// assert!(archive.search(None, "  ", 10)?.is_empty());
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn search(
+        &self,
+        session: Option<&str>,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, ArchiveError> {
+        let (Some(fts), Some(filter)) = (fts_query(query), session_filter(self, session)?) else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT s.name, m.id, m.unit, m.role, m.timestamp, m.content,
+                    snippet(messages_fts, -1, '«', '»', '…', ?4), bm25(messages_fts)
+             FROM messages_fts
+             JOIN messages m ON m.pk = messages_fts.rowid
+             JOIN sessions s ON s.id = m.session_id
+             WHERE messages_fts MATCH ?1 AND (?2 IS NULL OR m.session_id = ?2)
+             ORDER BY bm25(messages_fts), m.id LIMIT ?3",
+        )?;
+        let mut rows =
+            stmt.query(rusqlite::params![fts, filter, sql_limit(limit), SNIPPET_TOKENS])?;
+        let mut hits = Vec::new();
+        while let Some(row) = rows.next()? {
+            let role_name: String = row.get(3)?;
+            let rank: f64 = row.get(7)?;
+            hits.push(SearchHit {
+                session: row.get(0)?,
+                id: from_sql_int("message id", row.get(1)?)?,
+                unit: from_sql_int("unit id", row.get(2)?)?,
+                role: Role::parse(&role_name)
+                    .ok_or_else(|| ArchiveError::Corrupt(format!("unknown role {role_name:?}")))?,
+                timestamp: from_sql_int("timestamp", row.get(4)?)?,
+                content: row.get(5)?,
+                snippet: row.get(6)?,
+                score: -rank,
+            });
+        }
+        tracing::trace!(query, hits = hits.len(), "archive: search");
+        Ok(hits)
+    }
+
+    /// Finds summaries whose text matches the words of `query`, best first; same query rules as
+    /// [`Archive::search`].
+    ///
+    /// ```
+    /// use ctxwin_std::archive::{Archive, SummaryRecord};
+    /// let mut archive = Archive::open_in_memory()?;
+    /// archive.store_summary("s", &SummaryRecord::new(50, 1, "migrated the schema to v2", vec![]))?;
+    /// let hits = archive.search_summaries(Some("s"), "schema", 5)?;
+    /// assert_eq!(hits[0].id, 50);
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn search_summaries(
+        &self,
+        session: Option<&str>,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<SummaryHit>, ArchiveError> {
+        let (Some(fts), Some(filter)) = (fts_query(query), session_filter(self, session)?) else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT s.name, u.id, u.level, u.text, bm25(summaries_fts)
+             FROM summaries_fts
+             JOIN summaries u ON u.pk = summaries_fts.rowid
+             JOIN sessions s ON s.id = u.session_id
+             WHERE summaries_fts MATCH ?1 AND (?2 IS NULL OR u.session_id = ?2)
+             ORDER BY bm25(summaries_fts), u.id LIMIT ?3",
+        )?;
+        let mut rows = stmt.query(rusqlite::params![fts, filter, sql_limit(limit)])?;
+        let mut hits = Vec::new();
+        while let Some(row) = rows.next()? {
+            let level: i64 = row.get(2)?;
+            let rank: f64 = row.get(4)?;
+            hits.push(SummaryHit {
+                session: row.get(0)?,
+                id: from_sql_int("summary id", row.get(1)?)?,
+                level: u8::try_from(level)
+                    .map_err(|_| ArchiveError::Corrupt(format!("summary level {level}")))?,
+                text: row.get(3)?,
+                score: -rank,
+            });
+        }
+        Ok(hits)
+    }
+
+    /// Messages holding `keyword` (matched case-insensitively against the extracted
+    /// keywords), most occurrences first, then newest first.
+    ///
+    /// ```
+    /// use ctxwin_std::archive::{Archive, ArchivedMessage};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let mut archive = Archive::open_in_memory()?;
+    /// archive.store_unit("s", &[ArchivedMessage::new(1, 1,
+    ///     ChatMessage::text(Role::User, "edit src/lib.rs and src/lib.rs again"))])?;
+    /// let hits = archive.by_keyword(Some("s"), "SRC/LIB.RS", 10)?;
+    /// assert_eq!((hits[0].id, hits[0].count), (1, 2));
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn by_keyword(
+        &self,
+        session: Option<&str>,
+        keyword: &str,
+        limit: usize,
+    ) -> Result<Vec<KeywordHit>, ArchiveError> {
+        let Some(filter) = session_filter(self, session)? else { return Ok(Vec::new()) };
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT s.name, m.id, m.unit, k.count
+             FROM keywords k
+             JOIN messages m ON m.pk = k.message_pk
+             JOIN sessions s ON s.id = m.session_id
+             WHERE k.keyword = ?1 AND (?2 IS NULL OR m.session_id = ?2)
+             ORDER BY k.count DESC, m.pk DESC LIMIT ?3",
+        )?;
+        let mut rows =
+            stmt.query(rusqlite::params![keyword.to_lowercase(), filter, sql_limit(limit)])?;
+        let mut hits = Vec::new();
+        while let Some(row) = rows.next()? {
+            let count: i64 = row.get(3)?;
+            hits.push(KeywordHit {
+                session: row.get(0)?,
+                id: from_sql_int("message id", row.get(1)?)?,
+                unit: from_sql_int("unit id", row.get(2)?)?,
+                count: u32::try_from(count)
+                    .map_err(|_| ArchiveError::Corrupt(format!("keyword count {count}")))?,
+            });
+        }
+        Ok(hits)
+    }
+
+    /// The `limit` keywords held by the most messages, in `session` or all sessions.
+    ///
+    /// ```
+    /// use ctxwin_std::archive::{Archive, ArchivedMessage};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let mut archive = Archive::open_in_memory()?;
+    /// for (i, text) in ["fix parse_header", "test parse_header", "ship v2"].iter().enumerate() {
+    ///     let id = i as u64 + 1;
+    ///     archive.store_unit("s", &[ArchivedMessage::new(id, id, ChatMessage::text(Role::User, *text))])?;
+    /// }
+    /// let top = archive.keyword_counts(Some("s"), 1)?;
+    /// assert_eq!((top[0].keyword.as_str(), top[0].messages), ("parse_header", 2));
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn keyword_counts(
+        &self,
+        session: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<KeywordCount>, ArchiveError> {
+        let Some(filter) = session_filter(self, session)? else { return Ok(Vec::new()) };
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT k.keyword, count(*) AS n
+             FROM keywords k JOIN messages m ON m.pk = k.message_pk
+             WHERE ?1 IS NULL OR m.session_id = ?1
+             GROUP BY k.keyword ORDER BY n DESC, k.keyword LIMIT ?2",
+        )?;
+        let mut rows = stmt.query(rusqlite::params![filter, sql_limit(limit)])?;
+        let mut counts = Vec::new();
+        while let Some(row) = rows.next()? {
+            counts.push(KeywordCount {
+                keyword: row.get(0)?,
+                messages: from_sql_int("keyword count", row.get(1)?)?,
+            });
+        }
+        Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn quotes_every_word_and_ors_them() {
+        assert_eq!(fts_query("lexer panic").as_deref(), Some(r#""lexer" OR "panic""#));
+        assert_eq!(fts_query(r#"say "hi""#).as_deref(), Some(r#""say" OR """hi""""#));
+        assert_eq!(fts_query("col:val -x").as_deref(), Some(r#""col:val" OR "-x""#));
+    }
+
+    #[test]
+    fn drops_stop_words_unless_nothing_else_is_left() {
+        assert_eq!(fts_query("what about the parser").as_deref(), Some(r#""parser""#));
+        assert_eq!(fts_query("the THE").as_deref(), Some(r#""the""#));
+    }
+
+    #[test]
+    fn no_words_no_query() {
+        assert_eq!(fts_query(""), None);
+        assert_eq!(fts_query(" * \" - ( ) :: "), None);
+    }
+
+    proptest! {
+        #[test]
+        fn any_input_is_a_valid_fts5_query(query in any::<String>()) {
+            let mut archive = Archive::open_in_memory().unwrap();
+            let text = super::super::ChatMessage::text(Role::User, "AND OR NOT NEAR col:val \"x\" *");
+            archive.store_unit("s", &[super::super::ArchivedMessage::new(1, 1, text)]).unwrap();
+            prop_assert!(archive.search(None, &query, 5).is_ok());
+            prop_assert!(archive.search_summaries(None, &query, 5).is_ok());
+        }
+    }
+}
