@@ -1,4 +1,27 @@
-//! ctxwin-core: an allocation-free, bounded-time context-window manager for LLM agents.
+//! An allocation-free, bounded-time context-window manager for LLM agents.
+//!
+//! An agent's context window is finite. [`ContextManager`] decides, under a token budget, what
+//! the model sees each turn: it keeps the system prompt and tool definitions, evicts the oldest
+//! conversation units first (an assistant message with tool calls leaves together with all its
+//! results), locks the newest messages and the live user request, reduces huge tool outputs to
+//! their first and last lines, and injects a `[Memory Summary]` where history was cut.
+//!
+//! Because every buffer has a capacity fixed at compile time ([`Capacities`], [`Ring`]), the
+//! manager needs no allocator, can live in a `static`, costs exactly `size_of` in RAM, and
+//! bounds every operation by those capacities, never by how long the session has run.
+//! Nothing is dropped silently: evicted units wait in an [outbox](ContextManager::drain_outbox)
+//! until the caller has archived them, and every refusal is a typed [`Error`].
+//!
+//! ```
+//! use ctxwin_core::{ContextManager, Message, TinyCapacities};
+//!
+//! let mut manager = ContextManager::<TinyCapacities>::new();
+//! manager.push(Message::system("Answer in one sentence."))?;
+//! manager.push(Message::user("What is a context window?"))?;
+//! let payload = manager.compose(&[])?;
+//! assert_eq!(payload.items().count(), 2);
+//! # Ok::<(), ctxwin_core::Error>(())
+//! ```
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -8,10 +31,43 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)
 )]
 
-pub mod counter;
-pub mod estimator;
-pub mod role;
+// The logging shim must come first so every module sees its macros.
+#[macro_use]
+mod fmt;
 
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
+pub mod capacity;
+pub mod config;
+pub mod counter;
+pub mod error;
+pub mod estimator;
+mod header;
+mod json;
+pub mod level;
+pub mod manager;
+pub mod message;
+pub mod payload;
+pub mod record;
+mod reduce;
+pub mod ring;
+pub mod role;
+pub mod stats;
+
+pub use capacity::{Capacities, DefaultCapacities, TinyCapacities};
+pub use config::{Config, ConfigError, OutboxMode, UnansweredCalls};
 pub use counter::TokenCounter;
+pub use error::{Error, InvalidMessage};
 pub use estimator::{Estimator, Margin, Weights};
+pub use level::Level;
+pub use manager::{
+    ContextManager, EvictedUnit, History, LevelMessages, MEMORY_SUMMARY_PREFIX, Outbox,
+};
+pub use message::{MAX_TOOL_CALLS, Message, MessageRef, ToolCall};
+pub use payload::{MemorySummary, OpenAiRequest, Payload, PayloadItem};
+pub use reduce::TRUNCATION_MARKER;
+pub use ring::{Ring, RingStorage};
 pub use role::Role;
+pub use stats::{Counters, LevelStats, Stats};

@@ -27,7 +27,11 @@ impl ToolCall {
     /// let call = ctxwin_std::ToolCall::new("c1", "ls", "{}");
     /// assert_eq!(call.id, "c1");
     /// ```
-    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
         Self { id: id.into(), name: name.into(), arguments: arguments.into() }
     }
 }

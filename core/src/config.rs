@@ -1,0 +1,253 @@
+//! Budgets, thresholds and policies of a manager.
+
+/// What happens to tool calls that never got a result when the conversation moves on.
+///
+/// ```
+/// use ctxwin_core::UnansweredCalls;
+/// assert_eq!(UnansweredCalls::default(), UnansweredCalls::SynthesizeAborted);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum UnansweredCalls {
+    /// Store a synthetic result saying the call was aborted, so the model learns it failed.
+    #[default]
+    SynthesizeAborted,
+    /// Remove the unanswered calls from their assistant message.
+    DropCalls,
+}
+
+/// What happens to evicted units.
+///
+/// ```
+/// use ctxwin_core::OutboxMode;
+/// assert_eq!(OutboxMode::default(), OutboxMode::Hold);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum OutboxMode {
+    /// Keep evicted units, in place, until the caller drains them
+    /// ([`ContextManager::drain_outbox`](crate::ContextManager::drain_outbox)). A push that
+    /// needs their space fails with [`Error::OutboxFull`](crate::Error::OutboxFull) until then.
+    #[default]
+    Hold,
+    /// Release evicted units at once, counting them in
+    /// [`Counters::units_discarded`](crate::Counters::units_discarded). For callers that keep no archive.
+    Discard,
+}
+
+/// A manager's budgets and policies. [`Config::DEFAULT`] carries the seeds' defaults.
+///
+/// The total budget is `context_window - reserved_for_reply`. The permanent, session and working
+/// levels have their own budgets; the volatile level gets the rest.
+///
+/// ```
+/// use ctxwin_core::Config;
+/// let config = Config { context_window: 16_384, reserved_for_reply: 2_048, ..Config::DEFAULT };
+/// assert_eq!(config.budget(), 14_336);
+/// assert_eq!(config.volatile_budget(), 14_336 - 2_000 - 4_000 - 8_000);
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct Config {
+    /// The model's context window, in tokens.
+    pub context_window: u32,
+    /// Tokens kept free for the model's reply.
+    pub reserved_for_reply: u32,
+    /// Budget of the permanent level (system prompt, rules, tool definitions).
+    pub permanent_budget: u32,
+    /// Budget of the session level (summaries, key decisions).
+    pub session_budget: u32,
+    /// Budget of the working level (recent turns).
+    pub working_budget: u32,
+    /// Usage, in percent of the total budget (and of each level's byte and message
+    /// capacity), above which eviction starts.
+    pub trigger_percent: u8,
+    /// The newest messages that are never evicted.
+    pub locked_tail: u16,
+    /// Most messages kept in the history (working + volatile); 0 for no limit.
+    pub max_messages: u32,
+    /// Tool results over this many tokens are stored reduced to head and tail lines.
+    pub observation_limit: u32,
+    /// Tokens added to every message for its role and separators.
+    pub message_overhead: u16,
+    /// Tokens added once per request (the reply primer).
+    pub request_overhead: u16,
+    /// What to do with calls that never got a result.
+    pub unanswered_calls: UnansweredCalls,
+    /// What to do with evicted units.
+    pub outbox: OutboxMode,
+}
+
+impl Config {
+    /// The seeds' defaults: a 32k window with 4k reserved for the reply, level budgets
+    /// 2,000 / 4,000 / 8,000 / the rest, eviction from 80%, the newest 6 messages locked, tool
+    /// results reduced above 1,000 tokens.
+    pub const DEFAULT: Config = Config {
+        context_window: 32_768,
+        reserved_for_reply: 4_096,
+        permanent_budget: 2_000,
+        session_budget: 4_000,
+        working_budget: 8_000,
+        trigger_percent: 80,
+        locked_tail: 6,
+        max_messages: 0,
+        observation_limit: 1_000,
+        message_overhead: 4,
+        request_overhead: 3,
+        unanswered_calls: UnansweredCalls::SynthesizeAborted,
+        outbox: OutboxMode::Hold,
+    };
+
+    /// Total token budget of a payload: the window minus the reply reserve.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::Config::DEFAULT.budget(), 28_672);
+    /// ```
+    pub const fn budget(&self) -> u32 {
+        self.context_window.saturating_sub(self.reserved_for_reply)
+    }
+
+    /// The volatile level's budget: what the other levels leave of the total.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::Config::DEFAULT.volatile_budget(), 14_672);
+    /// ```
+    pub const fn volatile_budget(&self) -> u32 {
+        self.budget()
+            .saturating_sub(self.permanent_budget)
+            .saturating_sub(self.session_budget)
+            .saturating_sub(self.working_budget)
+    }
+
+    /// Budget of `level`.
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, Level};
+    /// assert_eq!(Config::DEFAULT.level_budget(Level::Working), 8_000);
+    /// ```
+    pub const fn level_budget(&self, level: crate::Level) -> u32 {
+        match level {
+            crate::Level::Permanent => self.permanent_budget,
+            crate::Level::Session => self.session_budget,
+            crate::Level::Working => self.working_budget,
+            crate::Level::Volatile => self.volatile_budget(),
+        }
+    }
+
+    /// Usage above which eviction starts: `trigger_percent` of the budget.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::Config::DEFAULT.trigger_tokens(), 22_937);
+    /// ```
+    pub const fn trigger_tokens(&self) -> u32 {
+        percent_of(self.budget(), self.trigger_percent)
+    }
+
+    /// Checks the settings make sense together.
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, ConfigError};
+    /// let bad = Config { reserved_for_reply: 40_000, ..Config::DEFAULT };
+    /// assert_eq!(bad.validate(), Err(ConfigError::NoBudget));
+    /// ```
+    pub const fn validate(&self) -> Result<(), ConfigError> {
+        if self.budget() == 0 {
+            return Err(ConfigError::NoBudget);
+        }
+        if self.trigger_percent == 0 || self.trigger_percent > 100 {
+            return Err(ConfigError::TriggerOutOfRange);
+        }
+        let levels =
+            self.permanent_budget as u64 + self.session_budget as u64 + self.working_budget as u64;
+        if levels > self.budget() as u64 {
+            return Err(ConfigError::LevelBudgetsExceedTotal);
+        }
+        if self.observation_limit < 32 {
+            return Err(ConfigError::ObservationLimitTooSmall);
+        }
+        Ok(())
+    }
+
+    /// A 32-bit FNV-1a digest of every setting, stored in snapshots so a restore can tell
+    /// whether it runs under the configuration it was taken with.
+    ///
+    /// ```
+    /// use ctxwin_core::Config;
+    /// let other = Config { locked_tail: 8, ..Config::DEFAULT };
+    /// assert_ne!(Config::DEFAULT.fingerprint(), other.fingerprint());
+    /// ```
+    pub fn fingerprint(&self) -> u32 {
+        let words = [
+            self.context_window,
+            self.reserved_for_reply,
+            self.permanent_budget,
+            self.session_budget,
+            self.working_budget,
+            u32::from(self.trigger_percent),
+            u32::from(self.locked_tail),
+            self.max_messages,
+            self.observation_limit,
+            u32::from(self.message_overhead),
+            u32::from(self.request_overhead),
+            self.unanswered_calls as u32,
+            self.outbox as u32,
+        ];
+        words
+            .iter()
+            .flat_map(|word| word.to_le_bytes())
+            .fold(0x811c_9dc5u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193))
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+pub(crate) const fn percent_of(value: u32, percent: u8) -> u32 {
+    ((value as u64 * percent as u64) / 100) as u32
+}
+
+/// Why a [`Config`] was refused.
+///
+/// ```
+/// use ctxwin_core::{Config, ConfigError};
+/// let bad = Config { trigger_percent: 0, ..Config::DEFAULT };
+/// assert_eq!(bad.validate(), Err(ConfigError::TriggerOutOfRange));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `reserved_for_reply` leaves no tokens of the window.
+    NoBudget,
+    /// `trigger_percent` is not in 1..=100.
+    TriggerOutOfRange,
+    /// Permanent + session + working budgets exceed the total budget.
+    LevelBudgetsExceedTotal,
+    /// `observation_limit` is below 32 tokens: no room for head, marker and tail.
+    ObservationLimitTooSmall,
+}
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            ConfigError::NoBudget => "reserved_for_reply leaves no room in context_window",
+            ConfigError::TriggerOutOfRange => "trigger_percent must be between 1 and 100",
+            ConfigError::LevelBudgetsExceedTotal => {
+                "permanent + session + working budgets exceed the total budget"
+            }
+            ConfigError::ObservationLimitTooSmall => "observation_limit must be at least 32 tokens",
+        })
+    }
+}
+
+impl core::error::Error for ConfigError {}

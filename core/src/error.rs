@@ -1,0 +1,164 @@
+//! The one error type of manager operations.
+
+use crate::{ConfigError, Level};
+
+/// Why a message was refused or a payload could not be composed. Nothing is lost on error:
+/// a refused message is not stored (the caller still holds it), and evicted units wait in the
+/// outbox.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Error, Message, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// let orphan = manager.push(Message::tool_result("call_9", "42"));
+/// assert_eq!(orphan, Err(Error::OrphanToolResult));
+/// assert_eq!(Error::OrphanToolResult.to_string(), "tool result answers no pending tool call");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Error {
+    /// A tool result whose call is not waiting in the window.
+    OrphanToolResult,
+    /// A second result for a call that already has one.
+    DuplicateToolResult,
+    /// The message is malformed (see the reason).
+    InvalidMessage(InvalidMessage),
+    /// A tool definition that is not a JSON object.
+    InvalidToolDefinition,
+    /// One message costs more than its level can ever hold.
+    MessageTooLarge {
+        /// Tokens (or bytes, for arena limits) the message needs.
+        needed: u32,
+        /// What the level allows for one message.
+        limit: u32,
+    },
+    /// A level that is never evicted (permanent) or cannot evict enough would exceed its budget.
+    LevelOverBudget {
+        /// The level.
+        level: Level,
+        /// Tokens the level would hold.
+        needed: u32,
+        /// Its budget.
+        budget: u32,
+    },
+    /// The level has no room even after evicting every unit it may evict.
+    LevelFull {
+        /// The level.
+        level: Level,
+    },
+    /// The level needs the space of evicted units the caller has not drained yet.
+    OutboxFull {
+        /// The level.
+        level: Level,
+    },
+    /// Pinned content (permanent level, summary, locked tail, dynamic context) alone exceeds
+    /// the budget; no payload is produced rather than one over the window.
+    PinnedOverBudget {
+        /// Tokens the pinned content needs.
+        needed: u32,
+        /// The total budget.
+        budget: u32,
+    },
+    /// Tool calls are still waiting for results; a payload now would be rejected by providers.
+    ToolCallsPending {
+        /// How many calls have no result yet.
+        unanswered: u8,
+    },
+    /// The configuration is inconsistent.
+    InvalidConfig(ConfigError),
+    /// Writing the payload failed.
+    Io(embedded_io::ErrorKind),
+}
+
+/// What is wrong with a message.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Error, InvalidMessage, Message, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// let result = manager.push(Message::user("x").with_tool_calls(&[]).important());
+/// assert!(result.is_ok());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum InvalidMessage {
+    /// Only assistant messages may carry tool calls.
+    ToolCallsOnNonAssistant,
+    /// A tool result without `tool_call_id`.
+    MissingToolCallId,
+    /// A `tool_call_id` on a message that is not a tool result.
+    UnexpectedToolCallId,
+    /// A tool call or tool result with an empty id.
+    EmptyToolCallId,
+    /// Two calls in one message share an id.
+    DuplicateToolCallId,
+    /// More than [`MAX_TOOL_CALLS`](crate::MAX_TOOL_CALLS) calls.
+    TooManyToolCalls,
+    /// A tool call id or name over 65,535 bytes.
+    FieldTooLong,
+    /// The level does not take this kind of message (tool calls or results outside the
+    /// history levels).
+    WrongLevel(Level),
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::OrphanToolResult => f.write_str("tool result answers no pending tool call"),
+            Error::DuplicateToolResult => f.write_str("tool call already has a result"),
+            Error::InvalidMessage(why) => write!(f, "invalid message: {why}"),
+            Error::InvalidToolDefinition => f.write_str("tool definition is not a JSON object"),
+            Error::MessageTooLarge { needed, limit } => {
+                write!(f, "message needs {needed}, more than the {limit} one message may take")
+            }
+            Error::LevelOverBudget { level, needed, budget } => {
+                write!(f, "{level} level would hold {needed} tokens, over its budget of {budget}")
+            }
+            Error::LevelFull { level } => write!(f, "{level} level is full of locked messages"),
+            Error::OutboxFull { level } => {
+                write!(f, "{level} level needs the space of evicted units: drain the outbox")
+            }
+            Error::PinnedOverBudget { needed, budget } => {
+                write!(f, "pinned content needs {needed} tokens, over the budget of {budget}")
+            }
+            Error::ToolCallsPending { unanswered } => {
+                write!(f, "{unanswered} tool call(s) still wait for results")
+            }
+            Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
+            Error::Io(kind) => write!(f, "write failed: {kind:?}"),
+        }
+    }
+}
+
+impl core::fmt::Display for InvalidMessage {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            InvalidMessage::ToolCallsOnNonAssistant => {
+                f.write_str("only assistant messages carry tool calls")
+            }
+            InvalidMessage::MissingToolCallId => f.write_str("tool result without tool_call_id"),
+            InvalidMessage::UnexpectedToolCallId => {
+                f.write_str("tool_call_id on a non-tool message")
+            }
+            InvalidMessage::EmptyToolCallId => f.write_str("empty tool call id"),
+            InvalidMessage::DuplicateToolCallId => f.write_str("two tool calls share an id"),
+            InvalidMessage::TooManyToolCalls => f.write_str("more than 64 tool calls"),
+            InvalidMessage::FieldTooLong => f.write_str("tool call id or name over 65535 bytes"),
+            InvalidMessage::WrongLevel(level) => write!(f, "the {level} level does not take it"),
+        }
+    }
+}
+
+impl core::error::Error for Error {}
+
+impl From<ConfigError> for Error {
+    fn from(error: ConfigError) -> Self {
+        Error::InvalidConfig(error)
+    }
+}
+
+impl From<InvalidMessage> for Error {
+    fn from(error: InvalidMessage) -> Self {
+        Error::InvalidMessage(error)
+    }
+}

@@ -1,0 +1,78 @@
+//! The fixed-size record the rings keep for every stored message.
+
+use crate::Role;
+
+/// Per-message bookkeeping, 40 bytes; the text lives in the ring's byte arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    /// Manager-wide message id, increasing with every push.
+    pub id: u64,
+    /// Caller-supplied timestamp (no clock in `no_std`); milliseconds by convention.
+    pub timestamp: u64,
+    /// Offset of the record in the arena.
+    pub start: u32,
+    /// Bytes of the record: content, then role-specific data (see `record`).
+    pub len: u32,
+    /// Bytes of the content at the start of the record.
+    pub content_len: u32,
+    /// Cached token cost, per-message overhead included.
+    pub tokens: u32,
+    /// Token cost before observation reduction or compression (equals `tokens` otherwise).
+    pub original_tokens: u32,
+    /// Author.
+    pub role: Role,
+    /// [`flags`] bits.
+    pub flags: u8,
+    /// Tool calls carried (assistant) or source ranges (summary).
+    pub items: u8,
+    /// Hierarchical detail level of the stored text (0 = full).
+    pub detail: u8,
+}
+
+/// Bits of [`Header::flags`].
+pub(crate) mod flags {
+    /// The caller marked the message important.
+    pub const IMPORTANT: u8 = 1;
+    /// The content was reduced (observation reduction or compression).
+    pub const REDUCED: u8 = 1 << 1;
+    /// Written by the manager (an aborted-call result, a summary).
+    pub const SYNTHETIC: u8 = 1 << 2;
+    /// A tool definition (permanent level).
+    pub const TOOL_DEFINITION: u8 = 1 << 3;
+    /// Evicted: waiting in the outbox for the caller to drain it.
+    pub const EVICTED: u8 = 1 << 4;
+    /// A summary standing for earlier messages.
+    pub const SUMMARY: u8 = 1 << 5;
+}
+
+impl Header {
+    /// An unused slot.
+    pub const EMPTY: Header = Header {
+        id: 0,
+        timestamp: 0,
+        start: 0,
+        len: 0,
+        content_len: 0,
+        tokens: 0,
+        original_tokens: 0,
+        role: Role::User,
+        flags: 0,
+        items: 0,
+        detail: 0,
+    };
+
+    /// Whether `flag` is set.
+    pub const fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Whether the message is still part of the context (not waiting in the outbox).
+    pub const fn is_live(&self) -> bool {
+        !self.has(flags::EVICTED)
+    }
+
+    /// End offset of the record in the arena.
+    pub const fn end(&self) -> u32 {
+        self.start.saturating_add(self.len)
+    }
+}

@@ -1,0 +1,330 @@
+//! Just enough JSON for the core: validating tool definitions, and writing escaped strings to
+//! an [`embedded_io::Write`] without allocating or panicking.
+
+use crate::error::Error;
+use embedded_io::{ErrorKind, Write};
+
+/// Deepest nesting a validated document may have.
+const MAX_DEPTH: u32 = 64;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// A value.
+    Value,
+    /// A value or `]` (just after `[`).
+    ValueOrEnd,
+    /// `,` or the closing bracket of the current container.
+    AfterValue,
+    /// A key or `}` (just after `{`).
+    KeyOrEnd,
+    /// A key (after `,` in an object).
+    Key,
+}
+
+fn skip_space(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// End of the string starting at the quote at `at`.
+fn string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    at += 1;
+    loop {
+        match *bytes.get(at)? {
+            b'"' => return Some(at + 1),
+            b'\\' => {
+                let escaped = *bytes.get(at + 1)?;
+                at += match escaped {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
+                    b'u' if bytes.get(at + 2..at + 6)?.iter().all(u8::is_ascii_hexdigit) => 6,
+                    _ => return None,
+                };
+            }
+            0..=0x1f => return None,
+            _ => at += 1,
+        }
+    }
+}
+
+fn digits_end(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).is_some_and(u8::is_ascii_digit) {
+        at += 1;
+    }
+    at
+}
+
+/// End of the number starting at `at`.
+fn number_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    if bytes.get(at) == Some(&b'-') {
+        at += 1;
+    }
+    match bytes.get(at)? {
+        b'0' => at += 1,
+        b'1'..=b'9' => at = digits_end(bytes, at),
+        _ => return None,
+    }
+    if bytes.get(at) == Some(&b'.') {
+        let end = digits_end(bytes, at + 1);
+        if end == at + 1 {
+            return None;
+        }
+        at = end;
+    }
+    if matches!(bytes.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(bytes.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        let end = digits_end(bytes, at);
+        if end == at {
+            return None;
+        }
+        at = end;
+    }
+    Some(at)
+}
+
+/// Whether `text` is one valid JSON document (RFC 8259), nested at most 64 deep.
+pub(crate) fn is_valid(text: &str) -> bool {
+    validate(text.as_bytes()).is_some()
+}
+
+/// Whether `text` is a valid JSON object.
+pub(crate) fn is_object(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.get(skip_space(bytes, 0)) == Some(&b'{') && is_valid(text)
+}
+
+fn validate(bytes: &[u8]) -> Option<()> {
+    // Bit `d` of `objects` says whether the container at depth `d` is an object.
+    let mut objects: u64 = 0;
+    let mut depth: u32 = 0;
+    let mut expect = Expect::Value;
+    let mut at = 0usize;
+    loop {
+        at = skip_space(bytes, at);
+        let in_object = depth > 0 && objects & (1 << (depth - 1)) != 0;
+        match expect {
+            Expect::Value | Expect::ValueOrEnd => {
+                let byte = *bytes.get(at)?;
+                if expect == Expect::ValueOrEnd && byte == b']' {
+                    depth -= 1;
+                    at += 1;
+                    expect = Expect::AfterValue;
+                    continue;
+                }
+                expect = Expect::AfterValue;
+                at = match byte {
+                    b'{' | b'[' => {
+                        if depth >= MAX_DEPTH {
+                            return None;
+                        }
+                        if byte == b'{' {
+                            objects |= 1 << depth;
+                            expect = Expect::KeyOrEnd;
+                        } else {
+                            objects &= !(1 << depth);
+                            expect = Expect::ValueOrEnd;
+                        }
+                        depth += 1;
+                        at + 1
+                    }
+                    b'"' => string_end(bytes, at)?,
+                    b't' if bytes.get(at..at + 4) == Some(b"true") => at + 4,
+                    b'f' if bytes.get(at..at + 5) == Some(b"false") => at + 5,
+                    b'n' if bytes.get(at..at + 4) == Some(b"null") => at + 4,
+                    b'-' | b'0'..=b'9' => number_end(bytes, at)?,
+                    _ => return None,
+                };
+            }
+            Expect::AfterValue => {
+                if depth == 0 {
+                    return (at == bytes.len()).then_some(());
+                }
+                match (*bytes.get(at)?, in_object) {
+                    (b',', true) => expect = Expect::Key,
+                    (b',', false) => expect = Expect::Value,
+                    (b'}', true) | (b']', false) => depth -= 1,
+                    _ => return None,
+                }
+                at += 1;
+            }
+            Expect::KeyOrEnd | Expect::Key => {
+                match *bytes.get(at)? {
+                    b'}' if expect == Expect::KeyOrEnd => {
+                        depth -= 1;
+                        at += 1;
+                        expect = Expect::AfterValue;
+                        continue;
+                    }
+                    b'"' => at = string_end(bytes, at)?,
+                    _ => return None,
+                }
+                at = skip_space(bytes, at);
+                if bytes.get(at) != Some(&b':') {
+                    return None;
+                }
+                at += 1;
+                expect = Expect::Value;
+            }
+        }
+    }
+}
+
+/// Writes to an [`embedded_io::Write`], counting bytes, turning `Ok(0)` into an error instead
+/// of the panic of `embedded_io::Write::write_all`.
+pub(crate) struct JsonWriter<W> {
+    out: W,
+    written: usize,
+}
+
+impl<W: Write> JsonWriter<W> {
+    pub(crate) fn new(out: W) -> Self {
+        Self { out, written: 0 }
+    }
+
+    pub(crate) fn written(&self) -> usize {
+        self.written
+    }
+
+    /// Writes `bytes` as they are.
+    pub(crate) fn raw(&mut self, mut bytes: &[u8]) -> Result<(), Error> {
+        while !bytes.is_empty() {
+            match self.out.write(bytes) {
+                Ok(0) => return Err(Error::Io(ErrorKind::WriteZero)),
+                Ok(n) => {
+                    self.written += n;
+                    bytes = bytes.get(n..).unwrap_or_default();
+                }
+                Err(error) => return Err(Error::Io(embedded_io::Error::kind(&error))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the escaped body of a JSON string (no quotes).
+    pub(crate) fn escaped(&mut self, text: &str) -> Result<(), Error> {
+        let bytes = text.as_bytes();
+        let mut run = 0usize;
+        for (at, &byte) in bytes.iter().enumerate() {
+            let escape: &[u8] = match byte {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0..=0x1f => b"",
+                _ => continue,
+            };
+            self.raw(bytes.get(run..at).unwrap_or_default())?;
+            if escape.is_empty() {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let hex = |nibble: u8| HEX.get(usize::from(nibble)).copied().unwrap_or(b'0');
+                self.raw(&[b'\\', b'u', b'0', b'0', hex(byte >> 4), hex(byte & 0xf)])?;
+            } else {
+                self.raw(escape)?;
+            }
+            run = at + 1;
+        }
+        self.raw(bytes.get(run..).unwrap_or_default())
+    }
+
+    /// Writes `text` as a quoted, escaped JSON string.
+    pub(crate) fn string(&mut self, text: &str) -> Result<(), Error> {
+        self.raw(b"\"")?;
+        self.escaped(text)?;
+        self.raw(b"\"")
+    }
+
+    /// Writes `"key":` (the key must need no escaping).
+    pub(crate) fn key(&mut self, key: &str) -> Result<(), Error> {
+        self.raw(b"\"")?;
+        self.raw(key.as_bytes())?;
+        self.raw(b"\":")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_valid_documents() {
+        for text in [
+            r#"{}"#,
+            r#" {"a": [1, -2.5e+3, true, false, null, "x\"\u00e9\n"], "b": {"c": []}} "#,
+            r#"{"name":"ls","parameters":{"type":"object","properties":{}}}"#,
+            "[0, 1e5, -0.0]",
+            r#""plain""#,
+        ] {
+            assert!(is_valid(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn rejects_invalid_documents() {
+        for text in [
+            "",
+            "{",
+            "}",
+            "{,}",
+            r#"{"a"}"#,
+            r#"{"a":}"#,
+            r#"{"a":1,}"#,
+            "[1,]",
+            "[01]",
+            "1.",
+            "-",
+            "tru",
+            r#""\x""#,
+            "\"\u{1}\"",
+            "{} {}",
+            r#"{"a":1]"#,
+            "[1}",
+            r#"{1:2}"#,
+            "nul",
+        ] {
+            assert!(!is_valid(text), "{text:?}");
+        }
+        assert!(!is_object("[1]"));
+        let deep = "[".repeat(65) + &"]".repeat(65);
+        assert!(!is_valid(&deep));
+        let ok = "[".repeat(64) + &"]".repeat(64);
+        assert!(is_valid(&ok));
+    }
+
+    #[test]
+    fn escapes_what_json_requires() {
+        let mut out = [0u8; 64];
+        let mut writer = JsonWriter::new(&mut out[..]);
+        writer.string("a\"b\\c\nd\u{1}é").unwrap();
+        let len = writer.written();
+        assert_eq!(core::str::from_utf8(&out[..len]).unwrap(), r#""a\"b\\c\nd\u0001é""#);
+    }
+
+    #[test]
+    fn a_full_sink_is_an_error_not_a_panic() {
+        let mut out = [0u8; 4];
+        let mut writer = JsonWriter::new(&mut out[..]);
+        assert_eq!(writer.string("too long"), Err(Error::Io(ErrorKind::WriteZero)));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escaped_strings_are_valid_json(text in "\\PC*|[\\x00-\\x7f]*") {
+            let mut out = vec![0u8; text.len() * 6 + 2];
+            let mut writer = JsonWriter::new(&mut out[..]);
+            writer.string(&text).unwrap();
+            let len = writer.written();
+            let written = core::str::from_utf8(&out[..len]).unwrap();
+            proptest::prop_assert!(is_valid(written));
+        }
+
+        #[test]
+        fn never_panics(text in "\\PC{0,64}") {
+            let _ = is_valid(&text);
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Eviction: which units may leave, in what order, and when.
+//!
+//! A unit is one non-tool message plus the tool results that follow it in its level. Units
+//! leave whole, oldest first, volatile before working, never from the locked tail: the newest
+//! [`Config::locked_tail`](crate::Config::locked_tail) messages, the newest user message, and a
+//! unit whose calls still wait for results.
+
+use super::ContextManager;
+use crate::capacity::Capacities;
+use crate::config::{OutboxMode, percent_of};
+use crate::error::Error;
+use crate::header::flags;
+use crate::ring::RingRef;
+use crate::{Level, Role, TokenCounter};
+
+/// What the locked tail covers, computed once per operation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lock {
+    /// Units holding a message with an id at or above this are locked.
+    pub from_id: u64,
+    /// The newest user message, locked wherever it is.
+    pub user_id: Option<u64>,
+    /// Level of a unit still waiting for results (always its level's newest unit).
+    pub pending: Option<Level>,
+}
+
+/// A unit's span in its ring: logical indices `start..end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct UnitSpan {
+    pub start: usize,
+    pub end: usize,
+}
+
+/// End (exclusive) of the unit starting at `start`: the next non-tool message.
+pub(crate) fn unit_end(ring: &RingRef<'_>, start: usize) -> usize {
+    let mut end = start + 1;
+    while ring.get(end).is_some_and(|h| h.role == Role::Tool) {
+        end += 1;
+    }
+    end.min(ring.len())
+}
+
+impl Lock {
+    fn covers(&self, ring: &RingRef<'_>, level: Level, unit: UnitSpan) -> bool {
+        if level == Level::Session {
+            return false;
+        }
+        if self.pending == Some(level) && unit.end == ring.len() {
+            return true;
+        }
+        (unit.start..unit.end)
+            .filter_map(|i| ring.get(i))
+            .any(|h| h.id >= self.from_id || Some(h.id) == self.user_id)
+    }
+}
+
+impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
+    pub(crate) fn lock(&self) -> Lock {
+        let tail = usize::from(self.config.locked_tail);
+        let from_id = match tail {
+            0 => u64::MAX,
+            _ => self.history().rev().nth(tail - 1).map_or(0, |m| m.id()),
+        };
+        Lock {
+            from_id,
+            user_id: self.state.last_user_id,
+            pending: self.state.pending.map(|p| p.level),
+        }
+    }
+
+    /// The oldest live unit of `level` the lock does not cover.
+    pub(crate) fn oldest_evictable(&self, level: Level, lock: &Lock) -> Option<UnitSpan> {
+        if level == Level::Permanent {
+            return None;
+        }
+        let ring = self.ring(level);
+        let mut start = 0;
+        while start < ring.len() {
+            let end = unit_end(&ring, start);
+            let unit = UnitSpan { start, end };
+            let live = ring.get(start).is_some_and(|h| h.is_live());
+            if live && !lock.covers(&ring, level, unit) {
+                return Some(unit);
+            }
+            start = end;
+        }
+        None
+    }
+
+    /// Evicts a unit: it leaves the context and waits in the outbox (or is discarded).
+    pub(crate) fn evict(&mut self, level: Level, unit: UnitSpan) {
+        let mut tokens = 0u32;
+        let mut messages = 0u32;
+        for index in unit.start..unit.end {
+            let mut ring = self.ring_mut(level);
+            let Some(header) = ring.get_mut(index) else { continue };
+            if header.is_live() {
+                header.flags |= flags::EVICTED;
+                let header = *header;
+                tokens = tokens.saturating_add(header.tokens);
+                messages += 1;
+                self.remove_live(level, &header);
+            }
+        }
+        let counters = &mut self.state.counters;
+        counters.units_evicted += 1;
+        counters.messages_evicted += u64::from(messages);
+        counters.tokens_evicted += u64::from(tokens);
+        counters.last_compression_turn = Some(self.state.turn);
+        if self.config.outbox == OutboxMode::Discard {
+            counters.units_discarded += 1;
+        }
+        debug!("evicted {} messages ({} tokens) from {}", messages, tokens, level);
+    }
+
+    /// Frees the space of evicted units in [`OutboxMode::Discard`].
+    fn release_discarded(&mut self) {
+        if self.config.outbox == OutboxMode::Discard {
+            for level in [Level::Session, Level::Working, Level::Volatile] {
+                self.ring_mut(level).retain(|h| h.is_live());
+            }
+        }
+    }
+
+    /// Whether `level` is over its token budget or its byte/message trigger.
+    fn level_over(&self, level: Level) -> bool {
+        let ring = self.ring(level);
+        let trigger = self.config.trigger_percent;
+        let live_messages = self.state.live.get(level.index()).copied().unwrap_or(0);
+        self.level_tokens(level) > self.config.level_budget(level)
+            || self.level_bytes(level) > percent_of(ring.arena_capacity() as u32, trigger)
+            || live_messages > percent_of(ring.capacity() as u32, trigger)
+            || (level == Level::Working && self.over_max_messages())
+    }
+
+    fn over_max_messages(&self) -> bool {
+        let max = self.config.max_messages;
+        let history = self.state.live.get(Level::Working.index()).copied().unwrap_or(0)
+            + self.state.live.get(Level::Volatile.index()).copied().unwrap_or(0);
+        max != 0 && history > max
+    }
+
+    /// Garbage collection after a push: evicts until usage is under the trigger and every
+    /// level under its budget, or nothing more may go.
+    pub(crate) fn collect(&mut self) {
+        let lock = self.lock();
+        // Each round evicts a unit or stops, so rounds are bounded by the stored units.
+        loop {
+            let total_over = self.used() > self.config.trigger_tokens() || self.over_max_messages();
+            let order = [Level::Volatile, Level::Working, Level::Session];
+            let victim = order.into_iter().find_map(|level| {
+                let wanted = self.level_over(level) || (total_over && level != Level::Session);
+                wanted
+                    .then(|| self.oldest_evictable(level, &lock).map(|unit| (level, unit)))
+                    .flatten()
+            });
+            match victim {
+                Some((level, unit)) => self.evict(level, unit),
+                None => break,
+            }
+        }
+        self.release_discarded();
+    }
+
+    /// Evicts history units until `tokens` more fit under the budget.
+    ///
+    /// Checks first whether evicting every unit outside the locked tail would be enough; if
+    /// not, returns [`Error::PinnedOverBudget`] and evicts nothing.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Error, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.push(Message::user("hello"))?;
+    /// manager.make_space(100)?;
+    /// assert!(matches!(manager.make_space(1_000_000), Err(Error::PinnedOverBudget { .. })));
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn make_space(&mut self, tokens: u32) -> Result<(), Error> {
+        let budget = self.budget();
+        let needed = |used: u32| used.saturating_add(tokens);
+        if needed(self.used()) <= budget {
+            return Ok(());
+        }
+        let lock = self.lock();
+        let evictable = self.evictable_tokens(&lock);
+        let pinned = needed(self.used()).saturating_sub(evictable);
+        if pinned > budget {
+            return Err(Error::PinnedOverBudget { needed: pinned, budget });
+        }
+        while needed(self.used()) > budget {
+            let victim = [Level::Volatile, Level::Working]
+                .into_iter()
+                .find_map(|level| self.oldest_evictable(level, &lock).map(|unit| (level, unit)));
+            let Some((level, unit)) = victim else { break };
+            self.evict(level, unit);
+        }
+        self.release_discarded();
+        let used = needed(self.used());
+        if used > budget {
+            return Err(Error::PinnedOverBudget { needed: used, budget });
+        }
+        Ok(())
+    }
+
+    /// Tokens of every live history unit the lock does not cover.
+    fn evictable_tokens(&self, lock: &Lock) -> u32 {
+        let mut sum = 0u32;
+        for level in [Level::Working, Level::Volatile] {
+            let ring = self.ring(level);
+            let mut start = 0;
+            while start < ring.len() {
+                let end = unit_end(&ring, start);
+                let unit = UnitSpan { start, end };
+                if !lock.covers(&ring, level, unit) {
+                    let live = (start..end).filter_map(|i| ring.get(i)).filter(|h| h.is_live());
+                    sum = live.fold(sum, |s, h| s.saturating_add(h.tokens));
+                }
+                start = end;
+            }
+        }
+        sum
+    }
+
+    /// Makes room in `level` for `slots` records totalling `len` bytes, evicting its oldest
+    /// units if needed.
+    ///
+    /// Plans first: if evicting every unit the level may evict would not be enough, returns
+    /// [`Error::LevelFull`] and evicts nothing. In [`OutboxMode::Hold`], space held by evicted
+    /// units the caller has not drained yet gives [`Error::OutboxFull`].
+    pub(crate) fn make_room(
+        &mut self,
+        level: Level,
+        len: usize,
+        slots: usize,
+    ) -> Result<(), Error> {
+        let fits = |bytes: usize, free: usize| {
+            let ring = self.ring(level);
+            ring.bytes_used().saturating_sub(bytes) + len <= ring.arena_capacity()
+                && ring.len().saturating_sub(free) + slots <= ring.capacity()
+        };
+        if fits(0, 0) {
+            return Ok(());
+        }
+        let lock = self.lock();
+        let (mut free_bytes, mut free_slots) = self.reclaimable(level);
+        let mut plan = 0usize;
+        {
+            let ring = self.ring(level);
+            let mut start = 0;
+            while !fits(free_bytes, free_slots) && start < ring.len() {
+                let end = unit_end(&ring, start);
+                let unit = UnitSpan { start, end };
+                if ring.get(start).is_some_and(|h| h.is_live()) && !lock.covers(&ring, level, unit)
+                {
+                    for header in (start..end).filter_map(|i| ring.get(i)) {
+                        free_bytes += header.len as usize;
+                        free_slots += 1;
+                    }
+                    plan += 1;
+                }
+                start = end;
+            }
+        }
+        if !fits(free_bytes, free_slots) {
+            return Err(Error::LevelFull { level });
+        }
+        for _ in 0..plan {
+            match self.oldest_evictable(level, &lock) {
+                Some(unit) => self.evict(level, unit),
+                None => break,
+            }
+        }
+        match self.config.outbox {
+            OutboxMode::Discard => {
+                self.release_discarded();
+                Ok(())
+            }
+            OutboxMode::Hold => Err(Error::OutboxFull { level }),
+        }
+    }
+
+    /// Bytes and header slots held by evicted units of `level`.
+    fn reclaimable(&self, level: Level) -> (usize, usize) {
+        self.ring(level)
+            .iter()
+            .filter(|h| !h.is_live())
+            .fold((0, 0), |(bytes, slots), h| (bytes + h.len as usize, slots + 1))
+    }
+}

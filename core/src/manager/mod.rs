@@ -1,0 +1,435 @@
+//! [`ContextManager`]: the four levels, the budget, and every operation on them.
+
+mod compose;
+mod evict;
+mod outbox;
+mod push;
+mod views;
+
+pub use outbox::{EvictedUnit, Outbox};
+pub use views::{History, LevelMessages};
+
+use crate::capacity::{Capacities, DefaultCapacities};
+use crate::config::{Config, ConfigError};
+use crate::estimator::Estimator;
+use crate::header::Header;
+use crate::ring::{RingMut, RingRef, RingStorage};
+use crate::stats::{Counters, LevelStats, Stats};
+use crate::{Level, TokenCounter};
+
+/// Text that opens the memory-summary system message.
+pub const MEMORY_SUMMARY_PREFIX: &str = "[Memory Summary]";
+
+/// A call unit still waiting for results: always the newest unit of its level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pending {
+    pub level: Level,
+    /// Calls in the unit's assistant message.
+    pub calls: u8,
+    /// Bit `i` set once call `i` has its result.
+    pub answered: u64,
+}
+
+impl Pending {
+    pub(crate) fn unanswered(&self) -> u8 {
+        self.calls.saturating_sub(self.answered.count_ones() as u8)
+    }
+}
+
+/// Everything besides the rings that defines a manager's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct State {
+    /// Id the next message gets.
+    pub next_id: u64,
+    /// User messages pushed so far (the turn clock).
+    pub turn: u64,
+    /// Newest user message in the history, always locked.
+    pub last_user_id: Option<u64>,
+    pub pending: Option<Pending>,
+    /// Live (not evicted) tokens per level.
+    pub tokens: [u32; 4],
+    /// Live messages per level.
+    pub live: [u32; 4],
+    /// Live record bytes per level.
+    pub bytes: [u32; 4],
+    pub counters: Counters,
+}
+
+impl State {
+    const NEW: State = State {
+        next_id: 1,
+        turn: 0,
+        last_user_id: None,
+        pending: None,
+        tokens: [0; 4],
+        live: [0; 4],
+        bytes: [0; 4],
+        counters: Counters::NEW,
+    };
+}
+
+/// An agent's context window: four levels of fixed-capacity rings, a token budget, and the
+/// rules that decide what the model sees each turn.
+///
+/// All storage is inline (no heap); every operation costs at most O(capacity), never
+/// O(session length). `C` fixes the capacities at compile time, `K` counts tokens (the
+/// no-tokenizer [`Estimator`] by default).
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Message, PayloadItem, TinyCapacities, ToolCall};
+///
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// manager.push(Message::system("You are a build assistant."))?;
+/// manager.push(Message::user("Is the build green?").at(1_000))?;
+/// let calls = [ToolCall::new("c1", "run", r#"{"cmd":"cargo test"}"#)];
+/// manager.push(Message::assistant("").with_tool_calls(&calls).at(1_100))?;
+/// manager.push(Message::tool_result("c1", "test result: ok. 42 passed").at(1_900))?;
+///
+/// let budget = manager.budget();
+/// let payload = manager.compose(&[])?;
+/// assert!(payload.tokens() <= budget);
+/// assert_eq!(payload.items().count(), 4);
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct ContextManager<C: Capacities = DefaultCapacities, K: TokenCounter = Estimator> {
+    permanent: C::Permanent,
+    session: C::Session,
+    working: C::Working,
+    volatile: C::Volatile,
+    counter: K,
+    config: Config,
+    state: State,
+}
+
+impl<C: Capacities> ContextManager<C, Estimator> {
+    /// An empty manager with [`Config::DEFAULT`] and the default estimator; `const`, so it can
+    /// be a `static`.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, TinyCapacities};
+    /// static MANAGER: ContextManager<TinyCapacities> = ContextManager::new();
+    /// assert_eq!(MANAGER.used(), 0);
+    /// ```
+    pub const fn new() -> Self {
+        Self::from_parts(Config::DEFAULT, Estimator::new())
+    }
+
+    /// An empty manager with `config` and the default estimator.
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, ContextManager, TinyCapacities};
+    /// let config = Config {
+    ///     context_window: 8_192,
+    ///     reserved_for_reply: 1_024,
+    ///     working_budget: 4_000,
+    ///     session_budget: 1_000,
+    ///     ..Config::DEFAULT
+    /// };
+    /// let manager = ContextManager::<TinyCapacities>::with_config(config)?;
+    /// assert_eq!(manager.budget(), 7_168);
+    /// # Ok::<(), ctxwin_core::ConfigError>(())
+    /// ```
+    pub const fn with_config(config: Config) -> Result<Self, ConfigError> {
+        match config.validate() {
+            Ok(()) => Ok(Self::from_parts(config, Estimator::new())),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+impl<C: Capacities> Default for ContextManager<C, Estimator> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
+    const fn from_parts(config: Config, counter: K) -> Self {
+        Self {
+            permanent: C::Permanent::EMPTY,
+            session: C::Session::EMPTY,
+            working: C::Working::EMPTY,
+            volatile: C::Volatile::EMPTY,
+            counter,
+            config,
+            state: State::NEW,
+        }
+    }
+
+    /// An empty manager counting tokens with `counter`.
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, ContextManager, TinyCapacities, TokenCounter};
+    /// struct Words;
+    /// impl TokenCounter for Words {
+    ///     fn count(&self, text: &str) -> u32 { text.split_whitespace().count() as u32 }
+    /// }
+    /// let manager = ContextManager::<TinyCapacities, Words>::with_counter(Config::DEFAULT, Words)?;
+    /// assert_eq!(manager.counter().count("two words"), 2);
+    /// # Ok::<(), ctxwin_core::ConfigError>(())
+    /// ```
+    pub fn with_counter(config: Config, counter: K) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self::from_parts(config, counter))
+    }
+
+    /// The configuration.
+    ///
+    /// ```
+    /// let manager = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new();
+    /// assert_eq!(manager.config().locked_tail, 6);
+    /// ```
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Replaces the configuration; the next push or compose applies new budgets (evicting to
+    /// the outbox if they shrank).
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, ContextManager, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.set_config(Config { locked_tail: 2, ..Config::DEFAULT })?;
+    /// assert_eq!(manager.config().locked_tail, 2);
+    /// # Ok::<(), ctxwin_core::ConfigError>(())
+    /// ```
+    pub fn set_config(&mut self, config: Config) -> Result<(), ConfigError> {
+        config.validate()?;
+        self.config = config;
+        Ok(())
+    }
+
+    /// The token counter.
+    ///
+    /// ```
+    /// use ctxwin_core::TokenCounter;
+    /// let manager = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new();
+    /// assert!(manager.counter().count("hello world") >= 2);
+    /// ```
+    pub fn counter(&self) -> &K {
+        &self.counter
+    }
+
+    /// The token counter, mutable (e.g. to change the estimator's margin). Counts already
+    /// cached in stored messages are not recomputed.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Margin, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// *manager.counter_mut() = manager.counter().with_margin(Margin::TIGHT);
+    /// assert_eq!(manager.counter().margin(), Margin::TIGHT);
+    /// ```
+    pub fn counter_mut(&mut self) -> &mut K {
+        &mut self.counter
+    }
+
+    /// Total budget: the window minus the reply reserve.
+    ///
+    /// ```
+    /// let manager = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new();
+    /// assert_eq!(manager.budget(), 28_672);
+    /// ```
+    pub fn budget(&self) -> u32 {
+        self.config.budget()
+    }
+
+    /// Tokens a payload without dynamic context costs now: every live message, the summary
+    /// block's framing and the request overhead.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// assert_eq!(manager.used(), 0);
+    /// manager.push(Message::user("hello"))?;
+    /// assert!(manager.used() > 0);
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn used(&self) -> u32 {
+        let stored = self.state.tokens.iter().fold(0u32, |sum, t| sum.saturating_add(*t));
+        if stored == 0 {
+            return 0;
+        }
+        stored
+            .saturating_add(self.summary_framing_tokens())
+            .saturating_add(u32::from(self.config.request_overhead))
+    }
+
+    /// Tokens left under the budget.
+    ///
+    /// ```
+    /// let manager = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new();
+    /// assert_eq!(manager.remaining(), manager.budget());
+    /// ```
+    pub fn remaining(&self) -> u32 {
+        self.budget().saturating_sub(self.used())
+    }
+
+    /// Usage in percent of the budget (may exceed 100 only transiently, before eviction).
+    ///
+    /// ```
+    /// let manager = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new();
+    /// assert_eq!(manager.percent_used(), 0);
+    /// ```
+    pub fn percent_used(&self) -> u32 {
+        let budget = u64::from(self.budget().max(1));
+        (u64::from(self.used()) * 100 / budget) as u32
+    }
+
+    /// Whether `tokens` more fit under the budget without evicting anything.
+    ///
+    /// ```
+    /// let manager = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new();
+    /// assert!(manager.has_space(1_000));
+    /// assert!(!manager.has_space(1_000_000));
+    /// ```
+    pub fn has_space(&self, tokens: u32) -> bool {
+        self.used().saturating_add(tokens) <= self.budget()
+    }
+
+    /// Live tokens stored in `level`.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Level, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.push(Message::system("rules"))?;
+    /// assert!(manager.level_tokens(Level::Permanent) > 0);
+    /// assert_eq!(manager.level_tokens(Level::Working), 0);
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn level_tokens(&self, level: Level) -> u32 {
+        self.state.tokens.get(level.index()).copied().unwrap_or(0)
+    }
+
+    /// User messages pushed so far (the turn clock).
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.push(Message::user("one"))?;
+    /// assert_eq!(manager.turn(), 1);
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn turn(&self) -> u64 {
+        self.state.turn
+    }
+
+    /// Calls still waiting for results.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities, ToolCall};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// let calls = [ToolCall::new("c1", "ls", "{}")];
+    /// manager.push(Message::assistant("").with_tool_calls(&calls))?;
+    /// assert_eq!(manager.unanswered_calls(), 1);
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn unanswered_calls(&self) -> u8 {
+        self.state.pending.map_or(0, |pending| pending.unanswered())
+    }
+
+    /// A snapshot of the counters and per-level usage (the Fifth design's metrics block).
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Level, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.push(Message::user("hello"))?;
+    /// let stats = manager.stats();
+    /// assert_eq!(stats.level(Level::Working).messages, 1);
+    /// assert_eq!(stats.used, manager.used());
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn stats(&self) -> Stats {
+        let mut levels = [LevelStats::default(); 4];
+        let capacities = crate::capacity::capacities_of::<C>();
+        for ((slot, level), (messages, bytes)) in levels.iter_mut().zip(Level::ALL).zip(capacities)
+        {
+            let ring = self.ring(level);
+            *slot = LevelStats {
+                tokens: self.level_tokens(level),
+                budget: self.config.level_budget(level),
+                messages: self.state.live.get(level.index()).copied().unwrap_or(0),
+                stored_messages: ring.len() as u32,
+                bytes: ring.bytes_used() as u32,
+                message_capacity: messages as u32,
+                byte_capacity: bytes as u32,
+            };
+        }
+        Stats {
+            budget: self.budget(),
+            used: self.used(),
+            trigger: self.config.trigger_tokens(),
+            levels,
+            turn: self.state.turn,
+            outbox_units: self.outbox().count() as u32,
+            counters: self.state.counters,
+        }
+    }
+
+    /// Tokens of the memory-summary framing (prefix and message overhead), 0 when the session
+    /// level is empty.
+    pub(crate) fn summary_framing_tokens(&self) -> u32 {
+        if self.level_tokens(Level::Session) == 0 {
+            return 0;
+        }
+        self.counter
+            .count(MEMORY_SUMMARY_PREFIX)
+            .saturating_add(u32::from(self.config.message_overhead))
+    }
+
+    pub(crate) fn ring(&self, level: Level) -> RingRef<'_> {
+        match level {
+            Level::Permanent => self.permanent.view(),
+            Level::Session => self.session.view(),
+            Level::Working => self.working.view(),
+            Level::Volatile => self.volatile.view(),
+        }
+    }
+
+    pub(crate) fn ring_mut(&mut self, level: Level) -> RingMut<'_> {
+        match level {
+            Level::Permanent => self.permanent.view_mut(),
+            Level::Session => self.session.view_mut(),
+            Level::Working => self.working.view_mut(),
+            Level::Volatile => self.volatile.view_mut(),
+        }
+    }
+
+    pub(crate) fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Live bytes of `level`.
+    pub(crate) fn level_bytes(&self, level: Level) -> u32 {
+        self.state.bytes.get(level.index()).copied().unwrap_or(0)
+    }
+
+    /// Counts a header into its level's live totals.
+    fn add_live(&mut self, level: Level, header: &Header) {
+        let i = level.index();
+        if let (Some(tokens), Some(count), Some(bytes)) =
+            (self.state.tokens.get_mut(i), self.state.live.get_mut(i), self.state.bytes.get_mut(i))
+        {
+            *tokens = tokens.saturating_add(header.tokens);
+            *count = count.saturating_add(1);
+            *bytes = bytes.saturating_add(header.len);
+        }
+    }
+
+    /// Takes a header out of its level's live totals.
+    fn remove_live(&mut self, level: Level, header: &Header) {
+        let i = level.index();
+        if let (Some(tokens), Some(count), Some(bytes)) =
+            (self.state.tokens.get_mut(i), self.state.live.get_mut(i), self.state.bytes.get_mut(i))
+        {
+            *tokens = tokens.saturating_sub(header.tokens);
+            *count = count.saturating_sub(1);
+            *bytes = bytes.saturating_sub(header.len);
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod properties;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,472 @@
+//! Invariants over random operation sequences, configurations and capacities:
+//! (a) a payload never exceeds the budget; (b) never holds a result without its call or a call
+//! without all its results; (c) permanent content is never evicted; (d) the newest K messages
+//! are always live; (e) every message is live, waiting in the outbox, or drained exactly once;
+//! and a refused operation changes nothing but (for `OutboxFull`) evictions.
+
+use std::collections::{BTreeSet, HashSet};
+
+use proptest::prelude::*;
+
+use crate::{
+    Capacities, Config, ContextManager, Error, Level, Message, OpenAiRequest, OutboxMode,
+    PayloadItem, Ring, Role, TokenCounter, ToolCall, UnansweredCalls,
+};
+
+pub(crate) struct Tight;
+impl Capacities for Tight {
+    type Permanent = Ring<4, 1024>;
+    type Session = Ring<4, 1024>;
+    type Working = Ring<24, 4096>;
+    type Volatile = Ring<8, 2048>;
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Op {
+    User { len: usize, volatile: bool },
+    Assistant { len: usize, volatile: bool },
+    Calls { count: u8, args: usize, volatile: bool, empty: bool },
+    Result { pick: usize, len: usize, bogus: bool },
+    System { len: usize },
+    ToolDefinition,
+    Summary { len: usize },
+    Compose { dynamic: usize },
+    Drain,
+    Abort,
+}
+
+pub(crate) fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0usize..400, prop::bool::weighted(0.2)).prop_map(|(len, volatile)| Op::User { len, volatile }),
+        5 => (0usize..600, prop::bool::weighted(0.2)).prop_map(|(len, volatile)| Op::Assistant { len, volatile }),
+        4 => (1u8..5, 0usize..80, prop::bool::weighted(0.2), any::<bool>())
+            .prop_map(|(count, args, volatile, empty)| Op::Calls { count, args, volatile, empty }),
+        8 => (any::<usize>(), prop_oneof![0usize..300, 1000usize..6000], prop::bool::weighted(0.1))
+            .prop_map(|(pick, len, bogus)| Op::Result { pick, len, bogus }),
+        1 => (0usize..300).prop_map(|len| Op::System { len }),
+        1 => Just(Op::ToolDefinition),
+        1 => (1usize..300).prop_map(|len| Op::Summary { len }),
+        3 => (0usize..400).prop_map(|dynamic| Op::Compose { dynamic }),
+        3 => Just(Op::Drain),
+        1 => Just(Op::Abort),
+    ]
+}
+
+pub(crate) fn config() -> impl Strategy<Value = Config> {
+    (
+        300u32..6000,
+        0u16..8,
+        50u8..=100,
+        any::<bool>(),
+        prop::bool::weighted(0.2),
+        prop_oneof![Just(0u32), 3u32..30],
+        32u32..600,
+    )
+        .prop_map(
+            |(budget, tail, trigger, drop_calls, discard, max_messages, observation_limit)| {
+                Config {
+                    context_window: budget + 256,
+                    reserved_for_reply: 256,
+                    permanent_budget: budget / 6,
+                    session_budget: budget / 6,
+                    working_budget: budget / 2,
+                    trigger_percent: trigger,
+                    locked_tail: tail,
+                    max_messages,
+                    observation_limit,
+                    unanswered_calls: if drop_calls {
+                        UnansweredCalls::DropCalls
+                    } else {
+                        UnansweredCalls::SynthesizeAborted
+                    },
+                    outbox: if discard { OutboxMode::Discard } else { OutboxMode::Hold },
+                    ..Config::DEFAULT
+                }
+            },
+        )
+}
+
+const WORDS: [&str; 12] = [
+    "error",
+    "src/main.rs",
+    "42",
+    "the",
+    "decision",
+    "cargo",
+    "test",
+    "é",
+    "日本",
+    "{\"k\":1}",
+    "\n",
+    "value",
+];
+
+pub(crate) fn text(seed: usize, len: usize) -> String {
+    let mut out = String::new();
+    let mut i = seed;
+    while out.len() < len {
+        out.push_str(WORDS[i % WORDS.len()]);
+        out.push(' ');
+        i = i.wrapping_mul(31).wrapping_add(7);
+    }
+    out
+}
+
+/// What the harness knows independently of the manager.
+#[derive(Default)]
+pub(crate) struct Model {
+    /// Call ids of the unit waiting for results.
+    pending: Vec<String>,
+    /// Whether the pending unit's assistant message is empty (DropCalls may remove it).
+    pending_empty: bool,
+    pending_answered: usize,
+    permanent: Vec<u64>,
+    pushed: BTreeSet<u64>,
+    /// History ids ever seen (live, in the outbox, or drained).
+    history: BTreeSet<u64>,
+    drained: HashSet<u64>,
+    /// History ids known to have left (evicted or removed with dropped calls).
+    gone: HashSet<u64>,
+    removed_by_drop: u64,
+    next_call: usize,
+}
+
+/// Checks that `history` pairs every call with all its results and nothing else; with
+/// `open_end`, the last unit may still wait for results.
+pub(crate) fn assert_pairs<'a>(
+    history: impl Iterator<Item = crate::MessageRef<'a>>,
+    open_end: bool,
+) {
+    let mut open: Option<Vec<&str>> = None;
+    for message in history {
+        if message.role() == Role::Tool {
+            let open = open.as_mut().expect("tool result without its call");
+            let id = message.tool_call_id().unwrap();
+            let at = open.iter().position(|c| *c == id).expect("result for a call not in its unit");
+            open.remove(at);
+        } else {
+            assert!(open.take().is_none_or(|rest| rest.is_empty()), "call without all its results");
+            if message.tool_call_count() > 0 {
+                open = Some(message.tool_calls().map(|c| c.id).collect());
+            }
+        }
+    }
+    assert!(
+        open_end || open.is_none_or(|rest| rest.is_empty()),
+        "call without all its results at the end"
+    );
+}
+
+pub(crate) struct Snapshot {
+    used: u32,
+    pushed: u64,
+    ids: Vec<u64>,
+}
+
+pub(crate) fn observe<C: Capacities, K: TokenCounter>(manager: &ContextManager<C, K>) -> Snapshot {
+    Snapshot {
+        used: manager.used(),
+        pushed: manager.stats().counters.messages_pushed,
+        ids: Level::ALL.iter().flat_map(|&l| manager.messages(l).map(|m| m.id())).collect(),
+    }
+}
+
+impl Model {
+    fn push_history(&mut self, result: &Result<u64, Error>) {
+        if result.is_ok() {
+            if !self.pending.is_empty() && self.pending_empty && self.pending_answered == 0 {
+                self.removed_by_drop += 1;
+            }
+            self.pending.clear();
+        }
+    }
+
+    /// Applies `op`, checking what the op itself promises.
+    pub(crate) fn apply<C: Capacities>(
+        &mut self,
+        manager: &mut ContextManager<C>,
+        op: &Op,
+        step: usize,
+    ) {
+        let before = observe(manager);
+        let drop_calls = manager.config().unanswered_calls == UnansweredCalls::DropCalls;
+        let result: Result<u64, Error> = match op {
+            Op::User { len, volatile } | Op::Assistant { len, volatile } => {
+                let content = text(step, *len);
+                let mut message = match op {
+                    Op::User { .. } => Message::user(&content),
+                    _ => Message::assistant(&content),
+                };
+                if *volatile {
+                    message = message.in_level(Level::Volatile);
+                }
+                let result = manager.push(message.at(step as u64));
+                if drop_calls {
+                    self.push_history(&result)
+                } else if result.is_ok() {
+                    self.pending.clear()
+                }
+                result
+            }
+            Op::Calls { count, args, volatile, empty } => {
+                let ids: Vec<String> =
+                    (0..*count).map(|i| format!("call_{}_{i}", self.next_call)).collect();
+                self.next_call += 1;
+                let arguments = text(step, *args);
+                let calls: Vec<ToolCall<'_>> =
+                    ids.iter().map(|id| ToolCall::new(id, "tool", &arguments)).collect();
+                let content = if *empty { String::new() } else { text(step, 20) };
+                let mut message = Message::assistant(&content).with_tool_calls(&calls);
+                if *volatile {
+                    message = message.in_level(Level::Volatile);
+                }
+                let result = manager.push(message);
+                if drop_calls {
+                    self.push_history(&result)
+                } else if result.is_ok() {
+                    self.pending.clear()
+                }
+                if result.is_ok() {
+                    self.pending = ids.clone();
+                    self.pending_empty = *empty;
+                    self.pending_answered = 0;
+                }
+                result
+            }
+            Op::Result { pick, len, bogus } => {
+                let content = text(step, *len);
+                let id = if *bogus || self.pending.is_empty() {
+                    "no_such_call".to_string()
+                } else {
+                    self.pending[pick % self.pending.len()].clone()
+                };
+                let result = manager.push(Message::tool_result(&id, &content));
+                if id == "no_such_call" {
+                    assert_eq!(result, Err(Error::OrphanToolResult));
+                } else {
+                    assert!(
+                        !matches!(
+                            result,
+                            Err(Error::OrphanToolResult | Error::DuplicateToolResult)
+                        ),
+                        "{result:?}"
+                    );
+                    if result.is_ok() {
+                        self.pending.retain(|p| *p != id);
+                        self.pending_answered += 1;
+                    }
+                }
+                result
+            }
+            Op::System { len } => {
+                let result = manager.push(Message::system(&text(step, *len)));
+                if let Ok(id) = result {
+                    self.permanent.push(id);
+                }
+                result
+            }
+            Op::ToolDefinition => {
+                let result = manager
+                    .add_tool_definition(r#"{"name":"tool","parameters":{"type":"object"}}"#);
+                if let Ok(id) = result {
+                    self.permanent.push(id);
+                }
+                result
+            }
+            Op::Summary { len } => manager.add_summary(&text(step, *len), &[(1, step as u64)], 0),
+            Op::Compose { dynamic } => {
+                self.compose(manager, *dynamic, step);
+                return;
+            }
+            Op::Drain => {
+                self.drain(manager);
+                return;
+            }
+            Op::Abort => {
+                let result = manager.abort_pending_calls().map(|()| 0);
+                if drop_calls {
+                    self.push_history(&result)
+                } else if result.is_ok() {
+                    self.pending.clear()
+                }
+                if result.is_err() {
+                    assert!(matches!(
+                        result,
+                        Err(Error::OutboxFull { .. } | Error::LevelFull { .. })
+                    ));
+                }
+                return;
+            }
+        };
+        match result {
+            Ok(id) => {
+                self.pushed.insert(id);
+            }
+            Err(Error::OutboxFull { .. }) => {
+                assert_eq!(
+                    manager.stats().counters.messages_pushed,
+                    before.pushed,
+                    "OutboxFull stored something"
+                );
+            }
+            Err(error) => {
+                let after = observe(manager);
+                assert_eq!(
+                    (after.used, after.pushed, &after.ids),
+                    (before.used, before.pushed, &before.ids),
+                    "{error}"
+                );
+            }
+        }
+    }
+
+    fn compose<C: Capacities>(&mut self, manager: &mut ContextManager<C>, len: usize, step: usize) {
+        let budget = manager.budget();
+        let overhead = u32::from(manager.config().message_overhead);
+        let request_overhead = u32::from(manager.config().request_overhead);
+        let dynamic_text = text(step, len);
+        let dynamic = [dynamic_text.as_str()];
+        let dynamic: &[&str] = if len == 0 { &[] } else { &dynamic };
+        let unanswered = manager.unanswered_calls();
+        let counter = *manager.counter();
+        match manager.compose(dynamic) {
+            Ok(payload) => {
+                assert_eq!(unanswered, 0);
+                assert!(payload.tokens() <= budget, "{} > {budget}", payload.tokens());
+                let mut sum = 0u32;
+                for item in payload.items() {
+                    sum += match item {
+                        PayloadItem::System(m)
+                        | PayloadItem::ToolDefinition(m)
+                        | PayloadItem::Message(m) => m.tokens(),
+                        PayloadItem::Dynamic(text) => counter.count(text) + overhead,
+                        PayloadItem::MemorySummary(summary) => {
+                            counter.count(crate::MEMORY_SUMMARY_PREFIX)
+                                + overhead
+                                + summary.entries().map(|e| e.tokens()).sum::<u32>()
+                        }
+                    };
+                }
+                if sum > 0 {
+                    sum += request_overhead;
+                }
+                assert_eq!(sum, payload.tokens(), "payload tokens add up");
+                assert_pairs(payload.history(), false);
+                let mut body = vec![0u8; 64 * 1024];
+                let len = payload.write_openai(&mut body[..], OpenAiRequest::default()).unwrap();
+                let json: serde_json::Value = serde_json::from_slice(&body[..len]).unwrap();
+                let messages = json["messages"].as_array().unwrap();
+                assert_eq!(
+                    messages.len(),
+                    payload
+                        .items()
+                        .filter(|i| !matches!(i, PayloadItem::ToolDefinition(_)))
+                        .count()
+                );
+            }
+            Err(Error::ToolCallsPending { unanswered: n }) => assert_eq!(n, unanswered),
+            Err(Error::PinnedOverBudget { needed, budget: b }) => {
+                assert!(needed > b);
+                assert_eq!(b, budget);
+            }
+            Err(other) => panic!("compose: {other}"),
+        }
+    }
+
+    fn drain<C: Capacities>(&mut self, manager: &mut ContextManager<C>) {
+        let mut units = Vec::new();
+        manager.drain_outbox(|unit| {
+            assert!(!unit.is_empty());
+            assert_pairs(unit.messages(), false);
+            units.push(unit.messages().map(|m| (m.id(), m.level())).collect::<Vec<_>>());
+        });
+        for (id, level) in units.into_iter().flatten() {
+            assert!(self.drained.insert(id), "message {id} drained twice");
+            if level.is_history() {
+                self.history.insert(id);
+            }
+        }
+    }
+
+    /// Checks the invariants that hold between operations.
+    pub(crate) fn check<C: Capacities>(&mut self, manager: &ContextManager<C>) {
+        let stats = manager.stats();
+        let hold = manager.config().outbox == OutboxMode::Hold;
+        let live: u64 = stats.levels.iter().map(|l| u64::from(l.messages)).sum();
+        assert_eq!(
+            stats.counters.messages_pushed,
+            live + stats.counters.messages_evicted + self.removed_by_drop,
+            "every message is live, evicted, or removed with its dropped calls"
+        );
+        for id in &self.permanent {
+            assert!(manager.get(*id).is_some(), "permanent message {id} lost");
+        }
+        let mut waiting = HashSet::new();
+        for unit in manager.outbox() {
+            for message in unit.messages() {
+                waiting.insert(message.id());
+                if message.level().is_history() {
+                    self.history.insert(message.id());
+                }
+            }
+        }
+        for message in manager.history() {
+            self.history.insert(message.id());
+        }
+        if hold {
+            for id in self.pushed.iter().chain(self.history.iter()) {
+                let live = manager.get(*id).is_some();
+                let accounted =
+                    live as u8 + waiting.contains(id) as u8 + self.drained.contains(id) as u8;
+                assert!(
+                    accounted == 1 || (accounted == 0 && self.removed_by_drop > 0),
+                    "message {id}: {accounted}"
+                );
+            }
+            // A message that left during this operation was not among the newest K then.
+            let tail = usize::from(manager.config().locked_tail);
+            let removed: HashSet<u64> = self
+                .history
+                .iter()
+                .filter(|id| {
+                    manager.get(**id).is_none()
+                        && !waiting.contains(id)
+                        && !self.drained.contains(id)
+                })
+                .copied()
+                .collect();
+            let newest: Vec<u64> = self
+                .history
+                .iter()
+                .rev()
+                .filter(|id| !removed.contains(id))
+                .take(tail)
+                .copied()
+                .collect();
+            for id in &self.history {
+                if manager.get(*id).is_none() && self.gone.insert(*id) {
+                    assert!(
+                        removed.contains(id) || !newest.contains(id),
+                        "message {id} left from the newest {tail}"
+                    );
+                }
+            }
+        }
+        assert_pairs(manager.history(), manager.unanswered_calls() > 0);
+        let history: Vec<u64> = manager.history().map(|m| m.id()).collect();
+        assert!(history.windows(2).all(|w| w[0] < w[1]), "history out of order");
+    }
+}
+
+proptest! {
+
+    #[test]
+    fn invariants_hold_over_random_sessions(config in config(), ops in prop::collection::vec(op(), 1..150)) {
+        let mut manager = ContextManager::<Tight>::with_config(config).unwrap();
+        let mut model = Model::default();
+        for (step, op) in ops.iter().enumerate() {
+            model.apply(&mut manager, op, step);
+            model.check(&manager);
+        }
+    }
+}

@@ -1,0 +1,578 @@
+//! Storing messages: validation, tool-call units, observation reduction.
+
+use super::{ContextManager, Pending};
+use crate::capacity::Capacities;
+use crate::config::UnansweredCalls;
+use crate::error::{Error, InvalidMessage};
+use crate::header::{Header, flags};
+use crate::json;
+use crate::message::{MAX_TOOL_CALLS, Message, ToolCall};
+use crate::record::{self, SpanWriter};
+use crate::reduce::{self, Reduction};
+use crate::{Level, Role, TokenCounter};
+
+/// Longest tool call id accepted, in bytes (providers use about 30).
+pub const MAX_TOOL_CALL_ID_LEN: usize = 128;
+
+/// Content of the synthetic result stored for a call that never got one.
+pub const ABORTED_RESULT: &str = "[ctxwin] Tool call aborted: no result was received.";
+
+/// Smallest budget a reduced tool output may be squeezed into: head, marker and tail.
+const MIN_REDUCED_TOKENS: u32 = 32;
+
+/// Tokens one tool call adds besides its strings (type, function framing).
+const CALL_OVERHEAD: u32 = 3;
+
+/// What a new record's content is made of.
+enum Content<'a> {
+    Plain(&'a str),
+    Reduced(Reduction<'a>),
+}
+
+impl Content<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Content::Plain(text) => text.len(),
+            Content::Reduced(reduction) => reduction.len(),
+        }
+    }
+
+    fn write(&self, out: &mut SpanWriter<'_>) {
+        match self {
+            Content::Plain(text) => out.put(text.as_bytes()),
+            Content::Reduced(reduction) => {
+                reduction.parts().iter().for_each(|p| out.put(p.as_bytes()))
+            }
+        }
+    }
+}
+
+/// Role-specific data stored after the content.
+enum Extra<'a> {
+    None,
+    Calls(&'a [ToolCall<'a>]),
+    CallId(&'a str),
+    Ranges(&'a [(u64, u64)]),
+}
+
+impl Extra<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Extra::None => 0,
+            Extra::Calls(calls) => record::calls_len(calls),
+            Extra::CallId(id) => id.len(),
+            Extra::Ranges(ranges) => ranges.len() * record::RANGE_ENTRY,
+        }
+    }
+
+    fn write(&self, out: &mut SpanWriter<'_>) {
+        match self {
+            Extra::None => {}
+            Extra::Calls(calls) => out.put_calls(calls),
+            Extra::CallId(id) => out.put(id.as_bytes()),
+            Extra::Ranges(ranges) => ranges.iter().for_each(|&(a, b)| out.put_range(a, b)),
+        }
+    }
+}
+
+fn validate(message: &Message<'_>) -> Result<(), InvalidMessage> {
+    if !message.tool_calls.is_empty() && message.role != Role::Assistant {
+        return Err(InvalidMessage::ToolCallsOnNonAssistant);
+    }
+    match (message.role, message.tool_call_id) {
+        (Role::Tool, None) => return Err(InvalidMessage::MissingToolCallId),
+        (Role::Tool, Some("")) => return Err(InvalidMessage::EmptyToolCallId),
+        (Role::Tool, Some(id)) if id.len() > MAX_TOOL_CALL_ID_LEN => {
+            return Err(InvalidMessage::FieldTooLong);
+        }
+        (Role::Tool, Some(_)) => {}
+        (_, Some(_)) => return Err(InvalidMessage::UnexpectedToolCallId),
+        (_, None) => {}
+    }
+    if message.tool_calls.len() > MAX_TOOL_CALLS {
+        return Err(InvalidMessage::TooManyToolCalls);
+    }
+    for (index, call) in message.tool_calls.iter().enumerate() {
+        if call.id.is_empty() {
+            return Err(InvalidMessage::EmptyToolCallId);
+        }
+        if call.id.len() > MAX_TOOL_CALL_ID_LEN
+            || call.name.len() > usize::from(u16::MAX)
+            || u32::try_from(call.arguments.len()).is_err()
+        {
+            return Err(InvalidMessage::FieldTooLong);
+        }
+        if message.tool_calls.iter().take(index).any(|earlier| earlier.id == call.id) {
+            return Err(InvalidMessage::DuplicateToolCallId);
+        }
+    }
+    Ok(())
+}
+
+impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
+    /// Stores a message and returns its id; evicts to the outbox if the budget requires.
+    ///
+    /// - System messages go to the permanent level, others to the working level, unless
+    ///   [`Message::level`] says otherwise; a tool result always joins its call's unit.
+    /// - A tool result must answer a call that is waiting in the window
+    ///   ([`Error::OrphanToolResult`] otherwise); one over
+    ///   [`Config::observation_limit`](crate::Config::observation_limit) tokens is stored reduced.
+    /// - A history message arriving while calls still wait closes them first: each gets a
+    ///   synthetic "aborted" result, or is dropped from its message
+    ///   ([`Config::unanswered_calls`](crate::Config::unanswered_calls)).
+    ///
+    /// On error nothing is stored.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Error, Message, TinyCapacities, ToolCall};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// let calls = [ToolCall::new("c1", "date", "{}"), ToolCall::new("c2", "uptime", "{}")];
+    /// manager.push(Message::assistant("").with_tool_calls(&calls))?;
+    /// manager.push(Message::tool_result("c1", "Sunday"))?;
+    /// assert_eq!(manager.push(Message::tool_result("c1", "again")), Err(Error::DuplicateToolResult));
+    /// manager.push(Message::user("never mind"))?; // c2 gets an "aborted" result
+    /// assert_eq!(manager.unanswered_calls(), 0);
+    /// assert_eq!(manager.history().count(), 4);
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn push(&mut self, message: Message<'_>) -> Result<u64, Error> {
+        validate(&message)?;
+        if message.role == Role::Tool {
+            return self.push_tool_result(&message);
+        }
+        let level = message.level.unwrap_or(message.default_level());
+        if !message.tool_calls.is_empty() && !level.is_history() {
+            return Err(InvalidMessage::WrongLevel(level).into());
+        }
+        let content_tokens = self.counter.count(message.content);
+        let tokens = self.framed_tokens(content_tokens, message.tool_calls.iter().copied(), None);
+        let extra = if message.tool_calls.is_empty() {
+            Extra::None
+        } else {
+            Extra::Calls(message.tool_calls)
+        };
+        let len = message.content.len() + extra.len();
+        self.check_fits(level, tokens, len)?;
+        if level.is_history() {
+            self.make_room_closing(level, Some(len))?;
+            self.close_pending();
+        } else {
+            self.make_room(level, len, 1)?;
+        }
+        let mut header = Header {
+            id: 0,
+            timestamp: message.timestamp,
+            role: message.role,
+            items: message.tool_calls.len() as u8,
+            tokens,
+            original_tokens: tokens,
+            ..Header::EMPTY
+        };
+        if message.important {
+            header.flags |= flags::IMPORTANT;
+        }
+        let id = self.store(level, header, &Content::Plain(message.content), &extra)?;
+        if message.role == Role::User && level.is_history() {
+            self.state.turn += 1;
+            self.state.last_user_id = Some(id);
+        }
+        if !message.tool_calls.is_empty() {
+            self.state.pending =
+                Some(Pending { level, calls: message.tool_calls.len() as u8, answered: 0 });
+        }
+        self.collect();
+        Ok(id)
+    }
+
+    /// Stores a tool definition (a JSON object such as
+    /// `{"name":…,"description":…,"parameters":{…}}`) in the permanent level; it is written to
+    /// the request's `tools` list.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Error, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.add_tool_definition(r#"{"name":"ls","parameters":{"type":"object"}}"#)?;
+    /// assert_eq!(manager.add_tool_definition("not json"), Err(Error::InvalidToolDefinition));
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn add_tool_definition(&mut self, function_json: &str) -> Result<u64, Error> {
+        if !json::is_object(function_json) {
+            return Err(Error::InvalidToolDefinition);
+        }
+        let tokens = self.framed_tokens(self.counter.count(function_json), [], None);
+        self.check_fits(Level::Permanent, tokens, function_json.len())?;
+        self.make_room(Level::Permanent, function_json.len(), 1)?;
+        let header = Header {
+            role: Role::System,
+            flags: flags::TOOL_DEFINITION,
+            tokens,
+            original_tokens: tokens,
+            ..Header::EMPTY
+        };
+        self.store(Level::Permanent, header, &Content::Plain(function_json), &Extra::None)
+    }
+
+    /// Adds a summary to the session level, standing for the messages in `sources` (inclusive
+    /// id ranges, at most 32), so a caller can drill down to the originals in its archive.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.add_summary("Decided: use PostgreSQL 16.", &[(1, 12)], 60_000)?;
+    /// assert_eq!(manager.stats().summaries(), 1);
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn add_summary(
+        &mut self,
+        text: &str,
+        sources: &[(u64, u64)],
+        timestamp: u64,
+    ) -> Result<u64, Error> {
+        if sources.len() > 32 {
+            return Err(InvalidMessage::TooManyToolCalls.into());
+        }
+        let tokens = self.framed_tokens(self.counter.count(text), [], None);
+        let extra = Extra::Ranges(sources);
+        self.check_fits(Level::Session, tokens, text.len() + extra.len())?;
+        self.make_room(Level::Session, text.len() + extra.len(), 1)?;
+        let header = Header {
+            timestamp,
+            role: Role::System,
+            flags: flags::SUMMARY | flags::SYNTHETIC,
+            items: sources.len() as u8,
+            tokens,
+            original_tokens: tokens,
+            ..Header::EMPTY
+        };
+        let id = self.store(Level::Session, header, &Content::Plain(text), &extra)?;
+        self.state.counters.summaries_added += 1;
+        self.state.counters.last_compression_turn = Some(self.state.turn);
+        self.collect();
+        Ok(id)
+    }
+
+    /// Closes every call still waiting for a result, as
+    /// [`Config::unanswered_calls`](crate::Config::unanswered_calls) says; for when a tool will
+    /// never answer.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities, ToolCall};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// let calls = [ToolCall::new("c1", "slow_tool", "{}")];
+    /// manager.push(Message::assistant("").with_tool_calls(&calls))?;
+    /// manager.abort_pending_calls()?;
+    /// assert!(manager.compose(&[]).is_ok());
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn abort_pending_calls(&mut self) -> Result<(), Error> {
+        if let Some(pending) = self.state.pending {
+            self.make_room_closing(pending.level, None)?;
+        }
+        self.close_pending();
+        self.collect();
+        Ok(())
+    }
+
+    /// Makes room for a new record of `record` bytes (if any) in history level `level`, plus
+    /// the synthetic results closing the pending unit would store, so that closing and storing
+    /// cannot fail half-way.
+    fn make_room_closing(&mut self, level: Level, record: Option<usize>) -> Result<(), Error> {
+        let (len, slots) = record.map_or((0, 0), |len| (len, 1));
+        let Some(pending) = self.state.pending else {
+            return self.make_room(level, len, slots);
+        };
+        let (bytes, results) = match self.config.unanswered_calls {
+            UnansweredCalls::DropCalls => (0, 0),
+            UnansweredCalls::SynthesizeAborted => self.aborted_results_size(pending),
+        };
+        if pending.level == level {
+            return self.make_room(level, len + bytes, slots + results);
+        }
+        self.make_room(pending.level, bytes, results)?;
+        self.make_room(level, len, slots)
+    }
+
+    /// Bytes and records the synthetic results for `pending`'s unanswered calls take.
+    fn aborted_results_size(&self, pending: Pending) -> (usize, usize) {
+        let ring = self.ring(pending.level);
+        let Some(head) = self.pending_head(pending.level).and_then(|i| ring.get(i)) else {
+            return (0, 0);
+        };
+        record::ToolCalls::new(head, ring.record(head))
+            .enumerate()
+            .filter(|(index, _)| pending.answered & (1 << index) == 0)
+            .fold((0, 0), |(bytes, count), (_, call)| {
+                (bytes + ABORTED_RESULT.len() + call.id.len(), count + 1)
+            })
+    }
+
+    fn push_tool_result(&mut self, message: &Message<'_>) -> Result<u64, Error> {
+        let call_id = message.tool_call_id.unwrap_or_default();
+        let pending = self.state.pending.ok_or(Error::OrphanToolResult)?;
+        let head = self.pending_head(pending.level).ok_or(Error::OrphanToolResult)?;
+        let index = self
+            .ring(pending.level)
+            .get(head)
+            .and_then(|header| {
+                let ring = self.ring(pending.level);
+                record::ToolCalls::new(header, ring.record(header))
+                    .position(|call| call.id == call_id)
+            })
+            .ok_or(Error::OrphanToolResult)?;
+        if pending.answered & (1 << index) != 0 {
+            return Err(Error::DuplicateToolResult);
+        }
+        let level = pending.level;
+        let unit_tokens = self.unit_tokens(level, head);
+        let limit = self.config.observation_limit.min(
+            self.config
+                .level_budget(level)
+                .saturating_sub(unit_tokens)
+                .saturating_sub(self.framed_tokens(0, [], Some(call_id))),
+        );
+        let raw_tokens = self.counter.count(message.content);
+        let content = if raw_tokens <= limit {
+            Content::Plain(message.content)
+        } else if limit >= MIN_REDUCED_TOKENS {
+            Content::Reduced(reduce::reduce(message.content, limit, &self.counter))
+        } else {
+            return Err(Error::MessageTooLarge { needed: raw_tokens, limit });
+        };
+        let original_tokens = self.framed_tokens(raw_tokens, [], Some(call_id));
+        let extra = Extra::CallId(call_id);
+        let len = content.len() + extra.len();
+        let tokens = match &content {
+            Content::Plain(_) => original_tokens,
+            Content::Reduced(reduction) => {
+                let stored = reduction.parts().iter().map(|p| self.counter.count(p)).sum::<u32>();
+                self.framed_tokens(stored, [], Some(call_id))
+            }
+        };
+        self.check_fits(level, tokens, len)?;
+        self.make_room(level, len, 1)?;
+        let header = Header {
+            timestamp: message.timestamp,
+            role: Role::Tool,
+            flags: if matches!(content, Content::Reduced(_)) { flags::REDUCED } else { 0 }
+                | if message.important { flags::IMPORTANT } else { 0 },
+            tokens,
+            original_tokens,
+            ..Header::EMPTY
+        };
+        let id = self.store(level, header, &content, &extra)?;
+        if let Content::Reduced(_) = content {
+            self.state.counters.observations_reduced += 1;
+            self.state.counters.tokens_saved_by_reduction +=
+                u64::from(original_tokens.saturating_sub(tokens));
+        }
+        self.mark_answered(index);
+        self.collect();
+        Ok(id)
+    }
+
+    fn mark_answered(&mut self, index: usize) {
+        if let Some(pending) = self.state.pending.as_mut() {
+            pending.answered |= 1 << index;
+            if pending.unanswered() == 0 {
+                self.state.pending = None;
+            }
+        }
+    }
+
+    /// Index of the pending unit's assistant message: the newest non-tool message of `level`.
+    pub(crate) fn pending_head(&self, level: Level) -> Option<usize> {
+        let ring = self.ring(level);
+        (0..ring.len()).rev().find(|&i| ring.get(i).is_some_and(|h| h.role != Role::Tool))
+    }
+
+    /// Live tokens of the unit starting at `head`.
+    fn unit_tokens(&self, level: Level, head: usize) -> u32 {
+        let ring = self.ring(level);
+        (head..ring.len()).filter_map(|i| ring.get(i)).map(|h| h.tokens).sum()
+    }
+
+    /// A message's token cost: content, tool-call strings, result id, and framing.
+    pub(crate) fn framed_tokens<'c>(
+        &self,
+        content: u32,
+        calls: impl IntoIterator<Item = ToolCall<'c>>,
+        call_id: Option<&str>,
+    ) -> u32 {
+        let calls_tokens = calls.into_iter().fold(0u32, |sum, call| {
+            sum.saturating_add(self.counter.count(call.id))
+                .saturating_add(self.counter.count(call.name))
+                .saturating_add(self.counter.count(call.arguments))
+                .saturating_add(CALL_OVERHEAD)
+        });
+        content
+            .saturating_add(calls_tokens)
+            .saturating_add(call_id.map_or(0, |id| self.counter.count(id)))
+            .saturating_add(u32::from(self.config.message_overhead))
+    }
+
+    /// Refuses a message no amount of eviction could make room for.
+    fn check_fits(&self, level: Level, tokens: u32, len: usize) -> Result<(), Error> {
+        let ring = self.ring(level);
+        if len > ring.arena_capacity() {
+            return Err(Error::MessageTooLarge {
+                needed: len as u32,
+                limit: ring.arena_capacity() as u32,
+            });
+        }
+        let budget = self.config.level_budget(level);
+        if tokens > budget {
+            return Err(Error::MessageTooLarge { needed: tokens, limit: budget });
+        }
+        if level == Level::Permanent {
+            let needed = self.level_tokens(level).saturating_add(tokens);
+            if needed > budget {
+                return Err(Error::LevelOverBudget { level, needed, budget });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a record to `level`, where room was made, and returns its new id.
+    fn store(
+        &mut self,
+        level: Level,
+        mut header: Header,
+        content: &Content<'_>,
+        extra: &Extra<'_>,
+    ) -> Result<u64, Error> {
+        let len = content.len() + extra.len();
+        let id = self.state.next_id;
+        header.id = id;
+        header.content_len = content.len() as u32;
+        let stored = self.ring_mut(level).push_back(header, len, |span| {
+            let mut out = SpanWriter::new(span);
+            content.write(&mut out);
+            extra.write(&mut out);
+        });
+        if stored.is_none() {
+            return Err(Error::LevelFull { level });
+        }
+        self.state.next_id += 1;
+        header.start = 0;
+        header.len = len as u32;
+        self.add_live(level, &header);
+        let counters = &mut self.state.counters;
+        counters.messages_pushed += 1;
+        counters.tokens_ingested += u64::from(header.original_tokens);
+        Ok(id)
+    }
+
+    /// Gives every unanswered call of the pending unit a synthetic "aborted" result, or drops
+    /// the calls, so the history stays valid for providers.
+    /// Room for this was made by [`make_room_closing`](Self::make_room_closing).
+    fn close_pending(&mut self) {
+        let Some(pending) = self.state.pending else { return };
+        let Some(head) = self.pending_head(pending.level) else {
+            self.state.pending = None;
+            return;
+        };
+        match self.config.unanswered_calls {
+            UnansweredCalls::SynthesizeAborted => self.synthesize_aborted(pending, head),
+            UnansweredCalls::DropCalls => self.drop_unanswered(pending, head),
+        }
+    }
+
+    fn synthesize_aborted(&mut self, pending: Pending, head: usize) {
+        for index in 0..usize::from(pending.calls) {
+            if pending.answered & (1 << index) != 0 {
+                continue;
+            }
+            let mut id_buffer = [0u8; MAX_TOOL_CALL_ID_LEN];
+            let id_len = {
+                let ring = self.ring(pending.level);
+                let Some(call) = ring
+                    .get(head)
+                    .and_then(|h| record::ToolCalls::new(h, ring.record(h)).nth(index))
+                else {
+                    continue;
+                };
+                let len = call.id.len().min(MAX_TOOL_CALL_ID_LEN);
+                if let (Some(target), Some(source)) =
+                    (id_buffer.get_mut(..len), call.id.as_bytes().get(..len))
+                {
+                    target.copy_from_slice(source);
+                }
+                len
+            };
+            let call_id =
+                core::str::from_utf8(id_buffer.get(..id_len).unwrap_or(&[])).unwrap_or_default();
+            let tokens = self.framed_tokens(self.counter.count(ABORTED_RESULT), [], Some(call_id));
+            let header = Header {
+                role: Role::Tool,
+                flags: flags::SYNTHETIC,
+                tokens,
+                original_tokens: tokens,
+                ..Header::EMPTY
+            };
+            if self
+                .store(
+                    pending.level,
+                    header,
+                    &Content::Plain(ABORTED_RESULT),
+                    &Extra::CallId(call_id),
+                )
+                .is_ok()
+            {
+                self.mark_answered(index);
+                self.state.counters.calls_aborted += 1;
+            }
+        }
+    }
+
+    /// Rewrites the pending unit's assistant record without its unanswered calls.
+    fn drop_unanswered(&mut self, pending: Pending, head: usize) {
+        let level = pending.level;
+        let Some(header) = self.ring(level).get(head).copied() else { return };
+        let count = usize::from(pending.calls).min(MAX_TOOL_CALLS);
+        let mut lengths = [(0usize, 0usize, 0usize); MAX_TOOL_CALLS];
+        {
+            let ring = self.ring(level);
+            let calls = record::ToolCalls::new(&header, ring.record(&header));
+            for (slot, call) in lengths.iter_mut().zip(calls) {
+                *slot = (call.id.len(), call.name.len(), call.arguments.len());
+            }
+        }
+        let mut ring = self.ring_mut(level);
+        let Some(span) = ring.record_mut(head) else { return };
+        let lengths = lengths.get(..count).unwrap_or(&[]);
+        let new_len =
+            record::retain_calls(span, header.content_len as usize, lengths, pending.answered);
+        let _ = ring.truncate_record(head, new_len as u32);
+        let kept = pending.answered.count_ones() as u8;
+        if let Some(stored) = ring.get_mut(head) {
+            stored.items = kept;
+            stored.flags |= flags::REDUCED;
+        }
+        let tokens = {
+            let ring = self.ring(level);
+            ring.get(head).map_or(0, |h| self.record_tokens(h, ring.record(h)))
+        };
+        let mut updated = header;
+        if let Some(stored) = self.ring_mut(level).get_mut(head) {
+            stored.tokens = tokens;
+            updated = *stored;
+        }
+        self.remove_live(level, &header);
+        self.add_live(level, &updated);
+        self.state.pending = None;
+        self.state.counters.calls_dropped += u64::from(pending.unanswered());
+        if kept == 0 && header.content_len == 0 {
+            // Nothing answered, so the assistant message is still the newest of its level.
+            if let Some(removed) = self.ring_mut(level).pop_back() {
+                self.remove_live(level, &removed);
+            }
+        }
+    }
+
+    /// Recounts a stored record's tokens the way [`framed_tokens`](Self::framed_tokens) counted it.
+    pub(crate) fn record_tokens(&self, header: &Header, record: &[u8]) -> u32 {
+        let content = self.counter.count(record::content(header, record));
+        let call_id = (header.role == Role::Tool).then(|| record::tail_text(header, record));
+        self.framed_tokens(content, record::ToolCalls::new(header, record), call_id)
+    }
+}

@@ -1,0 +1,296 @@
+//! Messages going in ([`Message`], borrowed from the caller) and coming out ([`MessageRef`],
+//! borrowed from the manager).
+
+use crate::header::{Header, flags};
+use crate::record;
+use crate::{Level, Role};
+
+/// Most tool calls one assistant message may carry.
+pub const MAX_TOOL_CALLS: usize = 64;
+
+/// One tool invocation requested by an assistant message.
+///
+/// ```
+/// use ctxwin_core::ToolCall;
+/// let call = ToolCall::new("call_1", "read_file", r#"{"path":"src/main.rs"}"#);
+/// assert_eq!(call.name, "read_file");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ToolCall<'a> {
+    /// Id the result will answer (`tool_call_id`); non-empty, unique within the message.
+    pub id: &'a str,
+    /// Function name.
+    pub name: &'a str,
+    /// Arguments as JSON text, exactly as the model produced them.
+    pub arguments: &'a str,
+}
+
+impl<'a> ToolCall<'a> {
+    /// A call from its three parts.
+    ///
+    /// ```
+    /// let call = ctxwin_core::ToolCall::new("c1", "ls", "{}");
+    /// assert_eq!(call.id, "c1");
+    /// ```
+    pub const fn new(id: &'a str, name: &'a str, arguments: &'a str) -> Self {
+        Self { id, name, arguments }
+    }
+}
+
+/// A message to store, borrowed from the caller; the manager copies what it keeps.
+///
+/// Build one with the role constructors and refine it with the `with_*`/`at` methods:
+///
+/// ```
+/// use ctxwin_core::{Level, Message, Role, ToolCall};
+/// let calls = [ToolCall::new("c1", "ls", "{}")];
+/// let ask = Message::user("list the files").at(1_000);
+/// let act = Message::assistant("").with_tool_calls(&calls).at(1_500);
+/// let done = Message::tool_result("c1", "Cargo.toml\nsrc/").in_level(Level::Volatile);
+/// assert_eq!(ask.role, Role::User);
+/// assert_eq!(act.tool_calls.len(), 1);
+/// assert_eq!(done.tool_call_id, Some("c1"));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Message<'a> {
+    /// Author.
+    pub role: Role,
+    /// Text content (the tool output for [`Role::Tool`]).
+    pub content: &'a str,
+    /// Calls requested by an assistant message (empty otherwise).
+    pub tool_calls: &'a [ToolCall<'a>],
+    /// For [`Role::Tool`]: the id of the call this result answers.
+    pub tool_call_id: Option<&'a str>,
+    /// Caller's clock when the message was created (milliseconds by convention).
+    pub timestamp: u64,
+    /// Marked important by the caller (kept longer by the importance strategy).
+    pub important: bool,
+    /// Where to store it; `None` picks the role's default ([`Message::default_level`]).
+    pub level: Option<Level>,
+}
+
+impl<'a> Message<'a> {
+    /// A message with `role` and `content`, no tool data, timestamp 0.
+    ///
+    /// ```
+    /// let m = ctxwin_core::Message::new(ctxwin_core::Role::User, "hi");
+    /// assert_eq!(m.content, "hi");
+    /// ```
+    pub const fn new(role: Role, content: &'a str) -> Self {
+        Self {
+            role,
+            content,
+            tool_calls: &[],
+            tool_call_id: None,
+            timestamp: 0,
+            important: false,
+            level: None,
+        }
+    }
+
+    /// A system message (stored in the permanent level unless told otherwise).
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::Message::system("be brief").default_level(), ctxwin_core::Level::Permanent);
+    /// ```
+    pub const fn system(content: &'a str) -> Self {
+        Self::new(Role::System, content)
+    }
+
+    /// A user message.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::Message::user("hi").role, ctxwin_core::Role::User);
+    /// ```
+    pub const fn user(content: &'a str) -> Self {
+        Self::new(Role::User, content)
+    }
+
+    /// An assistant message.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::Message::assistant("ok").role, ctxwin_core::Role::Assistant);
+    /// ```
+    pub const fn assistant(content: &'a str) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+
+    /// The result of the tool call `call_id`.
+    ///
+    /// ```
+    /// let m = ctxwin_core::Message::tool_result("c1", "42");
+    /// assert_eq!(m.tool_call_id, Some("c1"));
+    /// ```
+    pub const fn tool_result(call_id: &'a str, content: &'a str) -> Self {
+        let mut message = Self::new(Role::Tool, content);
+        message.tool_call_id = Some(call_id);
+        message
+    }
+
+    /// The same message carrying `calls`.
+    ///
+    /// ```
+    /// use ctxwin_core::{Message, ToolCall};
+    /// let calls = [ToolCall::new("c1", "ls", "{}")];
+    /// assert_eq!(Message::assistant("").with_tool_calls(&calls).tool_calls.len(), 1);
+    /// ```
+    pub const fn with_tool_calls(mut self, calls: &'a [ToolCall<'a>]) -> Self {
+        self.tool_calls = calls;
+        self
+    }
+
+    /// The same message stamped with the caller's clock.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::Message::user("hi").at(7).timestamp, 7);
+    /// ```
+    pub const fn at(mut self, timestamp: u64) -> Self {
+        self.timestamp = timestamp;
+        self
+    }
+
+    /// The same message, marked important.
+    ///
+    /// ```
+    /// assert!(ctxwin_core::Message::user("remember this").important().important);
+    /// ```
+    pub const fn important(mut self) -> Self {
+        self.important = true;
+        self
+    }
+
+    /// The same message, stored in `level`.
+    ///
+    /// ```
+    /// use ctxwin_core::{Level, Message};
+    /// assert_eq!(Message::user("x").in_level(Level::Volatile).level, Some(Level::Volatile));
+    /// ```
+    pub const fn in_level(mut self, level: Level) -> Self {
+        self.level = Some(level);
+        self
+    }
+
+    /// The level used when [`level`](Self::level) is `None`: permanent for system messages,
+    /// working for the rest. Tool results always join their call's level.
+    ///
+    /// ```
+    /// use ctxwin_core::{Level, Message};
+    /// assert_eq!(Message::user("x").default_level(), Level::Working);
+    /// ```
+    pub const fn default_level(&self) -> Level {
+        match self.role {
+            Role::System => Level::Permanent,
+            _ => Level::Working,
+        }
+    }
+}
+
+/// A stored message, borrowed from the manager.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Message};
+/// let mut manager = ContextManager::<ctxwin_core::TinyCapacities>::new();
+/// manager.push(Message::user("hello").at(5))?;
+/// let stored = manager.history().next_back().unwrap();
+/// assert_eq!((stored.content(), stored.timestamp()), ("hello", 5));
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct MessageRef<'a> {
+    header: &'a Header,
+    record: &'a [u8],
+    level: Level,
+}
+
+impl<'a> MessageRef<'a> {
+    pub(crate) fn new(header: &'a Header, record: &'a [u8], level: Level) -> Self {
+        Self { header, record, level }
+    }
+
+    /// Manager-wide id, increasing with every push (stable across snapshots).
+    pub fn id(&self) -> u64 {
+        self.header.id
+    }
+
+    /// Author.
+    pub fn role(&self) -> Role {
+        self.header.role
+    }
+
+    /// Level it is stored in.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    /// Text content (reduced, if [`was_reduced`](Self::was_reduced)).
+    pub fn content(&self) -> &'a str {
+        record::content(self.header, self.record)
+    }
+
+    /// Tool calls of an assistant message, in order.
+    pub fn tool_calls(&self) -> record::ToolCalls<'a> {
+        record::ToolCalls::new(self.header, self.record)
+    }
+
+    /// Number of tool calls.
+    pub fn tool_call_count(&self) -> usize {
+        if self.header.has(flags::SUMMARY) { 0 } else { self.header.items as usize }
+    }
+
+    /// For a tool result, the id of the call it answers.
+    pub fn tool_call_id(&self) -> Option<&'a str> {
+        (self.header.role == Role::Tool).then(|| record::tail_text(self.header, self.record))
+    }
+
+    /// Caller's timestamp.
+    pub fn timestamp(&self) -> u64 {
+        self.header.timestamp
+    }
+
+    /// Token cost as counted at insert, per-message overhead included.
+    pub fn tokens(&self) -> u32 {
+        self.header.tokens
+    }
+
+    /// Token cost before reduction or compression.
+    pub fn original_tokens(&self) -> u32 {
+        self.header.original_tokens
+    }
+
+    /// Whether the stored text is shorter than what was pushed.
+    pub fn was_reduced(&self) -> bool {
+        self.header.has(flags::REDUCED)
+    }
+
+    /// Whether the caller marked it important.
+    pub fn is_important(&self) -> bool {
+        self.header.has(flags::IMPORTANT)
+    }
+
+    /// Whether the manager wrote it (an aborted-call result, a summary).
+    pub fn is_synthetic(&self) -> bool {
+        self.header.has(flags::SYNTHETIC)
+    }
+
+    /// Whether it is a summary standing for earlier messages.
+    pub fn is_summary(&self) -> bool {
+        self.header.has(flags::SUMMARY)
+    }
+
+    /// Whether it is a tool definition (permanent level).
+    pub fn is_tool_definition(&self) -> bool {
+        self.header.has(flags::TOOL_DEFINITION)
+    }
+
+    /// For a summary: the id ranges (inclusive) of the messages it stands for.
+    pub fn summary_sources(&self) -> record::SourceRanges<'a> {
+        record::SourceRanges::new(self.header, self.record)
+    }
+
+    /// Hierarchical detail of the stored text: 0 full, 1 paragraph, 2 one line.
+    pub fn detail(&self) -> u8 {
+        self.header.detail
+    }
+}

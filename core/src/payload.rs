@@ -1,0 +1,318 @@
+//! The composed payload: what the model sees this turn, borrowed from the manager.
+//!
+//! Order: system block → tool definitions → dynamic context → memory summary → recent history,
+//! oldest to newest.
+
+use crate::json::JsonWriter;
+use crate::manager::{History, LevelMessages, MEMORY_SUMMARY_PREFIX};
+use crate::message::MessageRef;
+use crate::{Error, Role};
+use embedded_io::Write;
+
+/// One entry of a payload, in payload order.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Message, PayloadItem, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// manager.push(Message::system("be brief"))?;
+/// manager.push(Message::user("hi"))?;
+/// let dynamic = ["Task: greet the user"];
+/// let payload = manager.compose(&dynamic)?;
+/// let kinds: Vec<&str> = payload.items().map(|item| match item {
+///     PayloadItem::System(_) => "system",
+///     PayloadItem::ToolDefinition(_) => "tool",
+///     PayloadItem::Dynamic(_) => "dynamic",
+///     PayloadItem::MemorySummary(_) => "summary",
+///     PayloadItem::Message(_) => "message",
+/// }).collect();
+/// assert_eq!(kinds, ["system", "dynamic", "message"]);
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub enum PayloadItem<'a> {
+    /// A permanent-level message (system prompt, rules).
+    System(MessageRef<'a>),
+    /// A tool definition: a JSON function object, written to the request's `tools`.
+    ToolDefinition(MessageRef<'a>),
+    /// Dynamic context passed to [`compose`](crate::ContextManager::compose), sent as a system
+    /// message.
+    Dynamic(&'a str),
+    /// The session level, sent as one system message opening with `[Memory Summary]`.
+    MemorySummary(MemorySummary<'a>),
+    /// A history message (working or volatile level).
+    Message(MessageRef<'a>),
+}
+
+/// The memory-summary block: the session level's entries under a `[Memory Summary]` line.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, PayloadItem, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// manager.add_summary("Chose PostgreSQL.", &[(1, 4)], 0)?;
+/// let payload = manager.compose(&[])?;
+/// let summary = payload.memory_summary().unwrap();
+/// assert_eq!(summary.parts().collect::<String>(), "[Memory Summary]\nChose PostgreSQL.");
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemorySummary<'a> {
+    entries: LevelMessages<'a>,
+}
+
+impl<'a> MemorySummary<'a> {
+    /// The session entries it is made of, oldest first.
+    pub fn entries(&self) -> LevelMessages<'a> {
+        self.entries.clone()
+    }
+
+    /// Its text in pieces (prefix, then a newline before each entry); concatenated, they are
+    /// the system message's content.
+    pub fn parts(&self) -> impl Iterator<Item = &'a str> + 'a {
+        core::iter::once(MEMORY_SUMMARY_PREFIX)
+            .chain(self.entries.clone().flat_map(|entry| ["\n", entry.content()]))
+    }
+}
+
+/// Options of the request body [`Payload::write_openai`] writes.
+///
+/// ```
+/// let options = ctxwin_core::OpenAiRequest { model: Some("gpt-4o-mini"), max_tokens: Some(512) };
+/// assert_eq!(options.model, Some("gpt-4o-mini"));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenAiRequest<'a> {
+    /// `model` field, omitted when `None`.
+    pub model: Option<&'a str>,
+    /// `max_tokens` field, omitted when `None`.
+    pub max_tokens: Option<u32>,
+}
+
+/// What the model sees this turn, borrowed from the manager; its
+/// [`tokens`](Payload::tokens) never exceed the budget.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// manager.push(Message::user("hi"))?;
+/// let payload = manager.compose(&[])?;
+/// assert_eq!(payload.history().count(), 1);
+/// assert!(payload.tokens() > 0);
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Payload<'a> {
+    permanent: LevelMessages<'a>,
+    session: LevelMessages<'a>,
+    history: History<'a>,
+    dynamic: &'a [&'a str],
+    tokens: u32,
+}
+
+impl<'a> Payload<'a> {
+    pub(crate) fn new(
+        permanent: LevelMessages<'a>,
+        session: LevelMessages<'a>,
+        history: History<'a>,
+        dynamic: &'a [&'a str],
+        tokens: u32,
+    ) -> Self {
+        Self { permanent, session, history, dynamic, tokens }
+    }
+
+    /// Token cost of the whole payload (framing and request overhead included), as counted by
+    /// the manager's counter.
+    pub fn tokens(&self) -> u32 {
+        self.tokens
+    }
+
+    /// Permanent-level messages (system prompt, rules), in order.
+    pub fn system(&self) -> impl Iterator<Item = MessageRef<'a>> + 'a {
+        self.permanent.clone().filter(|m| !m.is_tool_definition())
+    }
+
+    /// Tool definitions, in order.
+    pub fn tools(&self) -> impl Iterator<Item = MessageRef<'a>> + 'a {
+        self.permanent.clone().filter(|m| m.is_tool_definition())
+    }
+
+    /// Dynamic context, as passed to `compose`.
+    pub fn dynamic(&self) -> &'a [&'a str] {
+        self.dynamic
+    }
+
+    /// The memory-summary block, when the session level holds anything.
+    pub fn memory_summary(&self) -> Option<MemorySummary<'a>> {
+        let mut entries = self.session.clone();
+        entries.next().map(|_| MemorySummary { entries: self.session.clone() })
+    }
+
+    /// Recent history, oldest first.
+    pub fn history(&self) -> History<'a> {
+        self.history.clone()
+    }
+
+    /// Every item in payload order.
+    pub fn items(&self) -> impl Iterator<Item = PayloadItem<'a>> + 'a {
+        self.system()
+            .map(PayloadItem::System)
+            .chain(self.tools().map(PayloadItem::ToolDefinition))
+            .chain(self.dynamic.iter().map(|text| PayloadItem::Dynamic(text)))
+            .chain(self.memory_summary().map(PayloadItem::MemorySummary))
+            .chain(self.history().map(PayloadItem::Message))
+    }
+
+    /// Writes an OpenAI chat-completions request body (`model`, `messages`, `tools`) to `out`,
+    /// without allocating. Returns the bytes written.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, OpenAiRequest, TinyCapacities, ToolCall};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.push(Message::user("list files"))?;
+    /// let calls = [ToolCall::new("c1", "ls", r#"{"dir":"."}"#)];
+    /// manager.push(Message::assistant("").with_tool_calls(&calls))?;
+    /// manager.push(Message::tool_result("c1", "a.txt"))?;
+    /// let mut body = [0u8; 512];
+    /// let payload = manager.compose(&[])?;
+    /// let len = payload.write_openai(&mut body[..], OpenAiRequest { model: Some("m"), ..Default::default() })?;
+    /// let json = core::str::from_utf8(&body[..len]).unwrap();
+    /// assert!(json.starts_with(r#"{"model":"m","messages":[{"role":"user","content":"list files"}"#));
+    /// assert!(json.contains(r#""arguments":"{\"dir\":\".\"}""#));
+    /// assert!(json.ends_with(r#"{"role":"tool","tool_call_id":"c1","content":"a.txt"}]}"#));
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn write_openai<W: Write>(
+        &self,
+        out: W,
+        request: OpenAiRequest<'_>,
+    ) -> Result<usize, Error> {
+        let mut json = JsonWriter::new(out);
+        json.raw(b"{")?;
+        if let Some(model) = request.model {
+            json.key("model")?;
+            json.string(model)?;
+            json.raw(b",")?;
+        }
+        if let Some(max_tokens) = request.max_tokens {
+            json.key("max_tokens")?;
+            write_number(&mut json, max_tokens)?;
+            json.raw(b",")?;
+        }
+        json.key("messages")?;
+        json.raw(b"[")?;
+        let mut first = true;
+        for item in self.items() {
+            if let PayloadItem::ToolDefinition(_) = item {
+                continue;
+            }
+            if !first {
+                json.raw(b",")?;
+            }
+            first = false;
+            write_item(&mut json, &item)?;
+        }
+        json.raw(b"]")?;
+        let mut tools = self.tools().peekable();
+        if tools.peek().is_some() {
+            json.raw(b",")?;
+            json.key("tools")?;
+            json.raw(b"[")?;
+            for (index, tool) in tools.enumerate() {
+                if index > 0 {
+                    json.raw(b",")?;
+                }
+                json.raw(br#"{"type":"function","function":"#)?;
+                json.raw(tool.content().as_bytes())?;
+                json.raw(b"}")?;
+            }
+            json.raw(b"]")?;
+        }
+        json.raw(b"}")?;
+        Ok(json.written())
+    }
+}
+
+fn write_number<W: Write>(json: &mut JsonWriter<W>, mut value: u32) -> Result<(), Error> {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        if let Some(slot) = digits.get_mut(at) {
+            *slot = b'0' + (value % 10) as u8;
+        }
+        value /= 10;
+        if value == 0 || at == 0 {
+            break;
+        }
+    }
+    json.raw(digits.get(at..).unwrap_or_default())
+}
+
+fn write_text_message<W: Write>(
+    json: &mut JsonWriter<W>,
+    role: Role,
+    content: &str,
+) -> Result<(), Error> {
+    json.raw(b"{")?;
+    json.key("role")?;
+    json.string(role.as_str())?;
+    json.raw(b",")?;
+    json.key("content")?;
+    json.string(content)?;
+    json.raw(b"}")
+}
+
+fn write_item<W: Write>(json: &mut JsonWriter<W>, item: &PayloadItem<'_>) -> Result<(), Error> {
+    match item {
+        PayloadItem::System(message) => write_text_message(json, message.role(), message.content()),
+        PayloadItem::ToolDefinition(_) => Ok(()),
+        PayloadItem::Dynamic(text) => write_text_message(json, Role::System, text),
+        PayloadItem::MemorySummary(summary) => {
+            json.raw(br#"{"role":"system","content":""#)?;
+            for part in summary.parts() {
+                json.escaped(part)?;
+            }
+            json.raw(br#""}"#)
+        }
+        PayloadItem::Message(message) => write_history_message(json, message),
+    }
+}
+
+fn write_history_message<W: Write>(
+    json: &mut JsonWriter<W>,
+    message: &MessageRef<'_>,
+) -> Result<(), Error> {
+    match message.role() {
+        Role::Tool => {
+            json.raw(br#"{"role":"tool","#)?;
+            json.key("tool_call_id")?;
+            json.string(message.tool_call_id().unwrap_or_default())?;
+            json.raw(b",")?;
+            json.key("content")?;
+            json.string(message.content())?;
+            json.raw(b"}")
+        }
+        Role::Assistant if message.tool_call_count() > 0 => {
+            json.raw(br#"{"role":"assistant","content":"#)?;
+            if message.content().is_empty() {
+                json.raw(b"null")?;
+            } else {
+                json.string(message.content())?;
+            }
+            json.raw(br#","tool_calls":["#)?;
+            for (index, call) in message.tool_calls().enumerate() {
+                if index > 0 {
+                    json.raw(b",")?;
+                }
+                json.raw(br#"{"id":"#)?;
+                json.string(call.id)?;
+                json.raw(br#","type":"function","function":{"name":"#)?;
+                json.string(call.name)?;
+                json.raw(br#","arguments":"#)?;
+                json.string(call.arguments)?;
+                json.raw(b"}}")?;
+            }
+            json.raw(b"]}")
+        }
+        role => write_text_message(json, role, message.content()),
+    }
+}

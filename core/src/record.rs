@@ -1,0 +1,222 @@
+//! Layout of a message record inside its arena span.
+//!
+//! ```text
+//! every record      content (header.content_len bytes, UTF-8)
+//! tool result       content | tool_call_id
+//! assistant calls   content | items × (id_len u16, name_len u16, args_len u32) | id name args …
+//! summary           content | items × (first_id u64, last_id u64)
+//! ```
+//! All integers little-endian. Text is re-validated as UTF-8 on every read (the crate has no
+//! `unsafe`); restore validates it once up front, so reads never fall back in practice.
+
+use crate::header::{Header, flags};
+use crate::message::ToolCall;
+
+/// Bytes of one call entry in an assistant record's call table.
+pub(crate) const CALL_ENTRY: usize = 8;
+/// Bytes of one source range in a summary record.
+pub(crate) const RANGE_ENTRY: usize = 16;
+
+fn text(bytes: &[u8]) -> &str {
+    core::str::from_utf8(bytes).unwrap_or_default()
+}
+
+/// The content of a record.
+pub(crate) fn content<'a>(header: &Header, record: &'a [u8]) -> &'a str {
+    text(record.get(..header.content_len as usize).unwrap_or(&[]))
+}
+
+/// The bytes after the content (a tool result's call id).
+pub(crate) fn tail_text<'a>(header: &Header, record: &'a [u8]) -> &'a str {
+    text(record.get(header.content_len as usize..).unwrap_or(&[]))
+}
+
+/// Bytes a call table plus its strings take.
+pub(crate) fn calls_len(calls: &[ToolCall<'_>]) -> usize {
+    calls.iter().fold(calls.len() * CALL_ENTRY, |sum, call| {
+        sum + call.id.len() + call.name.len() + call.arguments.len()
+    })
+}
+
+/// Sequential writer into a span; writes past the end are dropped (callers size spans exactly).
+pub(crate) struct SpanWriter<'a> {
+    span: &'a mut [u8],
+    at: usize,
+}
+
+impl<'a> SpanWriter<'a> {
+    pub(crate) fn new(span: &'a mut [u8]) -> Self {
+        Self { span, at: 0 }
+    }
+
+    pub(crate) fn put(&mut self, bytes: &[u8]) {
+        let end = self.at + bytes.len();
+        if let Some(target) = self.span.get_mut(self.at..end) {
+            target.copy_from_slice(bytes);
+        }
+        self.at = end;
+    }
+
+    /// Writes a tool-call table and its strings.
+    pub(crate) fn put_calls(&mut self, calls: &[ToolCall<'_>]) {
+        for call in calls {
+            self.put(&(call.id.len() as u16).to_le_bytes());
+            self.put(&(call.name.len() as u16).to_le_bytes());
+            self.put(&(call.arguments.len() as u32).to_le_bytes());
+        }
+        for call in calls {
+            self.put(call.id.as_bytes());
+            self.put(call.name.as_bytes());
+            self.put(call.arguments.as_bytes());
+        }
+    }
+
+    /// Writes one summary source range.
+    pub(crate) fn put_range(&mut self, first: u64, last: u64) {
+        self.put(&first.to_le_bytes());
+        self.put(&last.to_le_bytes());
+    }
+}
+
+fn le_u16(bytes: &[u8], at: usize) -> Option<usize> {
+    let raw: [u8; 2] = bytes.get(at..at + 2)?.try_into().ok()?;
+    Some(u16::from_le_bytes(raw) as usize)
+}
+
+fn le_u32(bytes: &[u8], at: usize) -> Option<usize> {
+    let raw: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+    Some(u32::from_le_bytes(raw) as usize)
+}
+
+fn le_u64(bytes: &[u8], at: usize) -> Option<u64> {
+    let raw: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(raw))
+}
+
+/// Iterator over an assistant record's tool calls.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Message, TinyCapacities, ToolCall};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// let calls = [ToolCall::new("a", "ls", "{}"), ToolCall::new("b", "pwd", "{}")];
+/// manager.push(Message::assistant("").with_tool_calls(&calls))?;
+/// let stored = manager.history().next_back().unwrap();
+/// let names: Vec<&str> = stored.tool_calls().map(|c| c.name).collect();
+/// assert_eq!(names, ["ls", "pwd"]);
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct ToolCalls<'a> {
+    record: &'a [u8],
+    table: usize,
+    count: usize,
+    next: usize,
+    cursor: usize,
+}
+
+impl<'a> ToolCalls<'a> {
+    pub(crate) fn new(header: &Header, record: &'a [u8]) -> Self {
+        let count = if header.has(flags::SUMMARY) { 0 } else { header.items as usize };
+        let table = header.content_len as usize;
+        Self { record, table, count, next: 0, cursor: table + count * CALL_ENTRY }
+    }
+}
+
+impl<'a> Iterator for ToolCalls<'a> {
+    type Item = ToolCall<'a>;
+
+    fn next(&mut self) -> Option<ToolCall<'a>> {
+        if self.next >= self.count {
+            return None;
+        }
+        let entry = self.table + self.next * CALL_ENTRY;
+        let id_len = le_u16(self.record, entry)?;
+        let name_len = le_u16(self.record, entry + 2)?;
+        let args_len = le_u32(self.record, entry + 4)?;
+        let mut take = |len: usize| {
+            let piece = self.record.get(self.cursor..self.cursor + len).map(text);
+            self.cursor += len;
+            piece
+        };
+        let call = ToolCall::new(take(id_len)?, take(name_len)?, take(args_len)?);
+        self.next += 1;
+        Some(call)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.count - self.next;
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for ToolCalls<'_> {}
+
+/// Iterator over a summary's source id ranges, `(first, last)` inclusive.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// manager.add_summary("the user prefers tabs", &[(3, 9)], 0)?;
+/// let summary = manager.session().next().unwrap();
+/// assert_eq!(summary.summary_sources().collect::<Vec<_>>(), [(3, 9)]);
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct SourceRanges<'a> {
+    record: &'a [u8],
+    at: usize,
+    left: usize,
+}
+
+impl<'a> SourceRanges<'a> {
+    pub(crate) fn new(header: &Header, record: &'a [u8]) -> Self {
+        let left = if header.has(flags::SUMMARY) { header.items as usize } else { 0 };
+        Self { record, at: header.content_len as usize, left }
+    }
+}
+
+impl Iterator for SourceRanges<'_> {
+    type Item = (u64, u64);
+
+    fn next(&mut self) -> Option<(u64, u64)> {
+        if self.left == 0 {
+            return None;
+        }
+        let range = (le_u64(self.record, self.at)?, le_u64(self.record, self.at + 8)?);
+        self.at += RANGE_ENTRY;
+        self.left -= 1;
+        Some(range)
+    }
+}
+
+/// Compacts an assistant record's call table and strings in place, keeping call `i` when bit
+/// `i` of `keep` is set. `lengths` are the (id, name, arguments) byte lengths of every call.
+/// Returns the record's new length.
+pub(crate) fn retain_calls(
+    span: &mut [u8],
+    content_len: usize,
+    lengths: &[(usize, usize, usize)],
+    keep: u64,
+) -> usize {
+    let kept = lengths.iter().enumerate().filter(|(i, _)| keep & (1 << i) != 0).count();
+    let mut from = content_len + lengths.len() * CALL_ENTRY;
+    let mut to = content_len + kept * CALL_ENTRY;
+    let mut entry = content_len;
+    for (index, &(id, name, args)) in lengths.iter().enumerate() {
+        let len = id + name + args;
+        if keep & (1 << index) != 0 {
+            // Strings only move left, and the table shrinks before them: nothing unread is overwritten.
+            if from.saturating_add(len) <= span.len() {
+                span.copy_within(from..from + len, to);
+            }
+            let mut table = SpanWriter::new(span.get_mut(entry..).unwrap_or_default());
+            table.put(&(id as u16).to_le_bytes());
+            table.put(&(name as u16).to_le_bytes());
+            table.put(&(args as u32).to_le_bytes());
+            entry += CALL_ENTRY;
+            to += len;
+        }
+        from += len;
+    }
+    to
+}

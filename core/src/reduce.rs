@@ -1,0 +1,243 @@
+//! Observation reduction: a huge tool output is kept as its first and last lines around a
+//! `[Data Truncated]` marker, written straight into its final arena span (no scratch buffer).
+
+use crate::TokenCounter;
+
+/// Line that opens the omission marker.
+pub const TRUNCATION_MARKER: &str = "[Data Truncated]";
+
+/// A reduced text: `head`, then the marker, then `tail`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reduction<'a> {
+    pub head: &'a str,
+    pub tail: &'a str,
+    marker: Marker,
+}
+
+/// `[Data Truncated]\n... (N lines omitted) ...\n`, formatted without allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Marker {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl Marker {
+    fn new(newline_first: bool, omitted_lines: usize) -> Self {
+        let mut marker = Marker { bytes: [0; 64], len: 0 };
+        if newline_first {
+            marker.push(b"\n");
+        }
+        marker.push(TRUNCATION_MARKER.as_bytes());
+        marker.push(b"\n... (");
+        let mut digits = [0u8; 20];
+        let mut n = omitted_lines;
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            if let Some(slot) = digits.get_mut(at) {
+                *slot = b'0' + (n % 10) as u8;
+            }
+            n /= 10;
+            if n == 0 || at == 0 {
+                break;
+            }
+        }
+        marker.push(digits.get(at..).unwrap_or(&[]));
+        marker.push(if omitted_lines == 1 {
+            b" line omitted) ...\n"
+        } else {
+            b" lines omitted) ...\n"
+        });
+        marker
+    }
+
+    fn push(&mut self, piece: &[u8]) {
+        let end = self.len + piece.len();
+        if let Some(target) = self.bytes.get_mut(self.len..end) {
+            target.copy_from_slice(piece);
+            self.len = end;
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        core::str::from_utf8(self.bytes.get(..self.len).unwrap_or(&[])).unwrap_or_default()
+    }
+}
+
+impl<'a> Reduction<'a> {
+    /// The marker text between head and tail.
+    pub fn marker(&self) -> &str {
+        self.marker.as_str()
+    }
+
+    /// Bytes of the reduced text.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.marker.len + self.tail.len()
+    }
+
+    /// The three pieces in order.
+    pub fn parts(&self) -> [&str; 3] {
+        [self.head, self.marker(), self.tail]
+    }
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a char boundary.
+fn prefix(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or_default()
+}
+
+/// The longest suffix of `text` of at most `max` bytes that starts on a char boundary.
+fn suffix(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text.get(start..).unwrap_or_default()
+}
+
+/// Whole lines from the start of `text` costing at most `budget` tokens; a cut first line
+/// when not even one fits.
+fn head_lines<'a>(text: &'a str, budget: u32, counter: &impl TokenCounter) -> &'a str {
+    let mut end = 0usize;
+    let mut spent = 0u32;
+    for line in text.split_inclusive('\n') {
+        spent = spent.saturating_add(counter.count(line));
+        if spent > budget {
+            break;
+        }
+        end += line.len();
+    }
+    if end == 0 {
+        return fit(text, budget, counter, prefix);
+    }
+    text.get(..end).unwrap_or_default()
+}
+
+/// Whole lines from the end of `text` costing at most `budget` tokens; a cut last line when
+/// not even one fits.
+fn tail_lines<'a>(text: &'a str, budget: u32, counter: &impl TokenCounter) -> &'a str {
+    let mut start = text.len();
+    let mut spent = 0u32;
+    while start > 0 {
+        let before = text.get(..start).unwrap_or_default();
+        // The line ending at `start`: back to the newline before it (kept with the previous line).
+        let line_start =
+            before.strip_suffix('\n').unwrap_or(before).rfind('\n').map_or(0, |i| i + 1);
+        let line = before.get(line_start..).unwrap_or_default();
+        spent = spent.saturating_add(counter.count(line));
+        if spent > budget {
+            break;
+        }
+        start = line_start;
+    }
+    if start == text.len() {
+        return fit(text, budget, counter, suffix);
+    }
+    text.get(start..).unwrap_or_default()
+}
+
+/// The largest cut of `text` (by `cut`) whose count fits `budget`, shrinking by halves: a
+/// counter never gives more tokens than bytes in practice, so the first try usually fits.
+fn fit<'a>(
+    text: &'a str,
+    budget: u32,
+    counter: &impl TokenCounter,
+    cut: fn(&str, usize) -> &str,
+) -> &'a str {
+    let mut max = budget as usize;
+    loop {
+        let piece = cut(text, max);
+        if max == 0 || counter.count(piece) <= budget {
+            return piece;
+        }
+        max /= 2;
+    }
+}
+
+/// Reduces `text`, known to cost more than `limit` tokens, to at most about `limit`: first
+/// lines, marker, last lines. Head and tail share what the marker leaves, 60/40 (the head
+/// usually says what ran, the tail how it ended).
+pub(crate) fn reduce<'a>(text: &'a str, limit: u32, counter: &impl TokenCounter) -> Reduction<'a> {
+    let marker_cost = counter.count(Marker::new(true, 1_000_000).as_str());
+    let room = limit.saturating_sub(marker_cost);
+    let head = head_lines(text, room * 3 / 5, counter);
+    let rest = text.get(head.len()..).unwrap_or_default();
+    let tail = tail_lines(rest, room - room * 3 / 5, counter);
+    let middle = rest.get(..rest.len() - tail.len()).unwrap_or_default();
+    let omitted = middle.split_inclusive('\n').count();
+    let marker = Marker::new(!head.is_empty() && !head.ends_with('\n'), omitted);
+    Reduction { head, tail, marker }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One token per line-or-4-bytes, enough to make the arithmetic visible.
+    struct QuarterBytes;
+    impl TokenCounter for QuarterBytes {
+        fn count(&self, text: &str) -> u32 {
+            text.len().div_ceil(4) as u32
+        }
+    }
+
+    fn joined(r: &Reduction<'_>) -> String {
+        r.parts().concat()
+    }
+
+    #[test]
+    fn keeps_head_and_tail_lines_and_counts_the_rest() {
+        let text: String = (0..1000).map(|i| format!("line {i:04}\n")).collect();
+        let reduced = reduce(&text, 200, &QuarterBytes);
+        let out = joined(&reduced);
+        assert!(out.starts_with("line 0000\n"));
+        assert!(out.ends_with("line 0999\n"));
+        assert!(reduced.head.ends_with('\n') && reduced.tail.starts_with("line "));
+        let kept = reduced.head.lines().count() + reduced.tail.lines().count();
+        assert!(
+            out.contains(&format!("[Data Truncated]\n... ({} lines omitted) ...\n", 1000 - kept))
+        );
+        assert!(QuarterBytes.count(&out) <= 200, "{} tokens", QuarterBytes.count(&out));
+    }
+
+    #[test]
+    fn one_giant_line_is_cut_on_char_boundaries() {
+        let text = "é".repeat(20_000);
+        let reduced = reduce(&text, 100, &QuarterBytes);
+        let out = joined(&reduced);
+        assert!(out.contains("(1 line omitted)"));
+        assert!(QuarterBytes.count(&out) <= 100);
+        assert!(reduced.head.chars().all(|c| c == 'é') && !reduced.head.is_empty());
+        assert!(reduced.tail.chars().all(|c| c == 'é') && !reduced.tail.is_empty());
+    }
+
+    #[test]
+    fn marker_counts_large_numbers() {
+        assert_eq!(
+            Marker::new(false, 1234567).as_str(),
+            "[Data Truncated]\n... (1234567 lines omitted) ...\n"
+        );
+        assert_eq!(
+            Marker::new(true, 0).as_str(),
+            "\n[Data Truncated]\n... (0 lines omitted) ...\n"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_exceeds_the_limit_much(text in ".{0,3000}", limit in 32u32..400) {
+            if QuarterBytes.count(&text) > limit {
+                let reduced = reduce(&text, limit, &QuarterBytes);
+                let out = joined(&reduced);
+                proptest::prop_assert!(QuarterBytes.count(&out) <= limit + 2);
+                proptest::prop_assert!(text.starts_with(reduced.head));
+                proptest::prop_assert!(text.ends_with(reduced.tail));
+                proptest::prop_assert!(reduced.head.len() + reduced.tail.len() <= text.len());
+            }
+        }
+    }
+}

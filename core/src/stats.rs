@@ -1,0 +1,216 @@
+//! The metrics block: what the manager holds, and what it has evicted, reduced and summarized.
+
+use crate::Level;
+
+/// Running totals since the manager was created (kept across snapshots).
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// manager.push(Message::user("hi"))?;
+/// assert_eq!(manager.stats().counters.messages_pushed, 1);
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Counters {
+    /// Messages accepted (synthetic ones included).
+    pub messages_pushed: u64,
+    /// Tokens of everything accepted, as counted before any reduction.
+    pub tokens_ingested: u64,
+    /// Units evicted (to the outbox or discarded).
+    pub units_evicted: u64,
+    /// Messages in those units.
+    pub messages_evicted: u64,
+    /// Tokens in those units.
+    pub tokens_evicted: u64,
+    /// Evicted units released without being drained ([`OutboxMode::Discard`](crate::OutboxMode::Discard)).
+    pub units_discarded: u64,
+    /// Units the caller drained from the outbox.
+    pub units_drained: u64,
+    /// Tool results stored reduced to head and tail.
+    pub observations_reduced: u64,
+    /// Tokens saved by those reductions.
+    pub tokens_saved_by_reduction: u64,
+    /// Synthetic results written for calls that never got one.
+    pub calls_aborted: u64,
+    /// Unanswered calls removed from their assistant message.
+    pub calls_dropped: u64,
+    /// Summaries added to the session level.
+    pub summaries_added: u64,
+    /// Summaries merged into one when the session level overflowed.
+    pub summaries_merged: u64,
+    /// Turn of the last eviction or summary (`None` before the first).
+    pub last_compression_turn: Option<u64>,
+}
+
+impl Counters {
+    pub(crate) const NEW: Counters = Counters {
+        messages_pushed: 0,
+        tokens_ingested: 0,
+        units_evicted: 0,
+        messages_evicted: 0,
+        tokens_evicted: 0,
+        units_discarded: 0,
+        units_drained: 0,
+        observations_reduced: 0,
+        tokens_saved_by_reduction: 0,
+        calls_aborted: 0,
+        calls_dropped: 0,
+        summaries_added: 0,
+        summaries_merged: 0,
+        last_compression_turn: None,
+    };
+}
+
+/// Usage of one level.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Level, TinyCapacities};
+/// let manager = ContextManager::<TinyCapacities>::new();
+/// let working = manager.stats().level(Level::Working);
+/// assert_eq!((working.messages, working.budget), (0, 8_000));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct LevelStats {
+    /// Live tokens.
+    pub tokens: u32,
+    /// The level's token budget.
+    pub budget: u32,
+    /// Live messages.
+    pub messages: u32,
+    /// Messages stored, evicted ones waiting in the outbox included.
+    pub stored_messages: u32,
+    /// Bytes of text stored.
+    pub bytes: u32,
+    /// Header capacity.
+    pub message_capacity: u32,
+    /// Arena capacity in bytes.
+    pub byte_capacity: u32,
+}
+
+/// The metrics block: budget, per-level usage and running totals.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// manager.push(Message::user("hello"))?;
+/// let stats = manager.stats();
+/// assert!(stats.used <= stats.budget);
+/// assert_eq!(stats.messages(), 1);
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Stats {
+    /// Total budget (window minus reply reserve).
+    pub budget: u32,
+    /// Tokens a payload without dynamic context costs now.
+    pub used: u32,
+    /// Usage above which eviction starts.
+    pub trigger: u32,
+    /// Per level, in [`Level::ALL`] order.
+    pub levels: [LevelStats; 4],
+    /// User messages pushed so far.
+    pub turn: u64,
+    /// Evicted units waiting to be drained.
+    pub outbox_units: u32,
+    /// Running totals.
+    pub counters: Counters,
+}
+
+impl Stats {
+    /// Usage of `level`.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Level, TinyCapacities};
+    /// let stats = ContextManager::<TinyCapacities>::new().stats();
+    /// assert_eq!(stats.level(Level::Session).tokens, 0);
+    /// ```
+    pub fn level(&self, level: Level) -> LevelStats {
+        self.levels.get(level.index()).copied().unwrap_or_default()
+    }
+
+    /// Live messages across all levels.
+    ///
+    /// ```
+    /// let stats = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new().stats();
+    /// assert_eq!(stats.messages(), 0);
+    /// ```
+    pub fn messages(&self) -> u32 {
+        self.levels.iter().map(|level| level.messages).sum()
+    }
+
+    /// Summaries in the session level.
+    ///
+    /// ```
+    /// let stats = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new().stats();
+    /// assert_eq!(stats.summaries(), 0);
+    /// ```
+    pub fn summaries(&self) -> u32 {
+        self.level(Level::Session).messages
+    }
+
+    /// Compression ratio in thousandths: tokens ingested over tokens in context
+    /// (1000 = nothing compressed; 10000 = ten times).
+    ///
+    /// ```
+    /// let stats = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new().stats();
+    /// assert_eq!(stats.compression_permille(), 1000);
+    /// ```
+    pub fn compression_permille(&self) -> u64 {
+        let in_context: u64 = self.levels.iter().map(|level| u64::from(level.tokens)).sum();
+        if in_context == 0 || self.counters.tokens_ingested <= in_context {
+            return 1000;
+        }
+        self.counters.tokens_ingested.saturating_mul(1000) / in_context
+    }
+
+    /// Usage in percent of the budget.
+    ///
+    /// ```
+    /// let stats = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new().stats();
+    /// assert_eq!(stats.percent_used(), 0);
+    /// ```
+    pub fn percent_used(&self) -> u32 {
+        (u64::from(self.used) * 100 / u64::from(self.budget.max(1))) as u32
+    }
+}
+
+impl core::fmt::Display for Stats {
+    /// The aligned metrics table.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        writeln!(
+            f,
+            "tokens      {:>7} / {:<7} ({}%)",
+            self.used,
+            self.budget,
+            self.percent_used()
+        )?;
+        for level in Level::ALL {
+            let stats = self.level(level);
+            writeln!(
+                f,
+                "  {:<9} {:>7} / {:<7} {:>5} msgs",
+                level.as_str(),
+                stats.tokens,
+                stats.budget,
+                stats.messages
+            )?;
+        }
+        let ratio = self.compression_permille();
+        writeln!(f, "messages    {:>7}", self.messages())?;
+        writeln!(f, "summaries   {:>7}", self.summaries())?;
+        writeln!(f, "evicted     {:>7} units", self.counters.units_evicted)?;
+        writeln!(f, "reduced     {:>7} tool outputs", self.counters.observations_reduced)?;
+        writeln!(f, "compression {:>4}.{:02}x", ratio / 1000, (ratio % 1000) / 10)?;
+        match self.counters.last_compression_turn {
+            Some(turn) => writeln!(f, "last compression  turn {turn} (now {})", self.turn),
+            None => writeln!(f, "last compression  never (turn {})", self.turn),
+        }
+    }
+}
