@@ -4,6 +4,7 @@
 pub use ctxwin_core as core;
 
 pub mod archive;
+pub mod format;
 pub mod message;
 
 pub use message::{ChatMessage, Conversation, ToolCall, ToolDefinition};

@@ -60,6 +60,19 @@ pub struct ChatMessage {
     /// For `Role::Tool`: the id of the call this result answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// For `Role::Tool`: the tool reported failure (Anthropic `tool_result.is_error`; OpenAI has
+    /// no such flag and writes the text only).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub is_error: bool,
+    /// Optional participant name (OpenAI `name`; Anthropic has none and drops it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+// serde's `skip_serializing_if` takes a function path.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_false(flag: &bool) -> bool {
+    !*flag
 }
 
 impl ChatMessage {
@@ -70,7 +83,14 @@ impl ChatMessage {
     /// assert_eq!(m.content, "be brief");
     /// ```
     pub fn text(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            is_error: false,
+            name: None,
+        }
     }
 
     /// An assistant message requesting tool calls.
@@ -80,7 +100,14 @@ impl ChatMessage {
     /// assert!(m.tool_calls.is_empty());
     /// ```
     pub fn assistant_calls(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
-        Self { role: Role::Assistant, content: content.into(), tool_calls, tool_call_id: None }
+        Self {
+            role: Role::Assistant,
+            content: content.into(),
+            tool_calls,
+            tool_call_id: None,
+            is_error: false,
+            name: None,
+        }
     }
 
     /// A tool result answering `call_id`.
@@ -95,6 +122,8 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: Some(call_id.into()),
+            is_error: false,
+            name: None,
         }
     }
 }
