@@ -3,6 +3,7 @@
 
 pub use ctxwin_core as core;
 
+pub mod checkpoint;
 pub mod message;
 
 pub use message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
