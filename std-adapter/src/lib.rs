@@ -4,6 +4,7 @@
 pub use ctxwin_core as core;
 
 pub mod archive;
+pub mod checkpoint;
 pub mod format;
 pub mod message;
 

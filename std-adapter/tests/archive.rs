@@ -21,29 +21,25 @@ fn text(id: u64, role: Role, content: &str) -> ArchivedMessage {
     ArchivedMessage::new(id, id, ChatMessage::text(role, content)).with_timestamp(1_000 + id)
 }
 
-/// An assistant call to `read_file` and its reduced result, as one unit.
+/// An assistant call to `read_file` and its reduced, failed result, as one unit.
 fn tool_unit(first_id: u64, unit: u64) -> Vec<ArchivedMessage> {
     let call = ToolCall::new("call_7", "read_file", r#"{"path":"src/lexer.rs"}"#);
+    let mut result = ChatMessage::tool_result("call_7", "fn lex() {\n[Data Truncated]\n}");
+    result.is_error = true;
+    let mut request = ChatMessage::assistant_calls("looking into it", vec![call]);
+    request.name = Some("coder".into());
     vec![
-        ArchivedMessage::new(
-            first_id,
-            unit,
-            ChatMessage::assistant_calls("looking into it", vec![call]),
-        )
-        .with_level(ArchiveLevel::Working)
-        .with_timestamp(50)
-        .with_tokens(21),
-        ArchivedMessage::new(
-            first_id + 1,
-            unit,
-            ChatMessage::tool_result("call_7", "fn lex() {\n[Data Truncated]\n}"),
-        )
-        .with_level(ArchiveLevel::Volatile)
-        .with_timestamp(51)
-        .with_tokens(12)
-        .with_original(
-            "fn lex() {\n    let cursor = Cursor::new(src);\n    tokenize_heredoc(cursor)\n}",
-        ),
+        ArchivedMessage::new(first_id, unit, request)
+            .with_level(ArchiveLevel::Working)
+            .with_timestamp(50)
+            .with_tokens(21),
+        ArchivedMessage::new(first_id + 1, unit, result)
+            .with_level(ArchiveLevel::Volatile)
+            .with_timestamp(51)
+            .with_tokens(12)
+            .with_original(
+                "fn lex() {\n    let cursor = Cursor::new(src);\n    tokenize_heredoc(cursor)\n}",
+            ),
     ]
 }
 
@@ -57,6 +53,11 @@ fn round_trip_keeps_tool_calls_levels_and_original_text() {
     assert_eq!(archive.get("s1", 10).unwrap().as_ref(), unit.first());
     assert_eq!(archive.get("s1", 11).unwrap().as_ref(), unit.get(1));
     assert_eq!(archive.unit("s1", 4).unwrap(), unit);
+    let stored = archive.unit("s1", 4).unwrap();
+    assert_eq!(
+        (stored[0].message.name.as_deref(), stored[1].message.is_error),
+        (Some("coder"), true)
+    );
     assert_eq!(archive.get("s1", 12).unwrap(), None);
     assert_eq!(archive.get("other", 10).unwrap(), None);
 

@@ -136,7 +136,7 @@ fn ensure_session(conn: &Connection, name: &str) -> Result<i64, ArchiveError> {
 
 /// The `messages` columns [`decode_message`] reads, in its order, for a table aliased `m`.
 const MESSAGE_COLUMNS: &str = "m.id, m.unit, m.level, m.role, m.content, m.tool_calls, \
-     m.tool_call_id, m.original, m.timestamp, m.tokens";
+     m.tool_call_id, m.original, m.timestamp, m.tokens, m.name, m.is_error";
 
 /// Decodes one row selected with [`MESSAGE_COLUMNS`] first.
 fn decode_message(row: &Row<'_>) -> Result<ArchivedMessage, ArchiveError> {
@@ -158,7 +158,14 @@ fn decode_message(row: &Row<'_>) -> Result<ArchivedMessage, ArchiveError> {
         id: from_sql_int("message id", row.get(0)?)?,
         unit: from_sql_int("unit id", row.get(1)?)?,
         level,
-        message: ChatMessage { role, content: row.get(4)?, tool_calls, tool_call_id: row.get(6)? },
+        message: ChatMessage {
+            role,
+            content: row.get(4)?,
+            tool_calls,
+            tool_call_id: row.get(6)?,
+            name: row.get(10)?,
+            is_error: row.get(11)?,
+        },
         timestamp: from_sql_int("timestamp", row.get(8)?)?,
         tokens: u32::try_from(tokens)
             .map_err(|_| ArchiveError::Corrupt(format!("token count {tokens}")))?,

@@ -42,6 +42,8 @@ CREATE TABLE messages (
     original     TEXT,
     timestamp    INTEGER NOT NULL,
     tokens       INTEGER NOT NULL,
+    name         TEXT,
+    is_error     INTEGER NOT NULL DEFAULT 0,
     UNIQUE (session_id, id)
 );
 CREATE INDEX messages_unit ON messages(session_id, unit, id);

@@ -17,19 +17,21 @@ const IMPORT_BATCH: usize = 2_000;
 /// when a row was written.
 const UPSERT: &str = "
 INSERT INTO messages (session_id, id, unit, level, role, content, tool_calls, tool_text,
-                      tool_call_id, original, timestamp, tokens)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                      tool_call_id, original, timestamp, tokens, name, is_error)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
 ON CONFLICT (session_id, id) DO UPDATE SET
     unit = excluded.unit, level = excluded.level, role = excluded.role,
     content = excluded.content, tool_calls = excluded.tool_calls,
     tool_text = excluded.tool_text, tool_call_id = excluded.tool_call_id,
     original = coalesce(excluded.original, messages.original),
-    timestamp = excluded.timestamp, tokens = excluded.tokens
+    timestamp = excluded.timestamp, tokens = excluded.tokens, name = excluded.name,
+    is_error = excluded.is_error
 WHERE (messages.unit, messages.level, messages.role, messages.content, messages.tool_calls,
-       messages.tool_call_id, messages.original, messages.timestamp, messages.tokens)
+       messages.tool_call_id, messages.original, messages.timestamp, messages.tokens,
+       messages.name, messages.is_error)
    IS NOT (excluded.unit, excluded.level, excluded.role, excluded.content, excluded.tool_calls,
            excluded.tool_call_id, coalesce(excluded.original, messages.original),
-           excluded.timestamp, excluded.tokens)
+           excluded.timestamp, excluded.tokens, excluded.name, excluded.is_error)
 RETURNING pk";
 
 /// A message checked and encoded for SQL, before any write starts.
@@ -91,6 +93,8 @@ fn write(conn: &Connection, session_id: i64, batch: &[Encoded<'_>]) -> Result<us
                     m.source.original,
                     m.timestamp,
                     m.source.tokens,
+                    msg.name,
+                    msg.is_error,
                 ],
                 |row| row.get(0),
             )
