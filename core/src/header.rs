@@ -43,6 +43,8 @@ pub(crate) mod flags {
     pub const EVICTED: u8 = 1 << 4;
     /// A summary standing for earlier messages.
     pub const SUMMARY: u8 = 1 << 5;
+    /// Every bit a valid header may carry.
+    pub const KNOWN: u8 = IMPORTANT | REDUCED | SYNTHETIC | TOOL_DEFINITION | EVICTED | SUMMARY;
 }
 
 impl Header {

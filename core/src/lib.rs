@@ -54,6 +54,7 @@ pub mod record;
 mod reduce;
 pub mod ring;
 pub mod role;
+pub mod snapshot;
 pub mod stats;
 
 pub use capacity::{Capacities, DefaultCapacities, TinyCapacities};
@@ -70,4 +71,5 @@ pub use payload::{MemorySummary, OpenAiRequest, Payload, PayloadItem};
 pub use reduce::TRUNCATION_MARKER;
 pub use ring::{Ring, RingStorage};
 pub use role::Role;
+pub use snapshot::{Invariant, SnapshotError};
 pub use stats::{Counters, LevelStats, Stats};

@@ -198,13 +198,14 @@ pub(crate) fn retain_calls(
     lengths: &[(usize, usize, usize)],
     keep: u64,
 ) -> usize {
-    let kept = lengths.iter().enumerate().filter(|(i, _)| keep & (1 << i) != 0).count();
+    let kept =
+        lengths.iter().enumerate().filter(|(i, _)| keep & crate::manager::bit(*i) != 0).count();
     let mut from = content_len + lengths.len() * CALL_ENTRY;
     let mut to = content_len + kept * CALL_ENTRY;
     let mut entry = content_len;
     for (index, &(id, name, args)) in lengths.iter().enumerate() {
         let len = id + name + args;
-        if keep & (1 << index) != 0 {
+        if keep & crate::manager::bit(index) != 0 {
             // Strings only move left, and the table shrinks before them: nothing unread is overwritten.
             if from.saturating_add(len) <= span.len() {
                 span.copy_within(from..from + len, to);
@@ -219,4 +220,51 @@ pub(crate) fn retain_calls(
         from += len;
     }
     to
+}
+
+/// What is wrong with a record's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Lengths in the header or call table point outside the record.
+    Span,
+    /// A text piece is not UTF-8.
+    Text,
+}
+
+/// Checks that a record's bytes match what its header says (snapshot restore).
+pub(crate) fn check(header: &Header, record: &[u8]) -> Result<(), Fault> {
+    let text = |bytes: Option<&[u8]>| match bytes {
+        None => Err(Fault::Span),
+        Some(bytes) => core::str::from_utf8(bytes).map(|_| ()).map_err(|_| Fault::Text),
+    };
+    let content_len = header.content_len as usize;
+    text(record.get(..content_len))?;
+    let rest = record.len() - content_len;
+    if header.has(flags::SUMMARY) {
+        return if rest == header.items as usize * RANGE_ENTRY { Ok(()) } else { Err(Fault::Span) };
+    }
+    if header.role == crate::Role::Tool {
+        if header.items != 0 || rest == 0 {
+            return Err(Fault::Span);
+        }
+        return text(record.get(content_len..));
+    }
+    let count = header.items as usize;
+    let mut cursor = content_len + count * CALL_ENTRY;
+    for index in 0..count {
+        let entry = content_len + index * CALL_ENTRY;
+        let (Some(id), Some(name), Some(args)) =
+            (le_u16(record, entry), le_u16(record, entry + 2), le_u32(record, entry + 4))
+        else {
+            return Err(Fault::Span);
+        };
+        if id == 0 {
+            return Err(Fault::Span);
+        }
+        for len in [id, name, args] {
+            text(record.get(cursor..cursor.saturating_add(len)))?;
+            cursor += len;
+        }
+    }
+    if cursor == record.len() { Ok(()) } else { Err(Fault::Span) }
 }

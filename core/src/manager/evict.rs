@@ -103,12 +103,12 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
             }
         }
         let counters = &mut self.state.counters;
-        counters.units_evicted += 1;
-        counters.messages_evicted += u64::from(messages);
-        counters.tokens_evicted += u64::from(tokens);
+        counters.units_evicted = counters.units_evicted.saturating_add(1);
+        counters.messages_evicted = counters.messages_evicted.saturating_add(u64::from(messages));
+        counters.tokens_evicted = counters.tokens_evicted.saturating_add(u64::from(tokens));
         counters.last_compression_turn = Some(self.state.turn);
         if self.config.outbox == OutboxMode::Discard {
-            counters.units_discarded += 1;
+            counters.units_discarded = counters.units_discarded.saturating_add(1);
         }
         debug!("evicted {} messages ({} tokens) from {}", messages, tokens, level);
     }

@@ -7,6 +7,7 @@ mod push;
 mod views;
 
 pub use outbox::{EvictedUnit, Outbox};
+pub(crate) use push::bit;
 pub use views::{History, LevelMessages};
 
 use crate::capacity::{Capacities, DefaultCapacities};
@@ -56,7 +57,7 @@ pub(crate) struct State {
 }
 
 impl State {
-    const NEW: State = State {
+    pub(crate) const NEW: State = State {
         next_id: 1,
         turn: 0,
         last_user_id: None,
@@ -395,8 +396,42 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         }
     }
 
+    /// Per-level totals recomputed from the rings (used to validate restored state).
+    pub(crate) fn recount_live(&mut self) {
+        self.state.tokens = [0; 4];
+        self.state.live = [0; 4];
+        self.state.bytes = [0; 4];
+        for level in Level::ALL {
+            let ring = self.ring(level);
+            let (mut tokens, mut count, mut bytes) = (0u32, 0u32, 0u32);
+            for header in ring.iter().filter(|h| h.is_live()) {
+                tokens = tokens.saturating_add(header.tokens);
+                count += 1;
+                bytes = bytes.saturating_add(header.len);
+            }
+            let i = level.index();
+            if let (Some(t), Some(c), Some(b)) = (
+                self.state.tokens.get_mut(i),
+                self.state.live.get_mut(i),
+                self.state.bytes.get_mut(i),
+            ) {
+                (*t, *c, *b) = (tokens, count, bytes);
+            }
+        }
+    }
+
     pub(crate) fn state(&self) -> &State {
         &self.state
+    }
+
+    /// Empties every ring and takes `config` and `state` (snapshot restore; the caller then
+    /// stores the records and recounts the live totals).
+    pub(crate) fn reset_to(&mut self, config: Config, state: State) {
+        for level in Level::ALL {
+            self.ring_mut(level).retain(|_| false);
+        }
+        self.config = config;
+        self.state = state;
     }
 
     /// Live bytes of `level`.

@@ -158,7 +158,8 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         for level in [Level::Session, Level::Working, Level::Volatile] {
             self.ring_mut(level).retain(|h| h.is_live());
         }
-        self.state.counters.units_drained += drained as u64;
+        let counters = &mut self.state.counters;
+        counters.units_drained = counters.units_drained.saturating_add(drained as u64);
         drained
     }
 }

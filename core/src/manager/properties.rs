@@ -113,7 +113,7 @@ pub(crate) fn text(seed: usize, len: usize) -> String {
 }
 
 /// What the harness knows independently of the manager.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Model {
     /// Call ids of the unit waiting for results.
     pending: Vec<String>,

@@ -75,6 +75,11 @@ impl Extra<'_> {
     }
 }
 
+/// Bit `index` of a call bitmask (0 past the 64 calls a unit may hold).
+pub(crate) fn bit(index: usize) -> u64 {
+    u32::try_from(index).ok().and_then(|shift| 1u64.checked_shl(shift)).unwrap_or(0)
+}
+
 fn validate(message: &Message<'_>) -> Result<(), InvalidMessage> {
     if !message.tool_calls.is_empty() && message.role != Role::Assistant {
         return Err(InvalidMessage::ToolCallsOnNonAssistant);
@@ -173,7 +178,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         }
         let id = self.store(level, header, &Content::Plain(message.content), &extra)?;
         if message.role == Role::User && level.is_history() {
-            self.state.turn += 1;
+            self.state.turn = self.state.turn.saturating_add(1);
             self.state.last_user_id = Some(id);
         }
         if !message.tool_calls.is_empty() {
@@ -245,7 +250,8 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
             ..Header::EMPTY
         };
         let id = self.store(Level::Session, header, &Content::Plain(text), &extra)?;
-        self.state.counters.summaries_added += 1;
+        let counters = &mut self.state.counters;
+        counters.summaries_added = counters.summaries_added.saturating_add(1);
         self.state.counters.last_compression_turn = Some(self.state.turn);
         self.collect();
         Ok(id)
@@ -300,7 +306,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         };
         record::ToolCalls::new(head, ring.record(head))
             .enumerate()
-            .filter(|(index, _)| pending.answered & (1 << index) == 0)
+            .filter(|(index, _)| pending.answered & bit(*index) == 0)
             .fold((0, 0), |(bytes, count), (_, call)| {
                 (bytes + ABORTED_RESULT.len() + call.id.len(), count + 1)
             })
@@ -319,7 +325,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
                     .position(|call| call.id == call_id)
             })
             .ok_or(Error::OrphanToolResult)?;
-        if pending.answered & (1 << index) != 0 {
+        if pending.answered & bit(index) != 0 {
             return Err(Error::DuplicateToolResult);
         }
         let level = pending.level;
@@ -361,9 +367,11 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         };
         let id = self.store(level, header, &content, &extra)?;
         if let Content::Reduced(_) = content {
-            self.state.counters.observations_reduced += 1;
-            self.state.counters.tokens_saved_by_reduction +=
-                u64::from(original_tokens.saturating_sub(tokens));
+            let counters = &mut self.state.counters;
+            counters.observations_reduced = counters.observations_reduced.saturating_add(1);
+            counters.tokens_saved_by_reduction = counters
+                .tokens_saved_by_reduction
+                .saturating_add(u64::from(original_tokens.saturating_sub(tokens)));
         }
         self.mark_answered(index);
         self.collect();
@@ -372,7 +380,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
 
     fn mark_answered(&mut self, index: usize) {
         if let Some(pending) = self.state.pending.as_mut() {
-            pending.answered |= 1 << index;
+            pending.answered |= bit(index);
             if pending.unanswered() == 0 {
                 self.state.pending = None;
             }
@@ -452,13 +460,14 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         if stored.is_none() {
             return Err(Error::LevelFull { level });
         }
-        self.state.next_id += 1;
+        self.state.next_id = self.state.next_id.saturating_add(1);
         header.start = 0;
         header.len = len as u32;
         self.add_live(level, &header);
         let counters = &mut self.state.counters;
-        counters.messages_pushed += 1;
-        counters.tokens_ingested += u64::from(header.original_tokens);
+        counters.messages_pushed = counters.messages_pushed.saturating_add(1);
+        counters.tokens_ingested =
+            counters.tokens_ingested.saturating_add(u64::from(header.original_tokens));
         Ok(id)
     }
 
@@ -479,7 +488,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
 
     fn synthesize_aborted(&mut self, pending: Pending, head: usize) {
         for index in 0..usize::from(pending.calls) {
-            if pending.answered & (1 << index) != 0 {
+            if pending.answered & bit(index) != 0 {
                 continue;
             }
             let mut id_buffer = [0u8; MAX_TOOL_CALL_ID_LEN];
@@ -519,7 +528,8 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
                 .is_ok()
             {
                 self.mark_answered(index);
-                self.state.counters.calls_aborted += 1;
+                let counters = &mut self.state.counters;
+                counters.calls_aborted = counters.calls_aborted.saturating_add(1);
             }
         }
     }
@@ -560,7 +570,9 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         self.remove_live(level, &header);
         self.add_live(level, &updated);
         self.state.pending = None;
-        self.state.counters.calls_dropped += u64::from(pending.unanswered());
+        let counters = &mut self.state.counters;
+        counters.calls_dropped =
+            counters.calls_dropped.saturating_add(u64::from(pending.unanswered()));
         if kept == 0 && header.content_len == 0 {
             // Nothing answered, so the assistant message is still the newest of its level.
             if let Some(removed) = self.ring_mut(level).pop_back() {

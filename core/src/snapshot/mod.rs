@@ -1,0 +1,503 @@
+//! Snapshots: a manager's whole state as bytes (postcard body, versioned, CRC-checked),
+//! restorable after a restart. The layout is specified in `core/SNAPSHOT.md`.
+//!
+//! ```
+//! use ctxwin_core::{ContextManager, Message, TinyCapacities};
+//! type Manager = ContextManager<TinyCapacities>;
+//!
+//! let mut manager = Manager::new();
+//! manager.push(Message::user("remember the milk"))?;
+//! let mut buffer = [0u8; Manager::SNAPSHOT_MAX_SIZE];
+//! let bytes = manager.snapshot_into(&mut buffer)?;
+//!
+//! let mut restored = Manager::new();
+//! restored.restore_from(bytes)?;
+//! assert_eq!(restored.stats(), manager.stats());
+//! # Ok::<(), Box<dyn core::error::Error>>(())
+//! ```
+
+mod crc;
+mod decode;
+mod flavor;
+mod wire;
+
+use postcard::ser_flavors::Flavor;
+
+use crate::capacity::{Capacities, capacities_of};
+use crate::manager::State;
+use crate::ring::RingRef;
+use crate::{Config, ContextManager, Level, TokenCounter};
+use crc::Crc32;
+use decode::{Sink, Validate, decode};
+use flavor::{Count, Fill, Stream};
+use wire::{ConfigWire, FORMAT_VERSION, HEADER_LEN, MAGIC, RecordWire, StateWire, TRAILER_LEN};
+
+/// Why a snapshot could not be written or restored. A failed restore leaves the manager as it
+/// was.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, SnapshotError, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// assert_eq!(manager.restore_from(b"CWSN"), Err(SnapshotError::Truncated { needed: 52, got: 4 }));
+/// assert_eq!(manager.restore_from(&[0u8; 64]), Err(SnapshotError::BadMagic));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// The output buffer is smaller than the snapshot.
+    BufferTooSmall {
+        /// Bytes the snapshot needs.
+        needed: usize,
+    },
+    /// The input ends before the snapshot does.
+    Truncated {
+        /// Bytes the snapshot needs.
+        needed: usize,
+        /// Bytes there were.
+        got: usize,
+    },
+    /// The input does not start with the snapshot magic `CWSN`.
+    BadMagic,
+    /// The snapshot was written in a format version this build does not read.
+    UnsupportedVersion {
+        /// Version found.
+        found: u16,
+    },
+    /// Header flags this build does not know.
+    UnsupportedFlags,
+    /// The CRC-32 trailer does not match the content.
+    CrcMismatch {
+        /// CRC stored in the snapshot.
+        stored: u32,
+        /// CRC of the bytes read.
+        computed: u32,
+    },
+    /// The snapshot was written by a manager with a larger capacity in `level`.
+    CapacityExceeded {
+        /// Level whose capacity is too small here.
+        level: Level,
+        /// Messages the snapshot's level could hold.
+        messages: u32,
+        /// Bytes the snapshot's level could hold.
+        bytes: u32,
+    },
+    /// The body does not decode.
+    Malformed,
+    /// The body decodes but breaks an invariant.
+    Invalid(Invariant),
+    /// Reading or writing failed.
+    Io(embedded_io::ErrorKind),
+}
+
+/// The invariant a decoded snapshot breaks.
+///
+/// ```
+/// use ctxwin_core::{Invariant, Level};
+/// let why = Invariant::OrphanToolResult { level: Level::Working };
+/// assert_eq!(why.to_string(), "working level: a tool result without its call");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Invariant {
+    /// The configuration is invalid or has unknown values.
+    Config,
+    /// The header's fingerprint does not match the body's configuration.
+    Fingerprint,
+    /// Text that is not UTF-8.
+    Text {
+        /// Level of the record.
+        level: Level,
+    },
+    /// A length that points outside its record.
+    Span {
+        /// Level of the record.
+        level: Level,
+    },
+    /// Unknown flag bits or detail level.
+    Flags {
+        /// Level of the record.
+        level: Level,
+    },
+    /// A kind of message the level does not hold (or an unknown role).
+    Role {
+        /// Level of the record.
+        level: Level,
+    },
+    /// Ids not increasing within the level, or not below the next id.
+    Order {
+        /// Level of the record.
+        level: Level,
+    },
+    /// A tool result without its call (or a second result for one call).
+    OrphanToolResult {
+        /// Level of the record.
+        level: Level,
+    },
+    /// A call without all its results that is not the pending unit.
+    IncompleteUnit {
+        /// Level of the unit.
+        level: Level,
+    },
+    /// The pending-call state does not match the stored unit.
+    Pending,
+    /// A unit only partly evicted.
+    Eviction {
+        /// Level of the unit.
+        level: Level,
+    },
+    /// Stored token totals do not add up to the records'.
+    TokenTotals {
+        /// Level whose totals are wrong.
+        level: Level,
+    },
+    /// The newest user message the lock refers to is missing.
+    LastUser,
+    /// More messages than the level can hold.
+    TooManyMessages {
+        /// The level.
+        level: Level,
+    },
+    /// More bytes than the level can hold.
+    TooManyBytes {
+        /// The level.
+        level: Level,
+    },
+    /// A tool definition that is not a JSON object.
+    ToolDefinition,
+}
+
+impl core::fmt::Display for Invariant {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Invariant::Config => f.write_str("invalid configuration"),
+            Invariant::Fingerprint => f.write_str("configuration fingerprint mismatch"),
+            Invariant::Text { level } => write!(f, "{level} level: text that is not UTF-8"),
+            Invariant::Span { level } => write!(f, "{level} level: a span outside its record"),
+            Invariant::Flags { level } => write!(f, "{level} level: unknown flags"),
+            Invariant::Role { level } => {
+                write!(f, "{level} level: a message the level does not hold")
+            }
+            Invariant::Order { level } => write!(f, "{level} level: ids out of order"),
+            Invariant::OrphanToolResult { level } => {
+                write!(f, "{level} level: a tool result without its call")
+            }
+            Invariant::IncompleteUnit { level } => {
+                write!(f, "{level} level: a call without all its results")
+            }
+            Invariant::Pending => f.write_str("pending tool calls do not match the stored unit"),
+            Invariant::Eviction { level } => write!(f, "{level} level: a unit only partly evicted"),
+            Invariant::TokenTotals { level } => {
+                write!(f, "{level} level: token totals do not add up")
+            }
+            Invariant::LastUser => f.write_str("the newest user message is missing"),
+            Invariant::TooManyMessages { level } => {
+                write!(f, "{level} level: more messages than it holds")
+            }
+            Invariant::TooManyBytes { level } => {
+                write!(f, "{level} level: more bytes than it holds")
+            }
+            Invariant::ToolDefinition => f.write_str("a tool definition that is not a JSON object"),
+        }
+    }
+}
+
+impl core::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SnapshotError::BufferTooSmall { needed } => {
+                write!(f, "buffer too small: the snapshot needs {needed} bytes")
+            }
+            SnapshotError::Truncated { needed, got } => {
+                write!(f, "snapshot truncated: {got} of {needed} bytes")
+            }
+            SnapshotError::BadMagic => f.write_str("not a ctxwin snapshot (bad magic)"),
+            SnapshotError::UnsupportedVersion { found } => {
+                write!(f, "unsupported snapshot format version {found}")
+            }
+            SnapshotError::UnsupportedFlags => f.write_str("unsupported snapshot header flags"),
+            SnapshotError::CrcMismatch { stored, computed } => {
+                write!(f, "snapshot corrupt: CRC {computed:08x}, stored {stored:08x}")
+            }
+            SnapshotError::CapacityExceeded { level, messages, bytes } => write!(
+                f,
+                "snapshot {level} level holds up to {messages} messages / {bytes} bytes, more than this manager"
+            ),
+            SnapshotError::Malformed => f.write_str("snapshot body does not decode"),
+            SnapshotError::Invalid(why) => write!(f, "snapshot invalid: {why}"),
+            SnapshotError::Io(kind) => write!(f, "snapshot I/O failed: {kind:?}"),
+        }
+    }
+}
+
+impl core::error::Error for SnapshotError {}
+
+/// Loads decoded records into a manager.
+struct Load<'m, C: Capacities, K: TokenCounter>(&'m mut ContextManager<C, K>);
+
+impl<'a, C: Capacities, K: TokenCounter> Sink<'a> for Load<'_, C, K> {
+    fn begin(&mut self, config: Config, state: State) {
+        self.0.reset_to(config, state);
+    }
+
+    fn record(&mut self, level: Level, header: crate::header::Header, bytes: &'a [u8]) {
+        let _ = self
+            .0
+            .ring_mut(level)
+            .push_back(header, bytes.len(), |span| span.copy_from_slice(bytes));
+    }
+
+    fn end(&mut self) {
+        self.0.recount_live();
+    }
+}
+
+/// The fixed header in front of the body.
+fn header_bytes(
+    fingerprint: u32,
+    capacities: [(usize, usize); 4],
+    body_len: usize,
+) -> [u8; HEADER_LEN] {
+    let mut header = [0u8; HEADER_LEN];
+    let mut out = Fill { buf: &mut header, at: 0 };
+    let _ = out.try_extend(&MAGIC);
+    let _ = out.try_extend(&FORMAT_VERSION.to_le_bytes());
+    let _ = out.try_extend(&0u16.to_le_bytes());
+    let _ = out.try_extend(&fingerprint.to_le_bytes());
+    for (messages, bytes) in capacities {
+        let _ = out.try_extend(&(messages as u32).to_le_bytes());
+        let _ = out.try_extend(&(bytes as u32).to_le_bytes());
+    }
+    let _ = out.try_extend(&(body_len as u32).to_le_bytes());
+    header
+}
+
+fn le_u16(bytes: &[u8], at: usize) -> u16 {
+    bytes.get(at..at + 2).and_then(|b| b.try_into().ok()).map_or(0, u16::from_le_bytes)
+}
+
+fn le_u32(bytes: &[u8], at: usize) -> u32 {
+    bytes.get(at..at + 4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes)
+}
+
+/// Checks the header, length and CRC of `bytes`; returns the body and the header fingerprint.
+fn open(bytes: &[u8], capacities: [(usize, usize); 4]) -> Result<(&[u8], u32), SnapshotError> {
+    let minimum = HEADER_LEN + TRAILER_LEN;
+    if bytes.len() < minimum {
+        return Err(SnapshotError::Truncated { needed: minimum, got: bytes.len() });
+    }
+    if bytes.get(..4) != Some(&MAGIC[..]) {
+        return Err(SnapshotError::BadMagic);
+    }
+    let version = le_u16(bytes, 4);
+    if version != FORMAT_VERSION {
+        return Err(SnapshotError::UnsupportedVersion { found: version });
+    }
+    if le_u16(bytes, 6) != 0 {
+        return Err(SnapshotError::UnsupportedFlags);
+    }
+    let body_len = le_u32(bytes, HEADER_LEN - 4) as usize;
+    let total = minimum.saturating_add(body_len);
+    if bytes.len() < total {
+        return Err(SnapshotError::Truncated { needed: total, got: bytes.len() });
+    }
+    let covered = bytes.get(..HEADER_LEN + body_len).unwrap_or_default();
+    let stored = le_u32(bytes, HEADER_LEN + body_len);
+    let computed = crc::crc32(covered);
+    if stored != computed {
+        return Err(SnapshotError::CrcMismatch { stored, computed });
+    }
+    for (index, (level, (messages, capacity))) in Level::ALL.into_iter().zip(capacities).enumerate()
+    {
+        let at = 12 + index * 8;
+        let (theirs_messages, theirs_bytes) = (le_u32(bytes, at), le_u32(bytes, at + 4));
+        if theirs_messages as usize > messages || theirs_bytes as usize > capacity {
+            return Err(SnapshotError::CapacityExceeded {
+                level,
+                messages: theirs_messages,
+                bytes: theirs_bytes,
+            });
+        }
+    }
+    let body = covered.get(HEADER_LEN..).unwrap_or_default();
+    Ok((body, le_u32(bytes, 8)))
+}
+
+impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
+    /// Upper bound of this manager type's snapshot size, in bytes, for sizing a static buffer.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, TinyCapacities};
+    /// static mut SNAPSHOT: [u8; ContextManager::<TinyCapacities>::SNAPSHOT_MAX_SIZE] =
+    ///     [0; ContextManager::<TinyCapacities>::SNAPSHOT_MAX_SIZE];
+    /// assert!(ContextManager::<TinyCapacities>::SNAPSHOT_MAX_SIZE < 10 * 1024);
+    /// ```
+    pub const SNAPSHOT_MAX_SIZE: usize = wire::max_size(capacities_of::<C>());
+
+    /// Encodes the body into `flavor`, piece by piece.
+    fn encode_body<F: Flavor<Output = F>>(&self, flavor: F) -> postcard::Result<F> {
+        let mut flavor = postcard::serialize_with_flavor(&ConfigWire::from(self.config()), flavor)?;
+        flavor = postcard::serialize_with_flavor(&StateWire::from(self.state()), flavor)?;
+        for level in Level::ALL {
+            let ring: RingRef<'_> = self.ring(level);
+            flavor = postcard::serialize_with_flavor(&(ring.len() as u32), flavor)?;
+            for header in ring.iter() {
+                flavor = postcard::serialize_with_flavor(
+                    &RecordWire::new(header, ring.record(header)),
+                    flavor,
+                )?;
+            }
+        }
+        Ok(flavor)
+    }
+
+    fn body_len(&self) -> usize {
+        self.encode_body(Count(0)).map_or(0, |count| count.0)
+    }
+
+    /// Exact size of the snapshot [`snapshot_into`](Self::snapshot_into) would write now.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, TinyCapacities};
+    /// let manager = ContextManager::<TinyCapacities>::new();
+    /// assert!(manager.snapshot_len() <= ContextManager::<TinyCapacities>::SNAPSHOT_MAX_SIZE);
+    /// ```
+    pub fn snapshot_len(&self) -> usize {
+        HEADER_LEN + self.body_len() + TRAILER_LEN
+    }
+
+    /// Writes the whole state into `buf` and returns the bytes written. No allocation.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, SnapshotError, TinyCapacities};
+    /// let manager = ContextManager::<TinyCapacities>::new();
+    /// let mut small = [0u8; 8];
+    /// assert!(matches!(manager.snapshot_into(&mut small), Err(SnapshotError::BufferTooSmall { .. })));
+    /// let mut buffer = [0u8; 512];
+    /// assert_eq!(&manager.snapshot_into(&mut buffer)?[..4], b"CWSN");
+    /// # Ok::<(), SnapshotError>(())
+    /// ```
+    pub fn snapshot_into<'b>(&self, buf: &'b mut [u8]) -> Result<&'b [u8], SnapshotError> {
+        let body_len = self.body_len();
+        let needed = HEADER_LEN + body_len + TRAILER_LEN;
+        if buf.len() < needed {
+            return Err(SnapshotError::BufferTooSmall { needed });
+        }
+        let header = header_bytes(self.config().fingerprint(), capacities_of::<C>(), body_len);
+        let (head, rest) = buf.split_at_mut(HEADER_LEN);
+        head.copy_from_slice(&header);
+        let written =
+            self.encode_body(Fill { buf: rest, at: 0 }).map_err(|_| SnapshotError::Malformed)?.at;
+        let crc = crc::crc32(buf.get(..HEADER_LEN + written).unwrap_or_default());
+        let trailer = buf.get_mut(HEADER_LEN + written..needed).ok_or(SnapshotError::Malformed)?;
+        trailer.copy_from_slice(&crc.to_le_bytes());
+        Ok(buf.get(..needed).unwrap_or_default())
+    }
+
+    /// Streams the whole state to `out` without a buffer; returns the bytes written.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.push(Message::user("hi"))?;
+    /// let mut sink = [0u8; 1024];
+    /// let written = manager.snapshot_to(&mut sink[..])?;
+    /// assert_eq!(written, manager.snapshot_len());
+    /// # Ok::<(), Box<dyn core::error::Error>>(())
+    /// ```
+    pub fn snapshot_to<W: embedded_io::Write>(&self, out: W) -> Result<usize, SnapshotError> {
+        let body_len = self.body_len();
+        let header = header_bytes(self.config().fingerprint(), capacities_of::<C>(), body_len);
+        let mut stream = Stream { out, crc: Crc32::new(), error: None };
+        stream.write(&header).map_err(SnapshotError::Io)?;
+        let mut stream = match self.encode_body(stream) {
+            Ok(stream) => stream,
+            Err(_) => return Err(SnapshotError::Io(embedded_io::ErrorKind::Other)),
+        };
+        if let Some(kind) = stream.error {
+            return Err(SnapshotError::Io(kind));
+        }
+        let crc = stream.crc.finish();
+        stream.write(&crc.to_le_bytes()).map_err(SnapshotError::Io)?;
+        Ok(HEADER_LEN + body_len + TRAILER_LEN)
+    }
+
+    /// Replaces the whole state with the snapshot in `bytes` (bytes after the snapshot, such
+    /// as flash padding, are ignored). All or nothing: on any error the manager is unchanged.
+    /// The token counter is kept.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, SnapshotError, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.push(Message::user("keep me"))?;
+    /// let mut buffer = [0u8; 1024];
+    /// let len = manager.snapshot_into(&mut buffer)?.len();
+    /// buffer[60] ^= 1;
+    /// assert!(matches!(manager.restore_from(&buffer[..len]), Err(SnapshotError::CrcMismatch { .. })));
+    /// assert_eq!(manager.history().count(), 1);
+    /// # Ok::<(), Box<dyn core::error::Error>>(())
+    /// ```
+    pub fn restore_from(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let capacities = capacities_of::<C>();
+        let (body, fingerprint) = open(bytes, capacities)?;
+        decode(body, capacities, fingerprint, &mut Validate)?;
+        // Decoding is deterministic, so the load pass cannot fail where validation passed.
+        decode(body, capacities, fingerprint, &mut Load(self))
+    }
+
+    /// Reads a snapshot from `input` into `scratch`, then restores it. A restore that leaves
+    /// the manager unchanged on error needs the whole snapshot first, hence the scratch buffer
+    /// ([`SNAPSHOT_MAX_SIZE`](Self::SNAPSHOT_MAX_SIZE) bytes is always enough).
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.push(Message::user("hi"))?;
+    /// let mut stored = [0u8; 1024];
+    /// let len = manager.snapshot_to(&mut stored[..])?;
+    /// let mut restored = ContextManager::<TinyCapacities>::new();
+    /// let mut scratch = [0u8; 1024];
+    /// restored.restore_from_reader(&stored[..len], &mut scratch)?;
+    /// assert_eq!(restored.history().count(), 1);
+    /// # Ok::<(), Box<dyn core::error::Error>>(())
+    /// ```
+    pub fn restore_from_reader<R: embedded_io::Read>(
+        &mut self,
+        mut input: R,
+        scratch: &mut [u8],
+    ) -> Result<(), SnapshotError> {
+        let mut read_exact = |from: usize,
+                              to: usize,
+                              scratch: &mut [u8]|
+         -> Result<(), SnapshotError> {
+            let mut at = from;
+            while at < to {
+                let target =
+                    scratch.get_mut(at..to).ok_or(SnapshotError::BufferTooSmall { needed: to })?;
+                match input.read(target) {
+                    Ok(0) => return Err(SnapshotError::Truncated { needed: to, got: at }),
+                    Ok(n) => at += n,
+                    Err(error) => return Err(SnapshotError::Io(embedded_io::Error::kind(&error))),
+                }
+            }
+            Ok(())
+        };
+        if scratch.len() < HEADER_LEN {
+            return Err(SnapshotError::BufferTooSmall { needed: HEADER_LEN + TRAILER_LEN });
+        }
+        read_exact(0, HEADER_LEN, scratch)?;
+        let total = HEADER_LEN + le_u32(scratch, HEADER_LEN - 4) as usize + TRAILER_LEN;
+        if scratch.get(..4) != Some(&MAGIC[..]) {
+            return Err(SnapshotError::BadMagic);
+        }
+        if total > scratch.len() {
+            return Err(SnapshotError::BufferTooSmall { needed: total });
+        }
+        read_exact(HEADER_LEN, total, scratch)?;
+        self.restore_from(scratch.get(..total).unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests;
