@@ -7,5 +7,6 @@ pub mod archive;
 pub mod checkpoint;
 pub mod format;
 pub mod message;
+pub mod tokens;
 
 pub use message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
