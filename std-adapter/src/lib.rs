@@ -6,6 +6,7 @@ pub use ctxwin_core as core;
 pub mod archive;
 pub mod checkpoint;
 pub mod format;
+pub mod llm;
 pub mod message;
 pub mod tokens;
 
