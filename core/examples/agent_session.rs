@@ -94,6 +94,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             PayloadItem::System(m) => ("system", m.content().to_string()),
             PayloadItem::ToolDefinition(m) => ("tool", m.content().to_string()),
             PayloadItem::Dynamic(text) => ("dynamic", text.to_string()),
+            PayloadItem::Entities(entities) => {
+                ("entities", format!("{} keys", entities.iter().count()))
+            }
             PayloadItem::MemorySummary(summary) => ("summary", summary.parts().collect()),
             PayloadItem::Message(m) => (m.role().as_str(), m.content().to_string()),
         };

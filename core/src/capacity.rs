@@ -1,5 +1,6 @@
 //! Compile-time capacities of a manager's four levels.
 
+use crate::entities::{EntityStorage, EntityTable};
 use crate::{Ring, RingStorage};
 
 /// The storage of each level, chosen at compile time. `size_of` of a
@@ -9,16 +10,18 @@ use crate::{Ring, RingStorage};
 /// Define your own to fit a device:
 ///
 /// ```
-/// use ctxwin_core::{Capacities, ContextManager, Ring};
+/// use ctxwin_core::{Capacities, ContextManager, EntityTable, Ring, Scratch};
 /// struct Sensor;
 /// impl Capacities for Sensor {
 ///     type Permanent = Ring<4, 1024>;
 ///     type Session = Ring<4, 1024>;
 ///     type Working = Ring<32, 8192>;
 ///     type Volatile = Ring<8, 2048>;
+///     type Scratch = Scratch<256>;
+///     type Entities = EntityTable<2, 32>;
 /// }
 /// static MANAGER: ContextManager<Sensor> = ContextManager::new();
-/// assert!(core::mem::size_of::<ContextManager<Sensor>>() < 15 * 1024);
+/// assert!(core::mem::size_of::<ContextManager<Sensor>>() < 16 * 1024);
 /// # let _ = &MANAGER;
 /// ```
 pub trait Capacities {
@@ -30,10 +33,51 @@ pub trait Capacities {
     type Working: RingStorage;
     /// Verbose output and exploration.
     type Volatile: RingStorage;
+    /// Where summaries are written before they are stored; its size caps one summary.
+    type Scratch: ScratchStorage;
+    /// Entity values (keys come from the configuration's schema).
+    type Entities: EntityStorage;
 }
 
-/// Server-sized defaults (about 250 KiB): room for the default budgets' text several times
-/// over, so evicted units can wait in the outbox.
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A scratch buffer of `N` bytes (sealed storage trait for [`Capacities::Scratch`]).
+///
+/// ```
+/// use ctxwin_core::{Scratch, ScratchStorage};
+/// assert_eq!(<Scratch<512> as ScratchStorage>::EMPTY.bytes().len(), 512);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Scratch<const N: usize>([u8; N]);
+
+/// Storage for [`Capacities::Scratch`], implemented by [`Scratch`] only (sealed).
+pub trait ScratchStorage: sealed::Sealed {
+    /// A zeroed buffer, usable in `const` context.
+    const EMPTY: Self;
+    /// The bytes.
+    fn bytes(&self) -> &[u8];
+    /// The bytes, writable.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl<const N: usize> sealed::Sealed for Scratch<N> {}
+
+impl<const N: usize> ScratchStorage for Scratch<N> {
+    const EMPTY: Self = Scratch([0; N]);
+
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+/// Server-sized defaults (about 230 KiB): room for the default budgets' text several times
+/// over, so evicted units can wait in the outbox; a 4 KiB summary scratch; 8 entities.
 ///
 /// ```
 /// use ctxwin_core::{ContextManager, DefaultCapacities};
@@ -47,13 +91,15 @@ impl Capacities for DefaultCapacities {
     type Session = Ring<32, 24_576>;
     type Working = Ring<256, 98_304>;
     type Volatile = Ring<64, 65_536>;
+    type Scratch = Scratch<4096>;
+    type Entities = EntityTable<8, 128>;
 }
 
 /// A few KiB: for examples, tests and the smallest microcontrollers.
 ///
 /// ```
 /// use ctxwin_core::{ContextManager, TinyCapacities};
-/// assert!(core::mem::size_of::<ContextManager<TinyCapacities>>() < 8 * 1024);
+/// assert!(core::mem::size_of::<ContextManager<TinyCapacities>>() < 9 * 1024);
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TinyCapacities;
@@ -63,6 +109,8 @@ impl Capacities for TinyCapacities {
     type Session = Ring<4, 768>;
     type Working = Ring<24, 3072>;
     type Volatile = Ring<8, 1024>;
+    type Scratch = Scratch<512>;
+    type Entities = EntityTable<4, 32>;
 }
 
 /// Header and byte capacity of each level, in [`Level::ALL`](crate::Level::ALL) order.

@@ -1,5 +1,8 @@
 //! Budgets, thresholds and policies of a manager.
 
+use crate::entities::EntitySchema;
+use crate::strategy::StrategyKind;
+
 /// What happens to tool calls that never got a result when the conversation moves on.
 ///
 /// ```
@@ -83,12 +86,32 @@ pub struct Config {
     pub unanswered_calls: UnansweredCalls,
     /// What to do with evicted units.
     pub outbox: OutboxMode,
+    /// Which built-in strategy runs (with [`Builtin`](crate::Builtin)).
+    pub strategy: StrategyKind,
+    /// Summarization: user turns in the history above which the oldest are folded.
+    pub summarize_threshold: u16,
+    /// Summarization: user turns folded at a time.
+    pub summarize_batch: u16,
+    /// Most tokens one summary may cost.
+    pub summary_tokens: u32,
+    /// Importance: score (in thousandths) from which a leaving unit is summarized, not dropped.
+    pub importance_threshold: u16,
+    /// Hierarchical: age (caller's clock, milliseconds) after which a history unit becomes a
+    /// paragraph summary.
+    pub working_age_ms: u64,
+    /// Hierarchical: age after which a paragraph summary becomes one line.
+    pub session_age_ms: u64,
+    /// Messages between periodic checkpoints (used by the std adapter; 0 disables).
+    pub checkpoint_interval_messages: u32,
+    /// Declared entity keys; extraction runs on user messages when there is at least one.
+    pub entity_schema: EntitySchema,
 }
 
 impl Config {
     /// The seeds' defaults: a 32k window with 4k reserved for the reply, level budgets
     /// 2,000 / 4,000 / 8,000 / the rest, eviction from 80%, the newest 6 messages locked, tool
-    /// results reduced above 1,000 tokens.
+    /// results reduced above 1,000 tokens, the sliding window; summarization folds 5 turns past
+    /// 10; importance summarizes from 0.6; hierarchical compresses after 5 and 30 minutes.
     pub const DEFAULT: Config = Config {
         context_window: 32_768,
         reserved_for_reply: 4_096,
@@ -103,6 +126,15 @@ impl Config {
         request_overhead: 3,
         unanswered_calls: UnansweredCalls::SynthesizeAborted,
         outbox: OutboxMode::Hold,
+        strategy: StrategyKind::SlidingWindow,
+        summarize_threshold: 10,
+        summarize_batch: 5,
+        summary_tokens: 400,
+        importance_threshold: 600,
+        working_age_ms: 5 * 60 * 1000,
+        session_age_ms: 30 * 60 * 1000,
+        checkpoint_interval_messages: 50,
+        entity_schema: EntitySchema::EMPTY,
     };
 
     /// Total token budget of a payload: the window minus the reply reserve.
@@ -172,6 +204,10 @@ impl Config {
         if self.observation_limit < 32 {
             return Err(ConfigError::ObservationLimitTooSmall);
         }
+        if self.summarize_batch == 0 || self.summary_tokens < 16 || self.importance_threshold > 1000
+        {
+            return Err(ConfigError::StrategySettings);
+        }
         Ok(())
     }
 
@@ -198,10 +234,22 @@ impl Config {
             u32::from(self.request_overhead),
             self.unanswered_calls as u32,
             self.outbox as u32,
+            self.strategy as u32,
+            u32::from(self.summarize_threshold),
+            u32::from(self.summarize_batch),
+            self.summary_tokens,
+            u32::from(self.importance_threshold),
+            self.working_age_ms as u32,
+            (self.working_age_ms >> 32) as u32,
+            self.session_age_ms as u32,
+            (self.session_age_ms >> 32) as u32,
+            self.checkpoint_interval_messages,
         ];
+        let keys = self.entity_schema.keys().flat_map(|key| key.bytes().chain([0]));
         words
             .iter()
             .flat_map(|word| word.to_le_bytes())
+            .chain(keys)
             .fold(0x811c_9dc5u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193))
     }
 }
@@ -235,6 +283,8 @@ pub enum ConfigError {
     LevelBudgetsExceedTotal,
     /// `observation_limit` is below 32 tokens: no room for head, marker and tail.
     ObservationLimitTooSmall,
+    /// `summarize_batch` is 0, `summary_tokens` below 16, or `importance_threshold` over 1000.
+    StrategySettings,
 }
 
 impl core::fmt::Display for ConfigError {
@@ -246,6 +296,9 @@ impl core::fmt::Display for ConfigError {
                 "permanent + session + working budgets exceed the total budget"
             }
             ConfigError::ObservationLimitTooSmall => "observation_limit must be at least 32 tokens",
+            ConfigError::StrategySettings => {
+                "summarize_batch must be at least 1, summary_tokens at least 16, importance_threshold at most 1000"
+            }
         })
     }
 }

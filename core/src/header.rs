@@ -2,7 +2,7 @@
 
 use crate::Role;
 
-/// Per-message bookkeeping, 40 bytes; the text lives in the ring's byte arena.
+/// Per-message bookkeeping, 48 bytes; the text lives in the ring's byte arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
     /// Manager-wide message id, increasing with every push.
@@ -27,6 +27,8 @@ pub(crate) struct Header {
     pub items: u8,
     /// Hierarchical detail level of the stored text (0 = full).
     pub detail: u8,
+    /// Hashes of up to four identifiers, paths or numbers in the message (0 = none).
+    pub terms: [u16; 4],
 }
 
 /// Bits of [`Header::flags`].
@@ -43,8 +45,11 @@ pub(crate) mod flags {
     pub const EVICTED: u8 = 1 << 4;
     /// A summary standing for earlier messages.
     pub const SUMMARY: u8 = 1 << 5;
+    /// The one rolling summary the summarization strategy keeps extending.
+    pub const ROLLING: u8 = 1 << 6;
     /// Every bit a valid header may carry.
-    pub const KNOWN: u8 = IMPORTANT | REDUCED | SYNTHETIC | TOOL_DEFINITION | EVICTED | SUMMARY;
+    pub const KNOWN: u8 =
+        IMPORTANT | REDUCED | SYNTHETIC | TOOL_DEFINITION | EVICTED | SUMMARY | ROLLING;
 }
 
 impl Header {
@@ -61,6 +66,7 @@ impl Header {
         flags: 0,
         items: 0,
         detail: 0,
+        terms: [0; 4],
     };
 
     /// Whether `flag` is set.

@@ -231,6 +231,23 @@ impl<W: Write> JsonWriter<W> {
         self.raw(bytes.get(run..).unwrap_or_default())
     }
 
+    /// Writes `text` escaped as a JSON string inside a JSON string (a JSON document embedded
+    /// in a message's content).
+    pub(crate) fn escaped_twice(&mut self, text: &str) -> Result<(), Error> {
+        for piece in text.split_inclusive(['"', '\\']) {
+            let (body, special) = match piece.as_bytes().last() {
+                Some(b'"') => (piece.get(..piece.len() - 1).unwrap_or_default(), Some("\\\"")),
+                Some(b'\\') => (piece.get(..piece.len() - 1).unwrap_or_default(), Some("\\\\")),
+                _ => (piece, None),
+            };
+            self.escaped(body)?;
+            if let Some(special) = special {
+                self.escaped(special)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes `text` as a quoted, escaped JSON string.
     pub(crate) fn string(&mut self, text: &str) -> Result<(), Error> {
         self.raw(b"\"")?;

@@ -42,6 +42,7 @@ struct ReadmeDoctests;
 pub mod capacity;
 pub mod config;
 pub mod counter;
+pub mod entities;
 pub mod error;
 pub mod estimator;
 mod header;
@@ -56,20 +57,34 @@ pub mod ring;
 pub mod role;
 pub mod snapshot;
 pub mod stats;
+pub mod strategy;
+pub mod summarize;
+mod terms;
 
-pub use capacity::{Capacities, DefaultCapacities, TinyCapacities};
+pub use capacity::{Capacities, DefaultCapacities, Scratch, ScratchStorage, TinyCapacities};
 pub use config::{Config, ConfigError, OutboxMode, UnansweredCalls};
 pub use counter::TokenCounter;
+pub use entities::{
+    Entities, EntitiesMut, EntityError, EntitySchema, EntityStorage, EntityTable, Extractor,
+    Patterns,
+};
 pub use error::{Error, InvalidMessage};
 pub use estimator::{Estimator, Margin, Weights};
 pub use level::Level;
 pub use manager::{
-    ContextManager, EvictedUnit, History, LevelMessages, MEMORY_SUMMARY_PREFIX, Outbox,
+    ContextManager, EvictedUnit, History, LevelMessages, MAX_SUMMARY_RANGES, MEMORY_SUMMARY_PREFIX,
+    Outbox,
 };
 pub use message::{MAX_TOOL_CALLS, Message, MessageRef, ToolCall};
-pub use payload::{MemorySummary, OpenAiRequest, Payload, PayloadItem};
+pub use payload::{ENTITIES_PREFIX, MemorySummary, OpenAiRequest, Payload, PayloadItem};
 pub use reduce::TRUNCATION_MARKER;
 pub use ring::{Ring, RingStorage};
 pub use role::Role;
 pub use snapshot::{Invariant, SnapshotError};
 pub use stats::{Counters, LevelStats, Stats};
+pub use strategy::{
+    Builtin, Env, ImportanceScore, Leave, Plan, Strategy, StrategyKind, UnitView, importance,
+};
+pub use summarize::{
+    Detail, Extractive, SummarizeError, Summarizer, SummaryRequest, SummarySource, TextBuffer,
+};

@@ -209,6 +209,10 @@ impl<'a> MessageRef<'a> {
         Self { header, record, level }
     }
 
+    pub(crate) fn header(&self) -> &'a Header {
+        self.header
+    }
+
     /// Manager-wide id, increasing with every push (stable across snapshots).
     pub fn id(&self) -> u64 {
         self.header.id

@@ -1,13 +1,17 @@
 //! The composed payload: what the model sees this turn, borrowed from the manager.
 //!
-//! Order: system block → tool definitions → dynamic context → memory summary → recent history,
-//! oldest to newest.
+//! Order: system block → tool definitions → dynamic context → entities → memory summary →
+//! recent history, oldest to newest.
 
+use crate::entities::Entities;
 use crate::json::JsonWriter;
 use crate::manager::{History, LevelMessages, MEMORY_SUMMARY_PREFIX};
 use crate::message::MessageRef;
 use crate::{Error, Role};
 use embedded_io::Write;
+
+/// Text that opens the entity system message (followed by a JSON object).
+pub const ENTITIES_PREFIX: &str = "[Entities]";
 
 /// One entry of a payload, in payload order.
 ///
@@ -22,6 +26,7 @@ use embedded_io::Write;
 ///     PayloadItem::System(_) => "system",
 ///     PayloadItem::ToolDefinition(_) => "tool",
 ///     PayloadItem::Dynamic(_) => "dynamic",
+///     PayloadItem::Entities(_) => "entities",
 ///     PayloadItem::MemorySummary(_) => "summary",
 ///     PayloadItem::Message(_) => "message",
 /// }).collect();
@@ -37,6 +42,9 @@ pub enum PayloadItem<'a> {
     /// Dynamic context passed to [`compose`](crate::ContextManager::compose), sent as a system
     /// message.
     Dynamic(&'a str),
+    /// The entity table, sent as one system message: `[Entities]` and a JSON object of every
+    /// declared key (`null` while unknown).
+    Entities(Entities<'a>),
     /// The session level, sent as one system message opening with `[Memory Summary]`.
     MemorySummary(MemorySummary<'a>),
     /// A history message (working or volatile level).
@@ -105,6 +113,7 @@ pub struct Payload<'a> {
     session: LevelMessages<'a>,
     history: History<'a>,
     dynamic: &'a [&'a str],
+    entities: Entities<'a>,
     tokens: u32,
 }
 
@@ -114,9 +123,15 @@ impl<'a> Payload<'a> {
         session: LevelMessages<'a>,
         history: History<'a>,
         dynamic: &'a [&'a str],
+        entities: Entities<'a>,
         tokens: u32,
     ) -> Self {
-        Self { permanent, session, history, dynamic, tokens }
+        Self { permanent, session, history, dynamic, entities, tokens }
+    }
+
+    /// The entity table, when a schema is declared.
+    pub fn entities(&self) -> Option<Entities<'a>> {
+        self.entities.is_declared().then_some(self.entities)
     }
 
     /// Token cost of the whole payload (framing and request overhead included), as counted by
@@ -157,6 +172,7 @@ impl<'a> Payload<'a> {
             .map(PayloadItem::System)
             .chain(self.tools().map(PayloadItem::ToolDefinition))
             .chain(self.dynamic.iter().map(|text| PayloadItem::Dynamic(text)))
+            .chain(self.entities().map(PayloadItem::Entities))
             .chain(self.memory_summary().map(PayloadItem::MemorySummary))
             .chain(self.history().map(PayloadItem::Message))
     }
@@ -266,6 +282,29 @@ fn write_item<W: Write>(json: &mut JsonWriter<W>, item: &PayloadItem<'_>) -> Res
         PayloadItem::System(message) => write_text_message(json, message.role(), message.content()),
         PayloadItem::ToolDefinition(_) => Ok(()),
         PayloadItem::Dynamic(text) => write_text_message(json, Role::System, text),
+        PayloadItem::Entities(entities) => {
+            json.raw(br#"{"role":"system","content":""#)?;
+            json.escaped(ENTITIES_PREFIX)?;
+            json.escaped("\n{")?;
+            for (index, (key, value)) in entities.iter().enumerate() {
+                if index > 0 {
+                    json.escaped(",")?;
+                }
+                json.escaped("\"")?;
+                json.escaped(key)?;
+                json.escaped("\":")?;
+                match value {
+                    Some(value) => {
+                        json.escaped("\"")?;
+                        json.escaped_twice(value)?;
+                        json.escaped("\"")?;
+                    }
+                    None => json.escaped("null")?,
+                }
+            }
+            json.escaped("}")?;
+            json.raw(br#""}"#)
+        }
         PayloadItem::MemorySummary(summary) => {
             json.raw(br#"{"role":"system","content":""#)?;
             for part in summary.parts() {

@@ -303,6 +303,40 @@ impl<'a> RingMut<'a> {
         }
     }
 
+    /// Replaces the record at `index` with one of `len` bytes written by `fill`, keeping its
+    /// place in the ring. Returns `None` (changing nothing) when the arena cannot hold it.
+    /// O(`B` + `N`): packs, then shifts the newer records.
+    pub(crate) fn replace(
+        &mut self,
+        index: usize,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<()> {
+        let old = *self.as_ref().get(index)?;
+        let used = self.state.bytes as usize;
+        if used - old.len as usize + len > self.arena.len() {
+            return None;
+        }
+        self.pack();
+        let old = *self.as_ref().get(index)?;
+        let (start, old_end) = (old.start as usize, old.end() as usize);
+        let tail = used - old_end;
+        let new_end = start + len;
+        if old_end != new_end && tail > 0 {
+            self.arena.copy_within(old_end..old_end + tail, new_end);
+        }
+        for later in index + 1..self.len() {
+            if let Some(header) = self.get_mut(later) {
+                header.start = (header.start as usize + new_end - old_end) as u32;
+            }
+        }
+        fill(self.arena.get_mut(start..new_end)?);
+        let header = self.get_mut(index)?;
+        header.len = len as u32;
+        self.state.bytes = (used - old.len as usize + len) as u32;
+        Some(())
+    }
+
     /// Moves all records to the start of the arena, oldest first, with no holes. O(`B` + `N`).
     pub(crate) fn pack(&mut self) {
         let Some(first) = self.as_ref().first().map(|h| h.start as usize) else {
@@ -403,6 +437,7 @@ mod tests {
         Truncate(usize, usize),
         Pack,
         RetainOdd,
+        Replace(usize, usize),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -413,6 +448,7 @@ mod tests {
             1 => (any::<usize>(), 0usize..40).prop_map(|(i, l)| Op::Truncate(i, l)),
             1 => Just(Op::Pack),
             1 => Just(Op::RetainOdd),
+            2 => (any::<usize>(), 0usize..60).prop_map(|(i, l)| Op::Replace(i, l)),
         ]
     }
 
@@ -454,6 +490,18 @@ mod tests {
                     Op::RetainOdd => {
                         view.retain(|h| h.id % 2 == 1);
                         model.retain(|m| m.0 % 2 == 1);
+                    }
+                    Op::Replace(i, len) => {
+                        if !model.is_empty() {
+                            let i = i % model.len();
+                            let id = model[i].0;
+                            let fits = model.iter().map(|m| m.1).sum::<usize>() - model[i].1 + len <= 96;
+                            let done = view.replace(i, len, |span| span.fill(id as u8));
+                            prop_assert_eq!(done.is_some(), fits);
+                            if fits {
+                                model[i].1 = len;
+                            }
+                        }
                     }
                 }
                 check(&view.as_ref(), &model);

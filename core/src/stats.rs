@@ -15,7 +15,7 @@ use crate::Level;
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Counters {
-    /// Messages accepted (synthetic ones included).
+    /// Messages stored (synthetic ones included: aborted-call results, summaries).
     pub messages_pushed: u64,
     /// Tokens of everything accepted, as counted before any reduction.
     pub tokens_ingested: u64,
@@ -41,6 +41,11 @@ pub struct Counters {
     pub summaries_added: u64,
     /// Summaries merged into one when the session level overflowed.
     pub summaries_merged: u64,
+    /// Summaries the summarizer could not produce (the unit just left).
+    pub summaries_failed: u64,
+    /// Summaries superseded by a newer version of themselves (rolling updates, merges,
+    /// compression to a line): they leave without the outbox, their sources already archived.
+    pub summaries_replaced: u64,
     /// Turn of the last eviction or summary (`None` before the first).
     pub last_compression_turn: Option<u64>,
 }
@@ -60,6 +65,8 @@ impl Counters {
         calls_dropped: 0,
         summaries_added: 0,
         summaries_merged: 0,
+        summaries_failed: 0,
+        summaries_replaced: 0,
         last_compression_turn: None,
     };
 }

@@ -4,9 +4,10 @@ use super::ContextManager;
 use crate::capacity::Capacities;
 use crate::error::Error;
 use crate::payload::Payload;
+use crate::strategy::Strategy;
 use crate::{Level, TokenCounter};
 
-impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
+impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Composes this turn's payload: system block, tool definitions, `dynamic` context (task
     /// goals, retrieved text: each sent as a system message), the memory summary, and the
     /// history, oldest to newest.
@@ -41,6 +42,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         let dynamic_tokens = dynamic.iter().fold(0u32, |sum, text| {
             sum.saturating_add(self.counter().count(text)).saturating_add(overhead)
         });
+        self.refresh_entities();
         self.collect();
         self.make_space(dynamic_tokens)?;
         let mut tokens = self.used().saturating_add(dynamic_tokens);
@@ -53,6 +55,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
             this.session(),
             this.history(),
             dynamic,
+            this.entities(),
             tokens,
         ))
     }

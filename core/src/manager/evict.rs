@@ -11,6 +11,7 @@ use crate::config::{OutboxMode, percent_of};
 use crate::error::Error;
 use crate::header::flags;
 use crate::ring::RingRef;
+use crate::strategy::Strategy;
 use crate::{Level, Role, TokenCounter};
 
 /// What the locked tail covers, computed once per operation.
@@ -41,7 +42,7 @@ pub(crate) fn unit_end(ring: &RingRef<'_>, start: usize) -> usize {
 }
 
 impl Lock {
-    fn covers(&self, ring: &RingRef<'_>, level: Level, unit: UnitSpan) -> bool {
+    pub(crate) fn covers(&self, ring: &RingRef<'_>, level: Level, unit: UnitSpan) -> bool {
         if level == Level::Session {
             return false;
         }
@@ -54,7 +55,7 @@ impl Lock {
     }
 }
 
-impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
+impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub(crate) fn lock(&self) -> Lock {
         let tail = usize::from(self.config.locked_tail);
         let from_id = match tail {
@@ -113,10 +114,11 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         debug!("evicted {} messages ({} tokens) from {}", messages, tokens, level);
     }
 
-    /// Frees the space of evicted units in [`OutboxMode::Discard`].
-    fn release_discarded(&mut self) {
+    /// Frees the space of evicted units of `levels` in [`OutboxMode::Discard`]. Only at the end
+    /// of an operation, or for the one level being made room in: it moves indices.
+    fn release_discarded(&mut self, levels: &[Level]) {
         if self.config.outbox == OutboxMode::Discard {
-            for level in [Level::Session, Level::Working, Level::Volatile] {
+            for &level in levels {
                 self.ring_mut(level).retain(|h| h.is_live());
             }
         }
@@ -147,19 +149,26 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         // Each round evicts a unit or stops, so rounds are bounded by the stored units.
         loop {
             let total_over = self.used() > self.config.trigger_tokens() || self.over_max_messages();
-            let order = [Level::Volatile, Level::Working, Level::Session];
-            let victim = order.into_iter().find_map(|level| {
-                let wanted = self.level_over(level) || (total_over && level != Level::Session);
-                wanted
-                    .then(|| self.oldest_evictable(level, &lock).map(|unit| (level, unit)))
-                    .flatten()
-            });
+            let mut victim = None;
+            for level in [Level::Volatile, Level::Working] {
+                if self.level_over(level) || total_over {
+                    if let Some(unit) = self.choose_victim(level, &lock) {
+                        victim = Some((level, unit));
+                        break;
+                    }
+                }
+            }
             match victim {
-                Some((level, unit)) => self.evict(level, unit),
+                Some((level, unit)) => self.leave(level, unit),
+                None if self.level_over(Level::Session) => {
+                    if !self.shrink_session() {
+                        break;
+                    }
+                }
                 None => break,
             }
         }
-        self.release_discarded();
+        self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
     }
 
     /// Evicts history units until `tokens` more fit under the budget.
@@ -190,11 +199,14 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         while needed(self.used()) > budget {
             let victim = [Level::Volatile, Level::Working]
                 .into_iter()
-                .find_map(|level| self.oldest_evictable(level, &lock).map(|unit| (level, unit)));
+                .find_map(|level| self.choose_victim(level, &lock).map(|unit| (level, unit)));
             let Some((level, unit)) = victim else { break };
-            self.evict(level, unit);
+            self.leave(level, unit);
+            if self.level_over(Level::Session) {
+                self.shrink_session();
+            }
         }
-        self.release_discarded();
+        self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
         let used = needed(self.used());
         if used > budget {
             return Err(Error::PinnedOverBudget { needed: used, budget });
@@ -266,13 +278,13 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         }
         for _ in 0..plan {
             match self.oldest_evictable(level, &lock) {
-                Some(unit) => self.evict(level, unit),
+                Some(unit) => self.leave(level, unit),
                 None => break,
             }
         }
         match self.config.outbox {
             OutboxMode::Discard => {
-                self.release_discarded();
+                self.release_discarded(&[level]);
                 Ok(())
             }
             OutboxMode::Hold => Err(Error::OutboxFull { level }),

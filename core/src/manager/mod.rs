@@ -2,20 +2,24 @@
 
 mod compose;
 mod evict;
+mod memory;
 mod outbox;
 mod push;
 mod views;
 
+pub use memory::MAX_SUMMARY_RANGES;
 pub use outbox::{EvictedUnit, Outbox};
 pub(crate) use push::bit;
 pub use views::{History, LevelMessages};
 
-use crate::capacity::{Capacities, DefaultCapacities};
+use crate::capacity::{Capacities, DefaultCapacities, ScratchStorage};
 use crate::config::{Config, ConfigError};
+use crate::entities::{Entities, EntityStorage};
 use crate::estimator::Estimator;
 use crate::header::Header;
 use crate::ring::{RingMut, RingRef, RingStorage};
 use crate::stats::{Counters, LevelStats, Stats};
+use crate::strategy::{Builtin, Strategy};
 use crate::{Level, TokenCounter};
 
 /// Text that opens the memory-summary system message.
@@ -53,6 +57,10 @@ pub(crate) struct State {
     pub live: [u32; 4],
     /// Live record bytes per level.
     pub bytes: [u32; 4],
+    /// The caller's clock: the newest timestamp pushed.
+    pub now: u64,
+    /// Tokens of the entity block in the payload (0 without a schema).
+    pub entity_tokens: u32,
     pub counters: Counters,
 }
 
@@ -65,6 +73,8 @@ impl State {
         tokens: [0; 4],
         live: [0; 4],
         bytes: [0; 4],
+        now: 0,
+        entity_tokens: 0,
         counters: Counters::NEW,
     };
 }
@@ -93,7 +103,11 @@ impl State {
 /// # Ok::<(), ctxwin_core::Error>(())
 /// ```
 #[derive(Clone, Debug)]
-pub struct ContextManager<C: Capacities = DefaultCapacities, K: TokenCounter = Estimator> {
+pub struct ContextManager<
+    C: Capacities = DefaultCapacities,
+    K: TokenCounter = Estimator,
+    S: Strategy = Builtin,
+> {
     permanent: C::Permanent,
     session: C::Session,
     working: C::Working,
@@ -101,9 +115,12 @@ pub struct ContextManager<C: Capacities = DefaultCapacities, K: TokenCounter = E
     counter: K,
     config: Config,
     state: State,
+    strategy: S,
+    scratch: C::Scratch,
+    entities: C::Entities,
 }
 
-impl<C: Capacities> ContextManager<C, Estimator> {
+impl<C: Capacities> ContextManager<C, Estimator, Builtin> {
     /// An empty manager with [`Config::DEFAULT`] and the default estimator; `const`, so it can
     /// be a `static`.
     ///
@@ -113,7 +130,7 @@ impl<C: Capacities> ContextManager<C, Estimator> {
     /// assert_eq!(MANAGER.used(), 0);
     /// ```
     pub const fn new() -> Self {
-        Self::from_parts(Config::DEFAULT, Estimator::new())
+        Self::from_parts(Config::DEFAULT, Estimator::new(), Builtin::new())
     }
 
     /// An empty manager with `config` and the default estimator.
@@ -133,20 +150,20 @@ impl<C: Capacities> ContextManager<C, Estimator> {
     /// ```
     pub const fn with_config(config: Config) -> Result<Self, ConfigError> {
         match config.validate() {
-            Ok(()) => Ok(Self::from_parts(config, Estimator::new())),
+            Ok(()) => Ok(Self::from_parts(config, Estimator::new(), Builtin::new())),
             Err(error) => Err(error),
         }
     }
 }
 
-impl<C: Capacities> Default for ContextManager<C, Estimator> {
+impl<C: Capacities> Default for ContextManager<C, Estimator, Builtin> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
-    const fn from_parts(config: Config, counter: K) -> Self {
+impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
+    const fn from_parts(config: Config, counter: K, strategy: S) -> Self {
         Self {
             permanent: C::Permanent::EMPTY,
             session: C::Session::EMPTY,
@@ -154,8 +171,51 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
             volatile: C::Volatile::EMPTY,
             counter,
             config,
-            state: State::NEW,
+            state: State {
+                entity_tokens: if config.entity_schema.is_empty() {
+                    0
+                } else {
+                    memory::ENTITIES_UNCOUNTED
+                },
+                ..State::NEW
+            },
+            strategy,
+            scratch: C::Scratch::EMPTY,
+            entities: C::Entities::EMPTY,
         }
+    }
+
+    /// An empty manager counting tokens with `counter` and deciding with `strategy`.
+    ///
+    /// ```
+    /// use ctxwin_core::{Builtin, Config, ContextManager, Estimator, TinyCapacities};
+    /// let manager = ContextManager::<TinyCapacities>::with_strategy(Config::DEFAULT, Estimator::new(), Builtin::new())?;
+    /// assert_eq!(manager.used(), 0);
+    /// # Ok::<(), ctxwin_core::ConfigError>(())
+    /// ```
+    pub fn with_strategy(config: Config, counter: K, strategy: S) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self::from_parts(config, counter, strategy))
+    }
+
+    /// The strategy.
+    pub fn strategy(&self) -> &S {
+        &self.strategy
+    }
+
+    /// The strategy, mutable (e.g. to swap its summarizer's settings).
+    pub fn strategy_mut(&mut self) -> &mut S {
+        &mut self.strategy
+    }
+
+    /// The current entity values (empty without a schema).
+    ///
+    /// ```
+    /// let manager = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new();
+    /// assert!(!manager.entities().is_declared());
+    /// ```
+    pub fn entities(&self) -> Entities<'_> {
+        Entities::new(&self.config.entity_schema, self.entities.parts())
     }
 
     /// An empty manager counting tokens with `counter`.
@@ -170,9 +230,11 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     /// assert_eq!(manager.counter().count("two words"), 2);
     /// # Ok::<(), ctxwin_core::ConfigError>(())
     /// ```
-    pub fn with_counter(config: Config, counter: K) -> Result<Self, ConfigError> {
-        config.validate()?;
-        Ok(Self::from_parts(config, counter))
+    pub fn with_counter(config: Config, counter: K) -> Result<Self, ConfigError>
+    where
+        S: Default,
+    {
+        Self::with_strategy(config, counter, S::default())
     }
 
     /// The configuration.
@@ -197,7 +259,14 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     /// ```
     pub fn set_config(&mut self, config: Config) -> Result<(), ConfigError> {
         config.validate()?;
+        let schema_changed = config.entity_schema != self.config.entity_schema;
         self.config = config;
+        if schema_changed {
+            // Values are stored by key position: a new schema starts from unknown values.
+            let parts = self.entities.parts_mut();
+            parts.lens.fill(crate::entities::UNSET);
+            self.recount_entities();
+        }
         Ok(())
     }
 
@@ -248,11 +317,16 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     /// ```
     pub fn used(&self) -> u32 {
         let stored = self.state.tokens.iter().fold(0u32, |sum, t| sum.saturating_add(*t));
-        if stored == 0 {
+        let entities = match self.state.entity_tokens {
+            memory::ENTITIES_UNCOUNTED => self.count_entity_tokens(),
+            cached => cached,
+        };
+        if stored == 0 && entities == 0 {
             return 0;
         }
         stored
             .saturating_add(self.summary_framing_tokens())
+            .saturating_add(entities)
             .saturating_add(u32::from(self.config.request_overhead))
     }
 

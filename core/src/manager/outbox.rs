@@ -5,6 +5,7 @@ use super::evict::{UnitSpan, unit_end};
 use crate::capacity::Capacities;
 use crate::message::MessageRef;
 use crate::ring::RingRef;
+use crate::strategy::Strategy;
 use crate::{Level, TokenCounter};
 
 /// A unit evicted from the context: one message, or an assistant message with all its tool
@@ -118,7 +119,7 @@ impl<'a> Iterator for Outbox<'a> {
     }
 }
 
-impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
+impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Evicted units waiting to be drained, oldest first.
     ///
     /// ```

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use crate::{
     Capacities, Config, ContextManager, Error, Level, Message, OpenAiRequest, OutboxMode,
-    PayloadItem, Ring, Role, TokenCounter, ToolCall, UnansweredCalls,
+    PayloadItem, Ring, Role, StrategyKind, TokenCounter, ToolCall, UnansweredCalls,
 };
 
 pub(crate) struct Tight;
@@ -19,6 +19,8 @@ impl Capacities for Tight {
     type Session = Ring<4, 1024>;
     type Working = Ring<24, 4096>;
     type Volatile = Ring<8, 2048>;
+    type Scratch = crate::Scratch<512>;
+    type Entities = crate::EntityTable<4, 32>;
 }
 
 #[derive(Clone, Debug)]
@@ -53,40 +55,54 @@ pub(crate) fn op() -> impl Strategy<Value = Op> {
 }
 
 pub(crate) fn config() -> impl Strategy<Value = Config> {
-    (
-        300u32..6000,
-        0u16..8,
-        50u8..=100,
-        any::<bool>(),
-        prop::bool::weighted(0.2),
-        prop_oneof![Just(0u32), 3u32..30],
-        32u32..600,
+    let policies =
+        (any::<bool>(), prop::bool::weighted(0.2), prop_oneof![Just(0u32), 3u32..30], 32u32..600);
+    let strategy = (0usize..5, 1u16..6, 1u16..4, 1u64..4, any::<bool>());
+    (300u32..6000, 0u16..8, 50u8..=100, policies, strategy).prop_map(
+        |(
+            budget,
+            tail,
+            trigger,
+            (drop_calls, discard, max_messages, observation_limit),
+            strategy,
+        )| {
+            let (kind, threshold, batch, minutes, entities) = strategy;
+            Config {
+                context_window: budget + 256,
+                reserved_for_reply: 256,
+                permanent_budget: budget / 6,
+                session_budget: budget / 6,
+                working_budget: budget / 2,
+                trigger_percent: trigger,
+                locked_tail: tail,
+                max_messages,
+                observation_limit,
+                unanswered_calls: if drop_calls {
+                    UnansweredCalls::DropCalls
+                } else {
+                    UnansweredCalls::SynthesizeAborted
+                },
+                outbox: if discard { OutboxMode::Discard } else { OutboxMode::Hold },
+                strategy: StrategyKind::ALL[kind],
+                summarize_threshold: threshold,
+                summarize_batch: batch,
+                summary_tokens: 48,
+                importance_threshold: 300,
+                // Steps are the clock (one per op), so ages of a few steps compress often.
+                working_age_ms: minutes,
+                session_age_ms: minutes * 3,
+                entity_schema: if entities {
+                    crate::EntitySchema::new(&["value", "decision", "k"]).unwrap_or_default()
+                } else {
+                    crate::EntitySchema::EMPTY
+                },
+                ..Config::DEFAULT
+            }
+        },
     )
-        .prop_map(
-            |(budget, tail, trigger, drop_calls, discard, max_messages, observation_limit)| {
-                Config {
-                    context_window: budget + 256,
-                    reserved_for_reply: 256,
-                    permanent_budget: budget / 6,
-                    session_budget: budget / 6,
-                    working_budget: budget / 2,
-                    trigger_percent: trigger,
-                    locked_tail: tail,
-                    max_messages,
-                    observation_limit,
-                    unanswered_calls: if drop_calls {
-                        UnansweredCalls::DropCalls
-                    } else {
-                        UnansweredCalls::SynthesizeAborted
-                    },
-                    outbox: if discard { OutboxMode::Discard } else { OutboxMode::Hold },
-                    ..Config::DEFAULT
-                }
-            },
-        )
 }
 
-const WORDS: [&str; 12] = [
+const WORDS: [&str; 14] = [
     "error",
     "src/main.rs",
     "42",
@@ -99,6 +115,8 @@ const WORDS: [&str; 12] = [
     "{\"k\":1}",
     "\n",
     "value",
+    "\nvalue: 42",
+    "decision = ship friday;",
 ];
 
 pub(crate) fn text(seed: usize, len: usize) -> String {
@@ -129,6 +147,8 @@ pub(crate) struct Model {
     gone: HashSet<u64>,
     removed_by_drop: u64,
     next_call: usize,
+    /// Summaries pushed: they may be superseded (merged, rewritten) without the outbox.
+    summaries: HashSet<u64>,
 }
 
 /// Checks that `history` pairs every call with all its results and nothing else; with
@@ -160,6 +180,7 @@ pub(crate) fn assert_pairs<'a>(
 pub(crate) struct Snapshot {
     used: u32,
     pushed: u64,
+    summaries: u64,
     ids: Vec<u64>,
 }
 
@@ -167,6 +188,7 @@ pub(crate) fn observe<C: Capacities, K: TokenCounter>(manager: &ContextManager<C
     Snapshot {
         used: manager.used(),
         pushed: manager.stats().counters.messages_pushed,
+        summaries: manager.stats().counters.summaries_added,
         ids: Level::ALL.iter().flat_map(|&l| manager.messages(l).map(|m| m.id())).collect(),
     }
 }
@@ -273,7 +295,14 @@ impl Model {
                 }
                 result
             }
-            Op::Summary { len } => manager.add_summary(&text(step, *len), &[(1, step as u64)], 0),
+            Op::Summary { len } => {
+                let result =
+                    manager.add_summary(&text(step, *len), &[(1, step as u64)], step as u64);
+                if let Ok(id) = result {
+                    self.summaries.insert(id);
+                }
+                result
+            }
             Op::Compose { dynamic } => {
                 self.compose(manager, *dynamic, step);
                 return;
@@ -303,10 +332,12 @@ impl Model {
                 self.pushed.insert(id);
             }
             Err(Error::OutboxFull { .. }) => {
+                // Evicting may leave summaries behind; the refused message itself is not stored.
+                let counters = manager.stats().counters;
                 assert_eq!(
-                    manager.stats().counters.messages_pushed,
-                    before.pushed,
-                    "OutboxFull stored something"
+                    counters.messages_pushed - counters.summaries_added,
+                    before.pushed - before.summaries,
+                    "OutboxFull stored the message"
                 );
             }
             Err(error) => {
@@ -340,6 +371,15 @@ impl Model {
                         | PayloadItem::ToolDefinition(m)
                         | PayloadItem::Message(m) => m.tokens(),
                         PayloadItem::Dynamic(text) => counter.count(text) + overhead,
+                        PayloadItem::Entities(entities) => {
+                            let pairs = entities.iter().map(|(k, v)| {
+                                counter.count(k) + v.map_or(1, |v| counter.count(v)) + 3
+                            });
+                            counter.count(crate::ENTITIES_PREFIX)
+                                + 2
+                                + pairs.sum::<u32>()
+                                + overhead
+                        }
                         PayloadItem::MemorySummary(summary) => {
                             counter.count(crate::MEMORY_SUMMARY_PREFIX)
                                 + overhead
@@ -395,8 +435,10 @@ impl Model {
         let live: u64 = stats.levels.iter().map(|l| u64::from(l.messages)).sum();
         assert_eq!(
             stats.counters.messages_pushed,
-            live + stats.counters.messages_evicted + self.removed_by_drop,
-            "every message is live, evicted, or removed with its dropped calls"
+            live + stats.counters.messages_evicted
+                + self.removed_by_drop
+                + stats.counters.summaries_replaced,
+            "every message is live, evicted, removed with its dropped calls, or a superseded summary"
         );
         for id in &self.permanent {
             assert!(manager.get(*id).is_some(), "permanent message {id} lost");
@@ -415,6 +457,9 @@ impl Model {
         }
         if hold {
             for id in self.pushed.iter().chain(self.history.iter()) {
+                if self.summaries.contains(id) {
+                    continue;
+                }
                 let live = manager.get(*id).is_some();
                 let accounted =
                     live as u8 + waiting.contains(id) as u8 + self.drained.contains(id) as u8;
@@ -469,4 +514,36 @@ proptest! {
             model.check(&manager);
         }
     }
+}
+
+/// The harness must reach what it claims to cover: summaries made by every summarizing
+/// strategy, merges, entities, drops and reductions.
+#[test]
+fn random_sessions_exercise_every_strategy() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let mut summaries = [0u64; 5];
+    let (mut merged, mut replaced, mut entities_seen) = (0u64, 0u64, 0usize);
+    for _ in 0..300 {
+        let config = config().new_tree(&mut runner).unwrap().current();
+        let ops = prop::collection::vec(op(), 100..150).new_tree(&mut runner).unwrap().current();
+        let kind = config.strategy as usize;
+        let mut manager = ContextManager::<Tight>::with_config(config).unwrap();
+        let mut model = Model::default();
+        for (step, op) in ops.iter().enumerate() {
+            model.apply(&mut manager, op, step);
+        }
+        let counters = manager.stats().counters;
+        summaries[kind] += counters.summaries_added;
+        merged += counters.summaries_merged;
+        replaced += counters.summaries_replaced;
+        entities_seen += manager.entities().iter().filter(|(_, v)| v.is_some()).count();
+    }
+    // Summarization, importance and hierarchical all summarize (sliding and entity only drop,
+    // but random sessions also push summaries directly).
+    for kind in [1, 3, 4] {
+        assert!(summaries[kind] > summaries[0], "{summaries:?}");
+    }
+    assert!(merged > 0 && replaced > 0 && entities_seen > 0, "{merged} {replaced} {entities_seen}");
 }

@@ -9,6 +9,8 @@ use crate::json;
 use crate::message::{MAX_TOOL_CALLS, Message, ToolCall};
 use crate::record::{self, SpanWriter};
 use crate::reduce::{self, Reduction};
+use crate::strategy::Strategy;
+use crate::terms::key_terms;
 use crate::{Level, Role, TokenCounter};
 
 /// Longest tool call id accepted, in bytes (providers use about 30).
@@ -114,7 +116,7 @@ fn validate(message: &Message<'_>) -> Result<(), InvalidMessage> {
     Ok(())
 }
 
-impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
+impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Stores a message and returns its id; evicts to the outbox if the budget requires.
     ///
     /// - System messages go to the permanent level, others to the working level, unless
@@ -142,6 +144,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     /// ```
     pub fn push(&mut self, message: Message<'_>) -> Result<u64, Error> {
         validate(&message)?;
+        self.refresh_entities();
         if message.role == Role::Tool {
             return self.push_tool_result(&message);
         }
@@ -151,6 +154,9 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         }
         let content_tokens = self.counter.count(message.content);
         let tokens = self.framed_tokens(content_tokens, message.tool_calls.iter().copied(), None);
+        let texts =
+            core::iter::once(message.content).chain(message.tool_calls.iter().map(|c| c.arguments));
+        let terms = key_terms(texts);
         let extra = if message.tool_calls.is_empty() {
             Extra::None
         } else {
@@ -171,6 +177,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
             items: message.tool_calls.len() as u8,
             tokens,
             original_tokens: tokens,
+            terms,
             ..Header::EMPTY
         };
         if message.important {
@@ -185,6 +192,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
             self.state.pending =
                 Some(Pending { level, calls: message.tool_calls.len() as u8, answered: 0 });
         }
+        self.after_push(message.role, level, id);
         self.collect();
         Ok(id)
     }
@@ -218,7 +226,9 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     }
 
     /// Adds a summary to the session level, standing for the messages in `sources` (inclusive
-    /// id ranges, at most 32), so a caller can drill down to the originals in its archive.
+    /// id ranges, at most [`MAX_SUMMARY_RANGES`](crate::MAX_SUMMARY_RANGES)), so a caller can
+    /// drill down to the originals in its archive (an LLM summary computed off the critical
+    /// path, a key decision).
     ///
     /// ```
     /// use ctxwin_core::{ContextManager, TinyCapacities};
@@ -233,7 +243,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
         sources: &[(u64, u64)],
         timestamp: u64,
     ) -> Result<u64, Error> {
-        if sources.len() > 32 {
+        if sources.len() > crate::manager::MAX_SUMMARY_RANGES {
             return Err(InvalidMessage::TooManyToolCalls.into());
         }
         let tokens = self.framed_tokens(self.counter.count(text), [], None);
@@ -363,6 +373,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
                 | if message.important { flags::IMPORTANT } else { 0 },
             tokens,
             original_tokens,
+            terms: key_terms([message.content]),
             ..Header::EMPTY
         };
         let id = self.store(level, header, &content, &extra)?;
@@ -374,6 +385,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
                 .saturating_add(u64::from(original_tokens.saturating_sub(tokens)));
         }
         self.mark_answered(index);
+        self.after_push(Role::Tool, level, id);
         self.collect();
         Ok(id)
     }
@@ -461,6 +473,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
             return Err(Error::LevelFull { level });
         }
         self.state.next_id = self.state.next_id.saturating_add(1);
+        self.state.now = self.state.now.max(header.timestamp);
         header.start = 0;
         header.len = len as u32;
         self.add_live(level, &header);

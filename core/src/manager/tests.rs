@@ -11,6 +11,8 @@ impl Capacities for Small {
     type Session = Ring<4, 1024>;
     type Working = Ring<32, 8192>;
     type Volatile = Ring<8, 2048>;
+    type Scratch = crate::Scratch<512>;
+    type Entities = crate::EntityTable<4, 32>;
 }
 
 fn config(tail: u16, budget: u32) -> Config {
@@ -203,6 +205,7 @@ fn payload_order_is_system_tools_dynamic_summary_history() {
             PayloadItem::System(m) => format!("system:{}", m.content()),
             PayloadItem::ToolDefinition(_) => "tool".into(),
             PayloadItem::Dynamic(text) => format!("dynamic:{text}"),
+            PayloadItem::Entities(_) => "entities".into(),
             PayloadItem::MemorySummary(s) => s.parts().collect(),
             PayloadItem::Message(m) => format!("history:{}", m.content()),
         })
@@ -309,16 +312,26 @@ fn permanent_over_its_budget_is_refused() {
 }
 
 #[test]
-fn session_overflow_evicts_the_oldest_summary() {
+fn session_overflow_merges_into_one_summary_within_budget() {
     let mut m = manager(6, 800);
-    let mut units = Vec::new();
     for i in 0..6 {
-        m.add_summary(&format!("summary {i} {}", "words ".repeat(20)), &[(i, i)], 0).unwrap();
-        units.extend(drained_contents(&mut m));
+        m.add_summary(
+            &format!("summary {i}: decided to keep file_{i}.rs {}", "words ".repeat(10)),
+            &[(i, i)],
+            0,
+        )
+        .unwrap();
         assert!(m.level_tokens(Level::Session) <= 100);
     }
-    assert!(units.first().unwrap()[0].starts_with("summary 0"));
-    assert_eq!(m.session().next().map(|s| s.content().starts_with("summary 5")), Some(false));
+    assert!(m.stats().counters.summaries_merged > 0);
+    let text: String = m.session().map(|s| s.content().to_string()).collect();
+    assert!(text.contains("file_5.rs"), "{text}");
+    let sources: Vec<(u64, u64)> =
+        m.session().flat_map(|s| s.summary_sources().collect::<Vec<_>>()).collect();
+    assert!(
+        sources.iter().any(|&(a, _)| a == 0),
+        "merged summaries keep every source: {sources:?}"
+    );
 }
 
 #[test]

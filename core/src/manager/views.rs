@@ -5,6 +5,7 @@ use crate::capacity::Capacities;
 use crate::header::Header;
 use crate::message::MessageRef;
 use crate::ring::RingRef;
+use crate::strategy::Strategy;
 use crate::{Level, TokenCounter};
 
 /// Live messages of one level, oldest first (double-ended).
@@ -29,6 +30,11 @@ pub struct LevelMessages<'a> {
 impl<'a> LevelMessages<'a> {
     pub(crate) fn new(ring: RingRef<'a>, level: Level) -> Self {
         Self { ring, level, front: 0, back: ring.len() }
+    }
+
+    /// Messages at logical indices `start..end` only (a unit).
+    pub(crate) fn range(ring: RingRef<'a>, level: Level, start: usize, end: usize) -> Self {
+        Self { ring, level, front: start, back: end.min(ring.len()) }
     }
 
     fn message(&self, header: &'a Header) -> MessageRef<'a> {
@@ -143,7 +149,7 @@ impl DoubleEndedIterator for History<'_> {
     }
 }
 
-impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
+impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Live messages of `level`, oldest first.
     ///
     /// ```
@@ -181,6 +187,20 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     /// ```
     pub fn session(&self) -> LevelMessages<'_> {
         self.messages(Level::Session)
+    }
+
+    /// The live history messages with ids in `first..=last`, as a summarizer's input.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// let first = manager.push(Message::user("one"))?;
+    /// let last = manager.push(Message::user("two"))?;
+    /// assert_eq!(manager.summary_source(first, last).count(), 2);
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn summary_source(&self, first: u64, last: u64) -> crate::SummarySource<'_> {
+        crate::SummarySource::new(self.history(), first, last)
     }
 
     /// The stored message with `id`, if it is still live. O(log capacity).

@@ -18,6 +18,7 @@ const MAX_NEXT_ID: u64 = 1 << 63;
 pub(crate) trait Sink<'a> {
     fn begin(&mut self, config: Config, state: State);
     fn record(&mut self, level: Level, header: Header, bytes: &'a [u8]);
+    fn entity(&mut self, index: usize, value: Option<&'a [u8]>);
     fn end(&mut self);
 }
 
@@ -27,6 +28,7 @@ pub(crate) struct Validate;
 impl<'a> Sink<'a> for Validate {
     fn begin(&mut self, _: Config, _: State) {}
     fn record(&mut self, _: Level, _: Header, _: &'a [u8]) {}
+    fn entity(&mut self, _: usize, _: Option<&'a [u8]>) {}
     fn end(&mut self) {}
 }
 
@@ -175,6 +177,7 @@ impl<'a> LevelCheck<'a> {
 pub(crate) fn decode<'a, S: Sink<'a>>(
     body: &'a [u8],
     capacities: [(usize, usize); 4],
+    (entity_keys, value_bytes): (usize, usize),
     fingerprint: u32,
     sink: &mut S,
 ) -> Result<(), SnapshotError> {
@@ -223,6 +226,21 @@ pub(crate) fn decode<'a, S: Sink<'a>>(
     }
     if !last_user_seen {
         return Err(SnapshotError::Invalid(Invariant::LastUser));
+    }
+    let (count, after) = take::<u32>(rest)?;
+    rest = after;
+    if count as usize > entity_keys {
+        return Err(SnapshotError::Invalid(Invariant::Entities));
+    }
+    for index in 0..count as usize {
+        let (value, after) = take::<Option<&'a [u8]>>(rest)?;
+        rest = after;
+        let declared = index < config.entity_schema.len();
+        let fits = value.is_none_or(|v| v.len() <= value_bytes && core::str::from_utf8(v).is_ok());
+        if !fits || (value.is_some() && !declared) {
+            return Err(SnapshotError::Invalid(Invariant::Entities));
+        }
+        sink.entity(index, value);
     }
     if !rest.is_empty() {
         return Err(SnapshotError::Malformed);

@@ -24,8 +24,10 @@ mod wire;
 use postcard::ser_flavors::Flavor;
 
 use crate::capacity::{Capacities, capacities_of};
+use crate::entities::EntityStorage;
 use crate::manager::State;
 use crate::ring::RingRef;
+use crate::strategy::Strategy;
 use crate::{Config, ContextManager, Level, TokenCounter};
 use crc::Crc32;
 use decode::{Sink, Validate, decode};
@@ -166,6 +168,8 @@ pub enum Invariant {
     },
     /// A tool definition that is not a JSON object.
     ToolDefinition,
+    /// Entity values that do not fit the table or the schema, or are not UTF-8.
+    Entities,
 }
 
 impl core::fmt::Display for Invariant {
@@ -199,6 +203,7 @@ impl core::fmt::Display for Invariant {
                 write!(f, "{level} level: more bytes than it holds")
             }
             Invariant::ToolDefinition => f.write_str("a tool definition that is not a JSON object"),
+            Invariant::Entities => f.write_str("entity values that do not fit the table or schema"),
         }
     }
 }
@@ -234,9 +239,9 @@ impl core::fmt::Display for SnapshotError {
 impl core::error::Error for SnapshotError {}
 
 /// Loads decoded records into a manager.
-struct Load<'m, C: Capacities, K: TokenCounter>(&'m mut ContextManager<C, K>);
+struct Load<'m, C: Capacities, K: TokenCounter, S: Strategy>(&'m mut ContextManager<C, K, S>);
 
-impl<'a, C: Capacities, K: TokenCounter> Sink<'a> for Load<'_, C, K> {
+impl<'a, C: Capacities, K: TokenCounter, S: Strategy> Sink<'a> for Load<'_, C, K, S> {
     fn begin(&mut self, config: Config, state: State) {
         self.0.reset_to(config, state);
     }
@@ -248,8 +253,13 @@ impl<'a, C: Capacities, K: TokenCounter> Sink<'a> for Load<'_, C, K> {
             .push_back(header, bytes.len(), |span| span.copy_from_slice(bytes));
     }
 
+    fn entity(&mut self, index: usize, value: Option<&'a [u8]>) {
+        self.0.load_entity(index, value);
+    }
+
     fn end(&mut self) {
         self.0.recount_live();
+        self.0.recount_entities();
     }
 }
 
@@ -324,7 +334,7 @@ fn open(bytes: &[u8], capacities: [(usize, usize); 4]) -> Result<(&[u8], u32), S
     Ok((body, le_u32(bytes, 8)))
 }
 
-impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
+impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Upper bound of this manager type's snapshot size, in bytes, for sizing a static buffer.
     ///
     /// ```
@@ -333,7 +343,8 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     ///     [0; ContextManager::<TinyCapacities>::SNAPSHOT_MAX_SIZE];
     /// assert!(ContextManager::<TinyCapacities>::SNAPSHOT_MAX_SIZE < 10 * 1024);
     /// ```
-    pub const SNAPSHOT_MAX_SIZE: usize = wire::max_size(capacities_of::<C>());
+    pub const SNAPSHOT_MAX_SIZE: usize =
+        wire::max_size(capacities_of::<C>(), C::Entities::KEYS, C::Entities::VALUE_BYTES);
 
     /// Encodes the body into `flavor`, piece by piece.
     fn encode_body<F: Flavor<Output = F>>(&self, flavor: F) -> postcard::Result<F> {
@@ -349,11 +360,17 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
                 )?;
             }
         }
+        let values = self.entity_values();
+        flavor = postcard::serialize_with_flavor(&(C::Entities::KEYS as u32), flavor)?;
+        for index in 0..C::Entities::KEYS {
+            flavor =
+                postcard::serialize_with_flavor(&values.value(index).map(str::as_bytes), flavor)?;
+        }
         Ok(flavor)
     }
 
-    fn body_len(&self) -> usize {
-        self.encode_body(Count(0)).map_or(0, |count| count.0)
+    fn body_len(&self) -> Result<usize, SnapshotError> {
+        self.encode_body(Count(0)).map(|count| count.0).map_err(|_| SnapshotError::Malformed)
     }
 
     /// Exact size of the snapshot [`snapshot_into`](Self::snapshot_into) would write now.
@@ -364,7 +381,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     /// assert!(manager.snapshot_len() <= ContextManager::<TinyCapacities>::SNAPSHOT_MAX_SIZE);
     /// ```
     pub fn snapshot_len(&self) -> usize {
-        HEADER_LEN + self.body_len() + TRAILER_LEN
+        HEADER_LEN + self.body_len().unwrap_or(0) + TRAILER_LEN
     }
 
     /// Writes the whole state into `buf` and returns the bytes written. No allocation.
@@ -379,7 +396,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     /// # Ok::<(), SnapshotError>(())
     /// ```
     pub fn snapshot_into<'b>(&self, buf: &'b mut [u8]) -> Result<&'b [u8], SnapshotError> {
-        let body_len = self.body_len();
+        let body_len = self.body_len()?;
         let needed = HEADER_LEN + body_len + TRAILER_LEN;
         if buf.len() < needed {
             return Err(SnapshotError::BufferTooSmall { needed });
@@ -407,7 +424,7 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     /// # Ok::<(), Box<dyn core::error::Error>>(())
     /// ```
     pub fn snapshot_to<W: embedded_io::Write>(&self, out: W) -> Result<usize, SnapshotError> {
-        let body_len = self.body_len();
+        let body_len = self.body_len()?;
         let header = header_bytes(self.config().fingerprint(), capacities_of::<C>(), body_len);
         let mut stream = Stream { out, crc: Crc32::new(), error: None };
         stream.write(&header).map_err(SnapshotError::Io)?;
@@ -441,9 +458,10 @@ impl<C: Capacities, K: TokenCounter> ContextManager<C, K> {
     pub fn restore_from(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
         let capacities = capacities_of::<C>();
         let (body, fingerprint) = open(bytes, capacities)?;
-        decode(body, capacities, fingerprint, &mut Validate)?;
+        let entities = (C::Entities::KEYS, C::Entities::VALUE_BYTES);
+        decode(body, capacities, entities, fingerprint, &mut Validate)?;
         // Decoding is deterministic, so the load pass cannot fail where validation passed.
-        decode(body, capacities, fingerprint, &mut Load(self))
+        decode(body, capacities, entities, fingerprint, &mut Load(self))
     }
 
     /// Reads a snapshot from `input` into `scratch`, then restores it. A restore that leaves

@@ -4,9 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, OutboxMode, UnansweredCalls};
+use crate::entities::{EntitySchema, MAX_ENTITY_KEY_LEN, MAX_ENTITY_KEYS};
 use crate::header::Header;
 use crate::manager::{Pending, State};
 use crate::stats::Counters;
+use crate::strategy::StrategyKind;
 use crate::{Level, Role};
 
 /// `"CWSN"`: ctxwin snapshot.
@@ -23,6 +25,44 @@ const V16: usize = 3;
 const V32: usize = 5;
 const V64: usize = 10;
 
+/// An entity schema on the wire: a sequence of key strings.
+pub(crate) struct SchemaWire(pub EntitySchema);
+
+impl Serialize for SchemaWire {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        // An exact length: postcard cannot encode a sequence of unknown length.
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for key in self.0.keys() {
+            seq.serialize_element(key)?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for SchemaWire {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = SchemaWire;
+            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str("entity keys")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<SchemaWire, A::Error> {
+                let mut schema = EntitySchema::EMPTY;
+                while let Some(key) = seq.next_element::<&str>()? {
+                    schema.push(key).map_err(|_| serde::de::Error::custom("bad entity key"))?;
+                }
+                Ok(SchemaWire(schema))
+            }
+        }
+        deserializer.deserialize_seq(Keys)
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 pub(crate) struct ConfigWire {
     context_window: u32,
@@ -38,9 +78,19 @@ pub(crate) struct ConfigWire {
     request_overhead: u16,
     unanswered_calls: u8,
     outbox: u8,
+    strategy: u8,
+    summarize_threshold: u16,
+    summarize_batch: u16,
+    summary_tokens: u32,
+    importance_threshold: u16,
+    working_age_ms: u64,
+    session_age_ms: u64,
+    checkpoint_interval_messages: u32,
+    entity_schema: SchemaWire,
 }
 
-pub(crate) const CONFIG_MAX: usize = 7 * V32 + 3 * V16 + 3;
+const SCHEMA_MAX: usize = V32 + MAX_ENTITY_KEYS * (V32 + MAX_ENTITY_KEY_LEN);
+pub(crate) const CONFIG_MAX: usize = 9 * V32 + 6 * V16 + 4 + 2 * V64 + SCHEMA_MAX;
 
 impl From<&Config> for ConfigWire {
     fn from(c: &Config) -> Self {
@@ -58,6 +108,15 @@ impl From<&Config> for ConfigWire {
             request_overhead: c.request_overhead,
             unanswered_calls: c.unanswered_calls as u8,
             outbox: c.outbox as u8,
+            strategy: c.strategy as u8,
+            summarize_threshold: c.summarize_threshold,
+            summarize_batch: c.summarize_batch,
+            summary_tokens: c.summary_tokens,
+            importance_threshold: c.importance_threshold,
+            working_age_ms: c.working_age_ms,
+            session_age_ms: c.session_age_ms,
+            checkpoint_interval_messages: c.checkpoint_interval_messages,
+            entity_schema: SchemaWire(c.entity_schema),
         }
     }
 }
@@ -87,6 +146,15 @@ impl ConfigWire {
                 1 => OutboxMode::Discard,
                 _ => return None,
             },
+            strategy: *StrategyKind::ALL.get(usize::from(self.strategy))?,
+            summarize_threshold: self.summarize_threshold,
+            summarize_batch: self.summarize_batch,
+            summary_tokens: self.summary_tokens,
+            importance_threshold: self.importance_threshold,
+            working_age_ms: self.working_age_ms,
+            session_age_ms: self.session_age_ms,
+            checkpoint_interval_messages: self.checkpoint_interval_messages,
+            entity_schema: self.entity_schema.0,
         })
     }
 }
@@ -113,10 +181,12 @@ pub(crate) struct CountersWire {
     calls_dropped: u64,
     summaries_added: u64,
     summaries_merged: u64,
+    summaries_failed: u64,
+    summaries_replaced: u64,
     last_compression_turn: Option<u64>,
 }
 
-const COUNTERS_MAX: usize = 13 * V64 + 1 + V64;
+const COUNTERS_MAX: usize = 15 * V64 + 1 + V64;
 
 impl From<&Counters> for CountersWire {
     fn from(c: &Counters) -> Self {
@@ -134,6 +204,8 @@ impl From<&Counters> for CountersWire {
             calls_dropped: c.calls_dropped,
             summaries_added: c.summaries_added,
             summaries_merged: c.summaries_merged,
+            summaries_failed: c.summaries_failed,
+            summaries_replaced: c.summaries_replaced,
             last_compression_turn: c.last_compression_turn,
         }
     }
@@ -155,6 +227,8 @@ impl From<&CountersWire> for Counters {
             calls_dropped: c.calls_dropped,
             summaries_added: c.summaries_added,
             summaries_merged: c.summaries_merged,
+            summaries_failed: c.summaries_failed,
+            summaries_replaced: c.summaries_replaced,
             last_compression_turn: c.last_compression_turn,
         }
     }
@@ -169,9 +243,11 @@ pub(crate) struct StateWire {
     pub counters: CountersWire,
     /// Live tokens per level, checked against the records on restore.
     pub tokens: [u32; 4],
+    /// The caller's clock.
+    pub now: u64,
 }
 
-pub(crate) const STATE_MAX: usize = 2 * V64 + (1 + V64) + (1 + 2 + V64) + COUNTERS_MAX + 4 * V32;
+pub(crate) const STATE_MAX: usize = 3 * V64 + (1 + V64) + (1 + 2 + V64) + COUNTERS_MAX + 4 * V32;
 
 impl From<&State> for StateWire {
     fn from(s: &State) -> Self {
@@ -186,6 +262,7 @@ impl From<&State> for StateWire {
             }),
             counters: CountersWire::from(&s.counters),
             tokens: s.tokens,
+            now: s.now,
         }
     }
 }
@@ -207,6 +284,8 @@ impl StateWire {
             tokens: self.tokens,
             live: [0; 4],
             bytes: [0; 4],
+            now: self.now,
+            entity_tokens: 0,
             counters: Counters::from(&self.counters),
         })
     }
@@ -232,12 +311,13 @@ pub(crate) struct RecordWire<'a> {
     pub flags: u8,
     pub items: u8,
     pub detail: u8,
+    pub terms: [u16; 4],
     #[serde(borrow)]
     pub bytes: &'a [u8],
 }
 
 /// Largest encoding of a record's fields besides its bytes.
-pub(crate) const RECORD_OVERHEAD_MAX: usize = 2 * V64 + 3 * V32 + 4 + V32;
+pub(crate) const RECORD_OVERHEAD_MAX: usize = 2 * V64 + 3 * V32 + 4 + 4 * V16 + V32;
 
 impl<'a> RecordWire<'a> {
     pub(crate) fn new(header: &Header, bytes: &'a [u8]) -> Self {
@@ -251,6 +331,7 @@ impl<'a> RecordWire<'a> {
             flags: header.flags,
             items: header.items,
             detail: header.detail,
+            terms: header.terms,
             bytes,
         }
     }
@@ -269,16 +350,23 @@ impl<'a> RecordWire<'a> {
             flags: self.flags,
             items: self.items,
             detail: self.detail,
+            terms: self.terms,
         }
     }
 }
 
-/// Upper bound of a snapshot's size for levels of these `(messages, bytes)` capacities.
-pub(crate) const fn max_size(capacities: [(usize, usize); 4]) -> usize {
+/// Upper bound of a snapshot's size for levels of these `(messages, bytes)` capacities and an
+/// entity table of `entities` values of `value_bytes` each.
+pub(crate) const fn max_size(
+    capacities: [(usize, usize); 4],
+    entities: usize,
+    value_bytes: usize,
+) -> usize {
     const fn level(messages: usize, bytes: usize) -> usize {
         V32 + messages * RECORD_OVERHEAD_MAX + bytes
     }
     let [(m0, b0), (m1, b1), (m2, b2), (m3, b3)] = capacities;
+    let entity_table = V32 + entities * (1 + V32 + value_bytes);
     HEADER_LEN
         + TRAILER_LEN
         + CONFIG_MAX
@@ -287,4 +375,5 @@ pub(crate) const fn max_size(capacities: [(usize, usize); 4]) -> usize {
         + level(m1, b1)
         + level(m2, b2)
         + level(m3, b3)
+        + entity_table
 }

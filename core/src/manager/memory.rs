@@ -1,0 +1,712 @@
+//! Where strategies meet the mechanics: choosing victims, summarizing what leaves, running
+//! plans (folding turns, compressing by age, trimming to the tail), merging summaries when the
+//! session level overflows, and updating entities.
+
+use super::evict::{Lock, UnitSpan, unit_end};
+use super::{ContextManager, LevelMessages, State};
+use crate::capacity::{Capacities, ScratchStorage};
+use crate::entities::{EntitiesMut, EntityStorage};
+use crate::header::{Header, flags};
+use crate::manager::History;
+use crate::record::{self, SpanWriter};
+use crate::ring::{RingRef, RingStorage};
+use crate::strategy::{Env, Leave, Plan, Strategy, UnitView};
+use crate::summarize::{Detail, SummaryRequest, SummarySource, TextBuffer};
+use crate::{Config, Level, Role, TokenCounter};
+
+/// Most source ranges one summary keeps; more are coalesced (over-approximating).
+pub const MAX_SUMMARY_RANGES: usize = 16;
+/// Evictable units whose value a strategy is asked for, per eviction.
+const VALUE_WINDOW: usize = 32;
+
+/// Disjoint borrows of a manager's parts, so a strategy can be asked while reading the rings.
+struct Parts<'a, S> {
+    permanent: RingRef<'a>,
+    session: RingRef<'a>,
+    working: RingRef<'a>,
+    volatile: RingRef<'a>,
+    config: &'a Config,
+    state: &'a State,
+    counter: &'a dyn TokenCounter,
+    strategy: &'a mut S,
+    scratch: &'a mut [u8],
+}
+
+impl<'a, S: Strategy> Parts<'a, S> {
+    fn ring(&self, level: Level) -> RingRef<'a> {
+        match level {
+            Level::Permanent => self.permanent,
+            Level::Session => self.session,
+            Level::Working => self.working,
+            Level::Volatile => self.volatile,
+        }
+    }
+
+    fn history(&self) -> History<'a> {
+        History::new(self.ring(Level::Working), self.ring(Level::Volatile))
+    }
+
+    /// The newest user message's text: the task the importance score measures against.
+    fn task(&self) -> &'a str {
+        let Some(id) = self.state.last_user_id else { return "" };
+        self.history().rev().find(|m| m.id() == id).map_or("", |m| m.content())
+    }
+
+    fn env(&self) -> Env<'a> {
+        Env::new(self.config, self.state.now, self.task(), self.history())
+    }
+
+    fn unit(&self, level: Level, span: UnitSpan) -> Option<UnitView<'a>> {
+        UnitView::new(level, LevelMessages::range(self.ring(level), level, span.start, span.end))
+    }
+
+    /// The token budget of a new summary at `detail`: what the configuration allows, less the
+    /// message framing the stored summary will also cost.
+    fn budget(&self, detail: Detail) -> u32 {
+        let cap = self.config.summary_tokens.min(self.config.session_budget);
+        let cap = match detail {
+            Detail::Paragraph => cap,
+            Detail::Line => cap.min(LINE_TOKENS),
+        };
+        cap.saturating_sub(u32::from(self.config.message_overhead))
+    }
+
+    /// Runs the summarizer into the scratch buffer within `budget` tokens; returns the bytes
+    /// written.
+    fn summarize(
+        &mut self,
+        previous: &str,
+        messages: SummarySource<'_>,
+        detail: Detail,
+        budget: u32,
+    ) -> Option<usize> {
+        if budget < MIN_SUMMARY_TOKENS {
+            return None;
+        }
+        let mut out = TextBuffer::new(self.scratch);
+        let request = SummaryRequest { previous, messages, budget, detail, counter: self.counter };
+        self.strategy.summarizer().summarize(&request, &mut out).ok()?;
+        (!out.is_empty()).then(|| out.len())
+    }
+}
+
+/// Marks the entity-token cache as not filled yet.
+pub(crate) const ENTITIES_UNCOUNTED: u32 = u32::MAX;
+
+/// Smallest budget worth asking a summarizer for.
+const MIN_SUMMARY_TOKENS: u32 = 8;
+
+/// Tokens of a one-line summary.
+const LINE_TOKENS: u32 = 40;
+
+/// Sorted, coalesced source ranges, at most [`MAX_SUMMARY_RANGES`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ranges {
+    items: [(u64, u64); MAX_SUMMARY_RANGES * 2],
+    len: usize,
+}
+
+impl Ranges {
+    pub(crate) fn new() -> Self {
+        Ranges { items: [(0, 0); MAX_SUMMARY_RANGES * 2], len: 0 }
+    }
+
+    pub(crate) fn add(&mut self, (first, last): (u64, u64)) {
+        if first > last {
+            return;
+        }
+        if self.len == self.items.len() {
+            self.squeeze(self.items.len() - 1);
+        }
+        if let Some(slot) = self.items.get_mut(self.len) {
+            *slot = (first, last);
+            self.len += 1;
+        }
+        let live = self.items.get_mut(..self.len).unwrap_or_default();
+        live.sort_unstable();
+        // Coalesce overlapping or adjacent ranges in place.
+        let mut kept = 0usize;
+        for i in 0..self.len {
+            let current = self.items.get(i).copied().unwrap_or_default();
+            match kept.checked_sub(1).and_then(|k| self.items.get_mut(k)) {
+                Some(previous) if current.0 <= previous.1.saturating_add(1) => {
+                    previous.1 = previous.1.max(current.1)
+                }
+                _ => {
+                    if let Some(slot) = self.items.get_mut(kept) {
+                        *slot = current;
+                    }
+                    kept += 1;
+                }
+            }
+        }
+        self.len = kept;
+    }
+
+    /// Joins the closest neighbours until at most `max` ranges remain.
+    fn squeeze(&mut self, max: usize) {
+        while self.len > max.max(1) {
+            let live = self.items.get(..self.len).unwrap_or_default();
+            let closest = (1..live.len()).min_by_key(|&i| {
+                live.get(i)
+                    .map_or(u64::MAX, |r| r.0)
+                    .saturating_sub(live.get(i - 1).map_or(0, |r| r.1))
+            });
+            let Some(i) = closest else { break };
+            let right = self.items.get(i).copied().unwrap_or_default();
+            if let Some(left) = self.items.get_mut(i - 1) {
+                left.1 = left.1.max(right.1);
+            }
+            self.items.copy_within(i + 1..self.len, i);
+            self.len -= 1;
+        }
+    }
+
+    pub(crate) fn finish(mut self) -> Self {
+        self.squeeze(MAX_SUMMARY_RANGES);
+        self
+    }
+
+    pub(crate) fn as_slice(&self) -> &[(u64, u64)] {
+        self.items.get(..self.len).unwrap_or_default()
+    }
+}
+
+/// Where a new summary goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// A new session entry.
+    Append,
+    /// In place of the session entry at this index (keeping its order).
+    Replace(usize),
+}
+
+impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
+    fn parts(&mut self) -> Parts<'_, S> {
+        Parts {
+            permanent: self.permanent.view(),
+            session: self.session.view(),
+            working: self.working.view(),
+            volatile: self.volatile.view(),
+            config: &self.config,
+            state: &self.state,
+            counter: &self.counter,
+            strategy: &mut self.strategy,
+            scratch: self.scratch.bytes_mut(),
+        }
+    }
+
+    /// The unit of `level` to evict next: the oldest the lock allows, or the lowest-valued of
+    /// the oldest [`VALUE_WINDOW`] when the strategy scores units.
+    pub(crate) fn choose_victim(&mut self, level: Level, lock: &Lock) -> Option<UnitSpan> {
+        let oldest = self.oldest_evictable(level, lock)?;
+        if level == Level::Session {
+            return Some(oldest);
+        }
+        let parts = self.parts();
+        let env = parts.env();
+        if parts.strategy.oldest_first(&env) {
+            return Some(oldest);
+        }
+        let ring = parts.ring(level);
+        let mut best: Option<(u32, UnitSpan)> = None;
+        let mut start = oldest.start;
+        let mut seen = 0usize;
+        while start < ring.len() && seen < VALUE_WINDOW {
+            let span = UnitSpan { start, end: unit_end(&ring, start) };
+            start = span.end;
+            if !ring.get(span.start).is_some_and(|h| h.is_live()) || lock.covers(&ring, level, span)
+            {
+                continue;
+            }
+            seen += 1;
+            let Some(unit) = parts.unit(level, span) else { continue };
+            let value = parts.strategy.value(&unit, &env);
+            if best.is_none_or(|(v, _)| value < v) {
+                best = Some((value, span));
+            }
+        }
+        best.map(|(_, span)| span)
+    }
+
+    /// Evicts `unit`, first asking the strategy whether a summary of it should stay.
+    pub(crate) fn leave(&mut self, level: Level, unit: UnitSpan) {
+        if level.is_history() {
+            let decision = {
+                let parts = self.parts();
+                let env = parts.env();
+                match parts.unit(level, unit) {
+                    Some(view) => parts.strategy.on_leave(&view, &env),
+                    None => Leave::Drop,
+                }
+            };
+            if let Leave::Summarize { detail, rolling } = decision {
+                self.summarize_unit(level, unit, detail, rolling);
+            }
+        }
+        self.evict(level, unit);
+    }
+
+    /// Index in the session ring of the rolling summary, if there is one.
+    fn rolling_index(&self) -> Option<usize> {
+        let ring = self.ring(Level::Session);
+        (0..ring.len())
+            .rev()
+            .find(|&i| ring.get(i).is_some_and(|h| h.is_live() && h.has(flags::ROLLING)))
+    }
+
+    /// Summarizes one unit into the session level (a summary of its own, or folded into the
+    /// rolling summary); on failure the unit just leaves.
+    fn summarize_unit(&mut self, level: Level, unit: UnitSpan, detail: Detail, rolling: bool) {
+        let rolling_at = if rolling { self.rolling_index() } else { None };
+        let (written, ids, newest, ranges) = {
+            let mut parts = self.parts();
+            let Some(view) = parts.unit(level, unit) else { return };
+            let ids = view.ids();
+            let session = parts.ring(Level::Session);
+            let mut ranges = Ranges::new();
+            let previous = rolling_at.and_then(|i| session.get(i)).map_or("", |h| {
+                record::SourceRanges::new(h, session.record(h)).for_each(|r| ranges.add(r));
+                record::content(h, session.record(h))
+            });
+            ranges.add(ids);
+            let source = SummarySource::unit(view.messages(), ids.0, ids.1);
+            let budget = parts.budget(detail);
+            (
+                parts.summarize(previous, source, detail, budget),
+                ids,
+                view.newest_timestamp(),
+                ranges.finish(),
+            )
+        };
+        let Some(written) = written else {
+            self.state.counters.summaries_failed =
+                self.state.counters.summaries_failed.saturating_add(1);
+            return;
+        };
+        let _ = ids;
+        let target = rolling_at.map_or(Target::Append, Target::Replace);
+        self.store_summary(written, ranges.as_slice(), detail, newest, rolling, target);
+    }
+
+    /// Stores the summary in the scratch buffer's first `len` bytes into the session level.
+    fn store_summary(
+        &mut self,
+        len: usize,
+        ranges: &[(u64, u64)],
+        detail: Detail,
+        timestamp: u64,
+        rolling: bool,
+        target: Target,
+    ) {
+        let text = core::str::from_utf8(self.scratch.bytes().get(..len).unwrap_or_default())
+            .unwrap_or_default();
+        let tokens = self.framed_tokens(self.counter.count(text), [], None);
+        let total = len + ranges.len() * record::RANGE_ENTRY;
+        let header = Header {
+            timestamp,
+            role: Role::System,
+            flags: flags::SUMMARY | flags::SYNTHETIC | if rolling { flags::ROLLING } else { 0 },
+            items: ranges.len() as u8,
+            detail: detail.code(),
+            content_len: len as u32,
+            tokens,
+            original_tokens: tokens,
+            ..Header::EMPTY
+        };
+        let write = |span: &mut [u8], text: &[u8]| {
+            let mut out = SpanWriter::new(span);
+            out.put(text);
+            ranges.iter().for_each(|&(a, b)| out.put_range(a, b));
+        };
+        if let Some(old) = match target {
+            Target::Replace(index) => self.ring(Level::Session).get(index).copied(),
+            Target::Append => None,
+        } {
+            let index = match target {
+                Target::Replace(index) => index,
+                Target::Append => 0,
+            };
+            let replaced = {
+                let scratch = self.scratch.bytes().get(..len).unwrap_or_default();
+                let mut ring = self.session.view_mut();
+                let done = ring.replace(index, total, |span| write(span, scratch)).is_some();
+                if done {
+                    ring.get_mut(index).map(|stored| {
+                        *stored =
+                            Header { id: old.id, start: stored.start, len: stored.len, ..header };
+                        *stored
+                    })
+                } else {
+                    // No room to grow in place: the old one goes, the new one is appended.
+                    ring.retain(|h| h.id != old.id);
+                    None
+                }
+            };
+            self.remove_live(Level::Session, &old);
+            let counters = &mut self.state.counters;
+            counters.summaries_replaced = counters.summaries_replaced.saturating_add(1);
+            if let Some(stored) = replaced {
+                self.add_live(Level::Session, &stored);
+                self.note_summary();
+                return;
+            }
+        }
+        if self.make_room(Level::Session, total, 1).is_err() {
+            self.state.counters.summaries_failed =
+                self.state.counters.summaries_failed.saturating_add(1);
+            return;
+        }
+        let id = self.state.next_id;
+        let scratch = self.scratch.bytes().get(..len).unwrap_or_default();
+        let header = Header { id, ..header };
+        if self.session.view_mut().push_back(header, total, |span| write(span, scratch)).is_some() {
+            self.state.next_id = id.saturating_add(1);
+            self.add_live(Level::Session, &Header { len: total as u32, ..header });
+            self.note_summary();
+        }
+    }
+
+    fn note_summary(&mut self) {
+        let counters = &mut self.state.counters;
+        counters.messages_pushed = counters.messages_pushed.saturating_add(1);
+        counters.summaries_added = counters.summaries_added.saturating_add(1);
+        counters.last_compression_turn = Some(self.state.turn);
+    }
+
+    /// Live history units (both levels), oldest first by first id.
+    fn history_units(&self) -> HistoryUnits<'_> {
+        HistoryUnits { rings: [self.ring(Level::Working), self.ring(Level::Volatile)], at: [0, 0] }
+    }
+
+    /// Runs what the strategy asks for after a push.
+    pub(crate) fn run_plan(&mut self, plan: Plan) {
+        match plan {
+            Plan::Nothing => {}
+            Plan::FoldOldestTurns { turns } => self.fold_oldest_turns(turns),
+            Plan::CompressByAge { history_age, session_age } => {
+                self.compress_by_age(history_age, session_age)
+            }
+            Plan::TrimToTail => {
+                let lock = self.lock();
+                while let Some((level, unit)) = [Level::Volatile, Level::Working]
+                    .into_iter()
+                    .find_map(|level| self.oldest_evictable(level, &lock).map(|unit| (level, unit)))
+                {
+                    self.evict(level, unit);
+                }
+            }
+        }
+    }
+
+    /// Folds the oldest `turns` user turns outside the locked tail into the rolling summary.
+    fn fold_oldest_turns(&mut self, turns: u16) {
+        let lock = self.lock();
+        let mut users = 0u16;
+        let mut range = (u64::MAX, 0u64);
+        for (level, span, first, last) in self.history_units() {
+            let ring = self.ring(level);
+            if lock.covers(&ring, level, span) {
+                break;
+            }
+            if ring.get(span.start).is_some_and(|h| h.role == Role::User) {
+                users += 1;
+                if users > turns {
+                    break;
+                }
+            }
+            range = (range.0.min(first), range.1.max(last));
+        }
+        if range.0 > range.1 {
+            return;
+        }
+        let rolling_at = self.rolling_index();
+        let (written, ranges, newest) = {
+            let mut parts = self.parts();
+            let session = parts.ring(Level::Session);
+            let mut ranges = Ranges::new();
+            let previous = rolling_at.and_then(|i| session.get(i)).map_or("", |h| {
+                record::SourceRanges::new(h, session.record(h)).for_each(|r| ranges.add(r));
+                record::content(h, session.record(h))
+            });
+            ranges.add(range);
+            let source = SummarySource::new(parts.history(), range.0, range.1);
+            let newest = source.clone().map(|m| m.timestamp()).max().unwrap_or(0);
+            let budget = parts.budget(Detail::Paragraph);
+            (parts.summarize(previous, source, Detail::Paragraph, budget), ranges.finish(), newest)
+        };
+        if let Some(written) = written {
+            let target = rolling_at.map_or(Target::Append, Target::Replace);
+            self.store_summary(written, ranges.as_slice(), Detail::Paragraph, newest, true, target);
+        }
+        let in_range = |(_, _, first, last): &(Level, UnitSpan, u64, u64)| {
+            *first >= range.0 && *last <= range.1
+        };
+        while let Some((level, span, _, _)) = self.history_units().find(in_range) {
+            self.evict(level, span);
+        }
+    }
+
+    /// Hierarchical: history units older than `history_age` become paragraph summaries;
+    /// paragraph summaries older than `session_age` become one line.
+    fn compress_by_age(&mut self, history_age: u64, session_age: u64) {
+        let now = self.state.now;
+        let lock = self.lock();
+        loop {
+            let old = self.history_units().find(|&(level, span, _, _)| {
+                let ring = self.ring(level);
+                let newest = (span.start..span.end)
+                    .filter_map(|i| ring.get(i))
+                    .map(|h| h.timestamp)
+                    .max()
+                    .unwrap_or(0);
+                newest.saturating_add(history_age) <= now && !lock.covers(&ring, level, span)
+            });
+            let Some((level, span, _, _)) = old else { break };
+            self.summarize_unit(level, span, Detail::Paragraph, false);
+            self.evict(level, span);
+        }
+        let session = self.ring(Level::Session);
+        for index in 0..session.len() {
+            let ring = self.ring(Level::Session);
+            let Some(header) = ring.get(index).copied() else { break };
+            let stale = header.timestamp.saturating_add(session_age) <= now;
+            if header.is_live()
+                && header.has(flags::SUMMARY)
+                && header.detail < Detail::Line.code()
+                && stale
+            {
+                self.rewrite_summary(index, Detail::Line, None);
+            }
+        }
+    }
+
+    /// Rewrites the session summary at `index` at `detail` within `budget` tokens (the
+    /// default budget for `detail` when `None`), in place. Returns whether it was rewritten.
+    fn rewrite_summary(&mut self, index: usize, detail: Detail, budget: Option<u32>) -> bool {
+        let (written, ranges, header) = {
+            let mut parts = self.parts();
+            let session = parts.ring(Level::Session);
+            let Some(header) = session.get(index).copied() else { return false };
+            let mut ranges = Ranges::new();
+            record::SourceRanges::new(&header, session.record(&header)).for_each(|r| ranges.add(r));
+            let text = record::content(&header, session.record(&header));
+            let budget = budget.unwrap_or_else(|| parts.budget(detail));
+            (parts.summarize(text, SummarySource::empty(), detail, budget), ranges.finish(), header)
+        };
+        let Some(written) = written else { return false };
+        let rolling = header.has(flags::ROLLING);
+        self.store_summary(
+            written,
+            ranges.as_slice(),
+            detail,
+            header.timestamp,
+            rolling,
+            Target::Replace(index),
+        );
+        true
+    }
+
+    /// Session level over its budget: merges every session entry into one summary that keeps
+    /// the most informative statements within three quarters of the session budget (room for
+    /// what comes next). Summaries merged in are superseded; entries the caller pushed (key
+    /// decisions) leave through the outbox. Returns whether anything shrank.
+    pub(crate) fn shrink_session(&mut self) -> bool {
+        let session = self.ring(Level::Session);
+        if !session.iter().any(|h| h.is_live()) {
+            return false;
+        }
+        let (written, ranges, newest, rolling) = {
+            let mut parts = self.parts();
+            let session = parts.ring(Level::Session);
+            let mut ranges = Ranges::new();
+            let (mut newest, mut rolling) = (0u64, false);
+            for header in session.iter().filter(|h| h.is_live()) {
+                if header.has(flags::SUMMARY) {
+                    record::SourceRanges::new(header, session.record(header))
+                        .for_each(|r| ranges.add(r));
+                } else {
+                    ranges.add((header.id, header.id));
+                }
+                newest = newest.max(header.timestamp);
+                rolling |= header.has(flags::ROLLING);
+            }
+            let overhead = u32::from(parts.config.message_overhead);
+            let budget = (parts.config.session_budget * 3 / 4)
+                .saturating_sub(overhead)
+                .min(parts.budget(Detail::Paragraph));
+            let source =
+                SummarySource::unit(LevelMessages::new(session, Level::Session), 0, u64::MAX);
+            (
+                parts.summarize("", source, Detail::Paragraph, budget),
+                ranges.finish(),
+                newest,
+                rolling,
+            )
+        };
+        let Some(written) = written else {
+            let lock = self.lock();
+            return match self.oldest_evictable(Level::Session, &lock) {
+                Some(unit) => {
+                    self.evict(Level::Session, unit);
+                    true
+                }
+                None => false,
+            };
+        };
+        let mut index = 0;
+        while let Some(header) = self.ring(Level::Session).get(index).copied() {
+            if !header.is_live() {
+                index += 1;
+            } else if header.has(flags::SUMMARY) {
+                self.session.view_mut().retain(|h| h.id != header.id);
+                self.remove_live(Level::Session, &header);
+                let counters = &mut self.state.counters;
+                counters.summaries_replaced = counters.summaries_replaced.saturating_add(1);
+            } else {
+                self.evict(Level::Session, UnitSpan { start: index, end: index + 1 });
+                index += 1;
+            }
+        }
+        self.store_summary(
+            written,
+            ranges.as_slice(),
+            Detail::Paragraph,
+            newest,
+            rolling,
+            Target::Append,
+        );
+        self.state.counters.summaries_merged =
+            self.state.counters.summaries_merged.saturating_add(1);
+        true
+    }
+
+    /// After a push: entities from a user message, then the strategy's plan.
+    pub(crate) fn after_push(&mut self, role: Role, level: Level, id: u64) {
+        if role == Role::User && level.is_history() && !self.config.entity_schema.is_empty() {
+            self.extract_entities(id);
+        }
+        let plan = {
+            let parts = self.parts();
+            let env = parts.env();
+            parts.strategy.after_push(&env)
+        };
+        self.run_plan(plan);
+    }
+
+    fn extract_entities(&mut self, id: u64) {
+        let changed = {
+            let text = [self.working.view(), self.volatile.view()].into_iter().find_map(|ring| {
+                ring.iter().find(|h| h.id == id).map(|h| record::content(h, ring.record(h)))
+            });
+            let Some(text) = text else { return };
+            let mut entities =
+                EntitiesMut::new(&self.config.entity_schema, self.entities.parts_mut());
+            self.strategy.extractor().extract(text, &mut entities);
+            entities.changed()
+        };
+        if changed {
+            self.recount_entities();
+        }
+    }
+
+    /// Entity values in table order, for snapshots (independent of the schema).
+    pub(crate) fn entity_values(&self) -> crate::entities::Entities<'_> {
+        crate::entities::Entities::raw(self.entities.parts())
+    }
+
+    /// Stores a restored entity value (validated by the decoder).
+    pub(crate) fn load_entity(&mut self, index: usize, value: Option<&[u8]>) {
+        let parts = self.entities.parts_mut();
+        let start = index * parts.value_capacity;
+        let (Some(len), Some(value)) = (parts.lens.get_mut(index), value) else { return };
+        if let Some(target) = parts.bytes.get_mut(start..start + value.len()) {
+            target.copy_from_slice(value);
+            *len = value.len() as u16;
+        }
+    }
+
+    /// Tokens the entity block costs: its label, every key and known value, and framing.
+    pub(crate) fn count_entity_tokens(&self) -> u32 {
+        if self.config.entity_schema.is_empty() {
+            return 0;
+        }
+        let pairs = self.entities().iter().fold(0u32, |sum, (key, value)| {
+            sum.saturating_add(self.counter.count(key))
+                .saturating_add(value.map_or(1, |v| self.counter.count(v)))
+                .saturating_add(3)
+        });
+        (self.counter.count(crate::payload::ENTITIES_PREFIX) + 2)
+            .saturating_add(pairs)
+            .saturating_add(u32::from(self.config.message_overhead))
+    }
+
+    /// Caches [`count_entity_tokens`](Self::count_entity_tokens).
+    pub(crate) fn recount_entities(&mut self) {
+        self.state.entity_tokens = self.count_entity_tokens();
+    }
+
+    /// Fills the entity-token cache if it was never filled (a manager built in `const` context
+    /// with a schema cannot count yet).
+    pub(crate) fn refresh_entities(&mut self) {
+        if self.state.entity_tokens == ENTITIES_UNCOUNTED {
+            self.recount_entities();
+        }
+    }
+}
+
+/// Live history units of both levels in order of their first id.
+struct HistoryUnits<'a> {
+    rings: [RingRef<'a>; 2],
+    at: [usize; 2],
+}
+
+impl Iterator for HistoryUnits<'_> {
+    type Item = (Level, UnitSpan, u64, u64);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut heads = [None::<(u64, UnitSpan)>; 2];
+        for ((head, ring), at) in heads.iter_mut().zip(&self.rings).zip(&mut self.at) {
+            while *at < ring.len() {
+                let span = UnitSpan { start: *at, end: unit_end(ring, *at) };
+                match ring.get(*at) {
+                    Some(h) if h.is_live() => {
+                        *head = Some((h.id, span));
+                        break;
+                    }
+                    _ => *at = span.end,
+                }
+            }
+        }
+        let pick = match heads {
+            [Some(w), Some(v)] => usize::from(v.0 < w.0),
+            [Some(_), None] => 0,
+            [None, Some(_)] => 1,
+            [None, None] => return None,
+        };
+        let (_, span) = heads.get(pick).copied().flatten()?;
+        let ring = self.rings.get(pick)?;
+        if let Some(at) = self.at.get_mut(pick) {
+            *at = span.end;
+        }
+        let level = if pick == 0 { Level::Working } else { Level::Volatile };
+        let first = ring.get(span.start).map_or(0, |h| h.id);
+        let last = ring.get(span.end.saturating_sub(1)).map_or(first, |h| h.id);
+        Some((level, span, first, last))
+    }
+}
+
+#[cfg(test)]
+impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
+    /// The working unit starting at logical index `start`, and the strategy environment.
+    pub(crate) fn unit_and_env(&self, start: usize) -> Option<(UnitView<'_>, Env<'_>)> {
+        let ring = self.ring(Level::Working);
+        let span = UnitSpan { start, end: unit_end(&ring, start) };
+        let unit = UnitView::new(
+            Level::Working,
+            LevelMessages::range(ring, Level::Working, span.start, span.end),
+        )?;
+        let task = self.state.last_user_id.and_then(|id| self.get(id)).map_or("", |m| m.content());
+        Some((unit, Env::new(&self.config, self.state.now, task, self.history())))
+    }
+}

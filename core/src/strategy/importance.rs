@@ -1,0 +1,65 @@
+//! The Fifth design's importance score, in fixed point so a history scores the same on every
+//! target: `0.3·recency + 0.2·references + 0.4·task_relevance + 0.1·explicit`, each part in
+//! thousandths.
+
+use super::{Env, UnitView};
+use crate::terms::WordSet;
+
+/// Milliseconds in a minute: the caller's clock is in milliseconds by convention.
+const MINUTE: u64 = 60_000;
+/// References at which the references part is full.
+const FULL_REFERENCES: u32 = 5;
+
+/// A unit's importance and its parts, each in thousandths (0..=1000).
+///
+/// ```
+/// use ctxwin_core::ImportanceScore;
+/// let score = ImportanceScore::combine(1000, 0, 1000, 0);
+/// assert_eq!(score.total, 700);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImportanceScore {
+    /// `1000 / (1 + minutes since the unit's newest message)`.
+    pub recency: u32,
+    /// Later messages mentioning one of its identifiers, paths or numbers (5 or more = 1000).
+    pub references: u32,
+    /// Share of the task's content words and terms it contains.
+    pub task_relevance: u32,
+    /// 1000 if the caller marked it important.
+    pub explicit: u32,
+    /// The weighted total.
+    pub total: u32,
+}
+
+impl ImportanceScore {
+    /// The weighted total of four parts in thousandths.
+    pub const fn combine(
+        recency: u32,
+        references: u32,
+        task_relevance: u32,
+        explicit: u32,
+    ) -> Self {
+        let total =
+            (300 * recency + 200 * references + 400 * task_relevance + 100 * explicit) / 1000;
+        ImportanceScore { recency, references, task_relevance, explicit, total }
+    }
+}
+
+/// Scores `unit` against the manager's clock, later history and current task; see the
+/// strategy tests for worked examples.
+pub fn importance(unit: &UnitView<'_>, env: &Env<'_>) -> ImportanceScore {
+    let minutes = env.now().saturating_sub(unit.newest_timestamp()) / MINUTE;
+    let recency = (1000 / minutes.saturating_add(1)) as u32;
+    let references = env.references(unit).min(FULL_REFERENCES) * (1000 / FULL_REFERENCES);
+    let task = WordSet::of(env.task());
+    let task_relevance = if task.len() == 0 {
+        0
+    } else {
+        let found = task.found_in(unit.messages().flat_map(|m| {
+            core::iter::once(m.content()).chain(m.tool_calls().map(|c| c.arguments))
+        }));
+        (found * 1000 / task.len()) as u32
+    };
+    let explicit = if unit.is_important() { 1000 } else { 0 };
+    ImportanceScore::combine(recency, references, task_relevance, explicit)
+}

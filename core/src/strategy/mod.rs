@@ -1,0 +1,407 @@
+//! Pluggable strategies: what leaves the window first, and what happens to it.
+//!
+//! The manager owns the mechanics (locking, units, budgets, the outbox); a [`Strategy`] only
+//! decides, through a few hooks, so a strategy of your own cannot break a pair or the budget.
+//! [`Builtin`] runs the five strategies named in [`StrategyKind`], picked by
+//! [`Config::strategy`](crate::Config::strategy).
+
+mod importance;
+
+pub use importance::{ImportanceScore, importance};
+
+use crate::entities::{Extractor, Patterns};
+use crate::manager::History;
+use crate::message::MessageRef;
+use crate::summarize::{Detail, Extractive, Summarizer};
+use crate::terms::share_a_term;
+use crate::{Config, Level, Role};
+
+/// The built-in strategies.
+///
+/// | kind | what leaves first | what happens to it |
+/// |---|---|---|
+/// | [`SlidingWindow`](StrategyKind::SlidingWindow) | oldest unit | dropped (to the outbox) |
+/// | [`Summarization`](StrategyKind::Summarization) | oldest turns, past `summarize_threshold` | folded into one rolling summary |
+/// | [`EntityExtraction`](StrategyKind::EntityExtraction) | everything outside the locked tail | dropped: the entity table keeps the state |
+/// | [`Importance`](StrategyKind::Importance) | lowest importance score | summarized above `importance_threshold`, else dropped |
+/// | [`Hierarchical`](StrategyKind::Hierarchical) | units older than `working_age_ms`, then oldest | kept as a paragraph, then a line after `session_age_ms` |
+///
+/// ```
+/// use ctxwin_core::StrategyKind;
+/// assert_eq!(StrategyKind::default(), StrategyKind::SlidingWindow);
+/// assert_eq!(StrategyKind::parse("importance"), Some(StrategyKind::Importance));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum StrategyKind {
+    /// Pure FIFO over units within the budget.
+    #[default]
+    SlidingWindow,
+    /// A rolling summary absorbs the oldest turns.
+    Summarization,
+    /// Only the extracted state and the locked tail.
+    EntityExtraction,
+    /// Scores units; keeps the valuable, summarizes the important.
+    Importance,
+    /// Full text, then a paragraph, then a line, by age.
+    Hierarchical,
+}
+
+impl StrategyKind {
+    /// Every kind.
+    pub const ALL: [StrategyKind; 5] = [
+        StrategyKind::SlidingWindow,
+        StrategyKind::Summarization,
+        StrategyKind::EntityExtraction,
+        StrategyKind::Importance,
+        StrategyKind::Hierarchical,
+    ];
+
+    /// Snake-case name.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::StrategyKind::SlidingWindow.as_str(), "sliding_window");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StrategyKind::SlidingWindow => "sliding_window",
+            StrategyKind::Summarization => "summarization",
+            StrategyKind::EntityExtraction => "entity_extraction",
+            StrategyKind::Importance => "importance",
+            StrategyKind::Hierarchical => "hierarchical",
+        }
+    }
+
+    /// Parses a snake-case name.
+    pub fn parse(name: &str) -> Option<StrategyKind> {
+        StrategyKind::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+}
+
+impl core::fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What happens to a unit leaving the window (it always goes to the outbox too).
+///
+/// ```
+/// use ctxwin_core::{Detail, Leave};
+/// let keep_gist = Leave::Summarize { detail: Detail::Line, rolling: false };
+/// assert_ne!(keep_gist, Leave::Drop);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leave {
+    /// Nothing stays in the context.
+    Drop,
+    /// A summary stays in the session level, standing for the unit's ids.
+    Summarize {
+        /// How much detail it keeps.
+        detail: Detail,
+        /// Fold it into the one rolling summary instead of adding a summary of its own.
+        rolling: bool,
+    },
+}
+
+/// Work a strategy asks for after a push, before budget-driven eviction.
+///
+/// ```
+/// use ctxwin_core::Plan;
+/// assert_eq!(Plan::default(), Plan::Nothing);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Plan {
+    /// Nothing.
+    #[default]
+    Nothing,
+    /// Fold the oldest `turns` user turns of the history (outside the locked tail) into the
+    /// rolling summary and evict them.
+    FoldOldestTurns {
+        /// Turns to fold.
+        turns: u16,
+    },
+    /// Compress history units older than `history_age` to a paragraph summary each, and
+    /// paragraph summaries older than `session_age` to one line (ages in the caller's clock
+    /// units, against the newest timestamp pushed).
+    CompressByAge {
+        /// Age after which a history unit becomes a paragraph.
+        history_age: u64,
+        /// Age after which a paragraph becomes a line.
+        session_age: u64,
+    },
+    /// Evict every history unit outside the locked tail.
+    TrimToTail,
+}
+
+/// A unit considered for eviction.
+#[derive(Clone, Debug)]
+pub struct UnitView<'a> {
+    level: Level,
+    messages: crate::manager::LevelMessages<'a>,
+    first: MessageRef<'a>,
+    last_id: u64,
+    tokens: u32,
+    important: bool,
+    terms: [u16; 4],
+    newest: u64,
+}
+
+impl<'a> UnitView<'a> {
+    pub(crate) fn new(
+        level: Level,
+        mut messages: crate::manager::LevelMessages<'a>,
+    ) -> Option<Self> {
+        let all = messages.clone();
+        let first = messages.next()?;
+        let mut unit = UnitView {
+            level,
+            messages: all,
+            first,
+            last_id: first.id(),
+            tokens: first.tokens(),
+            important: first.is_important(),
+            terms: first.header().terms,
+            newest: first.timestamp(),
+        };
+        for message in messages {
+            unit.last_id = message.id();
+            unit.tokens = unit.tokens.saturating_add(message.tokens());
+            unit.important |= message.is_important();
+            unit.newest = unit.newest.max(message.timestamp());
+            for term in message.header().terms {
+                if term != 0 && !unit.terms.contains(&term) {
+                    if let Some(slot) = unit.terms.iter_mut().find(|t| **t == 0) {
+                        *slot = term;
+                    }
+                }
+            }
+        }
+        Some(unit)
+    }
+
+    /// Level it lives in.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    /// Its messages, in order.
+    pub fn messages(&self) -> crate::manager::LevelMessages<'a> {
+        self.messages.clone()
+    }
+
+    /// Its first message (a tool unit's assistant message).
+    pub fn head(&self) -> MessageRef<'a> {
+        self.first
+    }
+
+    /// Ids it covers, inclusive.
+    pub fn ids(&self) -> (u64, u64) {
+        (self.first.id(), self.last_id)
+    }
+
+    /// Tokens it costs.
+    pub fn tokens(&self) -> u32 {
+        self.tokens
+    }
+
+    /// Timestamp of its newest message.
+    pub fn newest_timestamp(&self) -> u64 {
+        self.newest
+    }
+
+    /// Whether the caller marked any of its messages important.
+    pub fn is_important(&self) -> bool {
+        self.important
+    }
+
+    pub(crate) fn terms(&self) -> &[u16; 4] {
+        &self.terms
+    }
+}
+
+/// The manager as strategies see it: read-only.
+#[derive(Clone, Debug)]
+pub struct Env<'a> {
+    config: &'a Config,
+    now: u64,
+    task: &'a str,
+    history: History<'a>,
+}
+
+impl<'a> Env<'a> {
+    pub(crate) fn new(config: &'a Config, now: u64, task: &'a str, history: History<'a>) -> Self {
+        Self { config, now, task, history }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &'a Config {
+        self.config
+    }
+
+    /// The caller's clock: the newest timestamp pushed so far.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// The current task: the newest user message (or the dynamic context being composed).
+    pub fn task(&self) -> &'a str {
+        self.task
+    }
+
+    /// The live history, oldest first.
+    pub fn history(&self) -> History<'a> {
+        self.history.clone()
+    }
+
+    /// How many later history messages mention one of `unit`'s identifiers, paths or numbers.
+    pub fn references(&self, unit: &UnitView<'_>) -> u32 {
+        if unit.terms().iter().all(|&t| t == 0) {
+            return 0;
+        }
+        let (_, last) = unit.ids();
+        let later = self.history().rev().take_while(|m| m.id() > last);
+        later.filter(|m| share_a_term(unit.terms(), &m.header().terms)).count() as u32
+    }
+
+    /// Live user turns in the history.
+    pub fn user_turns(&self) -> u32 {
+        self.history().filter(|m| m.role() == Role::User).count() as u32
+    }
+}
+
+/// Decides what leaves the window and what becomes of it; the manager does the rest.
+///
+/// Every hook has a default, so the smallest strategy is `impl Strategy for Mine { fn
+/// summarizer(..) .. fn extractor(..) .. }`: a sliding window.
+///
+/// ```
+/// use ctxwin_core::{Env, Extractive, Extractor, Leave, Patterns, Strategy, Summarizer, UnitView};
+/// /// Evicts the biggest units first and keeps nothing of them.
+/// struct BiggestFirst { summarizer: Extractive, extractor: Patterns }
+/// impl Strategy for BiggestFirst {
+///     fn oldest_first(&self, _: &Env<'_>) -> bool { false }
+///     fn value(&mut self, unit: &UnitView<'_>, _: &Env<'_>) -> u32 { u32::MAX - unit.tokens() }
+///     fn summarizer(&mut self) -> &mut dyn Summarizer { &mut self.summarizer }
+///     fn extractor(&mut self) -> &mut dyn Extractor { &mut self.extractor }
+/// }
+/// ```
+pub trait Strategy {
+    /// Whether units simply leave oldest first ([`value`](Self::value) is then not asked).
+    fn oldest_first(&self, env: &Env<'_>) -> bool {
+        let _ = env;
+        true
+    }
+
+    /// How much keeping `unit` is worth; the lowest-valued evictable unit leaves first (ties:
+    /// the oldest). Asked for at most the 32 oldest evictable units of a level.
+    fn value(&mut self, unit: &UnitView<'_>, env: &Env<'_>) -> u32 {
+        let _ = (unit, env);
+        0
+    }
+
+    /// What happens to `unit` as it leaves.
+    fn on_leave(&mut self, unit: &UnitView<'_>, env: &Env<'_>) -> Leave {
+        let _ = (unit, env);
+        Leave::Drop
+    }
+
+    /// Work to do after a push.
+    fn after_push(&mut self, env: &Env<'_>) -> Plan {
+        let _ = env;
+        Plan::Nothing
+    }
+
+    /// The summarizer used for [`Leave::Summarize`], plans and merging summaries.
+    fn summarizer(&mut self) -> &mut dyn Summarizer;
+
+    /// The extractor that updates entities from user messages (when a schema is declared).
+    fn extractor(&mut self) -> &mut dyn Extractor;
+}
+
+/// The five built-in strategies, selected by [`Config::strategy`](crate::Config::strategy),
+/// with a pluggable summarizer and extractor (the core's deterministic ones by default).
+///
+/// ```
+/// use ctxwin_core::{Builtin, Config, ContextManager, StrategyKind, TinyCapacities};
+/// let config = Config { strategy: StrategyKind::Hierarchical, ..Config::DEFAULT };
+/// let manager = ContextManager::<TinyCapacities>::with_config(config)?;
+/// assert_eq!(manager.config().strategy, StrategyKind::Hierarchical);
+/// # Ok::<(), ctxwin_core::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Builtin<Z = Extractive, X = Patterns> {
+    /// Summarizer for summaries, folds and merges.
+    pub summarizer: Z,
+    /// Extractor for entities.
+    pub extractor: X,
+}
+
+impl Builtin {
+    /// The built-in strategies with the core's extractive summarizer and pattern extractor.
+    pub const fn new() -> Self {
+        Builtin { summarizer: Extractive, extractor: Patterns }
+    }
+}
+
+impl<Z: Summarizer, X: Extractor> Strategy for Builtin<Z, X> {
+    fn oldest_first(&self, env: &Env<'_>) -> bool {
+        env.config().strategy != StrategyKind::Importance
+    }
+
+    fn value(&mut self, unit: &UnitView<'_>, env: &Env<'_>) -> u32 {
+        match env.config().strategy {
+            StrategyKind::Importance => importance(unit, env).total,
+            _ => 0,
+        }
+    }
+
+    fn on_leave(&mut self, unit: &UnitView<'_>, env: &Env<'_>) -> Leave {
+        let config = env.config();
+        match config.strategy {
+            StrategyKind::SlidingWindow | StrategyKind::EntityExtraction => Leave::Drop,
+            StrategyKind::Summarization => {
+                Leave::Summarize { detail: Detail::Paragraph, rolling: true }
+            }
+            StrategyKind::Importance
+                if importance(unit, env).total >= u32::from(config.importance_threshold) =>
+            {
+                Leave::Summarize { detail: Detail::Paragraph, rolling: false }
+            }
+            StrategyKind::Importance => Leave::Drop,
+            StrategyKind::Hierarchical => {
+                Leave::Summarize { detail: Detail::Paragraph, rolling: false }
+            }
+        }
+    }
+
+    fn after_push(&mut self, env: &Env<'_>) -> Plan {
+        let config = env.config();
+        match config.strategy {
+            StrategyKind::Summarization
+                if env.user_turns() > u32::from(config.summarize_threshold) =>
+            {
+                Plan::FoldOldestTurns { turns: config.summarize_batch }
+            }
+            StrategyKind::Hierarchical => Plan::CompressByAge {
+                history_age: config.working_age_ms,
+                session_age: config.session_age_ms,
+            },
+            StrategyKind::EntityExtraction => Plan::TrimToTail,
+            _ => Plan::Nothing,
+        }
+    }
+
+    fn summarizer(&mut self) -> &mut dyn Summarizer {
+        &mut self.summarizer
+    }
+
+    fn extractor(&mut self) -> &mut dyn Extractor {
+        &mut self.extractor
+    }
+}
+
+#[cfg(test)]
+mod tests;

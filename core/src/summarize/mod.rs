@@ -1,0 +1,188 @@
+//! Folding messages into a summary: the [`Summarizer`] seam, and [`Extractive`], the
+//! deterministic one the core ships (no model).
+
+mod extractive;
+mod text;
+
+pub use extractive::Extractive;
+pub use text::TextBuffer;
+
+use crate::TokenCounter;
+use crate::manager::{History, LevelMessages};
+use crate::message::MessageRef;
+
+/// How much detail a summary keeps.
+///
+/// ```
+/// use ctxwin_core::Detail;
+/// assert!(Detail::Line.max_segments() < Detail::Paragraph.max_segments());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Detail {
+    /// A few lines: the decisions, errors, paths, commands, identifiers and numbers.
+    Paragraph,
+    /// One line: the single most informative statement.
+    Line,
+}
+
+impl Detail {
+    /// Most statements a summary at this detail keeps.
+    pub const fn max_segments(self) -> usize {
+        match self {
+            Detail::Paragraph => 12,
+            Detail::Line => 1,
+        }
+    }
+
+    /// Value stored in a summary's header (`MessageRef::detail`).
+    pub(crate) const fn code(self) -> u8 {
+        match self {
+            Detail::Paragraph => 1,
+            Detail::Line => 2,
+        }
+    }
+}
+
+/// The messages a summary stands for, oldest first: live history messages with ids in
+/// `first..=last` (cloneable, so a summarizer may read them more than once).
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Message, SummarySource, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// let first = manager.push(Message::user("plan the release"))?;
+/// let last = manager.push(Message::assistant("release on Friday"))?;
+/// let source = manager.summary_source(first, last);
+/// assert_eq!(source.count(), 2);
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct SummarySource<'a> {
+    history: Option<History<'a>>,
+    unit: Option<LevelMessages<'a>>,
+    first: u64,
+    last: u64,
+}
+
+impl<'a> SummarySource<'a> {
+    pub(crate) fn new(history: History<'a>, first: u64, last: u64) -> Self {
+        Self { history: Some(history), unit: None, first, last }
+    }
+
+    /// The messages of one unit (or any run of one level's messages).
+    pub(crate) fn unit(messages: LevelMessages<'a>, first: u64, last: u64) -> Self {
+        Self { history: None, unit: Some(messages), first, last }
+    }
+
+    /// No messages (when only a previous summary is being shortened).
+    pub fn empty() -> Self {
+        Self { history: None, unit: None, first: 1, last: 0 }
+    }
+
+    /// Id range covered, inclusive (empty when `first > last`).
+    pub fn ids(&self) -> (u64, u64) {
+        (self.first, self.last)
+    }
+}
+
+impl<'a> Iterator for SummarySource<'a> {
+    type Item = MessageRef<'a>;
+
+    fn next(&mut self) -> Option<MessageRef<'a>> {
+        if let Some(unit) = self.unit.as_mut() {
+            return unit.next();
+        }
+        let history = self.history.as_mut()?;
+        loop {
+            let message = history.next()?;
+            if message.id() > self.last {
+                self.history = None;
+                return None;
+            }
+            if message.id() >= self.first {
+                return Some(message);
+            }
+        }
+    }
+}
+
+/// What a summarizer is asked to do.
+#[derive(Clone)]
+pub struct SummaryRequest<'a> {
+    /// Text of the summary being extended or shortened ("" for none). Its content must survive
+    /// as far as the budget allows: it stands for messages that are gone.
+    pub previous: &'a str,
+    /// The messages to fold in.
+    pub messages: SummarySource<'a>,
+    /// Most tokens the summary may cost, as `counter` counts.
+    pub budget: u32,
+    /// How much detail to keep.
+    pub detail: Detail,
+    /// The manager's token counter.
+    pub counter: &'a dyn TokenCounter,
+}
+
+/// Why a summarizer produced nothing; the manager then falls back to dropping (or, for an
+/// LLM summarizer, the caller's fallback).
+///
+/// ```
+/// assert_eq!(ctxwin_core::SummarizeError::Unavailable.to_string(), "summarizer unavailable");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum SummarizeError {
+    /// The summarizer cannot run now (a model server is down, a worker is busy).
+    Unavailable,
+    /// It ran but its answer was unusable (empty, longer than its input, not a summary).
+    Rejected,
+}
+
+impl core::fmt::Display for SummarizeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            SummarizeError::Unavailable => "summarizer unavailable",
+            SummarizeError::Rejected => "summary rejected",
+        })
+    }
+}
+
+impl core::error::Error for SummarizeError {}
+
+/// Folds messages (and a previous summary) into a shorter text.
+///
+/// Contract: write at most `request.budget` tokens (as `request.counter` counts) into `out`;
+/// never allocate or panic; on error leave `out` as it was found or empty. The manager stores
+/// what is written as a summary in the session level, standing for the messages' ids.
+///
+/// ```
+/// use ctxwin_core::{Detail, SummarizeError, Summarizer, SummaryRequest, TextBuffer};
+/// /// Keeps the first line of every message.
+/// struct FirstLines;
+/// impl Summarizer for FirstLines {
+///     fn summarize(&mut self, request: &SummaryRequest<'_>, out: &mut TextBuffer<'_>) -> Result<(), SummarizeError> {
+///         for message in request.messages.clone() {
+///             out.push_line(message.content().lines().next().unwrap_or(""));
+///         }
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Summarizer {
+    /// Writes the summary of `request` into `out`.
+    fn summarize(
+        &mut self,
+        request: &SummaryRequest<'_>,
+        out: &mut TextBuffer<'_>,
+    ) -> Result<(), SummarizeError>;
+}
+
+impl<T: Summarizer + ?Sized> Summarizer for &mut T {
+    fn summarize(
+        &mut self,
+        request: &SummaryRequest<'_>,
+        out: &mut TextBuffer<'_>,
+    ) -> Result<(), SummarizeError> {
+        (**self).summarize(request, out)
+    }
+}

@@ -1,0 +1,184 @@
+//! Words and terms in text: what the importance score compares and what the extractive
+//! summarizer keeps. A *term* is something summaries usually lose and agents need back:
+//! an identifier (`snake_case`, `camelCase`, `a::path`), a file path, a number, a flag.
+
+/// Words so common that sharing them says nothing about relevance.
+const STOP_WORDS: [&str; 40] = [
+    "this", "that", "with", "from", "have", "will", "would", "should", "could", "there", "their",
+    "what", "when", "which", "about", "into", "then", "than", "them", "they", "been", "were",
+    "your", "just", "like", "also", "some", "more", "does", "done", "only", "over", "here", "make",
+    "sure", "need", "want", "please", "thanks", "okay",
+];
+
+fn is_token_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '_' | '.' | '/' | ':' | '-' | '@' | '#' | '=')
+}
+
+/// Maximal runs of word-ish characters, with trailing sentence punctuation trimmed.
+pub(crate) fn tokens(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !is_token_char(c))
+        .map(|token| {
+            token.trim_end_matches(['.', ':', '-', '=']).trim_start_matches(['-', ':', '='])
+        })
+        .filter(|token| !token.is_empty())
+}
+
+/// Whether `token` is a term: an identifier, path, number or flag worth keeping verbatim.
+pub(crate) fn is_term(token: &str) -> bool {
+    let bytes = token.as_bytes();
+    if bytes.len() < 2 {
+        return false;
+    }
+    let digits = bytes.iter().filter(|b| b.is_ascii_digit()).count();
+    let letters = bytes.iter().filter(|b| b.is_ascii_alphabetic()).count();
+    let inner_upper = bytes.windows(2).any(|w| {
+        w.first().is_some_and(u8::is_ascii_lowercase)
+            && w.get(1).is_some_and(u8::is_ascii_uppercase)
+    });
+    let path = token.contains('/') || (token.contains('.') && letters > 0 && !token.ends_with('.'));
+    let kebab = letters >= 4 && token.contains('-');
+    digits >= 2
+        || (digits > 0 && letters > 0)
+        || token.contains('_')
+        || token.contains("::")
+        || inner_upper
+        || path
+        || kebab
+}
+
+/// Whether `token` is a content word: alphabetic, at least four letters, not a stop word.
+pub(crate) fn is_content_word(token: &str) -> bool {
+    token.len() >= 4
+        && token.chars().all(char::is_alphabetic)
+        && !STOP_WORDS.iter().any(|stop| stop.eq_ignore_ascii_case(token))
+}
+
+/// FNV-1a over the ASCII-lowercased bytes: the same word in any case hashes the same.
+pub(crate) fn hash(token: &str) -> u32 {
+    token.bytes().fold(0x811c_9dc5u32, |hash, byte| {
+        (hash ^ u32::from(byte.to_ascii_lowercase())).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Up to four distinct 16-bit term hashes (0 = empty slot), stored in a message's header for
+/// cheap "does this come up again later" checks.
+pub(crate) fn key_terms<'a>(texts: impl IntoIterator<Item = &'a str>) -> [u16; 4] {
+    let mut out = [0u16; 4];
+    let mut filled = 0usize;
+    for token in texts.into_iter().flat_map(tokens).filter(|t| is_term(t)) {
+        let short = (hash(token) as u16).max(1);
+        if out.contains(&short) {
+            continue;
+        }
+        if let Some(slot) = out.get_mut(filled) {
+            *slot = short;
+            filled += 1;
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+/// Whether two key-term sets share a term.
+pub(crate) fn share_a_term(a: &[u16; 4], b: &[u16; 4]) -> bool {
+    a.iter().any(|&x| x != 0 && b.contains(&x))
+}
+
+/// The content words of a task text, as hashes (at most 16).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WordSet {
+    hashes: [u32; 16],
+    len: usize,
+}
+
+impl WordSet {
+    pub(crate) fn of(text: &str) -> Self {
+        let mut set = WordSet::default();
+        for token in tokens(text).filter(|t| is_content_word(t) || is_term(t)) {
+            let h = hash(token);
+            if set.contains(h) {
+                continue;
+            }
+            match set.hashes.get_mut(set.len) {
+                Some(slot) => {
+                    *slot = h;
+                    set.len += 1;
+                }
+                None => break,
+            }
+        }
+        set
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn contains(&self, h: u32) -> bool {
+        self.hashes.get(..self.len).is_some_and(|hashes| hashes.contains(&h))
+    }
+
+    /// How many of this set's words `text` contains, out of [`len`](Self::len).
+    pub(crate) fn found_in<'a>(&self, texts: impl IntoIterator<Item = &'a str>) -> usize {
+        let mut seen = 0u16;
+        for token in texts.into_iter().flat_map(tokens) {
+            let h = hash(token);
+            if let Some(at) =
+                self.hashes.get(..self.len).and_then(|hs| hs.iter().position(|&x| x == h))
+            {
+                seen |= 1 << at;
+            }
+        }
+        seen.count_ones() as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_terms() {
+        for term in [
+            "src/main.rs",
+            "parse_config",
+            "HashMap",
+            "42",
+            "v1.2",
+            "a::b",
+            "x86_64",
+            "ctxwin-core",
+        ] {
+            let token = tokens(term).next().unwrap();
+            assert!(is_term(token), "{term} -> {token}");
+        }
+        for word in ["the", "running", "Hello", "a", "I", "done."] {
+            assert!(!is_term(word), "{word}");
+        }
+    }
+
+    #[test]
+    fn tokens_trim_sentence_punctuation() {
+        let found: Vec<&str> =
+            tokens("Opened src/lib.rs. Then ran `cargo test`: 3 failed.").collect();
+        assert_eq!(found, ["Opened", "src/lib.rs", "Then", "ran", "cargo", "test", "3", "failed"]);
+    }
+
+    #[test]
+    fn key_terms_are_distinct_and_case_blind() {
+        let terms =
+            key_terms(["Read SRC/lib.rs and src/lib.rs, then parse_config twice: parse_config"]);
+        assert_eq!(terms.iter().filter(|&&t| t != 0).count(), 2);
+        assert!(share_a_term(&terms, &key_terms(["parse_config failed"])));
+        assert!(!share_a_term(&terms, &key_terms(["nothing here"])));
+    }
+
+    #[test]
+    fn word_sets_measure_overlap() {
+        let task = WordSet::of("Fix the failing parser tests in src/parser.rs");
+        assert_eq!(task.len(), 4);
+        assert_eq!(task.found_in(["the parser tests pass now"]), 2);
+        assert_eq!(task.found_in(["unrelated chatter"]), 0);
+    }
+}
