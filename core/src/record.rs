@@ -207,9 +207,7 @@ pub(crate) fn retain_calls(
         let len = id + name + args;
         if keep & crate::manager::bit(index) != 0 {
             // Strings only move left, and the table shrinks before them: nothing unread is overwritten.
-            if from.saturating_add(len) <= span.len() {
-                span.copy_within(from..from + len, to);
-            }
+            crate::ring::move_left(span, from, len, to);
             let mut table = SpanWriter::new(span.get_mut(entry..).unwrap_or_default());
             table.put(&(id as u16).to_le_bytes());
             table.put(&(name as u16).to_le_bytes());

@@ -354,11 +354,30 @@ impl<'a> RingMut<'a> {
             let rotated = (header.start as usize + capacity - first) % capacity;
             let from = if len == 0 { cursor } else { rotated };
             header.start = cursor as u32;
-            if from != cursor && from.saturating_add(len) <= capacity {
-                self.arena.copy_within(from..from + len, cursor);
+            if from != cursor {
+                move_left(self.arena, from, len, cursor);
             }
             cursor += len;
         }
+    }
+}
+
+/// `bytes.copy_within(from..from + len, to)` for a move towards the start (`to <= from`),
+/// in chunks that never overlap, without `copy_within`'s panic paths (which the optimiser
+/// keeps). A move out of range or to the right does nothing.
+pub(crate) fn move_left(bytes: &mut [u8], from: usize, len: usize, to: usize) {
+    let Some(step) = from.checked_sub(to).filter(|&step| step > 0) else { return };
+    if from.checked_add(len).is_none_or(|end| end > bytes.len()) {
+        return;
+    }
+    let mut done = 0;
+    while done < len {
+        let n = step.min(len - done);
+        let Some((head, tail)) = bytes.split_at_mut_checked(from + done) else { return };
+        let target = head.get_mut(to + done..).and_then(|t| t.get_mut(..n));
+        let (Some(target), Some(source)) = (target, tail.get(..n)) else { return };
+        target.copy_from_slice(source);
+        done += n;
     }
 }
 
@@ -453,6 +472,22 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn move_left_matches_copy_within(
+            bytes in proptest::collection::vec(any::<u8>(), 1..64),
+            from in 0usize..64,
+            len in 0usize..64,
+            to in 0usize..64,
+        ) {
+            let mut moved = bytes.clone();
+            move_left(&mut moved, from, len, to);
+            let mut expected = bytes.clone();
+            if to < from && from + len <= bytes.len() {
+                expected.copy_within(from..from + len, to);
+            }
+            prop_assert_eq!(moved, expected);
+        }
+
         /// The ring behaves like a `VecDeque` of (id, len) and never corrupts a record.
         #[test]
         fn behaves_like_a_vecdeque(ops in proptest::collection::vec(op(), 1..200)) {

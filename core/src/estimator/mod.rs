@@ -227,7 +227,9 @@ impl TokenCounter for Estimator {
         };
         let raw = self.weights.cost(&features);
         let scaled = raw.saturating_mul(u64::from(self.margin.num));
-        let tokens = scaled.div_ceil(u64::from(self.margin.den) * 256);
+        // `max(1)`: `Margin` never holds 0, but only this lets the compiler drop the
+        // division-by-zero panic path.
+        let tokens = scaled.div_ceil(u64::from(self.margin.den.max(1)) * 256);
         let bytes = u64::try_from(text.len()).unwrap_or(u64::MAX);
         u32::try_from(tokens.min(bytes)).unwrap_or(u32::MAX)
     }

@@ -1,0 +1,25 @@
+//! ctxwin-core on a Cortex-M4: the pieces the firmware binaries share.
+//!
+//! - [`edge`]: the device's capacities and budgets, and the manager built from them at
+//!   compile time.
+//! - [`scenario`]: a deterministic edge-agent session (sensor readings, tool calls, a huge
+//!   log) played one turn at a time through a [`scenario::Probe`].
+//! - [`summary`]: a deterministic summary written from drained outbox units.
+//! - [`sink`]: `embedded_io::Write` sinks for request bodies.
+//! - [`stack`] and [`bench`]: stack painting and instruction-count markers.
+//! - `snapshot` (cargo feature `snapshot`): the snapshot/restore round trip.
+#![no_std]
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+pub mod bench;
+pub mod check;
+pub mod edge;
+pub mod scenario;
+pub mod sink;
+#[cfg(feature = "snapshot")]
+pub mod snapshot;
+pub mod stack;
+pub mod summary;
+pub mod text;

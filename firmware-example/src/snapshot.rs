@@ -1,0 +1,75 @@
+//! Snapshot round trip (cargo feature `snapshot`): the manager is written into a static
+//! buffer, restored into a second manager, and both must compose byte-identical request
+//! bodies and equal stats.
+
+use crate::check::Checks;
+use crate::edge::EdgeManager;
+use crate::scenario::DYNAMIC;
+use crate::sink::CompareSink;
+use ctxwin_core::OpenAiRequest;
+use defmt::{error, info};
+
+/// Size of the snapshot buffer: the most a snapshot of an [`EdgeManager`] can take.
+pub const SNAPSHOT_BYTES: usize = EdgeManager::SNAPSHOT_MAX_SIZE;
+
+/// Snapshots `original` into `snapshot`, restores it into `restored` and compares the two
+/// managers' payloads (the first written into `payload`, the second compared against it on
+/// the fly). Not inlined, so its locals are not on the stack while the session runs.
+#[inline(never)]
+pub fn round_trip(
+    original: &mut EdgeManager,
+    restored: &mut EdgeManager,
+    snapshot: &mut [u8],
+    payload: &mut [u8],
+    request: OpenAiRequest<'_>,
+    checks: &mut Checks,
+) {
+    let Ok(len) = original.snapshot_into(snapshot).map(|bytes| bytes.len()) else {
+        checks.check(false, "snapshot_into succeeded");
+        return;
+    };
+    info!("snapshot: {=usize} B (buffer {=usize} B)", len, SNAPSHOT_BYTES);
+    let bytes = snapshot.get(..len).unwrap_or_default();
+    if !checks.check(restored.restore_from(bytes).is_ok(), "restore_from succeeded") {
+        return;
+    }
+    checks.check(same_stats(original, restored), "restored manager has equal stats");
+    let Ok(written) = write_payload(original, payload, request) else {
+        error!("original manager failed to compose after the snapshot");
+        checks.check(false, "original composes after the snapshot");
+        return;
+    };
+    let same = same_payload(restored, payload.get(..written).unwrap_or_default(), request);
+    info!("restored manager composes {=usize} B of JSON, identical: {=bool}", written, same);
+    checks.check(same, "restored manager composes the identical payload");
+}
+
+// The helpers below are not inlined: a composed payload, its writer and two `Stats` values
+// should not all sit in one frame.
+
+/// Composes `manager`'s payload into `out`; returns the bytes written.
+#[inline(never)]
+fn write_payload(
+    manager: &mut EdgeManager,
+    out: &mut [u8],
+    request: OpenAiRequest<'_>,
+) -> Result<usize, ctxwin_core::Error> {
+    manager.compose(&DYNAMIC).and_then(|composed| composed.write_openai(out, request))
+}
+
+/// Whether `manager` composes exactly `expected`.
+#[inline(never)]
+fn same_payload(manager: &mut EdgeManager, expected: &[u8], request: OpenAiRequest<'_>) -> bool {
+    let mut compare = CompareSink::new(expected);
+    manager
+        .compose(&DYNAMIC)
+        .and_then(|composed| composed.write_openai(&mut compare, request))
+        .is_ok_and(|len| len == expected.len())
+        && compare.matched()
+}
+
+/// Whether both managers report the same stats.
+#[inline(never)]
+fn same_stats(a: &EdgeManager, b: &EdgeManager) -> bool {
+    a.stats() == b.stats()
+}
