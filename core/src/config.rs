@@ -254,6 +254,35 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Every field zero: the configuration of [`ContextManager::UNCONFIGURED`]
+    /// (crate::ContextManager::UNCONFIGURED), which refuses work until configured.
+    pub(crate) const ZERO: Config = Config {
+        context_window: 0,
+        reserved_for_reply: 0,
+        permanent_budget: 0,
+        session_budget: 0,
+        working_budget: 0,
+        trigger_percent: 0,
+        locked_tail: 0,
+        max_messages: 0,
+        observation_limit: 0,
+        message_overhead: 0,
+        request_overhead: 0,
+        unanswered_calls: UnansweredCalls::SynthesizeAborted,
+        outbox: OutboxMode::Hold,
+        strategy: StrategyKind::SlidingWindow,
+        summarize_threshold: 0,
+        summarize_batch: 0,
+        summary_tokens: 0,
+        importance_threshold: 0,
+        working_age_ms: 0,
+        session_age_ms: 0,
+        checkpoint_interval_messages: 0,
+        entity_schema: EntitySchema::EMPTY,
+    };
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self::DEFAULT

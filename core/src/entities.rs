@@ -222,8 +222,9 @@ pub struct EntityPartsMut<'a> {
     pub(crate) value_capacity: usize,
 }
 
-/// Value of an entity never set.
-pub const UNSET: u16 = u16::MAX;
+/// Stored length of an entity never set (set values store their length + 1, so an empty
+/// table is all zeros).
+pub const UNSET: u16 = 0;
 
 /// Values for up to `K` entities of up to `V` bytes each.
 ///
@@ -242,7 +243,7 @@ impl<const K: usize, const V: usize> sealed::Sealed for EntityTable<K, V> {}
 
 impl<const K: usize, const V: usize> EntityStorage for EntityTable<K, V> {
     const EMPTY: Self = {
-        assert!(V < UNSET as usize, "entity values must be shorter than 65535 bytes");
+        assert!(V < u16::MAX as usize, "entity values must be shorter than 65535 bytes");
         EntityTable { bytes: [[0; V]; K], lens: [UNSET; K] }
     };
     const KEYS: usize = K;
@@ -294,12 +295,9 @@ impl<'a> Entities<'a> {
 
     /// The value of key `index`, if set.
     pub(crate) fn value(&self, index: usize) -> Option<&'a str> {
-        let len = *self.lens.get(index)?;
-        if len == UNSET {
-            return None;
-        }
+        let len = usize::from(self.lens.get(index)?.checked_sub(1)?);
         let start = index * self.value_capacity;
-        core::str::from_utf8(self.bytes.get(start..start + usize::from(len))?).ok()
+        core::str::from_utf8(self.bytes.get(start..start + len)?).ok()
     }
 
     /// The value of `key`, if declared and set.
@@ -341,11 +339,9 @@ impl<'a> EntitiesMut<'a> {
     /// The current value of `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
         let index = self.schema.position(key)?;
-        let len = *self.parts.lens.get(index)?;
+        let len = usize::from(self.parts.lens.get(index)?.checked_sub(1)?);
         let start = index * self.parts.value_capacity;
-        (len != UNSET).then(|| {
-            core::str::from_utf8(self.parts.bytes.get(start..start + usize::from(len))?).ok()
-        })?
+        core::str::from_utf8(self.parts.bytes.get(start..start + len)?).ok()
     }
 
     /// Sets `key` to `value` (trimmed).
@@ -362,7 +358,7 @@ impl<'a> EntitiesMut<'a> {
             return Err(EntityError::TooManyKeys);
         };
         target.copy_from_slice(value.as_bytes());
-        *len = value.len() as u16;
+        *len = value.len() as u16 + 1;
         self.changed = true;
         Ok(())
     }

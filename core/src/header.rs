@@ -62,7 +62,7 @@ impl Header {
         content_len: 0,
         tokens: 0,
         original_tokens: 0,
-        role: Role::User,
+        role: Role::System,
         flags: 0,
         items: 0,
         detail: 0,

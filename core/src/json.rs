@@ -234,18 +234,18 @@ impl<W: Write> JsonWriter<W> {
     /// Writes `text` escaped as a JSON string inside a JSON string (a JSON document embedded
     /// in a message's content).
     pub(crate) fn escaped_twice(&mut self, text: &str) -> Result<(), Error> {
-        for piece in text.split_inclusive(['"', '\\']) {
-            let (body, special) = match piece.as_bytes().last() {
-                Some(b'"') => (piece.get(..piece.len() - 1).unwrap_or_default(), Some("\\\"")),
-                Some(b'\\') => (piece.get(..piece.len() - 1).unwrap_or_default(), Some("\\\\")),
-                _ => (piece, None),
+        let mut run = 0usize;
+        for (at, byte) in text.bytes().enumerate() {
+            let special = match byte {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                _ => continue,
             };
-            self.escaped(body)?;
-            if let Some(special) = special {
-                self.escaped(special)?;
-            }
+            self.escaped(text.get(run..at).unwrap_or_default())?;
+            self.escaped(special)?;
+            run = at + 1;
         }
-        Ok(())
+        self.escaped(text.get(run..).unwrap_or_default())
     }
 
     /// Writes `text` as a quoted, escaped JSON string.

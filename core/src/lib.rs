@@ -55,6 +55,7 @@ pub mod record;
 mod reduce;
 pub mod ring;
 pub mod role;
+mod small;
 pub mod snapshot;
 pub mod stats;
 pub mod strategy;
@@ -83,7 +84,8 @@ pub use role::Role;
 pub use snapshot::{Invariant, SnapshotError};
 pub use stats::{Counters, LevelStats, Stats};
 pub use strategy::{
-    Builtin, Env, ImportanceScore, Leave, Plan, Strategy, StrategyKind, UnitView, importance,
+    Builtin, ConstStrategy, Env, ImportanceScore, Leave, Plan, SlidingWindow, Strategy,
+    StrategyKind, UnitView, importance,
 };
 pub use summarize::{
     Detail, Extractive, SummarizeError, Summarizer, SummaryRequest, SummarySource, TextBuffer,

@@ -189,35 +189,40 @@ impl Iterator for SourceRanges<'_> {
     }
 }
 
-/// Compacts an assistant record's call table and strings in place, keeping call `i` when bit
-/// `i` of `keep` is set. `lengths` are the (id, name, arguments) byte lengths of every call.
-/// Returns the record's new length.
-pub(crate) fn retain_calls(
-    span: &mut [u8],
-    content_len: usize,
-    lengths: &[(usize, usize, usize)],
-    keep: u64,
-) -> usize {
-    let kept =
-        lengths.iter().enumerate().filter(|(i, _)| keep & crate::manager::bit(*i) != 0).count();
-    let mut from = content_len + lengths.len() * CALL_ENTRY;
-    let mut to = content_len + kept * CALL_ENTRY;
-    let mut entry = content_len;
-    for (index, &(id, name, args)) in lengths.iter().enumerate() {
-        let len = id + name + args;
-        if keep & crate::manager::bit(index) != 0 {
-            // Strings only move left, and the table shrinks before them: nothing unread is overwritten.
-            crate::ring::move_left(span, from, len, to);
-            let mut table = SpanWriter::new(span.get_mut(entry..).unwrap_or_default());
-            table.put(&(id as u16).to_le_bytes());
-            table.put(&(name as u16).to_le_bytes());
-            table.put(&(args as u32).to_le_bytes());
-            entry += CALL_ENTRY;
-            to += len;
+/// Removes call `index` of the `count` calls of an assistant record in place (its table entry
+/// and strings; everything after moves left). Returns the record's new length. No scratch
+/// space: a device's stack is small.
+fn remove_call(span: &mut [u8], content_len: usize, count: usize, index: usize) -> usize {
+    let table_end = content_len + count * CALL_ENTRY;
+    let lengths = |i: usize| {
+        let entry = content_len + i * CALL_ENTRY;
+        Some(le_u16(span, entry)? + le_u16(span, entry + 2)? + le_u32(span, entry + 4)?)
+    };
+    let strings_before: usize = (0..index).filter_map(lengths).sum();
+    let total = span.len();
+    let Some(len) = lengths(index) else { return total };
+    let start = table_end + strings_before;
+    let entry = content_len + index * CALL_ENTRY;
+    crate::ring::move_left(span, entry + CALL_ENTRY, table_end - entry - CALL_ENTRY, entry);
+    crate::ring::move_left(span, table_end, strings_before, table_end - CALL_ENTRY);
+    let after = start + len;
+    crate::ring::move_left(span, after, total.saturating_sub(after), start - CALL_ENTRY);
+    total.saturating_sub(CALL_ENTRY + len)
+}
+
+/// Keeps call `i` of an assistant record's `count` calls when bit `i` of `keep` is set,
+/// compacting in place. Returns the record's new length.
+pub(crate) fn retain_calls(span: &mut [u8], content_len: usize, count: usize, keep: u64) -> usize {
+    let mut len = span.len();
+    let mut left = count;
+    for index in (0..count).rev() {
+        if keep & crate::manager::bit(index) == 0 {
+            let record = span.get_mut(..len).unwrap_or_default();
+            len = remove_call(record, content_len, left, index);
+            left -= 1;
         }
-        from += len;
     }
-    to
+    len
 }
 
 /// What is wrong with a record's bytes.

@@ -81,26 +81,6 @@ impl<'a> Reduction<'a> {
     }
 }
 
-/// `text.split_inclusive('\n')` over bytes: core's char searcher keeps slice-index panic
-/// paths the optimiser cannot remove.
-fn split_lines(text: &str) -> impl Iterator<Item = &str> {
-    let mut rest = text;
-    core::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let end = rest.bytes().position(|b| b == b'\n').map_or(rest.len(), |i| i + 1);
-        let (line, tail) = rest.split_at_checked(end)?;
-        rest = tail;
-        Some(line)
-    })
-}
-
-/// `text.rfind('\n')` over bytes, for the same reason as [`split_lines`].
-fn last_newline(text: &str) -> Option<usize> {
-    text.bytes().rposition(|b| b == b'\n')
-}
-
 /// The longest prefix of `text` of at most `max` bytes that ends on a char boundary.
 fn prefix(text: &str, max: usize) -> &str {
     let mut end = max.min(text.len());
@@ -124,7 +104,7 @@ fn suffix(text: &str, max: usize) -> &str {
 fn head_lines<'a>(text: &'a str, budget: u32, counter: &impl TokenCounter) -> &'a str {
     let mut end = 0usize;
     let mut spent = 0u32;
-    for line in split_lines(text) {
+    for line in crate::small::split_lines(text) {
         spent = spent.saturating_add(counter.count(line));
         if spent > budget {
             break;
@@ -146,7 +126,8 @@ fn tail_lines<'a>(text: &'a str, budget: u32, counter: &impl TokenCounter) -> &'
         let before = text.get(..start).unwrap_or_default();
         // The line ending at `start`: back to the newline before it (kept with the previous line).
         let line_start =
-            last_newline(before.strip_suffix('\n').unwrap_or(before)).map_or(0, |i| i + 1);
+            crate::small::last_byte(before.strip_suffix('\n').unwrap_or(before), b'\n')
+                .map_or(0, |i| i + 1);
         let line = before.get(line_start..).unwrap_or_default();
         spent = spent.saturating_add(counter.count(line));
         if spent > budget {
@@ -188,7 +169,7 @@ pub(crate) fn reduce<'a>(text: &'a str, limit: u32, counter: &impl TokenCounter)
     let rest = text.get(head.len()..).unwrap_or_default();
     let tail = tail_lines(rest, room - room * 3 / 5, counter);
     let middle = rest.get(..rest.len() - tail.len()).unwrap_or_default();
-    let omitted = split_lines(middle).count();
+    let omitted = crate::small::split_lines(middle).count();
     let marker = Marker::new(!head.is_empty() && !head.ends_with('\n'), omitted);
     Reduction { head, tail, marker }
 }
@@ -251,8 +232,8 @@ mod tests {
         #[test]
         fn byte_line_helpers_match_core(text in "(a|é|\n|\r\n){0,40}") {
             let expected: Vec<&str> = text.split_inclusive('\n').collect();
-            proptest::prop_assert_eq!(split_lines(&text).collect::<Vec<_>>(), expected);
-            proptest::prop_assert_eq!(last_newline(&text), text.rfind('\n'));
+            proptest::prop_assert_eq!(crate::small::split_lines(&text).collect::<Vec<_>>(), expected);
+            proptest::prop_assert_eq!(crate::small::last_byte(&text, b'\n'), text.rfind('\n'));
         }
 
         #[test]

@@ -322,8 +322,10 @@ impl<'a> RingMut<'a> {
         let (start, old_end) = (old.start as usize, old.end() as usize);
         let tail = used - old_end;
         let new_end = start + len;
-        if old_end != new_end && tail > 0 {
-            self.arena.copy_within(old_end..old_end + tail, new_end);
+        if new_end < old_end {
+            move_left(self.arena, old_end, tail, new_end);
+        } else if new_end > old_end {
+            move_right(self.arena, old_end, tail, new_end);
         }
         for later in index + 1..self.len() {
             if let Some(header) = self.get_mut(later) {
@@ -378,6 +380,27 @@ pub(crate) fn move_left(bytes: &mut [u8], from: usize, len: usize, to: usize) {
         let (Some(target), Some(source)) = (target, tail.get(..n)) else { return };
         target.copy_from_slice(source);
         done += n;
+    }
+}
+
+/// `bytes.copy_within(from..from + len, to)` for a move towards the end (`to >= from`), in
+/// chunks that never overlap, copying the last chunk first. A move out of range or to the
+/// left does nothing.
+pub(crate) fn move_right(bytes: &mut [u8], from: usize, len: usize, to: usize) {
+    let Some(step) = to.checked_sub(from).filter(|&step| step > 0) else { return };
+    if to.checked_add(len).is_none_or(|end| end > bytes.len()) {
+        return;
+    }
+    let mut left = len;
+    while left > 0 {
+        let n = step.min(left);
+        let start = from + left - n;
+        let Some((head, tail)) = bytes.split_at_mut_checked(start + n) else { return };
+        let source = head.get(start..);
+        let target = tail.get_mut(to + left - n - (start + n)..).and_then(|t| t.get_mut(..n));
+        let (Some(source), Some(target)) = (source, target) else { return };
+        target.copy_from_slice(source);
+        left -= n;
     }
 }
 
@@ -472,6 +495,23 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn move_right_matches_copy_within(
+            bytes in proptest::collection::vec(any::<u8>(), 0..64),
+            from in 0usize..64,
+            len in 0usize..64,
+            shift in 0usize..64,
+        ) {
+            let to = from + shift;
+            if to + len <= bytes.len() {
+                let mut expected = bytes.clone();
+                expected.copy_within(from..from + len, to);
+                let mut moved = bytes.clone();
+                move_right(&mut moved, from, len, to);
+                prop_assert_eq!(moved, expected);
+            }
+        }
+
         #[test]
         fn move_left_matches_copy_within(
             bytes in proptest::collection::vec(any::<u8>(), 1..64),

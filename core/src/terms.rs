@@ -11,7 +11,9 @@ const STOP_WORDS: [&str; 40] = [
 ];
 
 fn is_token_char(c: char) -> bool {
-    c.is_alphanumeric() || matches!(c, '_' | '.' | '/' | ':' | '-' | '@' | '#' | '=')
+    c.is_ascii_alphanumeric()
+        || !c.is_ascii()
+        || matches!(c, '_' | '.' | '/' | ':' | '-' | '@' | '#' | '=')
 }
 
 /// Maximal runs of word-ish characters, with trailing sentence punctuation trimmed.
@@ -35,12 +37,13 @@ pub(crate) fn is_term(token: &str) -> bool {
         w.first().is_some_and(u8::is_ascii_lowercase)
             && w.get(1).is_some_and(u8::is_ascii_uppercase)
     });
-    let path = token.contains('/') || (token.contains('.') && letters > 0 && !token.ends_with('.'));
-    let kebab = letters >= 4 && token.contains('-');
+    let has = |byte: u8| bytes.contains(&byte);
+    let path = has(b'/') || (has(b'.') && letters > 0 && !token.ends_with('.'));
+    let kebab = letters >= 4 && has(b'-');
     digits >= 2
         || (digits > 0 && letters > 0)
-        || token.contains('_')
-        || token.contains("::")
+        || has(b'_')
+        || crate::small::contains(token, "::")
         || inner_upper
         || path
         || kebab
@@ -49,7 +52,7 @@ pub(crate) fn is_term(token: &str) -> bool {
 /// Whether `token` is a content word: alphabetic, at least four letters, not a stop word.
 pub(crate) fn is_content_word(token: &str) -> bool {
     token.len() >= 4
-        && token.chars().all(char::is_alphabetic)
+        && token.chars().all(crate::small::is_letter)
         && !STOP_WORDS.iter().any(|stop| stop.eq_ignore_ascii_case(token))
 }
 

@@ -1,8 +1,10 @@
 //! The device: how much RAM each level gets and the budgets of a small model's window.
 
-use ctxwin_core::{Capacities, Config, ContextManager, Ring};
+use ctxwin_core::{
+    Capacities, Config, ContextManager, EntityTable, Estimator, Ring, Scratch, SlidingWindow,
+};
 
-/// Level capacities of a 64 KiB-RAM part: about 7.5 KiB per manager.
+/// Level capacities of a 64 KiB-RAM part: 8,760 B per manager.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EdgeCapacities;
 
@@ -11,10 +13,14 @@ impl Capacities for EdgeCapacities {
     type Session = Ring<8, 768>;
     type Working = Ring<32, 3072>;
     type Volatile = Ring<4, 512>;
+    type Scratch = Scratch<384>;
+    type Entities = EntityTable<2, 24>;
 }
 
-/// The manager the firmware runs.
-pub type EdgeManager = ContextManager<EdgeCapacities>;
+/// The manager the firmware runs: the sliding window without the core's summarizer, extractor
+/// and scoring code (the firmware writes its own summaries of evicted units), the smallest
+/// footprint. `ContextManager<EdgeCapacities>` (the `Builtin` strategies) links them all.
+pub type EdgeManager = ContextManager<EdgeCapacities, Estimator, SlidingWindow>;
 
 /// A 4k-token window (a small on-premise model), tool outputs reduced above 160 tokens.
 pub const EDGE_CONFIG: Config = Config {
@@ -27,10 +33,10 @@ pub const EDGE_CONFIG: Config = Config {
     ..Config::DEFAULT
 };
 
-/// An empty manager with [`EDGE_CONFIG`], built at compile time so it can initialise a
-/// `static`. An invalid config is a build error, not a runtime panic.
-#[allow(clippy::panic)]
-pub const EDGE_MANAGER: EdgeManager = match ContextManager::with_config(EDGE_CONFIG) {
-    Ok(manager) => manager,
-    Err(_) => panic!("EDGE_CONFIG is invalid"),
-};
+// An invalid configuration is a build error, not a runtime one.
+const _: () = assert!(EDGE_CONFIG.validate().is_ok(), "EDGE_CONFIG is invalid");
+
+/// The statics' initial value: all zero bytes, so they land in `.bss` and cost no flash (an
+/// initialised manager's image would cost its whole size in flash too). Call
+/// `configure(EDGE_CONFIG)` before use; an unconfigured manager refuses work with an error.
+pub const EDGE_MANAGER: EdgeManager = EdgeManager::UNCONFIGURED;

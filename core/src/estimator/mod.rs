@@ -143,11 +143,29 @@ impl Default for Margin {
 /// assert_eq!(COUNTER.count(""), 0);
 /// assert_eq!(COUNTER.count("hello world"), 3);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Estimator {
-    weights: Weights,
-    margin: Margin,
+    // Stored as differences (XOR) from the cl100k weights and the safe margin, so the default
+    // estimator is all zero bytes and a `static` manager can live in `.bss`, not in flash.
+    weights_delta: [u16; Weights::FEATURE_COUNT],
+    margin_delta: (u16, u16),
+}
+
+impl core::fmt::Debug for Estimator {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Estimator")
+            .field("weights", &self.weights())
+            .field("margin", &self.margin())
+            .finish()
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Estimator {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        let margin = self.margin();
+        defmt::write!(f, "Estimator(margin {=u16}/{=u16})", margin.num, margin.den);
+    }
 }
 
 impl Estimator {
@@ -172,8 +190,18 @@ impl Estimator {
     /// let smol = Estimator::with(Weights::SMOLLM2, Margin::TIGHT);
     /// assert_eq!(smol.count("2026"), 4);
     /// ```
+    // `i < FEATURE_COUNT`, the arrays' length: the bounds checks fold away (no panic path).
+    #[allow(clippy::indexing_slicing)]
     pub const fn with(weights: Weights, margin: Margin) -> Estimator {
-        Estimator { weights, margin }
+        let (given, default) = (weights.per_feature(), Weights::CL100K.per_feature());
+        let mut weights_delta = [0u16; Weights::FEATURE_COUNT];
+        let mut i = 0;
+        while i < Weights::FEATURE_COUNT {
+            weights_delta[i] = given[i] ^ default[i];
+            i += 1;
+        }
+        let margin_delta = (margin.num ^ Margin::SAFE.num, margin.den ^ Margin::SAFE.den);
+        Estimator { weights_delta, margin_delta }
     }
 
     /// The weight table.
@@ -183,8 +211,16 @@ impl Estimator {
     ///
     /// assert_eq!(Estimator::new().weights(), Weights::CL100K);
     /// ```
+    #[allow(clippy::indexing_slicing)]
     pub const fn weights(&self) -> Weights {
-        self.weights
+        let default = Weights::CL100K.per_feature();
+        let mut weights = [0u16; Weights::FEATURE_COUNT];
+        let mut i = 0;
+        while i < Weights::FEATURE_COUNT {
+            weights[i] = self.weights_delta[i] ^ default[i];
+            i += 1;
+        }
+        Weights::new(weights)
     }
 
     /// The safety factor.
@@ -195,7 +231,10 @@ impl Estimator {
     /// assert_eq!(Estimator::new().margin(), Margin::SAFE);
     /// ```
     pub const fn margin(&self) -> Margin {
-        self.margin
+        Margin {
+            num: self.margin_delta.0 ^ Margin::SAFE.num,
+            den: self.margin_delta.1 ^ Margin::SAFE.den,
+        }
     }
 
     /// The same estimator with another margin (e.g. one calibrated from provider usage).
@@ -210,7 +249,7 @@ impl Estimator {
     /// ```
     #[must_use]
     pub const fn with_margin(self, margin: Margin) -> Self {
-        Estimator { margin, ..self }
+        Estimator::with(self.weights(), margin)
     }
 }
 
@@ -225,11 +264,12 @@ impl TokenCounter for Estimator {
         let Some(features) = Features::of(text) else {
             return u32::MAX;
         };
-        let raw = self.weights.cost(&features);
-        let scaled = raw.saturating_mul(u64::from(self.margin.num));
+        let margin = self.margin();
+        let raw = self.weights().cost(&features);
+        let scaled = raw.saturating_mul(u64::from(margin.num));
         // `max(1)`: `Margin` never holds 0, but only this lets the compiler drop the
         // division-by-zero panic path.
-        let tokens = scaled.div_ceil(u64::from(self.margin.den.max(1)) * 256);
+        let tokens = scaled.div_ceil(u64::from(margin.den.max(1)) * 256);
         let bytes = u64::try_from(text.len()).unwrap_or(u64::MAX);
         u32::try_from(tokens.min(bytes)).unwrap_or(u32::MAX)
     }

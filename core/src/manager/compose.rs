@@ -33,7 +33,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// # Ok::<(), ctxwin_core::Error>(())
     /// ```
     pub fn compose<'a>(&'a mut self, dynamic: &'a [&'a str]) -> Result<Payload<'a>, Error> {
-        if let Some(pending) = self.state().pending {
+        self.ensure_configured()?;
+        if let Some(pending) = self.state().pending() {
             if pending.unanswered() > 0 {
                 return Err(Error::ToolCallsPending { unanswered: pending.unanswered() });
             }

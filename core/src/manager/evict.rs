@@ -65,7 +65,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         Lock {
             from_id,
             user_id: self.state.last_user_id,
-            pending: self.state.pending.map(|p| p.level),
+            pending: self.state.pending().map(|p| p.level),
         }
     }
 

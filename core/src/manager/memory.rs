@@ -46,14 +46,8 @@ impl<'a, S: Strategy> Parts<'a, S> {
         History::new(self.ring(Level::Working), self.ring(Level::Volatile))
     }
 
-    /// The newest user message's text: the task the importance score measures against.
-    fn task(&self) -> &'a str {
-        let Some(id) = self.state.last_user_id else { return "" };
-        self.history().rev().find(|m| m.id() == id).map_or("", |m| m.content())
-    }
-
     fn env(&self) -> Env<'a> {
-        Env::new(self.config, self.state.now, self.task(), self.history())
+        Env::new(self.config, self.state.now, self.state.last_user_id, self.history())
     }
 
     fn unit(&self, level: Level, span: UnitSpan) -> Option<UnitView<'a>> {
@@ -102,13 +96,13 @@ const LINE_TOKENS: u32 = 40;
 /// Sorted, coalesced source ranges, at most [`MAX_SUMMARY_RANGES`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Ranges {
-    items: [(u64, u64); MAX_SUMMARY_RANGES * 2],
+    items: [(u64, u64); MAX_SUMMARY_RANGES + 1],
     len: usize,
 }
 
 impl Ranges {
     pub(crate) fn new() -> Self {
-        Ranges { items: [(0, 0); MAX_SUMMARY_RANGES * 2], len: 0 }
+        Ranges { items: [(0, 0); MAX_SUMMARY_RANGES + 1], len: 0 }
     }
 
     pub(crate) fn add(&mut self, (first, last): (u64, u64)) {
@@ -123,7 +117,7 @@ impl Ranges {
             self.len += 1;
         }
         let live = self.items.get_mut(..self.len).unwrap_or_default();
-        live.sort_unstable();
+        crate::small::sort_by_key(live, |range| *range);
         // Coalesce overlapping or adjacent ranges in place.
         let mut kept = 0usize;
         for i in 0..self.len {
@@ -157,7 +151,13 @@ impl Ranges {
             if let Some(left) = self.items.get_mut(i - 1) {
                 left.1 = left.1.max(right.1);
             }
-            self.items.copy_within(i + 1..self.len, i);
+            for at in i..self.len - 1 {
+                if let Some(next) = self.items.get(at + 1).copied() {
+                    if let Some(slot) = self.items.get_mut(at) {
+                        *slot = next;
+                    }
+                }
+            }
             self.len -= 1;
         }
     }
@@ -257,6 +257,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Summarizes one unit into the session level (a summary of its own, or folded into the
     /// rolling summary); on failure the unit just leaves.
+    #[inline(never)]
     fn summarize_unit(&mut self, level: Level, unit: UnitSpan, detail: Detail, rolling: bool) {
         let rolling_at = if rolling { self.rolling_index() } else { None };
         let (written, ids, newest, ranges) = {
@@ -290,6 +291,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// Stores the summary in the scratch buffer's first `len` bytes into the session level.
+    #[inline(never)]
     fn store_summary(
         &mut self,
         len: usize,
@@ -357,11 +359,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 self.state.counters.summaries_failed.saturating_add(1);
             return;
         }
-        let id = self.state.next_id;
+        let id = self.state.next_id();
         let scratch = self.scratch.bytes().get(..len).unwrap_or_default();
         let header = Header { id, ..header };
         if self.session.view_mut().push_back(header, total, |span| write(span, scratch)).is_some() {
-            self.state.next_id = id.saturating_add(1);
+            self.state.issue_id();
             self.add_live(Level::Session, &Header { len: total as u32, ..header });
             self.note_summary();
         }
@@ -400,6 +402,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// Folds the oldest `turns` user turns outside the locked tail into the rolling summary.
+    #[inline(never)]
     fn fold_oldest_turns(&mut self, turns: u16) {
         let lock = self.lock();
         let mut users = 0u16;
@@ -449,6 +452,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Hierarchical: history units older than `history_age` become paragraph summaries;
     /// paragraph summaries older than `session_age` become one line.
+    #[inline(never)]
     fn compress_by_age(&mut self, history_age: u64, session_age: u64) {
         let now = self.state.now;
         let lock = self.lock();
@@ -483,6 +487,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Rewrites the session summary at `index` at `detail` within `budget` tokens (the
     /// default budget for `detail` when `None`), in place. Returns whether it was rewritten.
+    #[inline(never)]
     fn rewrite_summary(&mut self, index: usize, detail: Detail, budget: Option<u32>) -> bool {
         let (written, ranges, header) = {
             let mut parts = self.parts();
@@ -511,6 +516,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// the most informative statements within three quarters of the session budget (room for
     /// what comes next). Summaries merged in are superseded; entries the caller pushed (key
     /// decisions) leave through the outbox. Returns whether anything shrank.
+    #[inline(never)]
     pub(crate) fn shrink_session(&mut self) -> bool {
         let session = self.ring(Level::Session);
         if !session.iter().any(|h| h.is_live()) {
@@ -594,6 +600,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.run_plan(plan);
     }
 
+    #[inline(never)]
     fn extract_entities(&mut self, id: u64) {
         let changed = {
             let text = [self.working.view(), self.volatile.view()].into_iter().find_map(|ring| {
@@ -622,7 +629,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let (Some(len), Some(value)) = (parts.lens.get_mut(index), value) else { return };
         if let Some(target) = parts.bytes.get_mut(start..start + value.len()) {
             target.copy_from_slice(value);
-            *len = value.len() as u16;
+            *len = value.len() as u16 + 1;
         }
     }
 
@@ -706,7 +713,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             Level::Working,
             LevelMessages::range(ring, Level::Working, span.start, span.end),
         )?;
-        let task = self.state.last_user_id.and_then(|id| self.get(id)).map_or("", |m| m.content());
-        Some((unit, Env::new(&self.config, self.state.now, task, self.history())))
+        Some((
+            unit,
+            Env::new(&self.config, self.state.now, self.state.last_user_id, self.history()),
+        ))
     }
 }

@@ -41,16 +41,25 @@ impl Pending {
     }
 }
 
-/// Everything besides the rings that defines a manager's state.
+/// The pending unit as stored: level index + 1 (0 = none), so an empty state is all zeros.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PendingSlot {
+    level: u8,
+    calls: u8,
+    answered: u64,
+}
+
+/// Everything besides the rings that defines a manager's state. Every field of a new state is
+/// zero, so a `static` manager can be all zeros and land in `.bss`, not in flash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct State {
-    /// Id the next message gets.
-    pub next_id: u64,
+    /// Ids issued so far; the next message gets `issued + 1`.
+    pub issued: u64,
     /// User messages pushed so far (the turn clock).
     pub turn: u64,
     /// Newest user message in the history, always locked.
     pub last_user_id: Option<u64>,
-    pub pending: Option<Pending>,
+    pending: PendingSlot,
     /// Live (not evicted) tokens per level.
     pub tokens: [u32; 4],
     /// Live messages per level.
@@ -65,11 +74,37 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// The unit still waiting for results.
+    pub(crate) fn pending(&self) -> Option<Pending> {
+        let level = Level::ALL.get(usize::from(self.pending.level).checked_sub(1)?).copied()?;
+        Some(Pending { level, calls: self.pending.calls, answered: self.pending.answered })
+    }
+
+    pub(crate) fn set_pending(&mut self, pending: Option<Pending>) {
+        self.pending = match pending {
+            Some(p) => {
+                PendingSlot { level: p.level as u8 + 1, calls: p.calls, answered: p.answered }
+            }
+            None => PendingSlot::default(),
+        };
+    }
+
+    /// The id the next message gets.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.issued.saturating_add(1)
+    }
+
+    /// Hands out the next id.
+    pub(crate) fn issue_id(&mut self) -> u64 {
+        self.issued = self.issued.saturating_add(1);
+        self.issued
+    }
+
     pub(crate) const NEW: State = State {
-        next_id: 1,
+        issued: 0,
         turn: 0,
         last_user_id: None,
-        pending: None,
+        pending: PendingSlot { level: 0, calls: 0, answered: 0 },
         tokens: [0; 4],
         live: [0; 4],
         bytes: [0; 4],
@@ -154,6 +189,26 @@ impl<C: Capacities> ContextManager<C, Estimator, Builtin> {
             Err(error) => Err(error),
         }
     }
+}
+
+impl<C: Capacities, S: crate::strategy::ConstStrategy> ContextManager<C, Estimator, S> {
+    /// A manager that is all zero bytes and refuses work until [`configure`](Self::configure)d:
+    /// a `static` initialised with it lands in `.bss`, so it costs no flash (an initialised
+    /// manager's image would cost its whole size in flash as well as in RAM).
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, ContextManager, Error, Estimator, Message, SlidingWindow, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::UNCONFIGURED;
+    /// assert!(matches!(manager.push(Message::user("hi")), Err(Error::InvalidConfig(_))));
+    /// manager.configure(Config::DEFAULT)?;
+    /// manager.push(Message::user("hi"))?;
+    ///
+    /// // The smallest footprint: the sliding window without summarizer or extractor code.
+    /// static LEAN: ContextManager<TinyCapacities, Estimator, SlidingWindow> = ContextManager::UNCONFIGURED;
+    /// # let _ = &LEAN;
+    /// # Ok::<(), Box<dyn core::error::Error>>(())
+    /// ```
+    pub const UNCONFIGURED: Self = Self::from_parts(Config::ZERO, Estimator::new(), S::NEW);
 }
 
 impl<C: Capacities> Default for ContextManager<C, Estimator, Builtin> {
@@ -268,6 +323,28 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             self.recount_entities();
         }
         Ok(())
+    }
+
+    /// Configures a manager (for [`UNCONFIGURED`](ContextManager::UNCONFIGURED) ones; the same
+    /// as [`set_config`](Self::set_config) otherwise).
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, ContextManager, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::UNCONFIGURED;
+    /// manager.configure(Config { locked_tail: 2, ..Config::DEFAULT })?;
+    /// assert_eq!(manager.budget(), 28_672);
+    /// # Ok::<(), ctxwin_core::ConfigError>(())
+    /// ```
+    pub fn configure(&mut self, config: Config) -> Result<(), ConfigError> {
+        self.set_config(config)
+    }
+
+    /// Refuses work while the manager is [`UNCONFIGURED`](ContextManager::UNCONFIGURED).
+    pub(crate) fn ensure_configured(&self) -> Result<(), crate::Error> {
+        match self.config.budget() {
+            0 => Err(crate::Error::InvalidConfig(ConfigError::NoBudget)),
+            _ => Ok(()),
+        }
     }
 
     /// The token counter.
@@ -400,7 +477,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// # Ok::<(), ctxwin_core::Error>(())
     /// ```
     pub fn unanswered_calls(&self) -> u8 {
-        self.state.pending.map_or(0, |pending| pending.unanswered())
+        self.state.pending().map_or(0, |pending| pending.unanswered())
     }
 
     /// A snapshot of the counters and per-level usage (the Fifth design's metrics block).

@@ -143,6 +143,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// # Ok::<(), ctxwin_core::Error>(())
     /// ```
     pub fn push(&mut self, message: Message<'_>) -> Result<u64, Error> {
+        self.ensure_configured()?;
         validate(&message)?;
         self.refresh_entities();
         if message.role == Role::Tool {
@@ -189,8 +190,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             self.state.last_user_id = Some(id);
         }
         if !message.tool_calls.is_empty() {
-            self.state.pending =
-                Some(Pending { level, calls: message.tool_calls.len() as u8, answered: 0 });
+            self.state.set_pending(Some(Pending {
+                level,
+                calls: message.tool_calls.len() as u8,
+                answered: 0,
+            }));
         }
         self.after_push(message.role, level, id);
         self.collect();
@@ -209,6 +213,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// # Ok::<(), ctxwin_core::Error>(())
     /// ```
     pub fn add_tool_definition(&mut self, function_json: &str) -> Result<u64, Error> {
+        self.ensure_configured()?;
         if !json::is_object(function_json) {
             return Err(Error::InvalidToolDefinition);
         }
@@ -243,6 +248,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         sources: &[(u64, u64)],
         timestamp: u64,
     ) -> Result<u64, Error> {
+        self.ensure_configured()?;
         if sources.len() > crate::manager::MAX_SUMMARY_RANGES {
             return Err(InvalidMessage::TooManyToolCalls.into());
         }
@@ -281,7 +287,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// # Ok::<(), ctxwin_core::Error>(())
     /// ```
     pub fn abort_pending_calls(&mut self) -> Result<(), Error> {
-        if let Some(pending) = self.state.pending {
+        if let Some(pending) = self.state.pending() {
             self.make_room_closing(pending.level, None)?;
         }
         self.close_pending();
@@ -294,7 +300,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// cannot fail half-way.
     fn make_room_closing(&mut self, level: Level, record: Option<usize>) -> Result<(), Error> {
         let (len, slots) = record.map_or((0, 0), |len| (len, 1));
-        let Some(pending) = self.state.pending else {
+        let Some(pending) = self.state.pending() else {
             return self.make_room(level, len, slots);
         };
         let (bytes, results) = match self.config.unanswered_calls {
@@ -324,7 +330,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     fn push_tool_result(&mut self, message: &Message<'_>) -> Result<u64, Error> {
         let call_id = message.tool_call_id.unwrap_or_default();
-        let pending = self.state.pending.ok_or(Error::OrphanToolResult)?;
+        let pending = self.state.pending().ok_or(Error::OrphanToolResult)?;
         let head = self.pending_head(pending.level).ok_or(Error::OrphanToolResult)?;
         let index = self
             .ring(pending.level)
@@ -391,11 +397,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     fn mark_answered(&mut self, index: usize) {
-        if let Some(pending) = self.state.pending.as_mut() {
+        if let Some(mut pending) = self.state.pending() {
             pending.answered |= bit(index);
-            if pending.unanswered() == 0 {
-                self.state.pending = None;
-            }
+            self.state.set_pending((pending.unanswered() > 0).then_some(pending));
         }
     }
 
@@ -461,7 +465,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         extra: &Extra<'_>,
     ) -> Result<u64, Error> {
         let len = content.len() + extra.len();
-        let id = self.state.next_id;
+        let id = self.state.next_id();
         header.id = id;
         header.content_len = content.len() as u32;
         let stored = self.ring_mut(level).push_back(header, len, |span| {
@@ -472,7 +476,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if stored.is_none() {
             return Err(Error::LevelFull { level });
         }
-        self.state.next_id = self.state.next_id.saturating_add(1);
+        self.state.issue_id();
         self.state.now = self.state.now.max(header.timestamp);
         header.start = 0;
         header.len = len as u32;
@@ -488,9 +492,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// the calls, so the history stays valid for providers.
     /// Room for this was made by [`make_room_closing`](Self::make_room_closing).
     fn close_pending(&mut self) {
-        let Some(pending) = self.state.pending else { return };
+        let Some(pending) = self.state.pending() else { return };
         let Some(head) = self.pending_head(pending.level) else {
-            self.state.pending = None;
+            self.state.set_pending(None);
             return;
         };
         match self.config.unanswered_calls {
@@ -499,6 +503,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         }
     }
 
+    #[inline(never)]
     fn synthesize_aborted(&mut self, pending: Pending, head: usize) {
         for index in 0..usize::from(pending.calls) {
             if pending.answered & bit(index) != 0 {
@@ -548,23 +553,15 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// Rewrites the pending unit's assistant record without its unanswered calls.
+    #[inline(never)]
     fn drop_unanswered(&mut self, pending: Pending, head: usize) {
         let level = pending.level;
         let Some(header) = self.ring(level).get(head).copied() else { return };
         let count = usize::from(pending.calls).min(MAX_TOOL_CALLS);
-        let mut lengths = [(0usize, 0usize, 0usize); MAX_TOOL_CALLS];
-        {
-            let ring = self.ring(level);
-            let calls = record::ToolCalls::new(&header, ring.record(&header));
-            for (slot, call) in lengths.iter_mut().zip(calls) {
-                *slot = (call.id.len(), call.name.len(), call.arguments.len());
-            }
-        }
         let mut ring = self.ring_mut(level);
         let Some(span) = ring.record_mut(head) else { return };
-        let lengths = lengths.get(..count).unwrap_or(&[]);
         let new_len =
-            record::retain_calls(span, header.content_len as usize, lengths, pending.answered);
+            record::retain_calls(span, header.content_len as usize, count, pending.answered);
         let _ = ring.truncate_record(head, new_len as u32);
         let kept = pending.answered.count_ones() as u8;
         if let Some(stored) = ring.get_mut(head) {
@@ -582,7 +579,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         }
         self.remove_live(level, &header);
         self.add_live(level, &updated);
-        self.state.pending = None;
+        self.state.set_pending(None);
         let counters = &mut self.state.counters;
         counters.calls_dropped =
             counters.calls_dropped.saturating_add(u64::from(pending.unanswered()));

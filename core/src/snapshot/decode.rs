@@ -157,7 +157,7 @@ impl<'a> LevelCheck<'a> {
         if u64::from(stored) != self.tokens {
             return Err(Invariant::TokenTotals { level });
         }
-        let pending_here = state.pending.filter(|p| p.level == level);
+        let pending_here = state.pending().filter(|p| p.level == level);
         match (self.unit.filter(|unit| !unit.is_complete()), pending_here) {
             (None, None) => Ok(()),
             (Some(unit), Some(pending))
@@ -173,7 +173,9 @@ impl<'a> LevelCheck<'a> {
     }
 }
 
-/// Decodes `body`, checking every invariant, and hands the result to `sink`.
+/// Decodes `body`, checking every invariant, and hands the result to `sink`. Out of line: the
+/// validating and the loading pass must not share one stack frame on a device.
+#[inline(never)]
 pub(crate) fn decode<'a, S: Sink<'a>>(
     body: &'a [u8],
     capacities: [(usize, usize); 4],
@@ -192,11 +194,11 @@ pub(crate) fn decode<'a, S: Sink<'a>>(
     let (state, mut rest) = take::<StateWire>(rest)?;
     let state = state.to_state().ok_or(SnapshotError::Invalid(Invariant::Pending))?;
     // No session reaches 2^63 messages; a larger id clock is corruption, and would overflow.
-    if state.next_id > MAX_NEXT_ID || state.next_id == 0 {
+    if state.next_id() > MAX_NEXT_ID {
         return Err(SnapshotError::Invalid(Invariant::Order { level: Level::Permanent }));
     }
     if state
-        .pending
+        .pending()
         .is_some_and(|p| !p.level.is_history() || p.calls == 0 || usize::from(p.calls) > 64)
     {
         return Err(SnapshotError::Invalid(Invariant::Pending));
@@ -209,7 +211,7 @@ pub(crate) fn decode<'a, S: Sink<'a>>(
         if count as usize > messages {
             return Err(SnapshotError::Invalid(Invariant::TooManyMessages { level }));
         }
-        let mut check = LevelCheck::new(level, state.next_id);
+        let mut check = LevelCheck::new(level, state.next_id());
         for _ in 0..count {
             let (wire, after) = take::<RecordWire<'a>>(rest)?;
             rest = after;

@@ -346,7 +346,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub const SNAPSHOT_MAX_SIZE: usize =
         wire::max_size(capacities_of::<C>(), C::Entities::KEYS, C::Entities::VALUE_BYTES);
 
-    /// Encodes the body into `flavor`, piece by piece.
+    /// Encodes the body into `flavor`, piece by piece (out of line, for the same reason as
+    /// `decode`).
+    #[inline(never)]
     fn encode_body<F: Flavor<Output = F>>(&self, flavor: F) -> postcard::Result<F> {
         let mut flavor = postcard::serialize_with_flavor(&ConfigWire::from(self.config()), flavor)?;
         flavor = postcard::serialize_with_flavor(&StateWire::from(self.state()), flavor)?;
@@ -402,14 +404,16 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             return Err(SnapshotError::BufferTooSmall { needed });
         }
         let header = header_bytes(self.config().fingerprint(), capacities_of::<C>(), body_len);
-        let (head, rest) = buf.split_at_mut(HEADER_LEN);
+        let (head, rest) =
+            buf.split_at_mut_checked(HEADER_LEN).ok_or(SnapshotError::BufferTooSmall { needed })?;
         head.copy_from_slice(&header);
         let written =
             self.encode_body(Fill { buf: rest, at: 0 }).map_err(|_| SnapshotError::Malformed)?.at;
-        let crc = crc::crc32(buf.get(..HEADER_LEN + written).unwrap_or_default());
-        let trailer = buf.get_mut(HEADER_LEN + written..needed).ok_or(SnapshotError::Malformed)?;
+        let end = HEADER_LEN + written;
+        let crc = crc::crc32(buf.get(..end).unwrap_or_default());
+        let trailer = buf.get_mut(end..end + TRAILER_LEN).ok_or(SnapshotError::Malformed)?;
         trailer.copy_from_slice(&crc.to_le_bytes());
-        Ok(buf.get(..needed).unwrap_or_default())
+        Ok(buf.get(..end + TRAILER_LEN).unwrap_or_default())
     }
 
     /// Streams the whole state to `out` without a buffer; returns the bytes written.

@@ -292,7 +292,7 @@ fn record<'a>(id: u64, role: Role, content: &'a [u8], tokens: u32) -> RecordWire
 
 fn state(next_id: u64, tokens: [u32; 4]) -> StateWire {
     let mut state = crate::manager::State::NEW;
-    state.next_id = next_id;
+    state.issued = next_id - 1;
     state.tokens = tokens;
     StateWire::from(&state)
 }
@@ -476,7 +476,7 @@ fn write_fuzz_seeds() {
 #[test]
 fn counters_at_their_maximum_saturate() {
     let mut state = crate::manager::State::NEW;
-    state.next_id = 5;
+    state.issued = 4;
     state.turn = u64::MAX;
     state.counters = crate::Counters {
         messages_pushed: u64::MAX,
@@ -493,7 +493,7 @@ fn counters_at_their_maximum_saturate() {
     assert_eq!(m.stats().counters.messages_pushed, u64::MAX);
     assert_eq!(m.turn(), u64::MAX);
     let mut too_far = state;
-    too_far.next_id = u64::MAX;
+    too_far.issued = u64::MAX - 1;
     let bytes = assemble(&Config::DEFAULT, &StateWire::from(&too_far), [&[], &[], &[], &[]]);
     assert!(matches!(m.restore_from(&bytes), Err(SnapshotError::Invalid(Invariant::Order { .. }))));
 }

@@ -252,10 +252,10 @@ pub(crate) const STATE_MAX: usize = 3 * V64 + (1 + V64) + (1 + 2 + V64) + COUNTE
 impl From<&State> for StateWire {
     fn from(s: &State) -> Self {
         StateWire {
-            next_id: s.next_id,
+            next_id: s.next_id(),
             turn: s.turn,
             last_user_id: s.last_user_id,
-            pending: s.pending.map(|p| PendingWire {
+            pending: s.pending().map(|p| PendingWire {
                 level: p.level as u8,
                 calls: p.calls,
                 answered: p.answered,
@@ -276,18 +276,15 @@ impl StateWire {
                 Some(Pending { level: level_from(p.level)?, calls: p.calls, answered: p.answered })
             }
         };
-        Some(State {
-            next_id: self.next_id,
-            turn: self.turn,
-            last_user_id: self.last_user_id,
-            pending,
-            tokens: self.tokens,
-            live: [0; 4],
-            bytes: [0; 4],
-            now: self.now,
-            entity_tokens: 0,
-            counters: Counters::from(&self.counters),
-        })
+        let mut state = State::NEW;
+        state.issued = self.next_id.checked_sub(1)?;
+        state.turn = self.turn;
+        state.last_user_id = self.last_user_id;
+        state.set_pending(pending);
+        state.tokens = self.tokens;
+        state.now = self.now;
+        state.counters = Counters::from(&self.counters);
+        Some(state)
     }
 }
 

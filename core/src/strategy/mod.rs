@@ -227,13 +227,20 @@ impl<'a> UnitView<'a> {
 pub struct Env<'a> {
     config: &'a Config,
     now: u64,
-    task: &'a str,
+    /// The newest user message's id; its text is looked up once, on first use.
+    task_id: Option<u64>,
+    task: core::cell::OnceCell<&'a str>,
     history: History<'a>,
 }
 
 impl<'a> Env<'a> {
-    pub(crate) fn new(config: &'a Config, now: u64, task: &'a str, history: History<'a>) -> Self {
-        Self { config, now, task, history }
+    pub(crate) fn new(
+        config: &'a Config,
+        now: u64,
+        task_id: Option<u64>,
+        history: History<'a>,
+    ) -> Self {
+        Self { config, now, task_id, task: core::cell::OnceCell::new(), history }
     }
 
     /// The configuration.
@@ -246,9 +253,12 @@ impl<'a> Env<'a> {
         self.now
     }
 
-    /// The current task: the newest user message (or the dynamic context being composed).
+    /// The current task: the newest user message.
     pub fn task(&self) -> &'a str {
-        self.task
+        self.task.get_or_init(|| {
+            let Some(id) = self.task_id else { return "" };
+            self.history().rev().find(|m| m.id() == id).map_or("", |m| m.content())
+        })
     }
 
     /// The live history, oldest first.
@@ -319,6 +329,73 @@ pub trait Strategy {
 
     /// The extractor that updates entities from user messages (when a schema is declared).
     fn extractor(&mut self) -> &mut dyn Extractor;
+}
+
+/// A strategy that can be built in `const` context, so a manager using it can be a `static`
+/// ([`ContextManager::UNCONFIGURED`](crate::ContextManager::UNCONFIGURED)).
+pub trait ConstStrategy: Strategy {
+    /// The strategy's initial value.
+    const NEW: Self;
+}
+
+impl ConstStrategy for Builtin {
+    const NEW: Self = Builtin::new();
+}
+
+impl ConstStrategy for SlidingWindow {
+    const NEW: Self = SlidingWindow::new();
+}
+
+/// The sliding window alone: oldest units leave first, nothing is summarized or extracted, and
+/// no summarizer or extractor code is linked. The smallest footprint, for firmware that writes
+/// its own summaries with [`add_summary`](crate::ContextManager::add_summary), if any. (A
+/// session level that overflows drops its oldest entries.)
+///
+/// ```
+/// use ctxwin_core::{Config, ContextManager, Estimator, Message, SlidingWindow, TinyCapacities};
+/// type Lean = ContextManager<TinyCapacities, Estimator, SlidingWindow>;
+/// let mut manager = Lean::with_strategy(Config::DEFAULT, Estimator::new(), SlidingWindow::new())?;
+/// manager.push(Message::user("hi"))?;
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SlidingWindow {
+    none: Nothing,
+}
+
+impl SlidingWindow {
+    /// The sliding window.
+    pub const fn new() -> Self {
+        SlidingWindow { none: Nothing }
+    }
+}
+
+/// A summarizer that never summarizes and an extractor that never extracts.
+#[derive(Clone, Copy, Debug, Default)]
+struct Nothing;
+
+impl Summarizer for Nothing {
+    fn summarize(
+        &mut self,
+        _: &crate::SummaryRequest<'_>,
+        _: &mut crate::TextBuffer<'_>,
+    ) -> Result<(), crate::SummarizeError> {
+        Err(crate::SummarizeError::Unavailable)
+    }
+}
+
+impl Extractor for Nothing {
+    fn extract(&mut self, _: &str, _: &mut crate::EntitiesMut<'_>) {}
+}
+
+impl Strategy for SlidingWindow {
+    fn summarizer(&mut self) -> &mut dyn Summarizer {
+        &mut self.none
+    }
+
+    fn extractor(&mut self) -> &mut dyn Extractor {
+        &mut self.none
+    }
 }
 
 /// The five built-in strategies, selected by [`Config::strategy`](crate::Config::strategy),

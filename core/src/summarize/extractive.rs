@@ -13,7 +13,7 @@ use crate::terms::{is_term, tokens};
 use crate::{Role, TokenCounter};
 
 /// Statements kept as candidates while scanning (the best ones win).
-pub const MAX_CANDIDATES: usize = 32;
+pub const MAX_CANDIDATES: usize = 12;
 /// Longest statement kept, in bytes; longer ones are cut.
 const MAX_STATEMENT: usize = 240;
 
@@ -79,11 +79,6 @@ struct Statement {
     order: u32,
 }
 
-fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
-    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
-    h.len() >= n.len() && h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
-}
-
 /// How much an agent would miss this statement.
 fn score(text: &str, role: Role, part: Part) -> u16 {
     let text = text.trim();
@@ -94,11 +89,11 @@ fn score(text: &str, role: Role, part: Part) -> u16 {
         if is_term(token) {
             terms += 1;
             // Paths are what summaries lose most, then identifiers, then bare numbers.
-            term_points += if token.contains('/')
-                || token
-                    .rsplit_once('.')
-                    .is_some_and(|(_, ext)| ext.chars().all(char::is_alphabetic))
-            {
+            let extension =
+                crate::small::last_byte(token, b'.').and_then(|dot| token.get(dot + 1..));
+            let path = token.bytes().any(|b| b == b'/')
+                || extension.is_some_and(|ext| ext.bytes().all(|b| b.is_ascii_alphabetic()));
+            term_points += if path {
                 4
             } else if token.bytes().any(|b| b.is_ascii_alphabetic()) {
                 3
@@ -107,21 +102,21 @@ fn score(text: &str, role: Role, part: Part) -> u16 {
             };
         } else if index > 0
             && token.len() >= 3
-            && token.chars().next().is_some_and(char::is_uppercase)
-            && token.chars().skip(1).any(char::is_lowercase)
+            && token.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
+            && token.bytes().skip(1).any(|b| b.is_ascii_lowercase())
         {
             names += 1;
         }
     }
     let mut score = term_points.min(12) + 2 * names.min(3);
-    if DECISION_CUES.iter().any(|cue| contains_ignore_case(text, cue)) {
+    if DECISION_CUES.iter().any(|cue| crate::small::contains_ignore_case(text, cue)) {
         score += 6;
     }
-    if ERROR_CUES.iter().any(|cue| contains_ignore_case(text, cue)) {
+    if ERROR_CUES.iter().any(|cue| crate::small::contains_ignore_case(text, cue)) {
         score += 5;
     }
     let first = tokens(text).next().unwrap_or_default();
-    if text.contains('`')
+    if text.bytes().any(|b| b == b'`')
         || text.starts_with("$ ")
         || COMMANDS.iter().any(|c| c.eq_ignore_ascii_case(first))
     {
@@ -154,7 +149,7 @@ fn score(text: &str, role: Role, part: Part) -> u16 {
 /// Statements of `text`: lines, split further at sentence ends; each a byte range.
 fn statements(text: &str, mut visit: impl FnMut(usize, usize)) {
     let mut line_start = 0usize;
-    for line in text.split_inclusive('\n') {
+    for line in crate::small::split_lines(text) {
         let mut start = 0usize;
         let bytes = line.as_bytes();
         for (at, pair) in bytes.windows(2).enumerate() {
@@ -191,13 +186,11 @@ impl Pool {
         }
     }
 
-    /// The candidates, best first (ties: the newer first), taken out one at a time.
-    fn take_best(&mut self) -> Option<Statement> {
-        self.items
-            .iter_mut()
-            .filter(|s| s.is_some())
-            .max_by_key(|s| s.map(|s| (s.score, s.order)))
-            .and_then(Option::take)
+    /// Orders the candidates best first (ties: the newer first), empty slots last.
+    fn rank(&mut self) {
+        crate::small::sort_by_key(&mut self.items, |s| {
+            core::cmp::Reverse(s.map(|s| (s.score, s.order)))
+        });
     }
 }
 
@@ -248,7 +241,7 @@ impl Extractive {
         let text = Self::text_of(request.previous, message.as_ref(), statement.part);
         let piece =
             text.get(statement.start as usize..statement.end as usize).unwrap_or_default().trim();
-        let piece = piece.trim_start_matches("- ").trim();
+        let piece = piece.strip_prefix("- ").unwrap_or(piece).trim();
         let mut end = piece.len().min(MAX_STATEMENT);
         while !piece.is_char_boundary(end) {
             end -= 1;
@@ -335,20 +328,28 @@ impl Summarizer for Extractive {
                 );
             }
         }
-        // Best statements first, while they fit the budget; then written in reading order.
-        let mut chosen = [None::<Statement>; MAX_CANDIDATES];
+        // Best statements first, while they fit the budget, moved to the front of the pool (no
+        // second array: the stack is small on a device); then written in reading order.
+        pool.rank();
         let mut count = 0usize;
         let mut left = request.budget;
-        let mut seen = [0u32; MAX_CANDIDATES];
         let mut cut_first = None;
-        while count < request.detail.max_segments() {
-            let Some(statement) = pool.take_best() else { break };
+        for index in 0..pool.items.len() {
+            if count >= request.detail.max_segments() {
+                break;
+            }
+            let Some(statement) = pool.items.get(index).copied().flatten() else { break };
             let rendered = Self::render(request, &statement);
-            let hash = crate::terms::hash(rendered.2);
-            if seen.get(..count).is_some_and(|s| s.contains(&hash)) {
+            let duplicate = pool
+                .items
+                .iter()
+                .take(count)
+                .flatten()
+                .any(|kept| Self::render(request, kept).2 == rendered.2);
+            let cost = Self::cost(request.counter, rendered);
+            if duplicate {
                 continue;
             }
-            let cost = Self::cost(request.counter, rendered);
             if cost > left {
                 // The best statement alone is too long: keep its start rather than nothing.
                 if count == 0 && cut_first.is_none() {
@@ -357,28 +358,25 @@ impl Summarizer for Extractive {
                 continue;
             }
             left -= cost;
-            if let (Some(slot), Some(mark)) = (chosen.get_mut(count), seen.get_mut(count)) {
-                *slot = Some(statement);
-                *mark = hash;
-                count += 1;
-            }
+            crate::small::swap(&mut pool.items, count, index);
+            count += 1;
         }
         // Tokens never exceed bytes, so a line cut to `budget` bytes stays within budget.
         let mut room = usize::MAX;
         if count == 0 {
-            if let (Some(statement), Some(slot)) = (cut_first, chosen.first_mut()) {
+            if let (Some(statement), Some(slot)) = (cut_first, pool.items.first_mut()) {
                 *slot = Some(statement);
                 count = 1;
                 room = request.budget.saturating_sub(2) as usize;
             }
         }
-        let chosen = chosen.get_mut(..count).unwrap_or_default();
-        chosen.sort_unstable_by_key(|s| s.map_or(u32::MAX, |s| s.order));
+        let chosen = pool.items.get_mut(..count).unwrap_or_default();
+        crate::small::sort_by_key(chosen, |s| s.map_or(u32::MAX, |s| s.order));
         for statement in chosen.iter().flatten() {
             Self::write_line(out, Self::render(request, statement), room);
         }
         while request.counter.count(out.as_str()) > request.budget && !out.is_empty() {
-            let keep = out.as_str().rfind('\n').unwrap_or(out.len() / 2);
+            let keep = crate::small::last_byte(out.as_str(), b'\n').unwrap_or(out.len() / 2);
             out.truncate(keep);
         }
         if out.is_empty() {

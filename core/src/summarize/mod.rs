@@ -58,25 +58,32 @@ impl Detail {
 /// ```
 #[derive(Clone, Debug)]
 pub struct SummarySource<'a> {
-    history: Option<History<'a>>,
-    unit: Option<LevelMessages<'a>>,
+    messages: Messages<'a>,
     first: u64,
     last: u64,
 }
 
+/// Where a source's messages come from.
+#[derive(Clone, Debug)]
+enum Messages<'a> {
+    None,
+    History(History<'a>),
+    Unit(LevelMessages<'a>),
+}
+
 impl<'a> SummarySource<'a> {
     pub(crate) fn new(history: History<'a>, first: u64, last: u64) -> Self {
-        Self { history: Some(history), unit: None, first, last }
+        Self { messages: Messages::History(history), first, last }
     }
 
     /// The messages of one unit (or any run of one level's messages).
     pub(crate) fn unit(messages: LevelMessages<'a>, first: u64, last: u64) -> Self {
-        Self { history: None, unit: Some(messages), first, last }
+        Self { messages: Messages::Unit(messages), first, last }
     }
 
     /// No messages (when only a previous summary is being shortened).
     pub fn empty() -> Self {
-        Self { history: None, unit: None, first: 1, last: 0 }
+        Self { messages: Messages::None, first: 1, last: 0 }
     }
 
     /// Id range covered, inclusive (empty when `first > last`).
@@ -89,14 +96,15 @@ impl<'a> Iterator for SummarySource<'a> {
     type Item = MessageRef<'a>;
 
     fn next(&mut self) -> Option<MessageRef<'a>> {
-        if let Some(unit) = self.unit.as_mut() {
-            return unit.next();
-        }
-        let history = self.history.as_mut()?;
+        let history = match &mut self.messages {
+            Messages::None => return None,
+            Messages::Unit(unit) => return unit.next(),
+            Messages::History(history) => history,
+        };
         loop {
             let message = history.next()?;
             if message.id() > self.last {
-                self.history = None;
+                self.messages = Messages::None;
                 return None;
             }
             if message.id() >= self.first {

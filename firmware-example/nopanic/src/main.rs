@@ -19,7 +19,7 @@ use cortex_m_rt::entry;
 use cortex_m_semihosting::debug;
 use critical_section::Mutex;
 use ctxwin_core::{Error, Level, Message, OpenAiRequest, PayloadItem, ToolCall};
-use edge::{EDGE_MANAGER, EdgeManager};
+use edge::{EDGE_CONFIG, EDGE_MANAGER, EdgeManager};
 use panic_never as _;
 use summary::{Digest, SUMMARY_BYTES};
 use text::TextBuf;
@@ -77,6 +77,7 @@ fn log_into(buf: &mut [u8], lines: u32) -> &str {
 
 fn exercise(manager: &mut EdgeManager, body: &mut [u8]) -> Result<usize, Error> {
     let mut checksum = 0usize;
+    manager.configure(black_box(EDGE_CONFIG))?;
     manager.push(Message::system(black_box("You are the agent of pump 7.")))?;
     manager.add_tool_definition(black_box(r#"{"name":"read_log","parameters":{}}"#))?;
     if manager.add_tool_definition(black_box("not json")).is_ok() {

@@ -16,7 +16,7 @@ use cortex_m_semihosting::debug;
 use critical_section::{CriticalSection, Mutex};
 use ctxwin_core::OpenAiRequest;
 use ctxwin_firmware_example::bench::measured;
-use ctxwin_firmware_example::edge::{EDGE_MANAGER, EdgeManager};
+use ctxwin_firmware_example::edge::{EDGE_CONFIG, EDGE_MANAGER, EdgeManager};
 use ctxwin_firmware_example::scenario::{self, DYNAMIC, NoProbe, Op, Probe};
 use ctxwin_firmware_example::summary::Digest;
 use defmt::{error, info};
@@ -64,7 +64,7 @@ fn run(cs: CriticalSection<'_>) -> bool {
     else {
         return false;
     };
-    if scenario::setup(&mut manager).is_err() {
+    if manager.configure(EDGE_CONFIG).is_err() || scenario::setup(&mut manager).is_err() {
         return false;
     }
     let mut digest = Digest::new();
