@@ -293,7 +293,8 @@ impl<'a> MessageRef<'a> {
         record::SourceRanges::new(self.header, self.record)
     }
 
-    /// Hierarchical detail of the stored text: 0 full, 1 paragraph, 2 one line.
+    /// Hierarchical detail of the stored text: 0 full, 1 paragraph, 2 one line, 3 a digest of
+    /// merged summaries.
     pub fn detail(&self) -> u8 {
         self.header.detail
     }

@@ -44,7 +44,8 @@ pub struct Counters {
     /// Summaries the summarizer could not produce (the unit just left).
     pub summaries_failed: u64,
     /// Summaries superseded by a newer version of themselves (rolling updates, merges,
-    /// compression to a line): they leave without the outbox, their sources already archived.
+    /// compression to a line, or dropped when nothing in them was worth a line): they leave
+    /// without the outbox, their sources already archived.
     pub summaries_replaced: u64,
     /// Turn of the last eviction or summary (`None` before the first).
     pub last_compression_turn: Option<u64>,

@@ -49,6 +49,13 @@ pub(crate) fn is_term(token: &str) -> bool {
         || kebab
 }
 
+/// Whether `token` is a term only for its hyphen (`ctxwin-core`, but also `double-check`):
+/// one hyphen between letters is as often English as an identifier.
+pub(crate) fn is_hyphenated_word(token: &str) -> bool {
+    token.bytes().filter(|&b| b == b'-').count() == 1
+        && token.bytes().all(|b| b == b'-' || b.is_ascii_alphabetic())
+}
+
 /// Whether `token` is a content word: alphabetic, at least four letters, not a stop word.
 pub(crate) fn is_content_word(token: &str) -> bool {
     token.len() >= 4

@@ -1,1 +1,4 @@
-//! Holder crate for the cross-crate integration tests in `tests/`.
+//! Holder crate for the cross-crate integration tests in `tests/`, and the memory-quality
+//! scenario they and the `memory_quality` bench share.
+
+pub mod quality;

@@ -125,7 +125,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// Whether `level` is over its token budget or its byte/message trigger.
-    fn level_over(&self, level: Level) -> bool {
+    pub(crate) fn level_over(&self, level: Level) -> bool {
         let ring = self.ring(level);
         let trigger = self.config.trigger_percent;
         let live_messages = self.state.live.get(level.index()).copied().unwrap_or(0);

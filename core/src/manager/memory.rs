@@ -11,7 +11,7 @@ use crate::manager::History;
 use crate::record::{self, SpanWriter};
 use crate::ring::{RingRef, RingStorage};
 use crate::strategy::{Env, Leave, Plan, Strategy, UnitView};
-use crate::summarize::{Detail, SummaryRequest, SummarySource, TextBuffer};
+use crate::summarize::{Detail, SummarizeError, SummaryRequest, SummarySource, TextBuffer};
 use crate::{Config, Level, Role, TokenCounter};
 
 /// Most source ranges one summary keeps; more are coalesced (over-approximating).
@@ -61,6 +61,8 @@ impl<'a, S: Strategy> Parts<'a, S> {
         let cap = match detail {
             Detail::Paragraph => cap,
             Detail::Line => cap.min(LINE_TOKENS),
+            // Room for what comes next: a quarter of the level.
+            Detail::Digest => self.config.session_budget / 4 * 3,
         };
         cap.saturating_sub(u32::from(self.config.message_overhead))
     }
@@ -73,14 +75,14 @@ impl<'a, S: Strategy> Parts<'a, S> {
         messages: SummarySource<'_>,
         detail: Detail,
         budget: u32,
-    ) -> Option<usize> {
+    ) -> Result<usize, SummarizeError> {
         if budget < MIN_SUMMARY_TOKENS {
-            return None;
+            return Err(SummarizeError::Rejected);
         }
         let mut out = TextBuffer::new(self.scratch);
         let request = SummaryRequest { previous, messages, budget, detail, counter: self.counter };
-        self.strategy.summarizer().summarize(&request, &mut out).ok()?;
-        (!out.is_empty()).then(|| out.len())
+        self.strategy.summarizer().summarize(&request, &mut out)?;
+        if out.is_empty() { Err(SummarizeError::Rejected) } else { Ok(out.len()) }
     }
 }
 
@@ -259,6 +261,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// rolling summary); on failure the unit just leaves.
     #[inline(never)]
     fn summarize_unit(&mut self, level: Level, unit: UnitSpan, detail: Detail, rolling: bool) {
+        self.keep_session_in_budget();
         let rolling_at = if rolling { self.rolling_index() } else { None };
         let (written, ids, newest, ranges) = {
             let mut parts = self.parts();
@@ -280,14 +283,27 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 ranges.finish(),
             )
         };
-        let Some(written) = written else {
-            self.state.counters.summaries_failed =
-                self.state.counters.summaries_failed.saturating_add(1);
-            return;
+        let written = match written {
+            Ok(written) => written,
+            Err(SummarizeError::NothingToKeep) => return,
+            Err(_) => {
+                self.state.counters.summaries_failed =
+                    self.state.counters.summaries_failed.saturating_add(1);
+                return;
+            }
         };
         let _ = ids;
         let target = rolling_at.map_or(Target::Append, Target::Replace);
         self.store_summary(written, ranges.as_slice(), detail, newest, rolling, target);
+        self.keep_session_in_budget();
+    }
+
+    /// Merges the session level into a digest when it is over its budget (tokens, bytes or
+    /// entries), so a new summary finds room without pushing an old one out.
+    fn keep_session_in_budget(&mut self) {
+        if self.level_over(Level::Session) {
+            self.shrink_session();
+        }
     }
 
     /// Stores the summary in the scratch buffer's first `len` bytes into the session level.
@@ -423,6 +439,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if range.0 > range.1 {
             return;
         }
+        self.keep_session_in_budget();
         let rolling_at = self.rolling_index();
         let (written, ranges, newest) = {
             let mut parts = self.parts();
@@ -435,12 +452,14 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             ranges.add(range);
             let source = SummarySource::new(parts.history(), range.0, range.1);
             let newest = source.clone().map(|m| m.timestamp()).max().unwrap_or(0);
+            // A running memory: as many statements as `summary_tokens` holds.
             let budget = parts.budget(Detail::Paragraph);
-            (parts.summarize(previous, source, Detail::Paragraph, budget), ranges.finish(), newest)
+            (parts.summarize(previous, source, Detail::Digest, budget), ranges.finish(), newest)
         };
-        if let Some(written) = written {
+        if let Ok(written) = written {
             let target = rolling_at.map_or(Target::Append, Target::Replace);
-            self.store_summary(written, ranges.as_slice(), Detail::Paragraph, newest, true, target);
+            self.store_summary(written, ranges.as_slice(), Detail::Digest, newest, true, target);
+            self.keep_session_in_budget();
         }
         let in_range = |(_, _, first, last): &(Level, UnitSpan, u64, u64)| {
             *first >= range.0 && *last <= range.1
@@ -470,18 +489,22 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             self.summarize_unit(level, span, Detail::Paragraph, false);
             self.evict(level, span);
         }
-        let session = self.ring(Level::Session);
-        for index in 0..session.len() {
-            let ring = self.ring(Level::Session);
-            let Some(header) = ring.get(index).copied() else { break };
+        let mut index = 0;
+        while let Some(header) = self.ring(Level::Session).get(index).copied() {
             let stale = header.timestamp.saturating_add(session_age) <= now;
             if header.is_live()
                 && header.has(flags::SUMMARY)
                 && header.detail < Detail::Line.code()
                 && stale
             {
+                let entries = self.ring(Level::Session).len();
                 self.rewrite_summary(index, Detail::Line, None);
+                if self.ring(Level::Session).len() < entries {
+                    // Dropped: the next entry moved into this index.
+                    continue;
+                }
             }
+            index += 1;
         }
     }
 
@@ -499,7 +522,18 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             let budget = budget.unwrap_or_else(|| parts.budget(detail));
             (parts.summarize(text, SummarySource::empty(), detail, budget), ranges.finish(), header)
         };
-        let Some(written) = written else { return false };
+        let written = match written {
+            Ok(written) => written,
+            Err(SummarizeError::NothingToKeep) => {
+                // Nothing in it is worth a line: the messages it stood for are in the outbox.
+                self.session.view_mut().retain(|h| h.id != header.id);
+                self.remove_live(Level::Session, &header);
+                let counters = &mut self.state.counters;
+                counters.summaries_replaced = counters.summaries_replaced.saturating_add(1);
+                return true;
+            }
+            Err(_) => return false,
+        };
         let rolling = header.has(flags::ROLLING);
         self.store_summary(
             written,
@@ -512,16 +546,29 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         true
     }
 
-    /// Session level over its budget: merges every session entry into one summary that keeps
-    /// the most informative statements within three quarters of the session budget (room for
-    /// what comes next). Summaries merged in are superseded; entries the caller pushed (key
-    /// decisions) leave through the outbox. Returns whether anything shrank.
+    /// Session level over its budget: merges every session entry into one
+    /// [digest](Detail::Digest) that keeps the most informative statements within three
+    /// quarters of the session budget (room for what comes next). Summaries merged in are
+    /// superseded; entries the caller pushed (key decisions) leave through the outbox. Returns
+    /// whether the level shrank (fewer tokens or fewer entries), so callers may loop on it.
     #[inline(never)]
     pub(crate) fn shrink_session(&mut self) -> bool {
         let session = self.ring(Level::Session);
         if !session.iter().any(|h| h.is_live()) {
             return false;
         }
+        let before = (self.level_tokens(Level::Session), self.live_count(Level::Session));
+        self.merge_session();
+        let after = (self.level_tokens(Level::Session), self.live_count(Level::Session));
+        after.0 < before.0 || after.1 < before.1
+    }
+
+    fn live_count(&self, level: Level) -> u32 {
+        self.state.live.get(level.index()).copied().unwrap_or(0)
+    }
+
+    /// [`shrink_session`](Self::shrink_session)'s work.
+    fn merge_session(&mut self) {
         let (written, ranges, newest, rolling) = {
             let mut parts = self.parts();
             let session = parts.ring(Level::Session);
@@ -537,28 +584,17 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 newest = newest.max(header.timestamp);
                 rolling |= header.has(flags::ROLLING);
             }
-            let overhead = u32::from(parts.config.message_overhead);
-            let budget = (parts.config.session_budget * 3 / 4)
-                .saturating_sub(overhead)
-                .min(parts.budget(Detail::Paragraph));
+            let budget = parts.budget(Detail::Digest);
             let source =
                 SummarySource::unit(LevelMessages::new(session, Level::Session), 0, u64::MAX);
-            (
-                parts.summarize("", source, Detail::Paragraph, budget),
-                ranges.finish(),
-                newest,
-                rolling,
-            )
+            (parts.summarize("", source, Detail::Digest, budget), ranges.finish(), newest, rolling)
         };
-        let Some(written) = written else {
+        let Ok(written) = written else {
             let lock = self.lock();
-            return match self.oldest_evictable(Level::Session, &lock) {
-                Some(unit) => {
-                    self.evict(Level::Session, unit);
-                    true
-                }
-                None => false,
-            };
+            if let Some(unit) = self.oldest_evictable(Level::Session, &lock) {
+                self.evict(Level::Session, unit);
+            }
+            return;
         };
         let mut index = 0;
         while let Some(header) = self.ring(Level::Session).get(index).copied() {
@@ -577,14 +613,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.store_summary(
             written,
             ranges.as_slice(),
-            Detail::Paragraph,
+            Detail::Digest,
             newest,
             rolling,
             Target::Append,
         );
         self.state.counters.summaries_merged =
             self.state.counters.summaries_merged.saturating_add(1);
-        true
     }
 
     /// After a push: entities from a user message, then the strategy's plan.

@@ -74,7 +74,7 @@ impl<'a> LevelCheck<'a> {
             return Err(Invariant::Order { level });
         }
         self.last_id = Some(header.id);
-        if header.flags & !flags::KNOWN != 0 || header.detail > 2 {
+        if header.flags & !flags::KNOWN != 0 || header.detail > 3 {
             return Err(Invariant::Flags { level });
         }
         record::check(header, bytes).map_err(|fault| match fault {

@@ -23,7 +23,7 @@ use crate::{Config, Level, Role};
 /// | [`SlidingWindow`](StrategyKind::SlidingWindow) | oldest unit | dropped (to the outbox) |
 /// | [`Summarization`](StrategyKind::Summarization) | oldest turns, past `summarize_threshold` | folded into one rolling summary |
 /// | [`EntityExtraction`](StrategyKind::EntityExtraction) | everything outside the locked tail | dropped: the entity table keeps the state |
-/// | [`Importance`](StrategyKind::Importance) | lowest importance score | summarized above `importance_threshold`, else dropped |
+/// | [`Importance`](StrategyKind::Importance) | lowest importance score | a paragraph above `importance_threshold`, else one line if it says something specific |
 /// | [`Hierarchical`](StrategyKind::Hierarchical) | units older than `working_age_ms`, then oldest | kept as a paragraph, then a line after `session_age_ms` |
 ///
 /// ```
@@ -229,7 +229,8 @@ pub struct Env<'a> {
     now: u64,
     /// The newest user message's id; its text is looked up once, on first use.
     task_id: Option<u64>,
-    task: core::cell::OnceCell<&'a str>,
+    // A `Cell`, not a `OnceCell`: `get_or_init` has a panic path (re-entrant init).
+    task: core::cell::Cell<Option<&'a str>>,
     history: History<'a>,
 }
 
@@ -240,7 +241,7 @@ impl<'a> Env<'a> {
         task_id: Option<u64>,
         history: History<'a>,
     ) -> Self {
-        Self { config, now, task_id, task: core::cell::OnceCell::new(), history }
+        Self { config, now, task_id, task: core::cell::Cell::new(None), history }
     }
 
     /// The configuration.
@@ -255,10 +256,14 @@ impl<'a> Env<'a> {
 
     /// The current task: the newest user message.
     pub fn task(&self) -> &'a str {
-        self.task.get_or_init(|| {
-            let Some(id) = self.task_id else { return "" };
+        if let Some(task) = self.task.get() {
+            return task;
+        }
+        let task = self.task_id.map_or("", |id| {
             self.history().rev().find(|m| m.id() == id).map_or("", |m| m.content())
-        })
+        });
+        self.task.set(Some(task));
+        task
     }
 
     /// The live history, oldest first.
@@ -447,7 +452,10 @@ impl<Z: Summarizer, X: Extractor> Strategy for Builtin<Z, X> {
             {
                 Leave::Summarize { detail: Detail::Paragraph, rolling: false }
             }
-            StrategyKind::Importance => Leave::Drop,
+            // Below the threshold a unit keeps one line, and only if it says something
+            // specific (the summarizer declines chatter): dropping it outright lost every
+            // planted fact in the memory-quality bench.
+            StrategyKind::Importance => Leave::Summarize { detail: Detail::Line, rolling: false },
             StrategyKind::Hierarchical => {
                 Leave::Summarize { detail: Detail::Paragraph, rolling: false }
             }

@@ -65,7 +65,7 @@ fn summarization_folds_the_oldest_turns_into_one_rolling_summary() {
     let session = summaries(&m);
     assert_eq!(session.len(), 1, "one rolling summary: {session:?}");
     let (text, detail, sources) = &session[0];
-    assert_eq!(*detail, 1);
+    assert_eq!(*detail, 3, "a rolling summary is a digest: no statement cap");
     for fact in ["PostgreSQL 16", "src/config/loader.rs", "4517 ms", "Ngozi Adeyemi"] {
         assert!(text.contains(fact), "{fact} lost: {text}");
     }
@@ -265,4 +265,76 @@ fn a_custom_strategy_decides_and_the_invariants_still_hold() {
     let kept: Vec<String> = m.history().map(|m| m.content().to_string()).collect();
     assert!(kept.iter().any(|k| k == "small one"), "the big unit went first: {kept:?}");
     assert!(!kept.iter().any(|k| k.starts_with("big")));
+}
+
+#[test]
+fn importance_keeps_a_line_of_an_unimportant_unit_only_when_it_states_something() {
+    let config = Config {
+        strategy: StrategyKind::Importance,
+        locked_tail: 1,
+        working_budget: 300,
+        ..Config::DEFAULT
+    };
+    let mut m = Manager::with_config(config).unwrap();
+    m.push(Message::assistant("Sure, that makes sense, I will keep going with it.").at(0)).unwrap();
+    m.push(
+        Message::assistant(
+            "Okay. The deploy key for staging is K-4821-ALPHA. Thanks, that helps a lot.",
+        )
+        .at(0),
+    )
+    .unwrap();
+    for i in 0..12 {
+        let at = (60 + i as u64) * MINUTE;
+        m.push(Message::assistant(&format!("step {i}: {}", "lorem ipsum ".repeat(8))).at(at))
+            .unwrap();
+    }
+    let session = summaries(&m);
+    assert!(
+        session.iter().any(|(text, _, _)| text.contains("K-4821-ALPHA")),
+        "an hour old and never mentioned again, yet kept as a line: {session:?}"
+    );
+    assert!(!session.iter().any(|(text, _, _)| text.contains("makes sense")), "{session:?}");
+    assert_eq!(m.stats().counters.summaries_failed, 0, "declining chatter is not a failure");
+}
+
+#[test]
+fn an_overflowing_session_becomes_one_digest_that_keeps_its_facts() {
+    let config = Config {
+        strategy: StrategyKind::Hierarchical,
+        locked_tail: 1,
+        session_budget: 600,
+        working_budget: 200,
+        ..Config::DEFAULT
+    };
+    let mut m = Manager::with_config(config).unwrap();
+    for i in 0..40u64 {
+        let at = i * 10 * MINUTE;
+        m.push(
+            Message::user(&format!("Okay, what about part {}?", ["one", "two"][i as usize % 2]))
+                .at(at),
+        )
+        .unwrap();
+        m.push(
+            Message::assistant(&format!("Sure. The value of setting_{i} is {}.", 1000 + i)).at(at),
+        )
+        .unwrap();
+        m.drain_outbox(|_| {});
+    }
+    let session = summaries(&m);
+    let digests: Vec<&Entry> = session.iter().filter(|(_, detail, _)| *detail == 3).collect();
+    assert_eq!(digests.len(), 1, "{session:?}");
+    assert!(m.stats().counters.summaries_merged > 0);
+    let text: String = session.iter().map(|(t, _, _)| t.as_str()).collect::<Vec<_>>().join("\n");
+    let kept =
+        (0..40u64).filter(|i| text.contains(&format!("setting_{i} is {}", 1000 + i))).count();
+    let live = (0..40u64)
+        .filter(|i| history(&m).iter().any(|h| h.contains(&format!("setting_{i} "))))
+        .count();
+    assert!(kept + live >= 30, "{kept} in summaries, {live} live, of 40: {text}");
+    assert!(!text.contains("what about part"), "questions without specifics go: {text}");
+    assert!(m.level_tokens(Level::Session) <= 600);
+    // Ages past session_age_ms do not cut the digest down to a line.
+    m.push(Message::user("Status?").at(600 * MINUTE)).unwrap();
+    assert!(summaries(&m).iter().any(|(t, d, _)| *d == 3 && t.lines().count() > 3));
 }

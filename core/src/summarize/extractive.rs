@@ -2,22 +2,28 @@
 //!
 //! Every message is cut into statements (lines, then sentences; tool calls become `ran name
 //! arguments`). Each statement is scored for what an agent needs back later: decisions, errors,
-//! file paths, commands, identifiers, numbers and names score high; acknowledgements and chatter
-//! score nothing. The best statements are written in their original order, one per line, until
-//! the token budget is spent. Deterministic, no model, no allocation: the candidates live in a
-//! fixed array of [`MAX_CANDIDATES`] entries.
+//! facts about people, secrets and settings, file paths, commands, identifiers, numbers and
+//! names score high; acknowledgements and chatter score nothing; tool output, which the agent
+//! can fetch again, scores half. The best statements are written in their original order, one
+//! per line, until the token budget is spent.
+//!
+//! Deterministic, no model, no allocation, and no limit on candidates: a first pass tallies
+//! the cost of the statements at each score, which gives the lowest score that still fits the
+//! budget; a second pass writes every statement above it, and the newest that fit at it.
 
-use super::{SummarizeError, Summarizer, SummaryRequest, TextBuffer};
-use crate::message::MessageRef;
-use crate::terms::{is_term, tokens};
+use super::{Detail, SummarizeError, Summarizer, SummaryRequest, TextBuffer};
+use crate::terms::{is_hyphenated_word, is_term, tokens};
 use crate::{Role, TokenCounter};
 
-/// Statements kept as candidates while scanning (the best ones win).
-pub const MAX_CANDIDATES: usize = 12;
 /// Longest statement kept, in bytes; longer ones are cut.
 const MAX_STATEMENT: usize = 240;
+/// Scores are tallied up to this; higher ones count as this.
+const TOP_SCORE: usize = 47;
+/// Least score of a statement that says something specific (a term, a name, a decision, an
+/// error, a command, a call): what a one-line summary needs, else there is nothing to keep.
+const SPECIFIC: u16 = 5;
 
-const DECISION_CUES: [&str; 14] = [
+const DECISION_CUES: [&str; 17] = [
     "decided",
     "decision",
     "we will",
@@ -25,6 +31,7 @@ const DECISION_CUES: [&str; 14] = [
     "chose",
     "agreed",
     "going with",
+    "go with",
     "must ",
     "always ",
     "never ",
@@ -32,6 +39,25 @@ const DECISION_CUES: [&str; 14] = [
     "switch to",
     "settled",
     "prefer",
+    "from now on",
+    "from here on",
+];
+/// Facts that are stated once and asked for later: who owns what, secrets, settings.
+const FACT_CUES: [&str; 14] = [
+    "owns ",
+    "owner",
+    "responsible for",
+    "in charge of",
+    "maintainer",
+    "password",
+    "secret",
+    "api key",
+    "deploy key",
+    "token is",
+    "credential",
+    "set to",
+    "for the record",
+    "remember",
 ];
 const ERROR_CUES: [&str; 13] = [
     "error",
@@ -62,22 +88,12 @@ enum Part {
     Previous,
     /// A message's content.
     Content,
-    /// A message's tool call `n` (its arguments).
-    Call(u8),
+    /// A message's tool call.
+    Call,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Statement {
-    /// Index of the message in the source (0 for the previous summary).
-    message: u16,
-    part: Part,
-    role: Role,
-    start: u32,
-    end: u32,
-    score: u16,
-    /// Position in reading order, for writing the winners in order.
-    order: u32,
-}
+/// A statement as written: a prefix saying whose it is, a tool name, and the text.
+type Line<'a> = (&'static str, &'a str, &'a str);
 
 /// How much an agent would miss this statement.
 fn score(text: &str, role: Role, part: Part) -> u16 {
@@ -85,8 +101,16 @@ fn score(text: &str, role: Role, part: Part) -> u16 {
     let mut terms = 0u16;
     let mut term_points = 0u16;
     let mut names = 0u16;
+    let mut previous_was_name = false;
+    let mut full_names = 0u16;
     for (index, token) in tokens(text).enumerate() {
-        if is_term(token) {
+        let name = index > 0
+            && token.len() >= 3
+            && token.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
+            && token.bytes().skip(1).any(|b| b.is_ascii_lowercase());
+        if is_hyphenated_word(token) {
+            term_points += 1;
+        } else if is_term(token) {
             terms += 1;
             // Paths are what summaries lose most, then identifiers, then bare numbers.
             let extension =
@@ -94,25 +118,28 @@ fn score(text: &str, role: Role, part: Part) -> u16 {
             let path = token.bytes().any(|b| b == b'/')
                 || extension.is_some_and(|ext| ext.bytes().all(|b| b.is_ascii_alphabetic()));
             term_points += if path {
-                4
-            } else if token.bytes().any(|b| b.is_ascii_alphabetic()) {
+                6
+            } else if token.bytes().any(|b| b.is_ascii_alphabetic()) || token.len() >= 3 {
                 3
             } else {
                 2
             };
-        } else if index > 0
-            && token.len() >= 3
-            && token.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
-            && token.bytes().skip(1).any(|b| b.is_ascii_lowercase())
-        {
+        } else if name {
             names += 1;
+            full_names += u16::from(previous_was_name);
         }
+        previous_was_name = name && !is_term(token);
     }
-    let mut score = term_points.min(12) + 2 * names.min(3);
-    if DECISION_CUES.iter().any(|cue| crate::small::contains_ignore_case(text, cue)) {
+    let mut score = term_points.min(12) + 2 * names.min(3) + 2 * full_names.min(1);
+    let cue = |cues: &[&str]| cues.iter().any(|cue| crate::small::contains_ignore_case(text, cue));
+    let error = cue(&ERROR_CUES);
+    if cue(&DECISION_CUES) {
         score += 6;
     }
-    if ERROR_CUES.iter().any(|cue| crate::small::contains_ignore_case(text, cue)) {
+    if cue(&FACT_CUES) {
+        score += 5;
+    }
+    if error {
         score += 5;
     }
     let first = tokens(text).next().unwrap_or_default();
@@ -122,7 +149,10 @@ fn score(text: &str, role: Role, part: Part) -> u16 {
     {
         score += 5;
     }
-    if matches!(part, Part::Call(_)) {
+    if part == Part::Call {
+        score += 2;
+    } else if role != Role::Tool && terms + names > 0 {
+        // Something said about a specific thing: what summaries lose and agents need back.
         score += 3;
     }
     let filler = FILLER.iter().any(|f| {
@@ -142,7 +172,30 @@ fn score(text: &str, role: Role, part: Part) -> u16 {
     match (role, part) {
         (_, Part::Previous) => score + 3,
         (Role::User, _) => score + 1,
+        // Output the agent can fetch again is worth less than what was concluded from it,
+        // unless it reports a failure.
+        (Role::Tool, _) if !error => score.div_ceil(3),
         _ => score,
+    }
+}
+
+/// Whose a line of an earlier summary was, from the prefix [`Extractive`] wrote, so merged
+/// summaries score their statements as the originals were scored.
+fn origin(line: &str, role: Role, part: Part) -> (Role, Part, &str) {
+    if role != Role::System && part != Part::Previous {
+        return (role, part, line);
+    }
+    let line = line.trim_start();
+    if let Some(rest) = line.strip_prefix("tool: ") {
+        (Role::Tool, Part::Content, rest)
+    } else if let Some(rest) = line.strip_prefix("user: ") {
+        (Role::User, Part::Content, rest)
+    } else if let Some(rest) = line.strip_prefix("ran ") {
+        // `ran name arguments`: calls were scored on their arguments.
+        let arguments = rest.split_once(' ').map_or("", |(_, arguments)| arguments);
+        (Role::Assistant, Part::Call, arguments)
+    } else {
+        (role, part, line)
     }
 }
 
@@ -163,34 +216,136 @@ fn statements(text: &str, mut visit: impl FnMut(usize, usize)) {
     }
 }
 
-/// The fixed-size pool of best statements.
-struct Pool {
-    items: [Option<Statement>; MAX_CANDIDATES],
+/// One statement met while reading the request.
+#[derive(Clone, Copy, Debug)]
+struct Candidate<'a> {
+    /// Position in reading order.
+    order: u32,
+    score: u16,
+    /// Whether it says something specific, whatever summary it came from.
+    specific: bool,
+    line: Line<'a>,
 }
 
-impl Pool {
-    fn offer(&mut self, statement: Statement) {
-        if statement.score == 0 {
-            return;
-        }
-        if let Some(slot) = self.items.iter_mut().find(|s| s.is_none()) {
-            *slot = Some(statement);
-            return;
-        }
-        // Replace the weakest, the oldest among equals, if the newcomer beats it.
-        let weakest = self.items.iter_mut().flatten().min_by_key(|s| (s.score, s.order));
-        if let Some(weakest) = weakest {
-            if statement.score > weakest.score {
-                *weakest = statement;
+impl Candidate<'_> {
+    fn bucket(&self) -> usize {
+        usize::from(self.score).min(TOP_SCORE)
+    }
+}
+
+/// Calls `visit` with every scored statement of the request, in reading order: the previous
+/// summary, then each message's content and tool calls.
+fn each_candidate<'a>(request: &SummaryRequest<'a>, mut visit: impl FnMut(Candidate<'a>)) {
+    let mut order = 0u32;
+    let mut read = |text: &'a str, role: Role, part: Part, name: &'a str| {
+        statements(text, |start, end| {
+            let piece = text.get(start..end).unwrap_or_default();
+            let (scored_role, scored_part, scored) = origin(piece, role, part);
+            let own = score(scored, scored_role, scored_part);
+            // An earlier summary's lines stand for messages that are gone.
+            let score = match scored_part {
+                Part::Previous => own,
+                _ if part == Part::Previous => own + 3,
+                _ => own,
+            };
+            let specific =
+                own.saturating_sub(if scored_part == Part::Previous { 3 } else { 0 }) >= SPECIFIC;
+            if score > 0 {
+                let line = Extractive::render(piece, role, part, name);
+                visit(Candidate { order, score, specific, line });
             }
+            order = order.wrapping_add(1);
+        });
+    };
+    read(request.previous, Role::System, Part::Previous, "");
+    for message in request.messages.clone() {
+        read(message.content(), message.role(), Part::Content, "");
+        for call in message.tool_calls() {
+            read(call.arguments, message.role(), Part::Call, call.name);
+        }
+    }
+}
+
+/// What a statement takes: tokens, bytes written (with its newline) and one line.
+#[derive(Clone, Copy, Debug, Default)]
+struct Size {
+    tokens: u32,
+    bytes: u32,
+    lines: u32,
+}
+
+impl Size {
+    fn of(counter: &dyn TokenCounter, line: Line<'_>) -> Size {
+        let (prefix, name, piece) = line;
+        let bytes = prefix.len() + name.len() + usize::from(!name.is_empty()) + piece.len() + 1;
+        Size { tokens: Extractive::cost(counter, line), bytes: bytes as u32, lines: 1 }
+    }
+
+    fn plus(self, other: Size) -> Size {
+        Size {
+            tokens: self.tokens.saturating_add(other.tokens),
+            bytes: self.bytes.saturating_add(other.bytes),
+            lines: self.lines.saturating_add(other.lines),
         }
     }
 
-    /// Orders the candidates best first (ties: the newer first), empty slots last.
-    fn rank(&mut self) {
-        crate::small::sort_by_key(&mut self.items, |s| {
-            core::cmp::Reverse(s.map(|s| (s.score, s.order)))
-        });
+    /// How far `self` is over `limit`, per measure (zero where it fits).
+    fn excess(self, limit: Size) -> Size {
+        Size {
+            tokens: self.tokens.saturating_sub(limit.tokens),
+            bytes: self.bytes.saturating_sub(limit.bytes),
+            lines: self.lines.saturating_sub(limit.lines),
+        }
+    }
+
+    fn is_zero(self) -> bool {
+        self.tokens == 0 && self.bytes == 0 && self.lines == 0
+    }
+
+    /// `self` less `other`, per measure, stopping at zero.
+    fn minus(self, other: Size) -> Size {
+        Size {
+            tokens: self.tokens.saturating_sub(other.tokens),
+            bytes: self.bytes.saturating_sub(other.bytes),
+            lines: self.lines.saturating_sub(other.lines),
+        }
+    }
+}
+
+/// Which statements a summary keeps: all scoring above `partial`, and at `partial` the newest
+/// ones, after skipping the oldest until the rest fit.
+#[derive(Clone, Copy, Debug)]
+struct Selection {
+    partial: usize,
+    skip: Size,
+}
+
+impl Selection {
+    /// The lowest score whose statements, with all better ones, fit `limit`.
+    fn of(tally: &[Size; TOP_SCORE + 1], limit: Size) -> Selection {
+        let mut kept = Size::default();
+        for bucket in (1..=TOP_SCORE).rev() {
+            let next = kept.plus(tally.get(bucket).copied().unwrap_or_default());
+            let excess = next.excess(limit);
+            if !excess.is_zero() {
+                return Selection { partial: bucket, skip: excess };
+            }
+            kept = next;
+        }
+        Selection { partial: 0, skip: Size::default() }
+    }
+
+    /// Whether `candidate` (taking `size`) is kept; called in reading order.
+    fn keeps(&mut self, candidate: &Candidate<'_>, size: Size) -> bool {
+        let bucket = candidate.bucket();
+        if bucket != self.partial {
+            return bucket > self.partial;
+        }
+        if self.skip.is_zero() {
+            return true;
+        }
+        self.skip = self.skip.minus(size);
+        false
     }
 }
 
@@ -220,59 +375,54 @@ impl Pool {
 pub struct Extractive;
 
 impl Extractive {
-    fn text_of<'a>(previous: &'a str, message: Option<&MessageRef<'a>>, part: Part) -> &'a str {
-        match (part, message) {
-            (Part::Previous, _) => previous,
-            (Part::Content, Some(m)) => m.content(),
-            (Part::Call(n), Some(m)) => {
-                m.tool_calls().nth(usize::from(n)).map_or("", |c| c.arguments)
-            }
-            _ => "",
-        }
-    }
-
-    /// The text of `statement`, trimmed and cut to [`MAX_STATEMENT`] bytes, and the prefix
-    /// that says whose it is.
-    fn render<'a>(
-        request: &SummaryRequest<'a>,
-        statement: &Statement,
-    ) -> (&'static str, &'a str, &'a str) {
-        let message = request.messages.clone().nth(usize::from(statement.message));
-        let text = Self::text_of(request.previous, message.as_ref(), statement.part);
-        let piece =
-            text.get(statement.start as usize..statement.end as usize).unwrap_or_default().trim();
+    /// A statement as written: trimmed, cut to [`MAX_STATEMENT`] bytes, with the prefix that
+    /// says whose it is.
+    fn render<'a>(piece: &'a str, role: Role, part: Part, name: &'a str) -> Line<'a> {
+        let piece = piece.trim();
         let piece = piece.strip_prefix("- ").unwrap_or(piece).trim();
         let mut end = piece.len().min(MAX_STATEMENT);
         while !piece.is_char_boundary(end) {
             end -= 1;
         }
         let piece = piece.get(..end).unwrap_or_default();
-        match (statement.part, statement.role) {
+        match (part, role) {
             (Part::Previous, _) => ("", "", piece),
-            (Part::Call(n), _) => {
-                let name =
-                    message.and_then(|m| m.tool_calls().nth(usize::from(n))).map_or("", |c| c.name);
-                ("ran ", name, piece)
-            }
+            (Part::Call, _) => ("ran ", name, piece),
             (_, Role::User) => ("user: ", "", piece),
             (_, Role::Tool) => ("tool: ", "", piece),
             _ => ("", "", piece),
         }
     }
 
-    /// Tokens a rendered line costs (pieces counted apart: never less than the whole).
-    fn cost(counter: &dyn TokenCounter, (prefix, name, piece): (&str, &str, &str)) -> u32 {
+    /// Tokens a written line costs (pieces counted apart: never less than the whole).
+    fn cost(counter: &dyn TokenCounter, (prefix, name, piece): Line<'_>) -> u32 {
         counter.count(prefix) + counter.count(name) + counter.count(piece) + 2
+    }
+
+    /// Whether `out` already has `line` as one of its lines.
+    fn has_line(out: &str, (prefix, name, piece): Line<'_>) -> bool {
+        let separator = if name.is_empty() { "" } else { " " };
+        let len = prefix.len() + name.len() + separator.len() + piece.len();
+        crate::small::split_lines(out).any(|written| {
+            let written = written.strip_suffix('\n').unwrap_or(written);
+            written.len() == len
+                && [prefix, name, separator, piece]
+                    .into_iter()
+                    .try_fold(written, |rest, part| rest.strip_prefix(part))
+                    .is_some()
+        })
     }
 
     /// Writes one line (newlines inside become spaces), cut to `room` bytes.
     fn write_line(
         out: &mut TextBuffer<'_>,
-        (prefix, name, piece): (&str, &str, &str),
+        (prefix, name, piece): Line<'_>,
         room: usize,
+        detail: Detail,
     ) {
         if !out.is_empty() {
-            out.push_str("\n");
+            // A one-line summary keeps its few statements on one line.
+            out.push_str(if detail == Detail::Line { " " } else { "\n" });
         }
         let start = out.len();
         let separator = if name.is_empty() { "" } else { " " };
@@ -296,87 +446,55 @@ impl Summarizer for Extractive {
         request: &SummaryRequest<'_>,
         out: &mut TextBuffer<'_>,
     ) -> Result<(), SummarizeError> {
-        let mut pool = Pool { items: [None; MAX_CANDIDATES] };
-        let mut order = 0u32;
-        let mut offer = |pool: &mut Pool, text: &str, message: u16, part: Part, role: Role| {
-            statements(text, |start, end| {
-                let piece = text.get(start..end).unwrap_or_default();
-                let score = score(piece, role, part);
-                pool.offer(Statement {
-                    message,
-                    part,
-                    role,
-                    start: start as u32,
-                    end: end as u32,
-                    score,
-                    order,
-                });
-                order += 1;
-            });
+        let counter = request.counter;
+        // A line is only worth its room when it says something specific.
+        let eligible =
+            |candidate: &Candidate<'_>| request.detail != Detail::Line || candidate.specific;
+        let mut tally = [Size::default(); TOP_SCORE + 1];
+        let mut best: Option<(u16, u32)> = None;
+        each_candidate(request, |candidate| {
+            if !eligible(&candidate) {
+                return;
+            }
+            if let Some(sum) = tally.get_mut(candidate.bucket()) {
+                *sum = sum.plus(Size::of(counter, candidate.line));
+            }
+            // Ties go to the newer statement.
+            if best.is_none_or(|(score, _)| candidate.score >= score) {
+                best = Some((candidate.score, candidate.order));
+            }
+        });
+        let limit = Size {
+            tokens: request.budget,
+            // The first line has no newline before it.
+            bytes: u32::try_from(out.remaining()).unwrap_or(u32::MAX).saturating_add(1),
+            lines: u32::try_from(request.detail.max_segments()).unwrap_or(u32::MAX),
         };
-        offer(&mut pool, request.previous, 0, Part::Previous, Role::System);
-        for (index, message) in request.messages.clone().enumerate() {
-            let index = u16::try_from(index).unwrap_or(u16::MAX);
-            offer(&mut pool, message.content(), index, Part::Content, message.role());
-            for (call, tool_call) in message.tool_calls().enumerate() {
-                offer(
-                    &mut pool,
-                    tool_call.arguments,
-                    index,
-                    Part::Call(call as u8),
-                    message.role(),
-                );
-            }
+        if best.is_none() {
+            return Err(SummarizeError::NothingToKeep);
         }
-        // Best statements first, while they fit the budget, moved to the front of the pool (no
-        // second array: the stack is small on a device); then written in reading order.
-        pool.rank();
-        let mut count = 0usize;
-        let mut left = request.budget;
-        let mut cut_first = None;
-        for index in 0..pool.items.len() {
-            if count >= request.detail.max_segments() {
-                break;
+        let mut selection = Selection::of(&tally, limit);
+        each_candidate(request, |candidate| {
+            if !eligible(&candidate) {
+                return;
             }
-            let Some(statement) = pool.items.get(index).copied().flatten() else { break };
-            let rendered = Self::render(request, &statement);
-            let duplicate = pool
-                .items
-                .iter()
-                .take(count)
-                .flatten()
-                .any(|kept| Self::render(request, kept).2 == rendered.2);
-            let cost = Self::cost(request.counter, rendered);
-            if duplicate {
-                continue;
+            let size = Size::of(counter, candidate.line);
+            if selection.keeps(&candidate, size) && !Self::has_line(out.as_str(), candidate.line) {
+                Self::write_line(out, candidate.line, usize::MAX, request.detail);
             }
-            if cost > left {
-                // The best statement alone is too long: keep its start rather than nothing.
-                if count == 0 && cut_first.is_none() {
-                    cut_first = Some(statement);
-                }
-                continue;
-            }
-            left -= cost;
-            crate::small::swap(&mut pool.items, count, index);
-            count += 1;
-        }
+        });
         // Tokens never exceed bytes, so a line cut to `budget` bytes stays within budget.
-        let mut room = usize::MAX;
-        if count == 0 {
-            if let (Some(statement), Some(slot)) = (cut_first, pool.items.first_mut()) {
-                *slot = Some(statement);
-                count = 1;
-                room = request.budget.saturating_sub(2) as usize;
-            }
+        if out.is_empty() {
+            let room = request.budget.saturating_sub(2) as usize;
+            each_candidate(request, |candidate| {
+                if best.is_some_and(|(_, order)| order == candidate.order) {
+                    Self::write_line(out, candidate.line, room, request.detail);
+                }
+            });
         }
-        let chosen = pool.items.get_mut(..count).unwrap_or_default();
-        crate::small::sort_by_key(chosen, |s| s.map_or(u32::MAX, |s| s.order));
-        for statement in chosen.iter().flatten() {
-            Self::write_line(out, Self::render(request, statement), room);
-        }
-        while request.counter.count(out.as_str()) > request.budget && !out.is_empty() {
-            let keep = crate::small::last_byte(out.as_str(), b'\n').unwrap_or(out.len() / 2);
+        let separator = if request.detail == Detail::Line { b' ' } else { b'\n' };
+        while counter.count(out.as_str()) > request.budget && !out.is_empty() {
+            let keep = crate::small::last_byte(out.as_str(), separator).unwrap_or(out.len() / 2);
             out.truncate(keep);
         }
         if out.is_empty() {
@@ -406,6 +524,80 @@ mod tests {
         for text in low {
             assert_eq!(score(text, Role::Assistant, Part::Content), 0, "{text}");
         }
+    }
+
+    #[test]
+    fn tool_output_scores_below_what_was_concluded_from_it() {
+        let log = "2026-11-22T10:02:11Z INFO worker-0 processed batch ok in 39ms";
+        let fact = "The code for this lives in src/net/retry.rs, so that is where the fix goes.";
+        let failure = "error[E0433]: failed to resolve `serde_json` in tests/main.rs";
+        let chatter = "That should be straightforward, but let me double-check the edge cases.";
+        assert!(score(log, Role::Tool, Part::Content) < SPECIFIC);
+        assert!(score(fact, Role::Assistant, Part::Content) >= SPECIFIC);
+        assert!(score(failure, Role::Tool, Part::Content) >= SPECIFIC, "failures stay");
+        assert!(score(chatter, Role::Assistant, Part::Content) < SPECIFIC);
+    }
+
+    #[test]
+    fn summary_lines_are_scored_as_their_originals() {
+        let line = "tool: 2026-11-22T10:02:11Z INFO worker-0 processed batch ok in 39ms";
+        let (role, part, text) = origin(line, Role::System, Part::Content);
+        assert_eq!((role, part), (Role::Tool, Part::Content));
+        assert_eq!(score(text, role, part), score(&line[6..], Role::Tool, Part::Content));
+        let (_, part, text) = origin(r#"ran grep {"q": "item 7"}"#, Role::System, Part::Content);
+        assert_eq!((part, text), (Part::Call, r#"{"q": "item 7"}"#), "scored on its arguments");
+    }
+
+    fn summarize_texts(
+        texts: &[&str],
+        detail: Detail,
+        budget: u32,
+        room: usize,
+    ) -> Result<String, SummarizeError> {
+        use crate::{ContextManager, DefaultCapacities, Message};
+        let mut manager = Box::new(ContextManager::<DefaultCapacities>::new());
+        let ids: Vec<u64> =
+            texts.iter().map(|t| manager.push(Message::assistant(t)).unwrap()).collect();
+        let mut bytes = vec![0u8; room];
+        let mut out = TextBuffer::new(&mut bytes);
+        let request = SummaryRequest {
+            previous: "",
+            messages: manager.summary_source(ids[0], *ids.last().unwrap()),
+            budget,
+            detail,
+            counter: manager.counter(),
+        };
+        Extractive.summarize(&request, &mut out).map(|()| out.as_str().to_string())
+    }
+
+    #[test]
+    fn a_line_keeps_the_specific_statements_or_declines() {
+        let chatter = ["Sure, let me check.", "Okay, that makes sense so far; I will keep going."];
+        assert_eq!(
+            summarize_texts(&chatter, Detail::Line, 40, 512),
+            Err(SummarizeError::NothingToKeep)
+        );
+        let two = ["Okay. The pool size is 4738. Fine. Ngozi Adeyemi owns billing. Thanks."];
+        let line = summarize_texts(&two, Detail::Line, 40, 512).unwrap();
+        assert!(line.contains("4738") && line.contains("Ngozi Adeyemi"), "{line}");
+        assert!(!line.contains('\n') && !line.contains("Thanks"), "{line}");
+    }
+
+    #[test]
+    fn a_digest_has_no_statement_cap_and_writes_whole_lines_only() {
+        let facts: Vec<String> =
+            (0..30).map(|i| format!("The value of setting_{i} is {}.", 1000 + i)).collect();
+        let texts: Vec<&str> = facts.iter().map(String::as_str).collect();
+        let digest = summarize_texts(&texts, Detail::Digest, 2000, 4096).unwrap();
+        assert_eq!(digest.lines().count(), 30, "{digest}");
+        let paragraph = summarize_texts(&texts, Detail::Paragraph, 2000, 4096).unwrap();
+        assert_eq!(paragraph.lines().count(), Detail::Paragraph.max_segments());
+        assert!(paragraph.contains("setting_29"), "ties keep the newest: {paragraph}");
+        let small = summarize_texts(&texts, Detail::Digest, 2000, 100).unwrap();
+        assert!(
+            small.lines().all(|l| l.starts_with("The value of setting_") && l.ends_with('.')),
+            "{small}"
+        );
     }
 
     #[test]

@@ -22,8 +22,12 @@ use crate::message::MessageRef;
 pub enum Detail {
     /// A few lines: the decisions, errors, paths, commands, identifiers and numbers.
     Paragraph,
-    /// One line: the single most informative statement.
+    /// One line: the few statements that say something specific (a path, identifier, number,
+    /// name, decision, error), best first within a line's budget; none if there are none.
     Line,
+    /// Summaries merged when the session level overflows: as many of their best statements
+    /// as the budget holds. Never shortened to a line by age.
+    Digest,
 }
 
 impl Detail {
@@ -31,7 +35,8 @@ impl Detail {
     pub const fn max_segments(self) -> usize {
         match self {
             Detail::Paragraph => 12,
-            Detail::Line => 1,
+            Detail::Line => 3,
+            Detail::Digest => usize::MAX,
         }
     }
 
@@ -40,6 +45,7 @@ impl Detail {
         match self {
             Detail::Paragraph => 1,
             Detail::Line => 2,
+            Detail::Digest => 3,
         }
     }
 }
@@ -144,6 +150,10 @@ pub enum SummarizeError {
     Unavailable,
     /// It ran but its answer was unusable (empty, longer than its input, not a summary).
     Rejected,
+    /// The messages hold nothing worth keeping at the detail asked for (chatter,
+    /// acknowledgements, output the agent can fetch again): they leave without a summary, and
+    /// this is not counted as a failure.
+    NothingToKeep,
 }
 
 impl core::fmt::Display for SummarizeError {
@@ -151,6 +161,7 @@ impl core::fmt::Display for SummarizeError {
         f.write_str(match self {
             SummarizeError::Unavailable => "summarizer unavailable",
             SummarizeError::Rejected => "summary rejected",
+            SummarizeError::NothingToKeep => "nothing worth keeping",
         })
     }
 }

@@ -1,7 +1,8 @@
-//! Calls every ctxwin-core API the firmware uses, on inputs the optimiser cannot see
-//! (`black_box`), with `panic-never` as the panic handler: if any panic path of those APIs
-//! survives optimisation, this binary does not link. It also runs: exit code 0 when every
-//! call behaved.
+//! Calls every ctxwin-core API the firmware uses, and runs all five built-in strategies (the
+//! extractive summarizer, digests, importance scoring, entity extraction), on inputs the
+//! optimiser cannot see (`black_box`), with `panic-never` as the panic handler: if any panic
+//! path of that code survives optimisation, this binary does not link. It also runs: exit code
+//! 0 when every call behaved.
 #![no_std]
 #![no_main]
 #![deny(unsafe_code)]
@@ -18,7 +19,10 @@ use core::hint::black_box;
 use cortex_m_rt::entry;
 use cortex_m_semihosting::debug;
 use critical_section::Mutex;
-use ctxwin_core::{Error, Level, Message, OpenAiRequest, PayloadItem, ToolCall};
+use ctxwin_core::{
+    Config, ContextManager, EntitySchema, Error, Level, Message, OpenAiRequest, PayloadItem,
+    StrategyKind, ToolCall,
+};
 use edge::{EDGE_CONFIG, EDGE_MANAGER, EdgeManager};
 use panic_never as _;
 use summary::{Digest, SUMMARY_BYTES};
@@ -30,6 +34,11 @@ static MANAGER: Mutex<RefCell<EdgeManager>> = Mutex::new(RefCell::new(EDGE_MANAG
 static BODY: Mutex<RefCell<[u8; BODY_BYTES]>> = Mutex::new(RefCell::new([0; BODY_BYTES]));
 #[cfg(feature = "snapshot")]
 static RESTORED: Mutex<RefCell<EdgeManager>> = Mutex::new(RefCell::new(EDGE_MANAGER));
+/// The five built-in strategies, with the core's summarizer, extractor and scoring linked.
+static BUILTIN: Mutex<RefCell<BuiltinManager>> =
+    Mutex::new(RefCell::new(BuiltinManager::UNCONFIGURED));
+
+type BuiltinManager = ContextManager<edge::EdgeCapacities>;
 
 #[entry]
 fn main() -> ! {
@@ -38,6 +47,14 @@ fn main() -> ! {
             (Ok(mut manager), Ok(mut body)) => exercise(&mut manager, &mut body[..]),
             _ => Err(Error::OrphanToolResult),
         }
+    });
+    let result = result.and_then(|_| {
+        critical_section::with(|cs| {
+            match (BUILTIN.borrow(cs).try_borrow_mut(), BODY.borrow(cs).try_borrow_mut()) {
+                (Ok(mut manager), Ok(mut body)) => exercise_strategies(&mut manager, &mut body[..]),
+                _ => Err(Error::OrphanToolResult),
+            }
+        })
     });
     #[cfg(feature = "snapshot")]
     let result = result.and_then(|_| {
@@ -140,6 +157,55 @@ fn exercise(manager: &mut EdgeManager, body: &mut [u8]) -> Result<usize, Error> 
         checksum += stats.counters.messages_pushed as usize + stats.levels.len();
         checksum += manager.history().rev().map(|m| m.original_tokens() as usize).sum::<usize>();
         checksum += manager.session().count() + usize::from(manager.used() > 0);
+    }
+    Ok(checksum)
+}
+
+/// Every built-in strategy over a session of facts, chatter and tool output, with ages that
+/// trigger folding, age compression, digests and entity updates.
+fn exercise_strategies(manager: &mut BuiltinManager, body: &mut [u8]) -> Result<usize, Error> {
+    let mut checksum = 0usize;
+    let schema = EntitySchema::new(&["pump", "limit"]).unwrap_or_default();
+    for strategy in StrategyKind::ALL {
+        let config = Config {
+            strategy,
+            summarize_threshold: black_box(4),
+            summarize_batch: black_box(2),
+            summary_tokens: black_box(120),
+            importance_threshold: black_box(300),
+            working_age_ms: black_box(120_000),
+            session_age_ms: black_box(600_000),
+            entity_schema: schema,
+            ..EDGE_CONFIG
+        };
+        manager.configure(black_box(config))?;
+        if strategy == StrategyKind::SlidingWindow {
+            // The permanent level keeps it across the reconfigurations.
+            manager.push(Message::system(black_box("You are the agent of pump 7.")))?;
+        }
+        for turn in 0..black_box(48u32) {
+            let clock = u64::from(turn) * 60_000;
+            let ask = if turn % 5 == 0 { "my limit is 70C, pump: P-7" } else { "status?" };
+            manager.push(Message::user(black_box(ask)).at(clock))?;
+            let calls = [ToolCall::new(black_box("c1"), black_box("read_log"), black_box("{}"))];
+            manager.push(Message::assistant(black_box("Checking.")).with_tool_calls(&calls))?;
+            let result = if turn % 7 == 3 { log_into(body, black_box(120)) } else { "ok n=10" };
+            manager.push(Message::tool_result(black_box("c1"), result).at(clock))?;
+            let answer = if turn % 3 == 0 {
+                "Decided: fan at 80% in src/fan.rs; bearing_temp is 61.5C. Okay, done."
+            } else {
+                "Sure, nothing unusual, everything nominal."
+            };
+            manager.push(Message::assistant(black_box(answer)).at(clock))?;
+            checksum += manager.drain_outbox(|unit| {
+                black_box(unit.messages().count());
+            });
+            let payload = manager.compose(&[])?;
+            checksum += payload.tokens() as usize;
+        }
+        let payload = manager.compose(&[])?;
+        checksum += payload.write_openai(&mut body[..], OpenAiRequest::default())?;
+        checksum += manager.session().map(|s| s.content().len()).sum::<usize>();
     }
     Ok(checksum)
 }
