@@ -8,6 +8,8 @@ pub mod checkpoint;
 pub mod format;
 pub mod llm;
 pub mod message;
+pub mod session;
 pub mod tokens;
 
 pub use message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
+pub use session::{Counter, Session, SessionBuilder, SessionError, SessionStats, SharedSession};

@@ -1,0 +1,220 @@
+//! [`SessionBuilder`]: configuring and opening a [`Session`].
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+
+use ctxwin_core::{Config, OutboxMode};
+
+use super::capacities::boxed_manager;
+use super::stats::SessionCounters;
+use super::sync::Tracker;
+use super::{Counter, Session, SessionError};
+use crate::archive::Archive;
+use crate::checkpoint::{CheckpointPolicy, CheckpointStore, DEFAULT_KEEP, PeriodicCheckpointer};
+use crate::tokens::{Calibrator, CalibratorConfig, ChatFraming};
+
+/// Where the archive lives.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum ArchiveAt {
+    #[default]
+    Nowhere,
+    Memory,
+    File(PathBuf),
+}
+
+/// Configures a [`Session`]: its name, the core's configuration, the token counter, chat
+/// framing, archive, checkpoints and calibration.
+///
+/// ```
+/// use ctxwin_core::Config;
+/// use ctxwin_std::session::{Counter, SessionBuilder};
+/// use ctxwin_std::tokens::{ChatFraming, ExactCounter};
+///
+/// let dir = tempfile::tempdir()?;
+/// let session = SessionBuilder::new("agent-1")
+///     .config(Config { context_window: 128_000, working_budget: 90_000, ..Config::DEFAULT })
+///     .counter(Counter::Exact(ExactCounter::cl100k()?))
+///     .framing(ChatFraming::OPENAI)
+///     .archive(dir.path().join("archive.db"))
+///     .checkpoints(dir.path().join("snapshots"))
+///     .keep_checkpoints(5)
+///     .restore_latest(true)
+///     .build()?;
+/// assert_eq!(session.manager().budget(), 128_000 - 4_096);
+/// assert_eq!(session.stats()?.counter, "exact");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct SessionBuilder {
+    name: String,
+    config: Config,
+    counter: Counter,
+    framing: Option<ChatFraming>,
+    archive: ArchiveAt,
+    checkpoints: Option<PathBuf>,
+    keep: usize,
+    restore_latest: bool,
+    calibrator: CalibratorConfig,
+}
+
+impl SessionBuilder {
+    /// A session called `name` (its key in the archive), with [`Config::DEFAULT`], the
+    /// estimator, no archive and no checkpoints.
+    ///
+    /// ```
+    /// let session = ctxwin_std::session::SessionBuilder::new("s").build()?;
+    /// assert!(session.archive().is_none());
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            config: Config::DEFAULT,
+            counter: Counter::default(),
+            framing: None,
+            archive: ArchiveAt::Nowhere,
+            checkpoints: None,
+            keep: DEFAULT_KEEP.get(),
+            restore_latest: false,
+            calibrator: CalibratorConfig::DEFAULT,
+        }
+    }
+
+    /// The core's budgets and policies; `checkpoint_interval_messages` sets the periodic
+    /// checkpoints. With an archive, `outbox` must be [`OutboxMode::Hold`] (the default): the
+    /// session drains the outbox itself.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The token counter (the estimator by default).
+    pub fn counter(mut self, counter: impl Into<Counter>) -> Self {
+        self.counter = counter.into();
+        self
+    }
+
+    /// The chat API's framing: sets the config's `message_overhead` and `request_overhead`
+    /// (applied at build, whatever the call order).
+    ///
+    /// ```
+    /// use ctxwin_std::tokens::ChatFraming;
+    /// let session = ctxwin_std::session::SessionBuilder::new("s").framing(ChatFraming::new(6, 4)).build()?;
+    /// assert_eq!(session.manager().config().message_overhead, 6);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn framing(mut self, framing: ChatFraming) -> Self {
+        self.framing = Some(framing);
+        self
+    }
+
+    /// Archives to the SQLite database at `path` (created if needed; shared by sessions).
+    pub fn archive(mut self, path: impl Into<PathBuf>) -> Self {
+        self.archive = ArchiveAt::File(path.into());
+        self
+    }
+
+    /// Archives to a private in-memory database (gone with the session).
+    pub fn archive_in_memory(mut self) -> Self {
+        self.archive = ArchiveAt::Memory;
+        self
+    }
+
+    /// Keeps checkpoints in directory `dir` (created if needed). Give each session its own
+    /// directory: a restore skips checkpoints of other sessions, and retention counts them all.
+    pub fn checkpoints(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.checkpoints = Some(dir.into());
+        self
+    }
+
+    /// How many checkpoints to keep (10 by default; at least 1).
+    pub fn keep_checkpoints(mut self, keep: usize) -> Self {
+        self.keep = keep;
+        self
+    }
+
+    /// Whether to continue from the newest intact checkpoint at build (when there is one).
+    pub fn restore_latest(mut self, restore: bool) -> Self {
+        self.restore_latest = restore;
+        self
+    }
+
+    /// How the calibrator weighs usage reports.
+    pub fn calibrator(mut self, config: CalibratorConfig) -> Self {
+        self.calibrator = config;
+        self
+    }
+
+    /// Opens the archive and checkpoint store, allocates the manager and, with
+    /// [`restore_latest`](Self::restore_latest), restores the newest intact checkpoint.
+    ///
+    /// # Errors
+    /// [`SessionError::Setting`] for an empty name, `keep_checkpoints(0)` or a discarding
+    /// outbox with an archive; [`SessionError::Config`]; archive and store errors;
+    /// [`SessionError::ArchiveInUse`] when the archive holds messages of this session and no
+    /// checkpoint continues them (their ids would be reused).
+    ///
+    /// ```
+    /// use ctxwin_std::session::{SessionBuilder, SessionError};
+    /// let error = SessionBuilder::new("").build().unwrap_err();
+    /// assert!(matches!(error, SessionError::Setting(_)));
+    /// ```
+    pub fn build(self) -> Result<Session, SessionError> {
+        if self.name.is_empty() {
+            return Err(SessionError::Setting("the session name must not be empty".into()));
+        }
+        let keep = NonZeroUsize::new(self.keep)
+            .ok_or_else(|| SessionError::Setting("keep_checkpoints must be at least 1".into()))?;
+        let mut configured = self.config;
+        if let Some(framing) = self.framing {
+            configured = framing.apply(configured);
+        }
+        if self.archive != ArchiveAt::Nowhere && configured.outbox == OutboxMode::Discard {
+            return Err(SessionError::Setting(
+                "OutboxMode::Discard would release evicted units unarchived; use OutboxMode::Hold with an archive".into(),
+            ));
+        }
+        let calibrator = Calibrator::with_config(self.calibrator)?;
+        let manager = boxed_manager(configured, self.counter)?;
+        let archive = match &self.archive {
+            ArchiveAt::Nowhere => None,
+            ArchiveAt::Memory => Some(Archive::open_in_memory()?),
+            ArchiveAt::File(path) => Some(Archive::open(path)?),
+        };
+        let store = match self.checkpoints {
+            Some(dir) => Some(CheckpointStore::open(dir)?.with_keep(keep)),
+            None => None,
+        };
+        let policy = CheckpointPolicy::every(configured.checkpoint_interval_messages);
+        let mut session = Session {
+            name: self.name,
+            manager,
+            configured,
+            archive,
+            store,
+            periodic: PeriodicCheckpointer::new(policy),
+            calibrator,
+            tracker: Tracker::new(),
+            counters: SessionCounters::default(),
+            last_checkpoint: None,
+            pending_rows: Vec::new(),
+            phantom: None,
+            trusted_from: 1,
+        };
+        let restored = if self.restore_latest { session.restore_latest_if_any()? } else { None };
+        if restored.is_none()
+            && let Some(archive) = session.archive.as_ref()
+        {
+            let messages = archive.message_count(Some(&session.name))?;
+            if messages > 0 {
+                return Err(SessionError::ArchiveInUse { session: session.name, messages });
+            }
+        }
+        tracing::info!(
+            session = %session.name,
+            restored = ?restored.as_ref().map(|r| r.id.to_string()),
+            "session: opened"
+        );
+        Ok(session)
+    }
+}

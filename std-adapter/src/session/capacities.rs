@@ -1,0 +1,121 @@
+//! [`ServerCapacities`]: ring sizes for agent sessions on a server, and allocating a manager
+//! of that size on the heap.
+
+use ctxwin_core::{
+    Capacities, Config, ContextManager, EntityTable, Level, Ring, RingStorage, Scratch,
+};
+
+use super::{Counter, SessionError};
+
+/// Capacities for server and desktop agents with 32k–200k-token windows (about 1.8 MiB of
+/// heap per session).
+///
+/// Text costs about 4 bytes per token in English prose and 3 in code or JSON, and the core
+/// starts evicting a level when its bytes or message slots pass `trigger_percent` (80%) of
+/// capacity, so each arena is sized for the largest budget a 200k window gives that level:
+///
+/// | level | messages | bytes | why |
+/// |---|---:|---:|---|
+/// | permanent | 128 | 128 KiB | a system prompt of a few thousand tokens plus 50–100 tool definitions with JSON schemas (0.5–1.5 KiB each) |
+/// | session | 128 | 64 KiB | summaries and decisions: up to a 16k-token session budget, 400-token summaries |
+/// | working | 4,096 | 1 MiB | the conversation: 80% of 1 MiB is ~200k tokens of prose, ~260k of code; 3,276 live messages average ≥ 60 tokens at a full 200k window, which agent turns (tool calls, 1–4k-token tool outputs) exceed |
+/// | volatile | 1,024 | 256 KiB | verbose output a caller routes there explicitly |
+///
+/// A 4,000-token tool output is ~16 KiB: above the default `observation_limit` (1,000 tokens)
+/// it is stored reduced to ~4 KiB, and even unreduced 50 of them fit the working arena. The
+/// 16 KiB scratch caps one summary at ~4k tokens; the entity table holds the core's maximum of
+/// 8 keys with values up to 256 bytes. Budgets come from the [`Config`]: these capacities only
+/// need to be large enough not to be what evicts first.
+///
+/// ```
+/// use ctxwin_std::session::SessionManager;
+/// let size = core::mem::size_of::<SessionManager>();
+/// assert!(size > 1_500_000 && size < 2_000_000, "{size}");
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerCapacities;
+
+impl Capacities for ServerCapacities {
+    type Permanent = Ring<128, { 128 * 1024 }>;
+    type Session = Ring<128, { 64 * 1024 }>;
+    type Working = Ring<4096, { 1024 * 1024 }>;
+    type Volatile = Ring<1024, { 256 * 1024 }>;
+    type Scratch = Scratch<{ 16 * 1024 }>;
+    type Entities = EntityTable<8, 256>;
+}
+
+impl ServerCapacities {
+    /// Bytes of text `level` can hold: the largest message it could ever take.
+    ///
+    /// ```
+    /// use ctxwin_core::Level;
+    /// use ctxwin_std::session::ServerCapacities;
+    /// assert_eq!(ServerCapacities::arena_bytes(Level::Working), 1024 * 1024);
+    /// ```
+    pub const fn arena_bytes(level: Level) -> usize {
+        type C = ServerCapacities;
+        match level {
+            Level::Permanent => <<C as Capacities>::Permanent as RingStorage>::BYTES,
+            Level::Session => <<C as Capacities>::Session as RingStorage>::BYTES,
+            Level::Working => <<C as Capacities>::Working as RingStorage>::BYTES,
+            Level::Volatile => <<C as Capacities>::Volatile as RingStorage>::BYTES,
+        }
+    }
+}
+
+/// The core manager a [`Session`](super::Session) drives.
+pub type SessionManager = ContextManager<ServerCapacities, Counter>;
+
+/// Builds an empty manager directly on the heap.
+///
+/// The manager is almost 2 MiB and a value is built on the stack before `Box::new` moves it;
+/// unoptimized builds keep several copies there, more than a 2 MiB thread stack holds. The
+/// core has no in-place constructor and this crate uses no `unsafe`, so the value is built on
+/// a short-lived thread with a stack large enough, and only the `Box` comes back.
+pub(crate) fn boxed_manager(
+    config: Config,
+    counter: Counter,
+) -> Result<Box<SessionManager>, SessionError> {
+    let stack = core::mem::size_of::<SessionManager>().saturating_mul(8).saturating_add(1 << 20);
+    let worker = std::thread::Builder::new()
+        .name("ctxwin-session-alloc".into())
+        .stack_size(stack)
+        .spawn(move || SessionManager::with_counter(config, counter).map(Box::new))
+        .map_err(|error| SessionError::Allocation(error.to_string()))?;
+    let built = worker
+        .join()
+        .map_err(|_| SessionError::Allocation("the allocating thread panicked".into()))?;
+    Ok(built?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxwin_core::{Level, TokenCounter};
+
+    #[test]
+    fn builds_on_a_small_stack_thread() {
+        let handle = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(|| boxed_manager(Config::DEFAULT, Counter::default()).map(|m| m.budget()))
+            .unwrap();
+        assert_eq!(handle.join().unwrap().unwrap(), Config::DEFAULT.budget());
+    }
+
+    #[test]
+    fn a_200k_window_fits_the_working_arena() {
+        let manager = boxed_manager(Config::DEFAULT, Counter::default()).unwrap();
+        let working = manager.stats().level(Level::Working);
+        let prose = "The quick brown fox jumps over the lazy dog. ".repeat(1000);
+        let bytes_per_token = prose.len() as f64 / f64::from(Counter::default().count(&prose));
+        let tokens_at_trigger = f64::from(working.byte_capacity) * 0.8 / bytes_per_token;
+        // The estimator's margin makes prose look cheaper per byte than it is.
+        assert!(tokens_at_trigger > 150_000.0, "{tokens_at_trigger}");
+    }
+
+    #[test]
+    fn refuses_an_invalid_config() {
+        let bad = Config { trigger_percent: 0, ..Config::DEFAULT };
+        assert!(matches!(boxed_manager(bad, Counter::default()), Err(SessionError::Config(_))));
+    }
+}

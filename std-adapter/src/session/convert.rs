@@ -1,0 +1,206 @@
+//! Conversions between the std side's owned messages and the core's borrowed ones, and the
+//! rendering of a core payload as an owned [`Conversation`].
+
+use ctxwin_core::{
+    ENTITIES_PREFIX, Entities, InvalidMessage, Level, MAX_TOOL_CALLS, MessageRef, Payload,
+    PayloadItem, Role,
+};
+use serde_json::value::RawValue;
+
+use super::SessionError;
+use crate::archive::{ArchiveLevel, ArchivedMessage};
+use crate::message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
+
+/// Longest tool call id the core accepts, in bytes (its `MAX_TOOL_CALL_ID_LEN`, not exported).
+const MAX_TOOL_CALL_ID_LEN: usize = 128;
+
+/// The core's view of `message`'s tool calls, borrowed.
+pub(crate) fn core_calls(message: &ChatMessage) -> Vec<ctxwin_core::ToolCall<'_>> {
+    message
+        .tool_calls
+        .iter()
+        .map(|call| ctxwin_core::ToolCall::new(&call.id, &call.name, &call.arguments))
+        .collect()
+}
+
+/// The checks the core makes on a message's shape, made before anything is written so that a
+/// malformed message leaves no trace in the archive.
+pub(crate) fn check_shape(message: &ChatMessage, level: Level) -> Result<(), InvalidMessage> {
+    let calls = &message.tool_calls;
+    if !calls.is_empty() && message.role != Role::Assistant {
+        return Err(InvalidMessage::ToolCallsOnNonAssistant);
+    }
+    match (message.role, message.tool_call_id.as_deref()) {
+        (Role::Tool, None) => return Err(InvalidMessage::MissingToolCallId),
+        (Role::Tool, Some("")) => return Err(InvalidMessage::EmptyToolCallId),
+        (Role::Tool, Some(id)) if id.len() > MAX_TOOL_CALL_ID_LEN => {
+            return Err(InvalidMessage::FieldTooLong);
+        }
+        (Role::Tool, Some(_)) | (_, None) => {}
+        (_, Some(_)) => return Err(InvalidMessage::UnexpectedToolCallId),
+    }
+    if calls.len() > MAX_TOOL_CALLS {
+        return Err(InvalidMessage::TooManyToolCalls);
+    }
+    for (index, call) in calls.iter().enumerate() {
+        if call.id.is_empty() {
+            return Err(InvalidMessage::EmptyToolCallId);
+        }
+        if call.id.len() > MAX_TOOL_CALL_ID_LEN
+            || call.name.len() > usize::from(u16::MAX)
+            || u32::try_from(call.arguments.len()).is_err()
+        {
+            return Err(InvalidMessage::FieldTooLong);
+        }
+        if calls.iter().take(index).any(|earlier| earlier.id == call.id) {
+            return Err(InvalidMessage::DuplicateToolCallId);
+        }
+    }
+    if !calls.is_empty() && !level.is_history() {
+        return Err(InvalidMessage::WrongLevel(level));
+    }
+    Ok(())
+}
+
+/// The archive's name for a core level.
+pub(crate) fn archive_level(level: Level) -> ArchiveLevel {
+    match level {
+        Level::Permanent => ArchiveLevel::Permanent,
+        Level::Session => ArchiveLevel::Session,
+        Level::Working => ArchiveLevel::Working,
+        Level::Volatile => ArchiveLevel::Volatile,
+    }
+}
+
+/// A stored core message as an owned chat message (its stored, possibly reduced, text).
+pub(crate) fn chat_from_ref(message: &MessageRef<'_>) -> ChatMessage {
+    let mut chat = ChatMessage::text(message.role(), message.content());
+    chat.tool_calls = message
+        .tool_calls()
+        .map(|call| ToolCall::new(call.id, call.name, call.arguments))
+        .collect();
+    chat.tool_call_id = message.tool_call_id().map(str::to_string);
+    chat
+}
+
+/// A stored core message as an archive row of unit `unit`.
+pub(crate) fn row_from_ref(message: &MessageRef<'_>, unit: u64) -> ArchivedMessage {
+    ArchivedMessage::new(message.id(), unit, chat_from_ref(message))
+        .with_level(archive_level(message.level()))
+        .with_timestamp(message.timestamp())
+        .with_tokens(message.tokens())
+}
+
+/// The JSON function object the core stores for a tool: `{"name","description","parameters"}`
+/// with the parameters embedded verbatim.
+pub(crate) fn tool_definition_json(tool: &ToolDefinition) -> Result<String, SessionError> {
+    let invalid = |reason: String| SessionError::ToolDefinition { name: tool.name.clone(), reason };
+    let parameters: &RawValue =
+        serde_json::from_str(&tool.parameters).map_err(|e| invalid(e.to_string()))?;
+    if !parameters.get().trim_start().starts_with('{') {
+        return Err(invalid("parameters are not a JSON object".into()));
+    }
+    #[derive(serde::Serialize)]
+    struct Function<'a> {
+        name: &'a str,
+        description: &'a str,
+        parameters: &'a RawValue,
+    }
+    let function = Function { name: &tool.name, description: &tool.description, parameters };
+    serde_json::to_string(&function).map_err(|e| invalid(e.to_string()))
+}
+
+/// Reads back a function object stored by [`tool_definition_json`] (or any with a `name`).
+pub(crate) fn tool_definition_from_json(json: &str) -> Result<ToolDefinition, SessionError> {
+    #[derive(serde::Deserialize)]
+    struct Function {
+        name: String,
+        #[serde(default)]
+        description: String,
+        parameters: Option<Box<RawValue>>,
+    }
+    let function: Function = serde_json::from_str(json)
+        .map_err(|e| SessionError::ToolDefinition { name: String::new(), reason: e.to_string() })?;
+    Ok(ToolDefinition {
+        name: function.name,
+        description: function.description,
+        parameters: function.parameters.map_or_else(|| "{}".to_string(), |p| p.get().to_string()),
+    })
+}
+
+/// The entity block's text, as the core's `write_openai` writes it: `[Entities]` and a JSON
+/// object of every declared key, `null` while unknown.
+pub(crate) fn entities_text(entities: &Entities<'_>) -> String {
+    let pairs: Vec<String> = entities
+        .iter()
+        .map(|(key, value)| {
+            let value = value.map_or_else(|| "null".to_string(), json_string);
+            format!("{}:{value}", json_string(key))
+        })
+        .collect();
+    format!("{ENTITIES_PREFIX}\n{{{}}}", pairs.join(","))
+}
+
+fn json_string(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
+}
+
+/// The payload as an owned conversation: system messages (permanent, dynamic context, entity
+/// block, memory summary) in payload order, the tool definitions, then the history.
+pub(crate) fn render(payload: &Payload<'_>) -> Result<Conversation, SessionError> {
+    let mut conversation = Conversation::default();
+    let system = |text: String| ChatMessage::text(Role::System, text);
+    for item in payload.items() {
+        match item {
+            PayloadItem::System(message) => conversation.messages.push(chat_from_ref(&message)),
+            PayloadItem::ToolDefinition(message) => {
+                conversation.tools.push(tool_definition_from_json(message.content())?);
+            }
+            PayloadItem::Dynamic(text) => conversation.messages.push(system(text.to_string())),
+            PayloadItem::Entities(entities) => {
+                conversation.messages.push(system(entities_text(&entities)));
+            }
+            PayloadItem::MemorySummary(summary) => {
+                conversation.messages.push(system(summary.parts().collect()));
+            }
+            PayloadItem::Message(message) => conversation.messages.push(chat_from_ref(&message)),
+        }
+    }
+    Ok(conversation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_checks_match_the_core() {
+        let mut bad = ChatMessage::text(Role::User, "x");
+        bad.tool_call_id = Some("c1".into());
+        assert_eq!(check_shape(&bad, Level::Working), Err(InvalidMessage::UnexpectedToolCallId));
+        let calls = vec![ToolCall::new("c", "a", "{}"), ToolCall::new("c", "b", "{}")];
+        let twice = ChatMessage::assistant_calls("", calls);
+        assert_eq!(check_shape(&twice, Level::Working), Err(InvalidMessage::DuplicateToolCallId));
+        let one = ChatMessage::assistant_calls("", vec![ToolCall::new("c", "a", "{}")]);
+        assert_eq!(
+            check_shape(&one, Level::Session),
+            Err(InvalidMessage::WrongLevel(Level::Session))
+        );
+        assert!(check_shape(&ChatMessage::tool_result("c", "ok"), Level::Working).is_ok());
+    }
+
+    #[test]
+    fn tool_definitions_round_trip() {
+        let tool = ToolDefinition {
+            name: "grep".into(),
+            description: "search \"files\"".into(),
+            parameters: r#"{"type": "object", "properties": {"pattern": {"type": "string"}}}"#
+                .into(),
+        };
+        let json = tool_definition_json(&tool).unwrap();
+        assert!(json.contains(r#""parameters":{"type": "object""#), "{json}");
+        assert_eq!(tool_definition_from_json(&json).unwrap(), tool);
+        let broken = ToolDefinition { parameters: "[1,2]".into(), ..tool };
+        assert!(matches!(tool_definition_json(&broken), Err(SessionError::ToolDefinition { .. })));
+    }
+}

@@ -1,0 +1,205 @@
+//! Bulk import: a whole conversation into the core, archived in large transactions.
+
+use std::collections::HashSet;
+
+use ctxwin_core::{Error as CoreError, Role};
+
+use super::convert::{row_from_ref, tool_definition_from_json};
+use super::push::PushOptions;
+use super::report::ImportReport;
+use super::{Session, SessionError, now_ms};
+use crate::archive::{ArchivedMessage, CompressionRecord};
+use crate::message::{ChatMessage, Conversation};
+
+/// Rows buffered before one archive transaction.
+const FLUSH_ROWS: usize = 2_000;
+
+/// Rows waiting for the archive, and every id this import stored.
+struct Batch {
+    rows: Vec<ArchivedMessage>,
+    ids: HashSet<u64>,
+    /// The tracker's next id at the last flush.
+    since: u64,
+}
+
+impl Session {
+    /// Pushes a whole conversation: the system prompt, the tool definitions not declared yet,
+    /// then every message in order, each stamped with the system clock.
+    ///
+    /// Unlike [`push`](Self::push), rows are written in batches of a few thousand per
+    /// transaction: each message is archived after the core stored it, and always before
+    /// anything is released from the core's outbox and before the checkpoint written at the
+    /// end (when one is due), so a crash loses nothing a checkpoint claims. Summaries are
+    /// recorded in the state they have at each batch.
+    ///
+    /// # Errors
+    /// [`SessionError::Import`] naming the first item the core refused; everything before it
+    /// is stored and archived, nothing after it is.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, Conversation, ToolCall, core::Role};
+    /// let conversation = Conversation {
+    ///     messages: vec![
+    ///         ChatMessage::text(Role::User, "list files"),
+    ///         ChatMessage::assistant_calls("", vec![ToolCall::new("c1", "ls", "{}")]),
+    ///         ChatMessage::tool_result("c1", "Cargo.toml"),
+    ///     ],
+    ///     ..Default::default()
+    /// };
+    /// let mut session = SessionBuilder::new("s").archive_in_memory().build()?;
+    /// let report = session.import(&conversation)?;
+    /// assert_eq!(report.ids, [1, 2, 3]);
+    /// assert_eq!(session.archive().unwrap().get("s", 3)?.unwrap().unit, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn import(&mut self, conversation: &Conversation) -> Result<ImportReport, SessionError> {
+        let mut report = ImportReport::default();
+        let mut batch =
+            Batch { rows: Vec::new(), ids: HashSet::new(), since: self.tracker.next_id };
+        let ingested = self.manager.stats().counters.tokens_ingested;
+        let result = self.import_items(conversation, &mut batch, &mut report);
+        // Whatever was stored is archived, also when an item was refused.
+        let flushed = self.flush(&mut batch, &mut report);
+        result?;
+        flushed?;
+        self.record_import_compression(ingested, &report)?;
+        if self.store.is_some()
+            && self.periodic.on_messages(u32::try_from(report.stored).unwrap_or(u32::MAX))
+        {
+            report.checkpoint = Some(self.checkpoint()?);
+        }
+        tracing::info!(
+            session = %self.name,
+            stored = report.stored,
+            evicted = report.units_evicted,
+            "session: import done"
+        );
+        Ok(report)
+    }
+
+    fn import_items(
+        &mut self,
+        conversation: &Conversation,
+        batch: &mut Batch,
+        report: &mut ImportReport,
+    ) -> Result<(), SessionError> {
+        let failed =
+            |item: String| move |source| SessionError::Import { item, source: Box::new(source) };
+        if let Some(system) = &conversation.system {
+            let prompt = ChatMessage::text(Role::System, system.as_str());
+            self.import_one(&prompt, batch, report).map_err(failed("system prompt".into()))?;
+        }
+        let declared: HashSet<String> = self
+            .manager
+            .messages(ctxwin_core::Level::Permanent)
+            .filter(|m| m.is_tool_definition())
+            .filter_map(|m| tool_definition_from_json(m.content()).ok())
+            .map(|tool| tool.name)
+            .collect();
+        for tool in conversation.tools.iter().filter(|tool| !declared.contains(&tool.name)) {
+            self.add_tool(tool).map_err(failed(format!("tool {:?}", tool.name)))?;
+            report.tools += 1;
+        }
+        for (index, message) in conversation.messages.iter().enumerate() {
+            let id = self
+                .import_one(message, batch, report)
+                .map_err(failed(format!("message {index}")))?;
+            report.ids.push(id);
+        }
+        Ok(())
+    }
+
+    /// Stores one message in the core and buffers its archive row.
+    fn import_one(
+        &mut self,
+        message: &ChatMessage,
+        batch: &mut Batch,
+        report: &mut ImportReport,
+    ) -> Result<u64, SessionError> {
+        let head = (message.role == Role::Tool).then(|| self.pending_head().map(|h| h.id()));
+        let timestamp = now_ms();
+        let options = PushOptions { timestamp: Some(timestamp), ..PushOptions::default() };
+        let id = match self.push_core(message, &options, timestamp) {
+            Err(CoreError::OutboxFull { .. }) => {
+                self.flush(batch, report)?;
+                self.push_core(message, &options, timestamp)?
+            }
+            other => other?,
+        };
+        self.saw_id(id);
+        let unit = head.flatten().unwrap_or(id);
+        let stored = self.find_record(id);
+        let row = match stored {
+            Some(stored) => {
+                if stored.was_reduced() {
+                    report.reduced += 1;
+                    report.tokens_saved +=
+                        u64::from(stored.original_tokens().saturating_sub(stored.tokens()));
+                }
+                let mut row = row_from_ref(&stored, unit);
+                if stored.content() != message.content {
+                    row.original = Some(message.content.clone());
+                }
+                row
+            }
+            // Not found only if it left the core at once; keep the message as it came.
+            None => ArchivedMessage::new(id, unit, message.clone()).with_timestamp(timestamp),
+        };
+        let mut row = row;
+        row.message.name.clone_from(&message.name);
+        row.message.is_error = message.is_error;
+        batch.rows.push(row);
+        batch.ids.insert(id);
+        report.stored += 1;
+        self.counters.messages_pushed += 1;
+        if batch.rows.len() >= FLUSH_ROWS {
+            self.flush(batch, report)?;
+        }
+        Ok(id)
+    }
+
+    /// Records the import as one compression event: the tokens it brought in against what the
+    /// context holds after it.
+    fn record_import_compression(
+        &mut self,
+        ingested_before: u64,
+        report: &ImportReport,
+    ) -> Result<(), SessionError> {
+        let stats = self.manager.stats();
+        let Some(archive) = self.archive.as_mut() else { return Ok(()) };
+        if report.units_evicted == 0 && report.summaries == 0 {
+            return Ok(());
+        }
+        let brought = stats.counters.tokens_ingested.saturating_sub(ingested_before);
+        let mut record = CompressionRecord::new(
+            now_ms(),
+            brought,
+            u64::from(stats.used),
+            self.manager.config().strategy.as_str(),
+        );
+        record.units_evicted = u32::try_from(report.units_evicted).unwrap_or(u32::MAX);
+        record.summaries_made = u32::try_from(report.summaries).unwrap_or(u32::MAX);
+        archive.record_compression(&self.name, &record)?;
+        Ok(())
+    }
+
+    /// Writes the buffered rows in one go, then brings the archive up to date and releases
+    /// the outbox.
+    fn flush(&mut self, batch: &mut Batch, report: &mut ImportReport) -> Result<(), SessionError> {
+        if self.archive.is_some() {
+            let rows = std::mem::take(&mut batch.rows);
+            let written = rows.len();
+            self.write_rows(rows)?;
+            report.rows_written += written;
+        }
+        batch.rows.clear();
+        let ids = &batch.ids;
+        let after = self.after_op(batch.since, &|id| ids.contains(&id))?;
+        batch.since = self.tracker.next_id;
+        report.units_evicted += after.drained.units.len();
+        report.messages_evicted += after.drained.messages;
+        report.summaries += after.summaries.len();
+        Ok(())
+    }
+}

@@ -1,0 +1,422 @@
+//! Checkpoints: the core's snapshot plus the session's own state, saved in the checkpoint
+//! store and restored from it.
+//!
+//! A session checkpoint's payload (inside the store's CRC-checked frame) is:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 6 | magic `CWSESS` |
+//! | 2 | version, little-endian (1) |
+//! | 4 | length `n` of the core snapshot, little-endian |
+//! | `n` | the core snapshot (`core/SNAPSHOT.md`) |
+//! | rest | the session state as JSON: name, id tracking, calibrator, counters |
+
+use ctxwin_core::SnapshotError;
+use serde::{Deserialize, Serialize};
+
+use super::capacities::SessionManager;
+use super::report::RestoreReport;
+use super::stats::SessionCounters;
+use super::sync::Tracker;
+use super::{Session, SessionError};
+use crate::checkpoint::{CheckpointId, CheckpointInfo};
+use crate::tokens::Calibrator;
+
+const MAGIC: &[u8; 6] = b"CWSESS";
+const VERSION: u16 = 1;
+const HEADER_LEN: usize = 12;
+
+/// Which checkpoint [`Session::restore`] goes back to.
+///
+/// ```
+/// use ctxwin_std::session::RestorePoint;
+/// assert_eq!(RestorePoint::default(), RestorePoint::Latest);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum RestorePoint {
+    /// The newest checkpoint that restores; damaged or foreign files are skipped.
+    #[default]
+    Latest,
+    /// This checkpoint.
+    Id(CheckpointId),
+}
+
+/// The session's state besides the core, as kept in a checkpoint.
+#[derive(Debug, Serialize, Deserialize)]
+struct SessionState {
+    session: String,
+    tracker: Tracker,
+    calibrator: Calibrator,
+    counters: SessionCounters,
+}
+
+fn encode(core: &[u8], state: &SessionState) -> Result<Vec<u8>, SessionError> {
+    let json = serde_json::to_vec(state)
+        .map_err(|e| SessionError::Setting(format!("session state does not serialize: {e}")))?;
+    let core_len = u32::try_from(core.len())
+        .map_err(|_| SessionError::Setting("snapshot over 4 GiB".into()))?;
+    let mut payload = Vec::with_capacity(HEADER_LEN + core.len() + json.len());
+    payload.extend_from_slice(MAGIC);
+    payload.extend_from_slice(&VERSION.to_le_bytes());
+    payload.extend_from_slice(&core_len.to_le_bytes());
+    payload.extend_from_slice(core);
+    payload.extend_from_slice(&json);
+    Ok(payload)
+}
+
+/// Splits a payload into the core snapshot and the session state.
+fn decode(payload: &[u8]) -> Result<(&[u8], SessionState), String> {
+    let header = payload.get(..HEADER_LEN).ok_or("shorter than its header")?;
+    if header.get(..6) != Some(&MAGIC[..]) {
+        return Err("not a session checkpoint (bad magic)".into());
+    }
+    let version = u16::from_le_bytes([header[6], header[7]]);
+    if version != VERSION {
+        return Err(format!("session checkpoint version {version}, this build reads {VERSION}"));
+    }
+    let core_len = u32::from_le_bytes([header[8], header[9], header[10], header[11]]) as usize;
+    let end = HEADER_LEN.checked_add(core_len).ok_or("length overflows")?;
+    let core = payload.get(HEADER_LEN..end).ok_or("core snapshot cut short")?;
+    let state = payload.get(end..).ok_or("session state missing")?;
+    let state = serde_json::from_slice(state).map_err(|e| format!("session state: {e}"))?;
+    Ok((core, state))
+}
+
+/// The `next_id` of a core snapshot in format version 1 (`core/SNAPSHOT.md`): the first field
+/// of the state, after the configuration. `None` for another version or a malformed body.
+///
+/// The core does not expose its next id; reading it here lets every checkpoint check (and
+/// correct) the session's id tracking, and a restore start from the exact value.
+fn snapshot_next_id(snapshot: &[u8]) -> Option<u64> {
+    if snapshot.get(..4)? != b"CWSN" || snapshot.get(4..6)? != [1, 0] {
+        return None;
+    }
+    let mut body = Postcard { bytes: snapshot, at: 48 };
+    // The configuration's fields in order: `v` a varint, `b` a raw byte.
+    for field in "vvvvvbvvvvvbbbvvvvvvv".bytes() {
+        if field == b'v' {
+            body.varint()?;
+        } else {
+            body.skip(1)?;
+        }
+    }
+    let keys = body.varint()?;
+    if keys > 64 {
+        return None;
+    }
+    for _ in 0..keys {
+        let len = body.varint()?;
+        body.skip(usize::try_from(len).ok()?)?;
+    }
+    body.varint()
+}
+
+/// A cursor over postcard bytes.
+struct Postcard<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Postcard<'_> {
+    fn varint(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *self.bytes.get(self.at)?;
+            self.at += 1;
+            value |= u64::from(byte & 0x7f).checked_shl(shift)?;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    fn skip(&mut self, len: usize) -> Option<()> {
+        self.at = self.at.checked_add(len).filter(|&end| end <= self.bytes.len())?;
+        Some(())
+    }
+}
+
+impl Session {
+    /// Writes a checkpoint now: the core's whole state and the session's (calibration, id
+    /// tracking, counters). Units waiting in the outbox are archived first.
+    ///
+    /// # Errors
+    /// [`SessionError::NoCheckpoints`] without a store; store and archive errors.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let dir = tempfile::tempdir()?;
+    /// let mut session = SessionBuilder::new("s").checkpoints(dir.path()).build()?;
+    /// let id = session.checkpoint()?;
+    /// assert_eq!(session.checkpoints()?[0].id, id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn checkpoint(&mut self) -> Result<CheckpointId, SessionError> {
+        if self.store.is_none() {
+            return Err(SessionError::NoCheckpoints { operation: "checkpoint" });
+        }
+        self.after_op(self.tracker.next_id, &|_| false)?;
+        let mut core = vec![0u8; self.manager.snapshot_len()];
+        let len = self.manager.snapshot_into(&mut core).map_err(SessionError::Snapshot)?.len();
+        core.truncate(len);
+        if let Some(next) = snapshot_next_id(&core)
+            && next != self.tracker.next_id
+        {
+            tracing::warn!(
+                tracked = self.tracker.next_id,
+                next,
+                "session: id tracking corrected from the snapshot"
+            );
+            self.tracker.next_id = next;
+        }
+        self.counters.checkpoints_written += 1;
+        let state = SessionState {
+            session: self.name.clone(),
+            tracker: self.tracker.clone(),
+            calibrator: self.calibrator.clone(),
+            counters: self.counters.clone(),
+        };
+        let saved = encode(&core, &state).and_then(|payload| match self.store.as_ref() {
+            Some(store) => Ok(store.save(&payload)?),
+            None => Err(SessionError::NoCheckpoints { operation: "checkpoint" }),
+        });
+        match saved {
+            Ok(id) => {
+                tracing::info!(session = %self.name, %id, bytes = core.len(), "session: checkpoint");
+                self.periodic.checkpointed();
+                self.last_checkpoint = Some(id.clone());
+                Ok(id)
+            }
+            Err(error) => {
+                self.counters.checkpoints_written -= 1;
+                Err(error)
+            }
+        }
+    }
+
+    /// The checkpoints in the store, newest first, with their health.
+    ///
+    /// # Errors
+    /// [`SessionError::NoCheckpoints`] without a store; I/O errors.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let session = ctxwin_std::session::SessionBuilder::new("s").checkpoints(dir.path()).build()?;
+    /// assert!(session.checkpoints()?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn checkpoints(&self) -> Result<Vec<CheckpointInfo>, SessionError> {
+        let store =
+            self.store.as_ref().ok_or(SessionError::NoCheckpoints { operation: "checkpoints" })?;
+        Ok(store.list()?)
+    }
+
+    /// Goes back to a checkpoint: the core's state, calibration and id tracking as they were.
+    /// The configuration stays the one the session was built with.
+    ///
+    /// Archived messages newer than the checkpoint are copied to the session
+    /// `"<name>@rewound-<checkpoint id>"` first, since new messages will reuse their ids.
+    /// (Summaries recorded after the checkpoint are derived data: they are replaced as their
+    /// ids are reused.)
+    ///
+    /// Each candidate is restored straight into this session's manager, which the core does
+    /// all or nothing: a checkpoint that does not restore leaves the manager as it was, and
+    /// the first that does is the one kept, so no scratch manager is needed.
+    ///
+    /// # Errors
+    /// [`SessionError::BadCheckpoint`] for a checkpoint that does not restore (the session is
+    /// then unchanged); [`SessionError::NoCheckpoints`]; store errors, including
+    /// `NoValidCheckpoint` when no file restores.
+    ///
+    /// ```
+    /// use ctxwin_std::session::{RestorePoint, SessionBuilder};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let dir = tempfile::tempdir()?;
+    /// let mut session = SessionBuilder::new("s").checkpoints(dir.path()).build()?;
+    /// session.push(&ChatMessage::text(Role::User, "keep"))?;
+    /// let id = session.checkpoint()?;
+    /// session.push(&ChatMessage::text(Role::User, "undo me"))?;
+    /// session.restore(RestorePoint::Id(id))?;
+    /// assert_eq!(session.manager().history().count(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn restore(&mut self, point: RestorePoint) -> Result<RestoreReport, SessionError> {
+        // Rows still owed to the archive belong to the timeline being left: write them first
+        // (they are then copied aside with the other rewound messages).
+        self.write_pending_rows()?;
+        let Session { store, manager, name, .. } = self;
+        let store = store.as_ref().ok_or(SessionError::NoCheckpoints { operation: "restore" })?;
+        let (id, state, skipped) = match point {
+            RestorePoint::Id(id) => {
+                let bytes = store.load(&id)?;
+                let state = restore_into(manager, name, &bytes)
+                    .map_err(|reason| SessionError::BadCheckpoint { id: id.clone(), reason })?;
+                (id, state, Vec::new())
+            }
+            RestorePoint::Latest => {
+                let mut restored = None;
+                let found = store.load_latest_valid(|bytes| {
+                    restore_into(manager, name, bytes).map(|state| restored = Some(state))
+                })?;
+                match (found, restored) {
+                    (Some(found), Some(state)) => (found.id, state, found.skipped),
+                    _ => return Err(SessionError::NoCheckpoints { operation: "restore" }),
+                }
+            }
+        };
+        self.finish_restore(id, state, skipped)
+    }
+
+    /// At build: continues from the newest checkpoint if there is one.
+    pub(super) fn restore_latest_if_any(&mut self) -> Result<Option<RestoreReport>, SessionError> {
+        let has_checkpoints = match self.store.as_ref() {
+            Some(store) => !store.ids()?.is_empty(),
+            None => false,
+        };
+        if !has_checkpoints {
+            return Ok(None);
+        }
+        self.restore(RestorePoint::Latest).map(Some)
+    }
+
+    fn finish_restore(
+        &mut self,
+        id: CheckpointId,
+        restored: Restored,
+        skipped: Vec<crate::checkpoint::Skipped>,
+    ) -> Result<RestoreReport, SessionError> {
+        let Restored { state, next_id } = restored;
+        self.tracker = state.tracker;
+        if let Some(next) = next_id {
+            self.tracker.next_id = next;
+        }
+        self.trusted_from = self.tracker.next_id;
+        self.phantom = None;
+        self.calibrator = state.calibrator;
+        self.counters = state.counters;
+        self.counters.restores += 1;
+        self.periodic = crate::checkpoint::PeriodicCheckpointer::new(self.periodic.policy());
+        self.last_checkpoint = Some(id.clone());
+        self.apply_calibration()?;
+        let (rewound, rewound_to) = self.preserve_rewound(&id)?;
+        tracing::info!(session = %self.name, %id, skipped = skipped.len(), "session: restored");
+        Ok(RestoreReport { id, skipped, rewound, rewound_to })
+    }
+
+    /// Copies archived messages with ids the restored core will hand out again to a side
+    /// session, so nothing archived is overwritten.
+    fn preserve_rewound(
+        &mut self,
+        id: &CheckpointId,
+    ) -> Result<(Vec<u64>, Option<String>), SessionError> {
+        let Some(archive) = self.archive.as_mut() else { return Ok((Vec::new(), None)) };
+        let next = self.tracker.next_id;
+        let mut limit = 64usize;
+        let newer = loop {
+            let recent = archive.recent(&self.name, limit)?;
+            let reached = recent.len() < limit || recent.first().is_some_and(|m| m.id < next);
+            if reached {
+                break recent.into_iter().filter(|m| m.id >= next).collect::<Vec<_>>();
+            }
+            limit = limit.saturating_mul(4);
+        };
+        if newer.is_empty() {
+            return Ok((Vec::new(), None));
+        }
+        let side = format!("{}@rewound-{id}", self.name);
+        archive.store_messages(&side, &newer)?;
+        tracing::warn!(
+            session = %self.name,
+            messages = newer.len(),
+            copied_to = %side,
+            "session: archived messages newer than the checkpoint were copied aside"
+        );
+        Ok((newer.into_iter().map(|m| m.id).collect(), Some(side)))
+    }
+
+    /// Writes the periodic checkpoint when due; a failure is logged and retried next time.
+    pub(super) fn periodic_checkpoint(&mut self) -> Option<CheckpointId> {
+        if self.store.is_none() || !self.periodic.on_messages(1) {
+            return None;
+        }
+        match self.checkpoint() {
+            Ok(id) => Some(id),
+            Err(error) => {
+                tracing::warn!(session = %self.name, %error, "session: periodic checkpoint failed");
+                self.counters.checkpoint_failures += 1;
+                None
+            }
+        }
+    }
+}
+
+/// A checkpoint loaded into the manager.
+struct Restored {
+    state: SessionState,
+    next_id: Option<u64>,
+}
+
+/// Checks a payload belongs to session `name` and restores its core part into `manager`
+/// (all or nothing: on error the manager is unchanged).
+fn restore_into(
+    manager: &mut SessionManager,
+    name: &str,
+    payload: &[u8],
+) -> Result<Restored, String> {
+    let (core, state) = decode(payload)?;
+    if state.session != name {
+        return Err(format!("it belongs to session {:?}", state.session));
+    }
+    manager.restore_from(core).map_err(|error| snapshot_reason(&error))?;
+    Ok(Restored { state, next_id: snapshot_next_id(core) })
+}
+
+fn snapshot_reason(error: &SnapshotError) -> String {
+    format!("core snapshot refused: {error:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxwin_core::{Config, ContextManager, EntitySchema, Message, TinyCapacities};
+
+    #[test]
+    fn reads_next_id_from_a_core_snapshot() {
+        let schema = EntitySchema::new(&["city", "date"]).unwrap();
+        let config = Config {
+            entity_schema: schema,
+            working_age_ms: u64::MAX / 3,
+            context_window: 200_000,
+            ..Config::DEFAULT
+        };
+        let mut manager = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        for text in ["one", "two", "three"] {
+            manager.push(Message::user(text)).unwrap();
+        }
+        let mut buffer = vec![0u8; manager.snapshot_len()];
+        let snapshot = manager.snapshot_into(&mut buffer).unwrap();
+        assert_eq!(snapshot_next_id(snapshot), Some(4));
+        assert_eq!(snapshot_next_id(&snapshot[..50]), None);
+        assert_eq!(snapshot_next_id(b"CWSN\x02\x00"), None);
+    }
+
+    #[test]
+    fn payloads_round_trip_and_damage_is_named() {
+        let state = SessionState {
+            session: "s".into(),
+            tracker: Tracker::new(),
+            calibrator: Calibrator::new(),
+            counters: SessionCounters::default(),
+        };
+        let payload = encode(b"core bytes", &state).unwrap();
+        let (core, decoded) = decode(&payload).unwrap();
+        assert_eq!((core, decoded.session.as_str()), (&b"core bytes"[..], "s"));
+        assert!(decode(&payload[..8]).unwrap_err().contains("header"));
+        assert!(decode(b"CWSNxxxxxxxxxxxx").unwrap_err().contains("magic"));
+        assert!(decode(&payload[..20]).unwrap_err().contains("cut short"));
+        let mut bad_json = payload.clone();
+        bad_json.truncate(payload.len() - 1);
+        assert!(decode(&bad_json).unwrap_err().contains("session state"));
+    }
+}

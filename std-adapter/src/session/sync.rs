@@ -1,0 +1,416 @@
+//! Keeping the archive in step with the core after each operation: records the core wrote
+//! itself, summaries with their sources, and evicted units (written, then released).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ctxwin_core::{Level, MessageRef, Role};
+use serde::{Deserialize, Serialize};
+
+use super::convert::{archive_level, row_from_ref};
+use super::{Session, SessionError};
+use crate::archive::{Archive, ArchivedMessage, SummaryRecord};
+
+/// What the session knows about the core's ids, kept in checkpoints.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Tracker {
+    /// The id the core gives the next record (the core does not expose it; see the module
+    /// documentation).
+    pub next_id: u64,
+    /// Summaries recorded in the archive, by id.
+    pub summaries: BTreeMap<u64, SummaryMark>,
+    /// Ids of tool definitions (never archived, left out of summary sources).
+    pub tool_definitions: BTreeSet<u64>,
+}
+
+impl Tracker {
+    pub(crate) fn new() -> Self {
+        Self { next_id: 1, summaries: BTreeMap::new(), tool_definitions: BTreeSet::new() }
+    }
+}
+
+/// A recorded summary: what it looked like, so a change is noticed, and what it stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SummaryMark {
+    pub fingerprint: u64,
+    pub ranges: Vec<(u64, u64)>,
+    pub tokens_before: u32,
+}
+
+/// Units released from the core's outbox after the archive took them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Drained {
+    /// First message id of each unit.
+    pub units: Vec<u64>,
+    pub messages: usize,
+}
+
+/// What [`Session::after_op`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AfterOp {
+    pub summaries: Vec<u64>,
+    pub drained: Drained,
+}
+
+impl Session {
+    /// Brings the archive up to date after a core operation: writes rows left over from a
+    /// failed write, archives history records the core wrote itself since id `since` (results
+    /// of aborted calls; ids `known` are the caller's own, archived already), records new or
+    /// changed summaries, then writes the outbox's units and releases them.
+    ///
+    /// Nothing is released while a row is unwritten: any failure returns before the drain.
+    pub(super) fn after_op(
+        &mut self,
+        since: u64,
+        known: &dyn Fn(u64) -> bool,
+    ) -> Result<AfterOp, SessionError> {
+        self.write_pending_rows()?;
+        self.archive_new_records(since, known)?;
+        self.settle_phantom(known)?;
+        let summaries = self.record_summaries()?;
+        let drained = self.archive_outbox()?;
+        self.prune_summary_marks();
+        Ok(AfterOp { summaries, drained })
+    }
+
+    /// Writes `rows` now, or keeps them for the next operation if the archive fails.
+    pub(super) fn write_rows(&mut self, rows: Vec<ArchivedMessage>) -> Result<(), SessionError> {
+        let Some(archive) = self.archive.as_mut() else { return Ok(()) };
+        if rows.is_empty() {
+            return Ok(());
+        }
+        match archive.store_messages(&self.name, &rows) {
+            Ok(_) => {
+                self.counters.archive_rows_written += rows.len() as u64;
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!(rows = rows.len(), %error, "session: archive write failed; kept for retry");
+                self.pending_rows.extend(rows);
+                Err(error.into())
+            }
+        }
+    }
+
+    pub(super) fn write_pending_rows(&mut self) -> Result<(), SessionError> {
+        let rows = std::mem::take(&mut self.pending_rows);
+        self.write_rows(rows)
+    }
+
+    /// The stored record `id`, live or waiting in the outbox.
+    pub(super) fn find_record(&self, id: u64) -> Option<MessageRef<'_>> {
+        self.manager.get(id).or_else(|| {
+            self.manager
+                .outbox()
+                .flat_map(|unit| unit.messages().collect::<Vec<_>>())
+                .find(|m| m.id() == id)
+        })
+    }
+
+    /// The assistant message whose calls wait for results: the newest non-tool history message
+    /// (a newer one would have closed the calls).
+    pub(super) fn pending_head(&self) -> Option<MessageRef<'_>> {
+        if self.manager.unanswered_calls() == 0 {
+            return None;
+        }
+        self.manager.history().rev().find(|m| m.role() != Role::Tool)
+    }
+
+    /// Moves the id tracker past `id`.
+    pub(super) fn saw_id(&mut self, id: u64) {
+        self.tracker.next_id = self.tracker.next_id.max(id.saturating_add(1));
+    }
+
+    fn archive_new_records(
+        &mut self,
+        since: u64,
+        known: &dyn Fn(u64) -> bool,
+    ) -> Result<(), SessionError> {
+        let mut newest = 0u64;
+        let mut rows = Vec::new();
+        for level in Level::ALL {
+            // Newest first: a tool record's unit head is the next non-tool record met.
+            let mut waiting: Vec<MessageRef<'_>> = Vec::new();
+            for message in self.manager.messages(level).rev() {
+                newest = newest.max(message.id());
+                if message.id() < since && waiting.is_empty() {
+                    break;
+                }
+                let fresh = message.id() >= since && level.is_history() && !known(message.id());
+                if message.role() == Role::Tool {
+                    if fresh {
+                        waiting.push(message);
+                    }
+                    continue;
+                }
+                rows.extend(waiting.drain(..).map(|result| row_from_ref(&result, message.id())));
+                if fresh {
+                    rows.push(row_from_ref(&message, message.id()));
+                }
+                if message.id() < since {
+                    break;
+                }
+            }
+            if !waiting.is_empty() {
+                tracing::warn!(level = %level, "session: tool records without their call");
+            }
+        }
+        for unit in self.manager.outbox() {
+            newest = unit.messages().fold(newest, |max, m| max.max(m.id()));
+        }
+        self.saw_id(newest);
+        if !rows.is_empty() {
+            tracing::debug!(records = rows.len(), "session: archiving records the core wrote");
+        }
+        self.write_rows(rows)
+    }
+
+    /// Records every summary (live, or evicted and waiting) that is new or changed since it
+    /// was last recorded. Returns their ids.
+    fn record_summaries(&mut self) -> Result<Vec<u64>, SessionError> {
+        if self.archive.is_none() {
+            return Ok(Vec::new());
+        }
+        let evicted = self
+            .manager
+            .outbox()
+            .filter(|unit| unit.level() == Level::Session)
+            .flat_map(|unit| unit.messages().collect::<Vec<_>>());
+        let mut records = Vec::new();
+        for summary in self.manager.session().chain(evicted).filter(MessageRef::is_summary) {
+            let ranges: Vec<(u64, u64)> = summary.summary_sources().collect();
+            let fingerprint = fingerprint(summary.content(), &ranges, summary.detail());
+            let mark = self.tracker.summaries.get(&summary.id());
+            if mark.is_some_and(|mark| mark.fingerprint == fingerprint) {
+                continue;
+            }
+            let tokens_before = self.source_tokens(&ranges);
+            let mut record = SummaryRecord::new(
+                summary.id(),
+                1,
+                summary.content(),
+                source_ids(&ranges, &self.tracker.tool_definitions),
+            );
+            record.created_at = summary.timestamp();
+            record.tokens_before = tokens_before;
+            record.tokens_after = summary.tokens();
+            records.push((record, SummaryMark { fingerprint, ranges, tokens_before }));
+        }
+        let mut recorded = Vec::with_capacity(records.len());
+        for (record, mark) in records {
+            if let Some(archive) = self.archive.as_mut() {
+                archive.store_summary(&self.name, &record)?;
+            }
+            tracing::debug!(
+                id = record.id,
+                sources = record.source_ids.len(),
+                "session: summary recorded"
+            );
+            self.counters.summaries_recorded += 1;
+            self.tracker.summaries.insert(record.id, mark);
+            recorded.push(record.id);
+        }
+        Ok(recorded)
+    }
+
+    /// Tokens of what the summary over `ranges` stands for, as far as the session saw it:
+    /// earlier summaries it absorbed, plus the messages still in the core.
+    fn source_tokens(&self, ranges: &[(u64, u64)]) -> u32 {
+        let mut marks: Vec<&SummaryMark> = self
+            .tracker
+            .summaries
+            .values()
+            .filter(|mark| !mark.ranges.is_empty() && within(&mark.ranges, ranges))
+            .collect();
+        marks.sort_by_key(|mark| std::cmp::Reverse(span(&mark.ranges)));
+        let mut covered: Vec<(u64, u64)> = Vec::new();
+        let mut total = 0u32;
+        for mark in marks {
+            if !mark.ranges.iter().any(|&r| overlaps(&covered, r)) {
+                total = total.saturating_add(mark.tokens_before);
+                covered.extend_from_slice(&mark.ranges);
+            }
+        }
+        let evicted = self.manager.outbox().flat_map(|unit| unit.messages().collect::<Vec<_>>());
+        for message in self.manager.history().chain(evicted) {
+            let id = message.id();
+            if !message.is_summary() && contains(ranges, id) && !contains(&covered, id) {
+                total = total.saturating_add(message.original_tokens());
+            }
+        }
+        total
+    }
+
+    /// Writes the outbox's units to the archive, then releases them from the core.
+    ///
+    /// Rows of messages this session archived itself are complete already (written ahead and
+    /// updated after the push, or retried from `pending_rows`), so only messages older than
+    /// [`trusted_from`](Session::trusted_from) — restored from a checkpoint, archived by an
+    /// earlier process — are checked against the archive and merged with their stored rows
+    /// (keeping the original text, name and error flag the core does not hold).
+    fn archive_outbox(&mut self) -> Result<Drained, SessionError> {
+        let mut drained = Drained::default();
+        let mut rows = Vec::new();
+        for unit in self.manager.outbox() {
+            drained.units.push(unit.first_id());
+            drained.messages += unit.len();
+            let inherited =
+                unit.messages().filter(|m| !m.is_summary() && m.id() < self.trusted_from);
+            rows.extend(inherited.map(|m| row_from_ref(&m, unit.first_id())));
+        }
+        if drained.units.is_empty() {
+            return Ok(drained);
+        }
+        if let Some(archive) = self.archive.as_ref() {
+            let rows = merge_with_stored(archive, &self.name, rows)?;
+            self.write_rows(rows)?;
+        }
+        let released = self.manager.drain_outbox(|_| {});
+        self.counters.units_archived += released as u64;
+        tracing::debug!(units = released, messages = drained.messages, "session: outbox drained");
+        Ok(drained)
+    }
+
+    /// Forgets recorded summaries the core no longer holds (after the outbox was drained).
+    fn prune_summary_marks(&mut self) {
+        let live: BTreeSet<u64> = self.manager.session().map(|m| m.id()).collect();
+        self.tracker.summaries.retain(|id, _| live.contains(id));
+    }
+
+    /// Once the core has handed out the id of a refused message's row to something other
+    /// than a message of ours (`known`), makes that row describe it.
+    pub(super) fn settle_phantom(
+        &mut self,
+        known: &dyn Fn(u64) -> bool,
+    ) -> Result<(), SessionError> {
+        let Some(id) = self.phantom.filter(|&id| id < self.tracker.next_id) else { return Ok(()) };
+        self.phantom = None;
+        if known(id) {
+            return Ok(());
+        }
+        self.repair_displaced(id)
+    }
+
+    /// Makes the archive row of id `displaced` (written ahead for a message that then got
+    /// another id) describe whatever the core gave that id instead.
+    pub(super) fn repair_displaced(&mut self, displaced: u64) -> Result<(), SessionError> {
+        let row = match self.find_record(displaced) {
+            Some(record) if record.level().is_history() => return Ok(()),
+            Some(record) => row_from_ref(&record, record.id()),
+            None => ArchivedMessage::new(
+                displaced,
+                displaced,
+                crate::ChatMessage::text(
+                    Role::System,
+                    format!("[ctxwin] id {displaced} was used by a record the core replaced"),
+                ),
+            )
+            .with_level(archive_level(Level::Session)),
+        };
+        tracing::warn!(id = displaced, "session: repaired an archive row written under a wrong id");
+        self.counters.id_repairs += 1;
+        if let Some(archive) = self.archive.as_mut() {
+            archive.store_unit(&self.name, &[row])?;
+        }
+        Ok(())
+    }
+}
+
+/// Adds what the stored rows know and the core does not, and drops rows already up to date.
+fn merge_with_stored(
+    archive: &Archive,
+    session: &str,
+    rows: Vec<ArchivedMessage>,
+) -> Result<Vec<ArchivedMessage>, SessionError> {
+    let mut changed = Vec::with_capacity(rows.len());
+    for mut row in rows {
+        if let Some(stored) = archive.get(session, row.id)? {
+            row.message.name = stored.message.name;
+            row.message.is_error = stored.message.is_error;
+            if stored.original.is_none() && stored.message.content != row.message.content {
+                // The row holds the full text the core has since reduced.
+                row.original = Some(stored.message.content.clone());
+            }
+            let same = row.original.is_none()
+                && row.unit == stored.unit
+                && row.level == stored.level
+                && row.timestamp == stored.timestamp
+                && row.tokens == stored.tokens
+                && row.message.content == stored.message.content
+                && row.message.tool_calls == stored.message.tool_calls
+                && row.message.tool_call_id == stored.message.tool_call_id;
+            if same {
+                continue;
+            }
+        }
+        changed.push(row);
+    }
+    Ok(changed)
+}
+
+/// Every id in `ranges` except tool definitions'.
+fn source_ids(ranges: &[(u64, u64)], tool_definitions: &BTreeSet<u64>) -> Vec<u64> {
+    ranges
+        .iter()
+        .flat_map(|&(first, last)| first..=last)
+        .filter(|id| !tool_definitions.contains(id))
+        .collect()
+}
+
+fn contains(ranges: &[(u64, u64)], id: u64) -> bool {
+    ranges.iter().any(|&(first, last)| (first..=last).contains(&id))
+}
+
+fn overlaps(ranges: &[(u64, u64)], (first, last): (u64, u64)) -> bool {
+    ranges.iter().any(|&(a, b)| a <= last && first <= b)
+}
+
+/// Whether every range of `inner` lies inside one of `outer`.
+fn within(inner: &[(u64, u64)], outer: &[(u64, u64)]) -> bool {
+    inner.iter().all(|&(first, last)| outer.iter().any(|&(a, b)| a <= first && last <= b))
+}
+
+fn span(ranges: &[(u64, u64)]) -> u64 {
+    ranges.iter().map(|&(first, last)| last.saturating_sub(first).saturating_add(1)).sum()
+}
+
+/// FNV-1a over a summary's text, source ranges and detail: stable across builds, unlike
+/// `DefaultHasher`, because it is kept in checkpoints.
+fn fingerprint(text: &str, ranges: &[(u64, u64)], detail: u8) -> u64 {
+    let range_bytes =
+        ranges.iter().flat_map(|&(a, b)| a.to_le_bytes().into_iter().chain(b.to_le_bytes()));
+    text.bytes()
+        .chain([0xff, detail])
+        .chain(range_bytes)
+        .fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_ids_skip_tool_definitions() {
+        let tools = BTreeSet::from([3]);
+        assert_eq!(source_ids(&[(1, 4), (9, 9)], &tools), [1, 2, 4, 9]);
+    }
+
+    #[test]
+    fn range_helpers() {
+        assert!(within(&[(2, 3), (7, 7)], &[(1, 4), (6, 9)]));
+        assert!(!within(&[(2, 5)], &[(1, 4), (5, 9)]));
+        assert!(overlaps(&[(1, 4)], (4, 8)));
+        assert!(!overlaps(&[(1, 4)], (5, 8)));
+        assert_eq!(span(&[(1, 4), (9, 9)]), 5);
+    }
+
+    #[test]
+    fn fingerprints_see_text_ranges_and_detail() {
+        let base = fingerprint("summary", &[(1, 4)], 1);
+        assert_eq!(base, fingerprint("summary", &[(1, 4)], 1));
+        assert_ne!(base, fingerprint("summary!", &[(1, 4)], 1));
+        assert_ne!(base, fingerprint("summary", &[(1, 5)], 1));
+        assert_ne!(base, fingerprint("summary", &[(1, 4)], 2));
+    }
+}

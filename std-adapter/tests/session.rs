@@ -1,0 +1,582 @@
+//! Integration tests of `ctxwin_std::session` against real files and a real SQLite database.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use ctxwin_core::{Config, EntitySchema, Role, StrategyKind, TRUNCATION_MARKER};
+use ctxwin_std::format::{self, Format};
+use ctxwin_std::session::{PushReport, RestorePoint, Session, SessionBuilder, SessionError};
+use ctxwin_std::{ChatMessage, ToolCall};
+
+mod session_support;
+use session_support::{assistant, generated, huge_output, tools, user};
+
+/// A summarizing agent configuration small enough that a few turns evict and summarize.
+fn agent_config() -> Config {
+    Config {
+        context_window: 16_384,
+        reserved_for_reply: 2_048,
+        permanent_budget: 3_000,
+        session_budget: 1_500,
+        working_budget: 6_000,
+        strategy: StrategyKind::Summarization,
+        summarize_threshold: 4,
+        summarize_batch: 2,
+        checkpoint_interval_messages: 0,
+        ..Config::DEFAULT
+    }
+}
+
+/// Pushes one agent turn: a question, three parallel tool calls with their results (the
+/// second huge on `huge` turns), and an answer. Returns every message with its report.
+fn agent_turn(session: &mut Session, turn: usize, huge: bool) -> Vec<(ChatMessage, PushReport)> {
+    let calls = vec![
+        ToolCall::new(
+            format!("t{turn}_a"),
+            "read_file",
+            format!(r#"{{"arg":"src/mod_{turn}.rs"}}"#),
+        ),
+        ToolCall::new(format!("t{turn}_b"), "run_tests", r#"{"arg":"--all"}"#),
+        ToolCall::new(format!("t{turn}_c"), "grep", format!(r#"{{"arg":"fn handler_{turn}"}}"#)),
+    ];
+    let results = [
+        format!("pub fn handler_{turn}() -> Result<(), Error> {{ todo!() }}"),
+        if huge { huge_output() } else { format!("test result: ok. {turn} passed") },
+        format!("src/mod_{turn}.rs:12: fn handler_{turn}"),
+    ];
+    let mut messages = vec![
+        user(format!("Turn {turn}: fix handler_{turn} so the suite passes.")),
+        ChatMessage::assistant_calls("Let me look.", calls.clone()),
+    ];
+    messages.extend(
+        calls.iter().zip(results).map(|(call, text)| ChatMessage::tool_result(&call.id, text)),
+    );
+    messages.push(assistant(format!("handler_{turn} now returns Ok(()); tests pass.")));
+    messages
+        .into_iter()
+        .map(|message| {
+            let report = session.push(&message).unwrap();
+            (message, report)
+        })
+        .collect()
+}
+
+fn parse_json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("invalid JSON ({e}):\n{body}"))
+}
+
+#[test]
+fn agent_session_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = SessionBuilder::new("agent")
+        .config(agent_config())
+        .archive(dir.path().join("archive.db"))
+        .build()
+        .unwrap();
+    let system = ChatMessage::text(Role::System, "You are a careful coding agent.");
+    let system_id = session.push(&system).unwrap().id;
+    for tool in tools() {
+        session.add_tool(&tool).unwrap();
+    }
+    let mut pushed = vec![(system.clone(), system_id)];
+    let mut evicted_units = BTreeSet::new();
+    let mut summaries = BTreeSet::new();
+    let mut reduced = Vec::new();
+    for turn in 0..16 {
+        for (message, report) in agent_turn(&mut session, turn, turn % 5 == 2) {
+            if message.role == Role::Tool {
+                assert_eq!(
+                    report.unit,
+                    report.id
+                        - 1
+                        - pushed.iter().rev().take_while(|(m, _)| m.role == Role::Tool).count()
+                            as u64
+                );
+            } else {
+                assert_eq!(report.unit, report.id);
+            }
+            if let Some(reduction) = report.reduced {
+                assert!(reduction.stored_tokens < reduction.original_tokens);
+                reduced.push(report.id);
+            }
+            evicted_units.extend(report.evicted_units.iter().copied());
+            summaries.extend(report.summaries.iter().copied());
+            pushed.push((message, report.id));
+        }
+    }
+    let archive = session.archive().unwrap();
+
+    // Every message is archived with its full text, tool calls and call id.
+    assert_eq!(archive.message_count(Some("agent")).unwrap(), pushed.len() as u64);
+    for (message, id) in &pushed {
+        let row = archive.get("agent", *id).unwrap().unwrap_or_else(|| panic!("{id} missing"));
+        assert_eq!(row.full_text(), message.content, "message {id}");
+        assert_eq!(row.message.role, message.role);
+        assert_eq!(row.message.tool_calls, message.tool_calls);
+        assert_eq!(row.message.tool_call_id, message.tool_call_id);
+    }
+
+    // The huge outputs were reduced in the core; the archive keeps both forms.
+    assert_eq!(reduced.len(), 3);
+    for id in &reduced {
+        let row = archive.get("agent", *id).unwrap().unwrap();
+        assert!(row.message.content.contains(TRUNCATION_MARKER));
+        assert!(!row.message.content.contains("MIDDLE_MARKER_7f3a"));
+        assert_eq!(row.original.as_deref(), Some(huge_output().as_str()));
+        let found = archive.search(Some("agent"), "MIDDLE_MARKER_7f3a", 10).unwrap();
+        assert!(found.iter().any(|hit| hit.id == *id));
+    }
+
+    // Every evicted unit is in the archive whole: a call and its three results together.
+    assert!(evicted_units.len() >= 10, "{evicted_units:?}");
+    for unit in &evicted_units {
+        let messages = archive.unit("agent", *unit).unwrap();
+        assert_eq!(messages.first().map(|m| m.id), Some(*unit));
+        if messages[0].message.tool_calls.len() == 3 {
+            assert_eq!(messages.len(), 4, "unit {unit}");
+            assert!(messages[1..].iter().all(|m| m.message.role == Role::Tool));
+        }
+    }
+    assert!(session.manager().stats().counters.units_evicted >= evicted_units.len() as u64);
+    let counters = session.stats().unwrap().counters;
+    assert_eq!((counters.id_repairs, counters.refused_after_write_ahead), (0, 0));
+
+    // Summaries are recorded with drill-down to the messages they stand for.
+    assert!(!summaries.is_empty());
+    let first_user = pushed.iter().find(|(m, _)| m.role == Role::User).unwrap().1;
+    let mut reaches_first = false;
+    for id in &summaries {
+        let record = archive.summary("agent", *id).unwrap().unwrap();
+        assert!(!record.text.is_empty() && record.tokens_before > record.tokens_after);
+        let sources = archive.drill_down("agent", *id).unwrap();
+        assert!(!sources.is_empty());
+        assert!(sources.iter().all(|m| record.source_ids.contains(&m.id)));
+        reaches_first |= sources.iter().any(|m| m.id == first_user);
+    }
+    assert!(reaches_first, "no summary drills down to the first question");
+
+    // The payload renders as valid OpenAI and Anthropic requests, under the budget.
+    let payload = session.compose(&["Task: make the suite pass"]).unwrap();
+    assert!(payload.tokens <= payload.budget);
+    assert_eq!(payload.conversation.tools.len(), 3);
+    let openai = parse_json(&payload.write(Format::OpenAiJson).unwrap());
+    assert_eq!(openai["messages"][0]["content"], "You are a careful coding agent.");
+    assert_eq!(openai["messages"][1]["content"], "Task: make the suite pass");
+    assert!(openai["messages"][2]["content"].as_str().unwrap().starts_with("[Memory Summary]"));
+    assert_eq!(openai["tools"].as_array().unwrap().len(), 3);
+    let anthropic = parse_json(&payload.write(Format::AnthropicJson).unwrap());
+    assert!(anthropic["system"].to_string().contains("[Memory Summary]"));
+    let turns = anthropic["messages"].as_array().unwrap();
+    assert!(turns.windows(2).all(|pair| pair[0]["role"] != pair[1]["role"]));
+    assert_eq!(anthropic["tools"][0]["name"], "read_file");
+}
+
+#[test]
+fn zero_copy_body_matches_the_rendered_conversation() {
+    let schema = EntitySchema::new(&["file", "branch"]).unwrap();
+    let config = Config { entity_schema: schema, ..agent_config() };
+    let mut session = SessionBuilder::new("body").config(config).build().unwrap();
+    session.push(&ChatMessage::text(Role::System, "Be precise.")).unwrap();
+    for tool in tools() {
+        session.add_tool(&tool).unwrap();
+    }
+    for turn in 0..8 {
+        agent_turn(&mut session, turn, turn == 3);
+    }
+    session.push(&user("file: src/main.rs, branch: \"feature/x\"")).unwrap();
+    let dynamic = ["Retrieved: handler_2 was rewritten"];
+    let (body, tokens) = session.compose_openai_body(&dynamic, "gpt-4o").unwrap();
+    let payload = session.compose(&dynamic).unwrap();
+    assert_eq!(tokens, payload.tokens);
+    let zero_copy = parse_json(&body);
+    let rendered = parse_json(&format::write(&payload.conversation, Format::OpenAiJson).unwrap());
+    assert_eq!(zero_copy["model"], "gpt-4o");
+    let (a, b) =
+        (zero_copy["messages"].as_array().unwrap(), rendered["messages"].as_array().unwrap());
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x["role"], y["role"]);
+        let text = |v: &serde_json::Value| v["content"].as_str().unwrap_or_default().to_string();
+        assert_eq!(text(x), text(y));
+        assert_eq!(x["tool_calls"], y["tool_calls"]);
+        assert_eq!(x["tool_call_id"], y["tool_call_id"]);
+    }
+    assert!(
+        a.iter().any(|m| m["content"].as_str().is_some_and(|c| c.starts_with("[Entities]\n{")))
+    );
+    let tools_a: Vec<_> =
+        zero_copy["tools"].as_array().unwrap().iter().map(|t| &t["function"]["name"]).collect();
+    let tools_b: Vec<_> =
+        rendered["tools"].as_array().unwrap().iter().map(|t| &t["function"]["name"]).collect();
+    assert_eq!(tools_a, tools_b);
+}
+
+fn restartable(dir: &Path, restore: bool) -> Result<Session, SessionError> {
+    SessionBuilder::new("restart")
+        .config(Config { checkpoint_interval_messages: 25, ..agent_config() })
+        .archive(dir.join("archive.db"))
+        .checkpoints(dir.join("snapshots"))
+        .keep_checkpoints(3)
+        .restore_latest(restore)
+        .build()
+}
+
+#[test]
+fn restart_continues_from_the_latest_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = restartable(dir.path(), true).unwrap();
+    session.push(&ChatMessage::text(Role::System, "You are a careful coding agent.")).unwrap();
+    for tool in tools() {
+        session.add_tool(&tool).unwrap();
+    }
+    let mut periodic = Vec::new();
+    let mut pushed = Vec::new();
+    for turn in 0..9 {
+        for (message, report) in agent_turn(&mut session, turn, turn == 4 || turn == 8) {
+            periodic.extend(report.checkpoint.clone());
+            pushed.push((message, report.id));
+        }
+    }
+    assert!(periodic.len() >= 2, "periodic checkpoints: {periodic:?}");
+    session.record_usage(5_000, 5_400).unwrap();
+    let before = session.compose(&["Task: ship it"]).unwrap();
+    let checkpoint = session.checkpoint().unwrap();
+    let stats = session.stats().unwrap();
+    let next = session.push(&user("after the checkpoint")).unwrap().id;
+    drop(session);
+
+    let mut reopened = restartable(dir.path(), true).unwrap();
+    let restored = reopened.stats().unwrap();
+    assert_eq!(restored.last_checkpoint.as_deref(), Some(checkpoint.as_str()));
+    assert_eq!(restored.calibration, stats.calibration);
+    // The message pushed after the checkpoint is kept aside: its id is handed out again.
+    let side = format!("restart@rewound-{checkpoint}");
+    let archive = reopened.archive().unwrap();
+    assert_eq!(archive.get(&side, next).unwrap().unwrap().message.content, "after the checkpoint");
+    assert_eq!(restored.core, {
+        // The checkpoint was taken after `compose`: nothing in the core changed since.
+        stats.core
+    });
+    assert_eq!(reopened.compose(&["Task: ship it"]).unwrap(), before);
+    assert_eq!(reopened.push(&user("continuing")).unwrap().id, next);
+
+    // Messages restored from the checkpoint leave the core later, and their rows (the full
+    // text of the reduced output among them) survive that.
+    for turn in 9..14 {
+        pushed.extend(agent_turn(&mut reopened, turn, false).into_iter().map(|(m, r)| (m, r.id)));
+    }
+    let archive = reopened.archive().unwrap();
+    for (message, id) in &pushed {
+        assert!(reopened.manager().get(*id).is_none() || *id > next, "{id} still live");
+        let row = archive.get("restart", *id).unwrap().unwrap();
+        assert_eq!(row.full_text(), message.content, "message {id}");
+    }
+}
+
+#[test]
+fn a_damaged_newest_checkpoint_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = restartable(dir.path(), false).unwrap();
+    for turn in 0..3 {
+        agent_turn(&mut session, turn, false);
+    }
+    let good = session.checkpoint().unwrap();
+    let good_stats = session.stats().unwrap().core;
+    agent_turn(&mut session, 3, false);
+    let damaged = session.checkpoint().unwrap();
+    let path = session.checkpoints().unwrap().into_iter().find(|c| c.id == damaged).unwrap().path;
+    drop(session);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    std::fs::write(&path, bytes).unwrap();
+
+    let reopened = restartable(dir.path(), true).unwrap();
+    let stats = reopened.stats().unwrap();
+    assert_eq!(stats.last_checkpoint.as_deref(), Some(good.as_str()));
+    assert_eq!(stats.core, good_stats);
+    // The turn after the good checkpoint is archived aside, not overwritten.
+    let side = format!("restart@rewound-{good}");
+    assert_eq!(reopened.archive().unwrap().message_count(Some(&side)).unwrap(), 6);
+}
+
+#[test]
+fn restore_by_id_and_foreign_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = restartable(dir.path(), false).unwrap();
+    first.push(&user("one")).unwrap();
+    let id = first.checkpoint().unwrap();
+    first.push(&user("two")).unwrap();
+    let report = first.restore(RestorePoint::Id(id.clone())).unwrap();
+    assert_eq!((report.id, report.rewound), (id.clone(), vec![2]));
+    assert_eq!(first.manager().history().count(), 1);
+
+    let mut other =
+        SessionBuilder::new("other").checkpoints(dir.path().join("snapshots")).build().unwrap();
+    let error = other.restore(RestorePoint::Id(id)).unwrap_err();
+    assert!(error.to_string().contains("belongs to session \"restart\""), "{error}");
+}
+
+#[test]
+fn reusing_an_archived_name_without_a_checkpoint_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = || SessionBuilder::new("dup").archive(dir.path().join("a.db")).build();
+    build().unwrap().push(&user("first run")).unwrap();
+    let error = build().unwrap_err();
+    assert!(matches!(error, SessionError::ArchiveInUse { messages: 1, .. }), "{error}");
+}
+
+#[test]
+fn calibration_keeps_real_payloads_under_the_window() {
+    let configured = Config {
+        context_window: 8_192,
+        reserved_for_reply: 1_024,
+        permanent_budget: 500,
+        session_budget: 500,
+        working_budget: 6_000,
+        ..Config::DEFAULT
+    };
+    let mut session = SessionBuilder::new("calibrated").config(configured).build().unwrap();
+    session.push(&ChatMessage::text(Role::System, "You answer questions about logs.")).unwrap();
+    for i in 0..200 {
+        let text = format!(
+            "Log {i}: worker {} restarted after {} ms; queue depth {}.",
+            i % 7,
+            i * 13,
+            i * 3
+        );
+        session.push(&user(text)).unwrap();
+        session.push(&assistant(format!("Noted restart {i}; nothing to do yet."))).unwrap();
+    }
+    let real_budget = configured.budget();
+    let billed = |tokens: u32| u64::from(tokens) * 13 / 10;
+    let first = session.compose(&[]).unwrap();
+    assert!(billed(first.tokens) > u64::from(real_budget), "uncalibrated payload would fit anyway");
+
+    for _ in 0..5 {
+        let payload = session.compose(&[]).unwrap();
+        session.record_usage(payload.tokens, billed(payload.tokens) as u32).unwrap();
+        let after = session.compose(&[]).unwrap();
+        assert!(
+            billed(after.tokens) <= u64::from(real_budget),
+            "{} billed over {real_budget}",
+            billed(after.tokens)
+        );
+        session.push(&user("one more log line")).unwrap();
+    }
+    let stats = session.stats().unwrap();
+    assert_eq!(stats.calibration.observations, 5);
+    assert!((stats.calibration.ratio.unwrap() - 1.3).abs() < 0.01);
+    assert!(stats.calibration.effective_window < stats.calibration.configured_window);
+    assert_eq!(session.configured().context_window, 8_192);
+}
+
+#[test]
+fn ten_thousand_messages_import_and_stay_retrievable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session =
+        SessionBuilder::new("bulk").archive(dir.path().join("bulk.db")).build().unwrap();
+    let (conversation, planted) = generated(10_000);
+    let report = session.import(&conversation).unwrap();
+    assert_eq!(report.ids.len(), conversation.messages.len());
+    assert_eq!((report.stored, report.tools), (conversation.messages.len() + 1, 3));
+    assert!(report.reduced >= 6 && report.units_evicted > 1_000, "{report:?}");
+    let archive = session.archive().unwrap();
+    assert_eq!(archive.message_count(Some("bulk")).unwrap(), report.stored as u64);
+    for (message, id) in conversation.messages.iter().zip(&report.ids) {
+        let row = archive.get("bulk", *id).unwrap().unwrap();
+        assert_eq!(row.full_text(), message.content);
+        assert_eq!(row.message.tool_call_id, message.tool_call_id);
+    }
+    assert!(planted.len() >= 80);
+    for (index, token) in &planted {
+        let hits = archive.search(Some("bulk"), token, 3).unwrap();
+        assert_eq!(hits.first().map(|h| h.id), Some(report.ids[*index]), "{token}");
+    }
+    // The session goes on after the import.
+    let next = session.push(&user("and now?")).unwrap();
+    assert_eq!(next.id, *report.ids.last().unwrap() + 1);
+}
+
+#[test]
+fn summarizing_import_records_drillable_summaries() {
+    let config = Config { strategy: StrategyKind::Summarization, ..Config::DEFAULT };
+    let mut session =
+        SessionBuilder::new("fold").config(config).archive_in_memory().build().unwrap();
+    let (conversation, _) = generated(1_000);
+    let report = session.import(&conversation).unwrap();
+    assert!(report.summaries > 0, "{report:?}");
+    let rolling = session.manager().session().find(|m| m.is_summary()).unwrap().id();
+    let archive = session.archive().unwrap();
+    let sources = archive.drill_down("fold", rolling).unwrap();
+    assert_eq!(sources.first().map(|m| m.id), Some(report.ids[0]));
+    assert!(sources.len() > 500, "{}", sources.len());
+    assert_eq!(session.stats().unwrap().counters.id_repairs, 0);
+}
+
+#[test]
+fn a_push_that_needs_drained_space_is_retried_under_the_right_id() {
+    let config = Config {
+        context_window: 200_000,
+        working_budget: 150_000,
+        strategy: StrategyKind::Hierarchical,
+        working_age_ms: u64::MAX / 4,
+        session_age_ms: u64::MAX / 4,
+        ..Config::DEFAULT
+    };
+    let mut session =
+        SessionBuilder::new("space").config(config).archive_in_memory().build().unwrap();
+    // Text that is cheap in tokens and heavy in bytes fills the working arena first.
+    let filler = |i: usize| {
+        format!("Note {i}: the deploy of service-{i} finished cleanly.\n{}", "=".repeat(1_000))
+    };
+    let mut pushed = Vec::new();
+    for i in 0..780 {
+        let message = user(filler(i));
+        pushed.push((session.push(&message).unwrap().id, message));
+    }
+    assert_eq!(session.stats().unwrap().core.counters.units_evicted, 0);
+    let big = user(format!("{} the end", "=".repeat(250_000)));
+    let predicted = pushed.last().unwrap().0 + 1;
+    let report = session.push(&big).unwrap();
+    assert!(report.id > predicted, "hierarchical summaries took ids while making room");
+    assert!(!report.evicted_units.is_empty());
+    pushed.push((report.id, big));
+    let archive = session.archive().unwrap();
+    for (id, message) in &pushed {
+        assert_eq!(archive.get("space", *id).unwrap().unwrap().full_text(), message.content);
+    }
+    let displaced = archive.get("space", predicted).unwrap().unwrap();
+    assert_eq!(displaced.message.role, Role::System, "{displaced:?}");
+    assert_eq!(session.stats().unwrap().counters.id_repairs, 1);
+}
+
+#[test]
+fn refused_messages_leave_no_row() {
+    let mut session = SessionBuilder::new("refuse")
+        .config(Config { working_budget: 2_000, ..Config::DEFAULT })
+        .archive_in_memory()
+        .build()
+        .unwrap();
+    let calls = vec![ToolCall::new("c1", "grep", "{}")];
+    session.push(&ChatMessage::assistant_calls("", calls)).unwrap();
+    let refusals = [
+        ChatMessage::tool_result("nope", "orphan"),
+        ChatMessage::text(Role::User, "word ".repeat(5_000)),
+        ChatMessage::assistant_calls("", vec![ToolCall::new("", "x", "{}")]),
+    ];
+    for message in &refusals {
+        assert!(matches!(session.push(message), Err(SessionError::Core(_))));
+    }
+    session.push(&ChatMessage::tool_result("c1", "found")).unwrap();
+    assert!(matches!(
+        session.push(&ChatMessage::tool_result("c1", "again")),
+        Err(SessionError::Core(_))
+    ));
+    let archive = session.archive().unwrap();
+    assert_eq!(archive.message_count(Some("refuse")).unwrap(), 2);
+    assert_eq!(session.stats().unwrap().counters.refused_after_write_ahead, 0);
+}
+
+#[test]
+fn a_row_left_by_a_late_refusal_is_repaired() {
+    let config = Config { working_budget: 2_000, ..Config::DEFAULT };
+    let mut session =
+        SessionBuilder::new("late").config(config).archive_in_memory().build().unwrap();
+    // Calls whose arguments fill the working budget leave no room for even a reduced result:
+    // only the core finds that out.
+    use ctxwin_core::TokenCounter;
+    let counter = ctxwin_std::session::Counter::default();
+    let cost = |arguments: &str| {
+        counter.count("c1") + counter.count("grep") + counter.count(arguments) + 3 + 4
+    };
+    let arguments = (1..4_000)
+        .map(|n| format!(r#"{{"arg":"{}"}}"#, "a ".repeat(n)))
+        .find(|arguments| (1_972..=1_996).contains(&cost(arguments)))
+        .unwrap();
+    let calls = vec![ToolCall::new("c1", "grep", arguments)];
+    let head = session.push(&ChatMessage::assistant_calls("", calls)).unwrap().id;
+    let refused = session.push(&ChatMessage::tool_result("c1", "delta ".repeat(300)));
+    assert!(matches!(refused, Err(SessionError::Core(ctxwin_core::Error::MessageTooLarge { .. }))));
+    assert_eq!(session.stats().unwrap().counters.refused_after_write_ahead, 1);
+    let tool = session.add_tool(&tools()[0]).unwrap();
+    assert_eq!(tool, head + 1, "the tool definition took the refused message's id");
+    let row = session.archive().unwrap().get("late", tool).unwrap().unwrap();
+    assert_eq!(row.message.role, Role::System);
+    assert!(row.message.content.contains("read_file"), "{row:?}");
+}
+
+#[test]
+fn aborted_calls_are_archived_in_their_unit() {
+    let mut session = SessionBuilder::new("abort").archive_in_memory().build().unwrap();
+    let calls = vec![ToolCall::new("c1", "slow", "{}"), ToolCall::new("c2", "slower", "{}")];
+    let head = session.push(&ChatMessage::assistant_calls("", calls)).unwrap().id;
+    session.push(&ChatMessage::tool_result("c1", "done")).unwrap();
+    let next = session.push(&user("never mind")).unwrap();
+    assert_eq!(next.id, head + 3, "the synthetic result for c2 took an id");
+    let unit = session.archive().unwrap().unit("abort", head).unwrap();
+    assert_eq!(unit.len(), 3);
+    assert_eq!(unit[2].message.tool_call_id.as_deref(), Some("c2"));
+    assert_eq!(session.stats().unwrap().counters.id_repairs, 0, "the id was predicted");
+}
+
+#[test]
+fn retrieved_text_feeds_the_payload() {
+    let config = Config { max_messages: 4, locked_tail: 2, ..Config::DEFAULT };
+    let mut session =
+        SessionBuilder::new("recall").config(config).archive_in_memory().build().unwrap();
+    session.push(&user("The deploy key lives in vault path secret/deploy/prod.")).unwrap();
+    for i in 0..10 {
+        session.push(&user(format!("unrelated chatter {i}"))).unwrap();
+    }
+    assert!(session.manager().history().all(|m| !m.content().contains("vault")));
+    let block = session.retrieve("where is the deploy key vault", 3, 400).unwrap();
+    assert!(block.starts_with("[Retrieved from archive]") && block.contains("secret/deploy/prod"));
+    let payload = session.compose(&[&block]).unwrap();
+    assert_eq!(payload.conversation.messages[0].content, block);
+    assert!(matches!(
+        SessionBuilder::new("x").build().unwrap().retrieve("q", 1, 100),
+        Err(SessionError::NoArchive { .. })
+    ));
+}
+
+#[test]
+fn sessions_move_between_threads() {
+    fn assert_send<T: Send + 'static>() {}
+    assert_send::<Session>();
+    let shared = SessionBuilder::new("threads").archive_in_memory().build().unwrap().into_shared();
+    let workers: Vec<_> = (0..4)
+        .map(|worker| {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                for i in 0..5 {
+                    shared
+                        .lock()
+                        .unwrap()
+                        .push(&user(format!("worker {worker} message {i}")))
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let session = shared.lock().unwrap();
+    assert_eq!(session.archive().unwrap().message_count(Some("threads")).unwrap(), 20);
+    assert_eq!(session.stats().unwrap().counters.messages_pushed, 20);
+}
+
+#[test]
+fn stats_print_as_a_table_and_json() {
+    let mut session = SessionBuilder::new("stats").archive_in_memory().build().unwrap();
+    agent_turn(&mut session, 0, true);
+    let stats = session.stats().unwrap();
+    let table = stats.to_string();
+    for key in ["session", "budget / used", "permanent", "volatile", "reduced outputs", "archive"] {
+        assert!(table.contains(key), "{key} missing:\n{table}");
+    }
+    let json = parse_json(&serde_json::to_string(&stats).unwrap());
+    assert_eq!(json["core"]["counters"]["observations_reduced"], 1);
+    assert_eq!(json["archive"]["messages"], 6);
+}
