@@ -47,7 +47,7 @@ fn bench(c: &mut Criterion) {
 /// Times [`run_turn`] of `turn` on copies of `driver`'s manager.
 fn bench_turn(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
-    id: BenchmarkId,
+    (name, history): (&str, usize),
     driver: &Driver<'_>,
     turn: &Turn,
 ) {
@@ -56,9 +56,10 @@ fn bench_turn(
     let mut body = vec![0u8; BODY_CAPACITY];
     {
         let mut check = driver.manager_clone();
-        run_turn(&mut check, &messages, &mut body).expect("probe turn runs");
+        let len = run_turn(&mut check, &messages, &mut body).expect("probe turn runs");
+        println!("{name}/{history}: request body {len} bytes");
     }
-    group.bench_function(id, |b| {
+    group.bench_function(BenchmarkId::new(name, history), |b| {
         b.iter_batched_ref(
             || driver.manager_clone(),
             |manager| run_turn(manager, &messages, &mut body),
@@ -74,7 +75,7 @@ fn per_turn(c: &mut Criterion, session: &Session, drivers: &[(usize, Driver<'_>)
     let probes = [("typical", session.typical_turn()), ("heavy", session.heavy_turn())];
     for (name, turn) in &probes {
         for ((_, driver), nominal) in drivers.iter().zip(HISTORY_LENGTHS) {
-            bench_turn(&mut group, BenchmarkId::new(*name, nominal), driver, turn);
+            bench_turn(&mut group, (name, nominal), driver, turn);
         }
     }
     group.finish();
@@ -87,8 +88,7 @@ fn per_strategy(c: &mut Criterion, session: &Session) {
     let turn = session.typical_turn();
     for strategy in StrategyKind::ALL {
         let drivers = managers_at(session, turn_config(strategy), &[STEADY]).expect("replay");
-        let id = BenchmarkId::new(strategy.as_str(), STEADY);
-        bench_turn(&mut group, id, &drivers[0].1, &turn);
+        bench_turn(&mut group, (strategy.as_str(), STEADY), &drivers[0].1, &turn);
     }
     group.finish();
 }
