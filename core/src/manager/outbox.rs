@@ -37,7 +37,7 @@ impl<'a> EvictedUnit<'a> {
     }
 
     /// Its messages, in order.
-    pub fn messages(&self) -> impl Iterator<Item = MessageRef<'a>> + 'a {
+    pub fn messages(&self) -> impl Iterator<Item = MessageRef<'a>> + use<'a> {
         let (ring, level) = (self.ring, self.level);
         (self.span.start..self.span.end)
             .filter_map(move |i| ring.get(i))

@@ -149,22 +149,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if message.role == Role::Tool {
             return self.push_tool_result(&message);
         }
-        let level = message.level.unwrap_or(message.default_level());
-        if !message.tool_calls.is_empty() && !level.is_history() {
-            return Err(InvalidMessage::WrongLevel(level).into());
-        }
-        let content_tokens = self.counter.count(message.content);
-        let tokens = self.framed_tokens(content_tokens, message.tool_calls.iter().copied(), None);
+        let (level, tokens, extra) = self.checked(&message)?;
         let texts =
             core::iter::once(message.content).chain(message.tool_calls.iter().map(|c| c.arguments));
         let terms = key_terms(texts);
-        let extra = if message.tool_calls.is_empty() {
-            Extra::None
-        } else {
-            Extra::Calls(message.tool_calls)
-        };
         let len = message.content.len() + extra.len();
-        self.check_fits(level, tokens, len)?;
         if level.is_history() {
             self.make_room_closing(level, Some(len))?;
             self.close_pending();
@@ -328,8 +317,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             })
     }
 
-    fn push_tool_result(&mut self, message: &Message<'_>) -> Result<u64, Error> {
-        let call_id = message.tool_call_id.unwrap_or_default();
+    /// The waiting call a result for `call_id` answers: the pending unit, its head's index and
+    /// the call's position; [`Error::OrphanToolResult`] or [`Error::DuplicateToolResult`]
+    /// otherwise.
+    fn answered_call(&self, call_id: &str) -> Result<(Pending, usize, usize), Error> {
         let pending = self.state.pending().ok_or(Error::OrphanToolResult)?;
         let head = self.pending_head(pending.level).ok_or(Error::OrphanToolResult)?;
         let index = self
@@ -344,6 +335,74 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if pending.answered & bit(index) != 0 {
             return Err(Error::DuplicateToolResult);
         }
+        Ok((pending, head, index))
+    }
+
+    /// The checks [`push`](Self::push) makes before it stores or evicts anything: the manager
+    /// is configured, the message is well formed for its level, fits its level's budget and
+    /// arena (a tool result is reduced instead), and a tool result answers a call that is
+    /// waiting. For a caller that writes a message elsewhere first (an archive) and wants the
+    /// usual refusals to leave no trace. `push` can still refuse for room that eviction cannot
+    /// make ([`Error::LevelFull`], [`Error::OutboxFull`], a result too large to reduce).
+    ///
+    /// Returns the tokens the message costs as pushed, framing included (a tool result's
+    /// before any reduction).
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Error, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// assert_eq!(manager.check(&Message::tool_result("c1", "42")), Err(Error::OrphanToolResult));
+    /// let tokens = manager.check(&Message::user("hi"))?;
+    /// let id = manager.push(Message::user("hi"))?;
+    /// assert_eq!(manager.get(id).map(|m| m.tokens()), Some(tokens));
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn check(&self, message: &Message<'_>) -> Result<u32, Error> {
+        self.ensure_configured()?;
+        validate(message)?;
+        if let (Role::Tool, Some(call_id)) = (message.role, message.tool_call_id) {
+            self.answered_call(call_id)?;
+            return Ok(self.framed_tokens(self.counter.count(message.content), [], Some(call_id)));
+        }
+        self.checked(message).map(|(_, tokens, _)| tokens)
+    }
+
+    /// A message other than a tool result, checked for its level and size: its level, framed
+    /// tokens and the extra it stores besides its content.
+    fn checked<'m>(&self, message: &Message<'m>) -> Result<(Level, u32, Extra<'m>), Error> {
+        let level = message.level.unwrap_or(message.default_level());
+        if !message.tool_calls.is_empty() && !level.is_history() {
+            return Err(InvalidMessage::WrongLevel(level).into());
+        }
+        let content_tokens = self.counter.count(message.content);
+        let tokens = self.framed_tokens(content_tokens, message.tool_calls.iter().copied(), None);
+        let extra = if message.tool_calls.is_empty() {
+            Extra::None
+        } else {
+            Extra::Calls(message.tool_calls)
+        };
+        self.check_fits(level, tokens, message.content.len() + extra.len())?;
+        Ok((level, tokens, extra))
+    }
+
+    /// The id the next stored record will get. Ids are handed out in order, so a push that
+    /// first closes `n` waiting calls with synthetic results gives the message
+    /// `next_id() + n` (see [`unanswered_calls`](Self::unanswered_calls)).
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// let expected = manager.next_id();
+    /// assert_eq!(manager.push(Message::user("hi"))?, expected);
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn next_id(&self) -> u64 {
+        self.state.next_id()
+    }
+
+    fn push_tool_result(&mut self, message: &Message<'_>) -> Result<u64, Error> {
+        let call_id = message.tool_call_id.unwrap_or_default();
+        let (pending, head, index) = self.answered_call(call_id)?;
         let level = pending.level;
         let unit_tokens = self.unit_tokens(level, head);
         let limit = self.config.observation_limit.min(

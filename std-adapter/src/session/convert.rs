@@ -1,18 +1,12 @@
 //! Conversions between the std side's owned messages and the core's borrowed ones, and the
 //! rendering of a core payload as an owned [`Conversation`].
 
-use ctxwin_core::{
-    ENTITIES_PREFIX, Entities, InvalidMessage, Level, MAX_TOOL_CALLS, MessageRef, Payload,
-    PayloadItem, Role,
-};
+use ctxwin_core::{ENTITIES_PREFIX, Entities, Level, MessageRef, Payload, PayloadItem, Role};
 use serde_json::value::RawValue;
 
 use super::SessionError;
 use crate::archive::{ArchiveLevel, ArchivedMessage};
 use crate::message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
-
-/// Longest tool call id the core accepts, in bytes (its `MAX_TOOL_CALL_ID_LEN`, not exported).
-const MAX_TOOL_CALL_ID_LEN: usize = 128;
 
 /// The core's view of `message`'s tool calls, borrowed.
 pub(crate) fn core_calls(message: &ChatMessage) -> Vec<ctxwin_core::ToolCall<'_>> {
@@ -21,45 +15,6 @@ pub(crate) fn core_calls(message: &ChatMessage) -> Vec<ctxwin_core::ToolCall<'_>
         .iter()
         .map(|call| ctxwin_core::ToolCall::new(&call.id, &call.name, &call.arguments))
         .collect()
-}
-
-/// The checks the core makes on a message's shape, made before anything is written so that a
-/// malformed message leaves no trace in the archive.
-pub(crate) fn check_shape(message: &ChatMessage, level: Level) -> Result<(), InvalidMessage> {
-    let calls = &message.tool_calls;
-    if !calls.is_empty() && message.role != Role::Assistant {
-        return Err(InvalidMessage::ToolCallsOnNonAssistant);
-    }
-    match (message.role, message.tool_call_id.as_deref()) {
-        (Role::Tool, None) => return Err(InvalidMessage::MissingToolCallId),
-        (Role::Tool, Some("")) => return Err(InvalidMessage::EmptyToolCallId),
-        (Role::Tool, Some(id)) if id.len() > MAX_TOOL_CALL_ID_LEN => {
-            return Err(InvalidMessage::FieldTooLong);
-        }
-        (Role::Tool, Some(_)) | (_, None) => {}
-        (_, Some(_)) => return Err(InvalidMessage::UnexpectedToolCallId),
-    }
-    if calls.len() > MAX_TOOL_CALLS {
-        return Err(InvalidMessage::TooManyToolCalls);
-    }
-    for (index, call) in calls.iter().enumerate() {
-        if call.id.is_empty() {
-            return Err(InvalidMessage::EmptyToolCallId);
-        }
-        if call.id.len() > MAX_TOOL_CALL_ID_LEN
-            || call.name.len() > usize::from(u16::MAX)
-            || u32::try_from(call.arguments.len()).is_err()
-        {
-            return Err(InvalidMessage::FieldTooLong);
-        }
-        if calls.iter().take(index).any(|earlier| earlier.id == call.id) {
-            return Err(InvalidMessage::DuplicateToolCallId);
-        }
-    }
-    if !calls.is_empty() && !level.is_history() {
-        return Err(InvalidMessage::WrongLevel(level));
-    }
-    Ok(())
 }
 
 /// The archive's name for a core level.
@@ -172,22 +127,6 @@ pub(crate) fn render(payload: &Payload<'_>) -> Result<Conversation, SessionError
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shape_checks_match_the_core() {
-        let mut bad = ChatMessage::text(Role::User, "x");
-        bad.tool_call_id = Some("c1".into());
-        assert_eq!(check_shape(&bad, Level::Working), Err(InvalidMessage::UnexpectedToolCallId));
-        let calls = vec![ToolCall::new("c", "a", "{}"), ToolCall::new("c", "b", "{}")];
-        let twice = ChatMessage::assistant_calls("", calls);
-        assert_eq!(check_shape(&twice, Level::Working), Err(InvalidMessage::DuplicateToolCallId));
-        let one = ChatMessage::assistant_calls("", vec![ToolCall::new("c", "a", "{}")]);
-        assert_eq!(
-            check_shape(&one, Level::Session),
-            Err(InvalidMessage::WrongLevel(Level::Session))
-        );
-        assert!(check_shape(&ChatMessage::tool_result("c", "ok"), Level::Working).is_ok());
-    }
 
     #[test]
     fn tool_definitions_round_trip() {

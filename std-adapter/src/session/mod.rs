@@ -29,10 +29,10 @@
 //!
 //! Archive rows are keyed by the core's message ids, and a row's unit is the id of its core
 //! unit's first message (an assistant message with tool calls; its results share its unit).
-//! Because the archive is written before the core assigns an id, the session predicts it
-//! from the ids it has seen the core use; every checkpoint checks the prediction against the
-//! snapshot, and a wrong guess is repaired in the archive (counted in
-//! [`SessionCounters::id_repairs`]).
+//! Because the archive is written before the core assigns an id, the session predicts it:
+//! the core's `next_id`, plus the synthetic results of calls the message closes. A summary
+//! the core writes while making room can take that id first; such a wrong guess is repaired
+//! in the archive (counted in [`SessionCounters::id_repairs`]).
 //!
 //! # Examples
 //!

@@ -82,61 +82,6 @@ fn decode(payload: &[u8]) -> Result<(&[u8], SessionState), String> {
     Ok((core, state))
 }
 
-/// The `next_id` of a core snapshot in format version 1 (`core/SNAPSHOT.md`): the first field
-/// of the state, after the configuration. `None` for another version or a malformed body.
-///
-/// The core does not expose its next id; reading it here lets every checkpoint check (and
-/// correct) the session's id tracking, and a restore start from the exact value.
-fn snapshot_next_id(snapshot: &[u8]) -> Option<u64> {
-    if snapshot.get(..4)? != b"CWSN" || snapshot.get(4..6)? != [1, 0] {
-        return None;
-    }
-    let mut body = Postcard { bytes: snapshot, at: 48 };
-    // The configuration's fields in order: `v` a varint, `b` a raw byte.
-    for field in "vvvvvbvvvvvbbbvvvvvvv".bytes() {
-        if field == b'v' {
-            body.varint()?;
-        } else {
-            body.skip(1)?;
-        }
-    }
-    let keys = body.varint()?;
-    if keys > 64 {
-        return None;
-    }
-    for _ in 0..keys {
-        let len = body.varint()?;
-        body.skip(usize::try_from(len).ok()?)?;
-    }
-    body.varint()
-}
-
-/// A cursor over postcard bytes.
-struct Postcard<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Postcard<'_> {
-    fn varint(&mut self) -> Option<u64> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = *self.bytes.get(self.at)?;
-            self.at += 1;
-            value |= u64::from(byte & 0x7f).checked_shl(shift)?;
-            if byte & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
-
-    fn skip(&mut self, len: usize) -> Option<()> {
-        self.at = self.at.checked_add(len).filter(|&end| end <= self.bytes.len())?;
-        Some(())
-    }
-}
-
 impl Session {
     /// Writes a checkpoint now: the core's whole state and the session's (calibration, id
     /// tracking, counters). Units waiting in the outbox are archived first.
@@ -160,9 +105,8 @@ impl Session {
         let mut core = vec![0u8; self.manager.snapshot_len()];
         let len = self.manager.snapshot_into(&mut core).map_err(SessionError::Snapshot)?.len();
         core.truncate(len);
-        if let Some(next) = snapshot_next_id(&core)
-            && next != self.tracker.next_id
-        {
+        let next = self.manager.next_id();
+        if next != self.tracker.next_id {
             tracing::warn!(
                 tracked = self.tracker.next_id,
                 next,
@@ -286,11 +230,9 @@ impl Session {
         restored: Restored,
         skipped: Vec<crate::checkpoint::Skipped>,
     ) -> Result<RestoreReport, SessionError> {
-        let Restored { state, next_id } = restored;
+        let Restored { state } = restored;
         self.tracker = state.tracker;
-        if let Some(next) = next_id {
-            self.tracker.next_id = next;
-        }
+        self.tracker.next_id = self.manager.next_id();
         self.trusted_from = self.tracker.next_id;
         self.phantom = None;
         self.calibrator = state.calibrator;
@@ -354,7 +296,6 @@ impl Session {
 /// A checkpoint loaded into the manager.
 struct Restored {
     state: SessionState,
-    next_id: Option<u64>,
 }
 
 /// Checks a payload belongs to session `name` and restores its core part into `manager`
@@ -369,7 +310,7 @@ fn restore_into(
         return Err(format!("it belongs to session {:?}", state.session));
     }
     manager.restore_from(core).map_err(|error| snapshot_reason(&error))?;
-    Ok(Restored { state, next_id: snapshot_next_id(core) })
+    Ok(Restored { state })
 }
 
 fn snapshot_reason(error: &SnapshotError) -> String {
@@ -379,27 +320,6 @@ fn snapshot_reason(error: &SnapshotError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxwin_core::{Config, ContextManager, EntitySchema, Message, TinyCapacities};
-
-    #[test]
-    fn reads_next_id_from_a_core_snapshot() {
-        let schema = EntitySchema::new(&["city", "date"]).unwrap();
-        let config = Config {
-            entity_schema: schema,
-            working_age_ms: u64::MAX / 3,
-            context_window: 200_000,
-            ..Config::DEFAULT
-        };
-        let mut manager = ContextManager::<TinyCapacities>::with_config(config).unwrap();
-        for text in ["one", "two", "three"] {
-            manager.push(Message::user(text)).unwrap();
-        }
-        let mut buffer = vec![0u8; manager.snapshot_len()];
-        let snapshot = manager.snapshot_into(&mut buffer).unwrap();
-        assert_eq!(snapshot_next_id(snapshot), Some(4));
-        assert_eq!(snapshot_next_id(&snapshot[..50]), None);
-        assert_eq!(snapshot_next_id(b"CWSN\x02\x00"), None);
-    }
 
     #[test]
     fn payloads_round_trip_and_damage_is_named() {

@@ -1,16 +1,28 @@
 //! Pushing one message: write-ahead to the archive, into the core, then the archive brought
 //! up to date and a periodic checkpoint.
 
-use ctxwin_core::{Error as CoreError, Level, Message, Role, TokenCounter, UnansweredCalls};
+use ctxwin_core::{Error as CoreError, Level, Message, Role, UnansweredCalls};
 
-use super::convert::{archive_level, check_shape, core_calls, row_from_ref, tool_definition_json};
+use super::convert::{archive_level, core_calls, row_from_ref, tool_definition_json};
 use super::report::{PushReport, Reduction};
-use super::{ServerCapacities, Session, SessionError, now_ms};
+use super::{Session, SessionError, now_ms};
 use crate::archive::ArchivedMessage;
 use crate::message::{ChatMessage, ToolDefinition};
 
-/// Tokens one tool call adds besides its strings (the core's `CALL_OVERHEAD`, not exported).
-const CALL_OVERHEAD: u32 = 3;
+/// The core's borrowed view of `message` as pushed with `options` at `timestamp`.
+fn core_message<'a>(
+    message: &'a ChatMessage,
+    calls: &'a [ctxwin_core::ToolCall<'a>],
+    options: &PushOptions,
+    timestamp: u64,
+) -> Message<'a> {
+    let mut core = Message::new(message.role, &message.content).at(timestamp);
+    core.tool_calls = calls;
+    core.tool_call_id = message.tool_call_id.as_deref();
+    core.important = options.important;
+    core.level = options.level;
+    core
+}
 
 /// How to store a pushed message.
 ///
@@ -263,94 +275,26 @@ impl Session {
         Ok(plan)
     }
 
-    /// Decides id, unit, level and cost, refusing what the core would refuse.
+    /// Decides id, unit, level and cost, refusing what the core would refuse (its own
+    /// [`check`](ctxwin_core::ContextManager::check)).
     fn plan(&self, message: &ChatMessage, options: &PushOptions) -> Result<Plan, SessionError> {
-        let (level, unit) = if message.role == Role::Tool {
-            check_shape(message, Level::Working).map_err(CoreError::from)?;
-            let call_id = message.tool_call_id.as_deref().unwrap_or_default();
-            let head = self.pending_head().ok_or(CoreError::OrphanToolResult)?;
-            if !head.tool_calls().any(|call| call.id == call_id) {
-                return Err(CoreError::OrphanToolResult.into());
+        let calls = core_calls(message);
+        let tokens = self.manager.check(&core_message(message, &calls, options, 0))?;
+        let (level, unit) = match self.pending_head() {
+            Some(head) if message.role == Role::Tool => (head.level(), Some(head.id())),
+            _ => {
+                let default =
+                    if message.role == Role::System { Level::Permanent } else { Level::Working };
+                (options.level.unwrap_or(default), None)
             }
-            let answered = self
-                .manager
-                .history()
-                .rev()
-                .take_while(|m| m.role() == Role::Tool)
-                .any(|m| m.tool_call_id() == Some(call_id));
-            if answered {
-                return Err(CoreError::DuplicateToolResult.into());
-            }
-            (head.level(), Some(head.id()))
-        } else {
-            let default =
-                if message.role == Role::System { Level::Permanent } else { Level::Working };
-            let level = options.level.unwrap_or(default);
-            check_shape(message, level).map_err(CoreError::from)?;
-            (level, None)
         };
-        let tokens = self.framed_tokens(message);
-        self.check_size(message, level, tokens)?;
         let config = self.manager.config();
         let closes_calls = message.role != Role::Tool
             && level.is_history()
             && config.unanswered_calls == UnansweredCalls::SynthesizeAborted;
         let aborted = if closes_calls { u64::from(self.manager.unanswered_calls()) } else { 0 };
-        let id = self.tracker.next_id.saturating_add(aborted);
+        let id = self.manager.next_id().saturating_add(aborted);
         Ok(Plan { id, unit: unit.unwrap_or(id), level, tokens })
-    }
-
-    /// The core's refusals for size, checked ahead (tool results are reduced instead).
-    fn check_size(
-        &self,
-        message: &ChatMessage,
-        level: Level,
-        tokens: u32,
-    ) -> Result<(), SessionError> {
-        if message.role == Role::Tool {
-            return Ok(());
-        }
-        let config = self.manager.config();
-        let budget = config.level_budget(level);
-        if tokens > budget {
-            return Err(CoreError::MessageTooLarge { needed: tokens, limit: budget }.into());
-        }
-        let call_bytes: usize = message
-            .tool_calls
-            .iter()
-            .map(|c| 8 + c.id.len() + c.name.len() + c.arguments.len())
-            .sum();
-        let bytes = message.content.len().saturating_add(call_bytes);
-        let capacity = ServerCapacities::arena_bytes(level);
-        if bytes > capacity {
-            let needed = u32::try_from(bytes).unwrap_or(u32::MAX);
-            let limit = u32::try_from(capacity).unwrap_or(u32::MAX);
-            return Err(CoreError::MessageTooLarge { needed, limit }.into());
-        }
-        if level == Level::Permanent {
-            let needed = self.manager.level_tokens(level).saturating_add(tokens);
-            if needed > budget {
-                return Err(CoreError::LevelOverBudget { level, needed, budget }.into());
-            }
-        }
-        Ok(())
-    }
-
-    /// The message's cost as the core counts it: content, each call's strings and framing,
-    /// the result's call id, and the per-message overhead.
-    fn framed_tokens(&self, message: &ChatMessage) -> u32 {
-        let counter = self.manager.counter();
-        let calls = message.tool_calls.iter().fold(0u32, |sum, call| {
-            sum.saturating_add(counter.count(&call.id))
-                .saturating_add(counter.count(&call.name))
-                .saturating_add(counter.count(&call.arguments))
-                .saturating_add(CALL_OVERHEAD)
-        });
-        counter
-            .count(&message.content)
-            .saturating_add(calls)
-            .saturating_add(message.tool_call_id.as_deref().map_or(0, |id| counter.count(id)))
-            .saturating_add(u32::from(self.manager.config().message_overhead))
     }
 
     /// Archives `message` under the planned id, full text as content; on failure nothing is
@@ -386,12 +330,7 @@ impl Session {
         timestamp: u64,
     ) -> Result<u64, CoreError> {
         let calls = core_calls(message);
-        let mut core = Message::new(message.role, &message.content).at(timestamp);
-        core.tool_calls = &calls;
-        core.tool_call_id = message.tool_call_id.as_deref();
-        core.important = options.important;
-        core.level = options.level;
-        self.manager.push(core)
+        self.manager.push(core_message(message, &calls, options, timestamp))
     }
 
     /// When the core stored something else than was written ahead (reduced text, another

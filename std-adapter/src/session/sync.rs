@@ -13,8 +13,8 @@ use crate::archive::{Archive, ArchivedMessage, SummaryRecord};
 /// What the session knows about the core's ids, kept in checkpoints.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Tracker {
-    /// The id the core gives the next record (the core does not expose it; see the module
-    /// documentation).
+    /// The core's next id as of the last operation the session saw through (kept in
+    /// checkpoints; `ContextManager::next_id` is the live value).
     pub next_id: u64,
     /// Summaries recorded in the archive, by id.
     pub summaries: BTreeMap<u64, SummaryMark>,
