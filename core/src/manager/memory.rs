@@ -54,6 +54,18 @@ impl<'a, S: Strategy> Parts<'a, S> {
         UnitView::new(level, LevelMessages::range(self.ring(level), level, span.start, span.end))
     }
 
+    /// The text and source ranges of the session entry at `index` (the rolling summary a new
+    /// one extends), or nothing.
+    fn previous_summary(&self, index: Option<usize>) -> (&'a str, Ranges) {
+        let session = self.ring(Level::Session);
+        let mut ranges = Ranges::new();
+        let text = index.and_then(|i| session.get(i)).map_or("", |h| {
+            record::SourceRanges::new(h, session.record(h)).for_each(|r| ranges.add(r));
+            record::content(h, session.record(h))
+        });
+        (text, ranges)
+    }
+
     /// The token budget of a new summary at `detail`: what the configuration allows, less the
     /// message framing the stored summary will also cost.
     fn budget(&self, detail: Detail) -> u32 {
@@ -267,12 +279,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             let mut parts = self.parts();
             let Some(view) = parts.unit(level, unit) else { return };
             let ids = view.ids();
-            let session = parts.ring(Level::Session);
-            let mut ranges = Ranges::new();
-            let previous = rolling_at.and_then(|i| session.get(i)).map_or("", |h| {
-                record::SourceRanges::new(h, session.record(h)).for_each(|r| ranges.add(r));
-                record::content(h, session.record(h))
-            });
+            let (previous, mut ranges) = parts.previous_summary(rolling_at);
             ranges.add(ids);
             let source = SummarySource::unit(view.messages(), ids.0, ids.1);
             let budget = parts.budget(detail);
@@ -443,12 +450,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let rolling_at = self.rolling_index();
         let (written, ranges, newest) = {
             let mut parts = self.parts();
-            let session = parts.ring(Level::Session);
-            let mut ranges = Ranges::new();
-            let previous = rolling_at.and_then(|i| session.get(i)).map_or("", |h| {
-                record::SourceRanges::new(h, session.record(h)).for_each(|r| ranges.add(r));
-                record::content(h, session.record(h))
-            });
+            let (previous, mut ranges) = parts.previous_summary(rolling_at);
             ranges.add(range);
             let source = SummarySource::new(parts.history(), range.0, range.1);
             let newest = source.clone().map(|m| m.timestamp()).max().unwrap_or(0);

@@ -11,36 +11,13 @@ use serde_json::value::RawValue;
 
 use super::check::{self, Layout};
 use super::error::{FormatError, Problem};
-use super::node::{Kind, MESSAGES, Node, Object};
+use super::node::{Kind, Node, Object};
 use crate::{ChatMessage, Conversation, ToolCall, ToolDefinition};
 
 /// Separator between the text blocks of a system prompt or a tool result.
 pub(super) const BLOCK_SEPARATOR: &str = "\n";
 /// Prefix of the user text a mid-conversation system message becomes.
 pub(super) const SYSTEM_PREFIX: &str = "[system] ";
-
-/// Reads a bare message array or a request body (`system`, `messages`, `tools`).
-pub(super) fn read_document(
-    root: &Node<'_, '_>,
-    conv: &mut Conversation,
-) -> Result<(), FormatError> {
-    match root.kind() {
-        Kind::Array => read_messages(&root.labelled(MESSAGES), conv),
-        Kind::Object => {
-            let body = root.object()?;
-            read_messages(&body.required("messages")?, conv)?;
-            read_header(&body, conv)
-        }
-        _ => Err(root.wrong_type("an array of messages or an object with `messages`")),
-    }
-}
-
-fn read_messages(list: &Node<'_, '_>, conv: &mut Conversation) -> Result<(), FormatError> {
-    for (index, message) in list.array("an array of messages")?.into_iter().enumerate() {
-        read_message(&message.in_message(index), &mut conv.messages)?;
-    }
-    Ok(())
-}
 
 /// Reads the non-message fields a body or a JSONL header line may carry (`system`, `tools`).
 pub(super) fn read_header(
@@ -367,6 +344,10 @@ pub(super) fn wire_lines(
 mod tests {
     use super::*;
     use crate::format::node::Source;
+
+    fn read_document(root: &Node<'_, '_>, conv: &mut Conversation) -> Result<(), FormatError> {
+        crate::format::document::read_document(root, conv, crate::format::Provider::Anthropic)
+    }
 
     fn read_doc(json: &str) -> Result<Conversation, FormatError> {
         let src = Source::new(json, 1);

@@ -6,9 +6,9 @@
 
 use std::io::BufRead;
 
+use super::Provider;
 use super::error::FormatError;
 use super::node::{MESSAGES, Path, Seg, Source};
-use super::{Provider, anthropic, openai};
 use crate::Conversation;
 
 /// Reads JSONL records one line at a time into a conversation.
@@ -38,19 +38,13 @@ impl LineReader {
                 obj.has("tools") || (self.provider == Provider::Anthropic && obj.has("system"));
             if header_key && !obj.has("role") {
                 self.header_seen = true;
-                return match self.provider {
-                    Provider::OpenAi => openai::read_header(&obj, &mut self.conv),
-                    Provider::Anthropic => anthropic::read_header(&obj, &mut self.conv),
-                };
+                return self.provider.read_header(&obj, &mut self.conv);
             }
         }
         let index = self.records;
         self.records = index.saturating_add(1);
         let record = root.labelled(Path::child(&MESSAGES, Seg::Index(index))).in_message(index);
-        match self.provider {
-            Provider::OpenAi => openai::read_message(&record, &mut self.conv.messages),
-            Provider::Anthropic => anthropic::read_message(&record, &mut self.conv.messages),
-        }
+        self.provider.read_message(&record, &mut self.conv.messages)
     }
 
     pub(super) fn finish(self) -> Conversation {

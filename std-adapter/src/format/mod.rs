@@ -84,6 +84,7 @@
 mod anthropic;
 mod check;
 mod detect;
+mod document;
 mod error;
 mod jsonl;
 mod node;
@@ -243,10 +244,7 @@ fn read_json(input: &str, provider: Provider) -> Result<Conversation, FormatErro
     let src = Source::new(input, 1);
     let root = src.root()?;
     let mut conv = Conversation::default();
-    match provider {
-        Provider::OpenAi => openai::read_document(&root, &mut conv)?,
-        Provider::Anthropic => anthropic::read_document(&root, &mut conv)?,
-    }
+    document::read_document(&root, &mut conv, provider)?;
     Ok(conv)
 }
 

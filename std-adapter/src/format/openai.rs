@@ -8,39 +8,11 @@ use std::borrow::Cow;
 
 use super::check::{self, Layout};
 use super::error::{FormatError, Problem};
-use super::node::{Kind, MESSAGES, Node, Object};
+use super::node::{Kind, Node, Object};
 use crate::{ChatMessage, Conversation, ToolCall, ToolDefinition};
 
 /// Separator between the text parts of one message.
 pub(super) const PART_SEPARATOR: &str = "\n";
-
-/// Reads a bare message array or a request body (`messages`, `tools`; other keys ignored).
-pub(super) fn read_document(
-    root: &Node<'_, '_>,
-    conv: &mut Conversation,
-) -> Result<(), FormatError> {
-    match root.kind() {
-        Kind::Array => read_messages(&root.labelled(MESSAGES), conv),
-        Kind::Object => {
-            let body = root.object()?;
-            if let Some(system) = body.field("system") {
-                return Err(system.error(Problem::Unsupported(
-                    "top-level `system` in an OpenAI body (Anthropic's layout?)".to_owned(),
-                )));
-            }
-            read_messages(&body.required("messages")?, conv)?;
-            read_header(&body, conv)
-        }
-        _ => Err(root.wrong_type("an array of messages or an object with `messages`")),
-    }
-}
-
-fn read_messages(list: &Node<'_, '_>, conv: &mut Conversation) -> Result<(), FormatError> {
-    for (index, message) in list.array("an array of messages")?.into_iter().enumerate() {
-        read_message(&message.in_message(index), &mut conv.messages)?;
-    }
-    Ok(())
-}
 
 /// Reads the non-message fields a body or a JSONL header line may carry (`tools`).
 pub(super) fn read_header(
@@ -272,6 +244,10 @@ pub(super) fn wire_header(conv: &Conversation) -> Result<Option<WireHeader<'_>>,
 mod tests {
     use super::*;
     use crate::format::node::Source;
+
+    fn read_document(root: &Node<'_, '_>, conv: &mut Conversation) -> Result<(), FormatError> {
+        crate::format::document::read_document(root, conv, crate::format::Provider::OpenAi)
+    }
 
     fn read_one(json: &str) -> Result<Vec<ChatMessage>, FormatError> {
         let src = Source::new(json, 1);
