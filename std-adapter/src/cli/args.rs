@@ -1,0 +1,326 @@
+//! The command line, declared with clap's derive API.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ctxwin_core::{Level, Role};
+
+use crate::format::Format;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0 success           4 I/O error                 7 no state directory (run `ctxwin init`)
+  1 internal error    5 budget impossible         8 invalid configuration
+  2 usage error       6 state corrupt (reported, never reset)
+  3 bad input (a file, message or id that does not parse, or that the context refuses)";
+
+/// `ctxwin`: a persistent context window for LLM agents, driven from the shell.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ctxwin",
+    version,
+    about = "A context-window manager for LLM agents: keeps what the model sees under a token budget",
+    long_about = "A context-window manager for LLM agents: keeps what the model sees under a token \
+budget. State (configuration, checkpoints, archive) lives in a directory, `.ctxwin` by default; \
+each command restores it from the latest checkpoint and checkpoints it again when it changed. \
+Works without a tokenizer or a server; --tokenizer counts tokens exactly.",
+    after_help = EXIT_CODES,
+    propagate_version = true
+)]
+pub(crate) struct Cli {
+    /// State directory: configuration, checkpoints and archive.
+    #[arg(long, global = true, env = "CTXWIN_DIR", default_value = ".ctxwin", value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// Count tokens exactly with a Hugging Face tokenizer.json (or the built-in `cl100k` or
+    /// `smollm2`) instead of the estimator.
+    #[arg(long, global = true, env = "CTXWIN_TOKENIZER", value_name = "FILE")]
+    pub tokenizer: Option<String>,
+
+    /// Base URL of an OpenAI-compatible server for LLM summaries (overrides [llm] url).
+    #[arg(long, global = true, env = "CTXWIN_LLM_URL", value_name = "URL")]
+    pub llm_url: Option<String>,
+
+    /// Print reports and tables as JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create the state directory with a commented default configuration.
+    Init(InitArgs),
+    /// Add one message to the context.
+    Add(AddArgs),
+    /// Import a conversation file (OpenAI or Anthropic, JSON or JSONL).
+    Import(ImportArgs),
+    /// Print the payload to send now (`ctxwin build > context.json`).
+    Build(BuildArgs),
+    /// Show tokens used per level, messages, summaries and compression.
+    Stats,
+    /// Force a compression pass now: the strategy evicts (and summarizes) down to a target.
+    Compress(CompressArgs),
+    /// Fold the oldest history into the rolling summary now.
+    Summarize(SummarizeArgs),
+    /// Write a checkpoint now.
+    Checkpoint,
+    /// List the checkpoints, newest first.
+    Checkpoints,
+    /// Go back to a checkpoint.
+    Restore(RestoreArgs),
+    /// Search the archive by keywords, or drill down into a summary.
+    Search(SearchArgs),
+    /// Trim a conversation to a token budget without any state: print what ctxwin would send.
+    Trim(TrimArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InitArgs {
+    /// Use this configuration file (checked, then copied into the state directory) instead of
+    /// the commented defaults.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AddArgs {
+    /// Who speaks.
+    #[arg(value_enum)]
+    pub role: RoleArg,
+    /// The text; `@FILE` reads a file, `-` reads standard input.
+    #[arg(allow_hyphen_values = true)]
+    pub content: String,
+    /// For a tool result: the id of the call it answers.
+    #[arg(long, value_name = "ID", required_if_eq("role", "tool"))]
+    pub tool_call_id: Option<String>,
+    /// For an assistant message: its tool calls as JSON, OpenAI's
+    /// `[{"id":…,"function":{"name":…,"arguments":…}}]` or flat `[{"id":…,"name":…,"arguments":…}]`.
+    #[arg(long, value_name = "JSON")]
+    pub tool_calls: Option<String>,
+    /// Store it in this level instead of the role's default.
+    #[arg(long, value_enum)]
+    pub level: Option<LevelArg>,
+    /// Mark it important (kept longer by the importance strategy).
+    #[arg(long)]
+    pub important: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ImportArgs {
+    /// The conversation file (`-` for standard input).
+    pub file: PathBuf,
+    /// Its format; detected from the content when omitted.
+    #[arg(long, value_enum)]
+    pub format: Option<ConversationFormat>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BuildArgs {
+    /// Payload format.
+    #[arg(long, value_enum, default_value = "openai")]
+    pub format: PayloadFormat,
+    /// Dynamic context sent this turn only (task goals, retrieved text); `@FILE` reads a file.
+    /// Repeatable.
+    #[arg(long, value_name = "TEXT")]
+    pub dynamic: Vec<String>,
+    /// Also retrieve archived messages matching these words and send them as dynamic context.
+    #[arg(long, value_name = "QUERY")]
+    pub retrieve: Option<String>,
+    /// Most archived messages --retrieve adds.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub retrieve_limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompressArgs {
+    /// Compress down to this share of the budget, in percent (1–100).
+    #[arg(long, value_name = "PERCENT", default_value_t = 50,
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub target: u8,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SummarizeArgs {
+    /// Keep this many of the newest messages out of the summary (default: the configured
+    /// locked_tail).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RestoreArgs {
+    /// A checkpoint id (see `ctxwin checkpoints`) or `latest`.
+    pub checkpoint: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SearchArgs {
+    /// Words to look for (BM25 ranking over archived messages and summaries).
+    #[arg(required_unless_present = "summary", conflicts_with = "summary")]
+    pub query: Option<String>,
+    /// Most hits to show.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub limit: usize,
+    /// Show the messages summary ID stands for instead of searching.
+    #[arg(long, value_name = "ID")]
+    pub summary: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TrimArgs {
+    /// The conversation file (`-` for standard input).
+    pub file: PathBuf,
+    /// Token budget of the payload.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(64..))]
+    pub budget: u32,
+    /// Payload format (default: the input's provider, as a JSON body).
+    #[arg(long, value_enum)]
+    pub format: Option<PayloadFormat>,
+    /// Input format; detected from the content when omitted.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub input_format: Option<ConversationFormat>,
+    /// Take strategy, locked tail, observation limit… from this ctxwin.toml (the budget
+    /// replaces its window and level budgets).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// A message role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum RoleArg {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl From<RoleArg> for Role {
+    fn from(role: RoleArg) -> Role {
+        match role {
+            RoleArg::System => Role::System,
+            RoleArg::User => Role::User,
+            RoleArg::Assistant => Role::Assistant,
+            RoleArg::Tool => Role::Tool,
+        }
+    }
+}
+
+/// A context level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LevelArg {
+    Permanent,
+    Session,
+    Working,
+    Volatile,
+}
+
+impl From<LevelArg> for Level {
+    fn from(level: LevelArg) -> Level {
+        match level {
+            LevelArg::Permanent => Level::Permanent,
+            LevelArg::Session => Level::Session,
+            LevelArg::Working => Level::Working,
+            LevelArg::Volatile => Level::Volatile,
+        }
+    }
+}
+
+/// A conversation file format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ConversationFormat {
+    /// OpenAI chat completions: a message array or a request body.
+    Openai,
+    /// OpenAI messages, one per line.
+    OpenaiJsonl,
+    /// Anthropic Messages: a message array or a request body.
+    Anthropic,
+    /// Anthropic messages, one per line.
+    AnthropicJsonl,
+}
+
+impl From<ConversationFormat> for Format {
+    fn from(format: ConversationFormat) -> Format {
+        match format {
+            ConversationFormat::Openai => Format::OpenAiJson,
+            ConversationFormat::OpenaiJsonl => Format::OpenAiJsonl,
+            ConversationFormat::Anthropic => Format::AnthropicJson,
+            ConversationFormat::AnthropicJsonl => Format::AnthropicJsonl,
+        }
+    }
+}
+
+/// How a payload is printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PayloadFormat {
+    /// An OpenAI chat-completions request body.
+    Openai,
+    /// An Anthropic Messages request body.
+    Anthropic,
+    /// OpenAI messages, one per line.
+    OpenaiJsonl,
+    /// Anthropic messages, one per line.
+    AnthropicJsonl,
+    /// A readable transcript.
+    Text,
+}
+
+impl PayloadFormat {
+    /// The provider format, `None` for the transcript.
+    pub(crate) fn provider(self) -> Option<Format> {
+        match self {
+            PayloadFormat::Openai => Some(Format::OpenAiJson),
+            PayloadFormat::Anthropic => Some(Format::AnthropicJson),
+            PayloadFormat::OpenaiJsonl => Some(Format::OpenAiJsonl),
+            PayloadFormat::AnthropicJsonl => Some(Format::AnthropicJsonl),
+            PayloadFormat::Text => None,
+        }
+    }
+
+    /// The JSON body of the same provider as `format`.
+    pub(crate) fn body_of(format: Format) -> PayloadFormat {
+        match format {
+            Format::OpenAiJson | Format::OpenAiJsonl => PayloadFormat::Openai,
+            Format::AnthropicJson | Format::AnthropicJsonl => PayloadFormat::Anthropic,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn tool_results_need_a_call_id() {
+        let parsed = Cli::try_parse_from(["ctxwin", "add", "tool", "42"]);
+        assert!(parsed.is_err());
+        let parsed =
+            Cli::try_parse_from(["ctxwin", "add", "tool", "42", "--tool-call-id", "c1"]).unwrap();
+        let Command::Add(add) = parsed.command else { panic!("not add") };
+        assert_eq!((add.role, add.tool_call_id.as_deref()), (RoleArg::Tool, Some("c1")));
+    }
+
+    #[test]
+    fn global_flags_go_anywhere() {
+        let parsed = Cli::try_parse_from(["ctxwin", "stats", "--json", "--dir", "/tmp/x"]).unwrap();
+        assert!(parsed.json);
+        assert_eq!(parsed.dir, PathBuf::from("/tmp/x"));
+    }
+
+    #[test]
+    fn search_takes_a_query_or_a_summary() {
+        assert!(Cli::try_parse_from(["ctxwin", "search"]).is_err());
+        assert!(Cli::try_parse_from(["ctxwin", "search", "--summary", "4"]).is_ok());
+        assert!(Cli::try_parse_from(["ctxwin", "search", "x", "--summary", "4"]).is_err());
+    }
+}

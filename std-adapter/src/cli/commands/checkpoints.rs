@@ -1,0 +1,138 @@
+//! `ctxwin checkpoint`, `ctxwin checkpoints` and `ctxwin restore <id|latest>`.
+
+use std::time::UNIX_EPOCH;
+
+use serde_json::json;
+
+use crate::checkpoint::{CheckpointId, CheckpointStatus, CheckpointStore};
+use crate::cli::args::RestoreArgs;
+use crate::cli::error::CliError;
+use crate::cli::output::{Output, Table, thousands};
+use crate::cli::state::{self, Checkpointing, Globals, StateDir, Workspace};
+use crate::session::{RestorePoint, Session};
+
+/// `checkpoint`: one now, whatever changed.
+pub(crate) fn write(session: &mut Session, _: &mut Workspace) -> Result<Output, CliError> {
+    let id = session.checkpoint()?.to_string();
+    let text = format!("checkpoint {id}\n");
+    Ok(Output::report(text, json!({ "id": id })))
+}
+
+/// `checkpoints`: every file, newest first, with its health. Reads the store only, so it works
+/// when the session would not open.
+pub(crate) fn list(globals: &Globals<'_>) -> Result<Output, CliError> {
+    let dir = StateDir::new(globals.dir);
+    dir.require()?;
+    let listed = CheckpointStore::open(dir.checkpoints())?.list()?;
+    let mut table =
+        Table::new(&[("id", false), ("taken", false), ("bytes", true), ("status", false)]);
+    let mut rows = Vec::with_capacity(listed.len());
+    for (index, info) in listed.iter().enumerate() {
+        let taken = taken(&info.id);
+        let status = match &info.status {
+            CheckpointStatus::Ok if index == 0 => "ok (latest)".to_string(),
+            other => other.to_string(),
+        };
+        table.row(vec![info.id.to_string(), taken.clone(), thousands(info.size), status.clone()]);
+        rows.push(json!({
+            "id": info.id.as_str(),
+            "taken": taken,
+            "bytes": info.size,
+            "ok": info.status == CheckpointStatus::Ok,
+            "status": info.status.to_string(),
+        }));
+    }
+    let text = if listed.is_empty() {
+        format!("no checkpoints in {}\n", dir.checkpoints().display())
+    } else {
+        table.render()
+    };
+    Ok(Output::report(text, json!(rows)))
+}
+
+/// When checkpoint `id` was taken, as `YYYY-MM-DD HH:MM:SS UTC`.
+fn taken(id: &CheckpointId) -> String {
+    let secs = id.timestamp().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Gregorian date of `days` since 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// `restore`: back to a checkpoint, then a new checkpoint of that state, so the next command
+/// continues from it. Opens without the strict check: this is how to get past a damaged
+/// newest checkpoint.
+pub(crate) fn restore(globals: &Globals<'_>, args: &RestoreArgs) -> Result<Output, CliError> {
+    let point = match args.checkpoint.as_str() {
+        "latest" => RestorePoint::Latest,
+        id => RestorePoint::Id(CheckpointId::parse(id).map_err(|e| {
+            CliError::BadInput(format!("{e}; `ctxwin checkpoints` lists the ids (or use `latest`)"))
+        })?),
+    };
+    let mut workspace = Workspace::load(globals)?;
+    let session = workspace.open(false, |config| config)?;
+    state::run(&mut workspace, session, "restore", Checkpointing::Never, |session, _| {
+        let report = session.restore(point)?;
+        let checkpoint = session.checkpoint()?.to_string();
+        let mut text = format!("restored checkpoint {}\n", report.id);
+        for skipped in &report.skipped {
+            text.push_str(&format!("skipped {skipped}\n"));
+        }
+        if let Some(side) = &report.rewound_to {
+            text.push_str(&format!(
+                "{} archived messages newer than it were copied to session {side:?} (their ids will be reused)\n",
+                report.rewound.len()
+            ));
+        }
+        let manager = session.manager();
+        text.push_str(&format!(
+            "context {} / {} tokens, {} messages; new checkpoint {checkpoint}\n",
+            thousands(manager.used()),
+            thousands(manager.budget()),
+            manager.stats().messages()
+        ));
+        let skipped: Vec<String> = report.skipped.iter().map(ToString::to_string).collect();
+        let json = json!({
+            "restored": report.id.as_str(),
+            "skipped": skipped,
+            "rewound": report.rewound,
+            "rewound_to": report.rewound_to,
+            "checkpoint": checkpoint,
+            "used": manager.used(),
+            "messages": manager.stats().messages(),
+        });
+        Ok(Output::report(text, json))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_gregorian() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        let id = CheckpointId::parse("20260101T000000.000000Z-000000").unwrap();
+        assert_eq!(taken(&id), "2026-01-01 00:00:00 UTC");
+    }
+}

@@ -1,0 +1,136 @@
+//! `ctxwin init`: a new state directory with its configuration, archive and first checkpoint.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::archive::Archive;
+use crate::cli::args::InitArgs;
+use crate::cli::config_file::{self, FileConfig};
+use crate::cli::error::CliError;
+use crate::cli::llm;
+use crate::cli::output::{Output, pairs, thousands};
+use crate::cli::state::{self, Globals, StateDir, Workspace};
+
+pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliError> {
+    let dir = StateDir::new(globals.dir);
+    refuse_existing(&dir)?;
+    let (text, origin) = match &args.config {
+        Some(path) => {
+            let text = fs::read_to_string(path).map_err(|e| CliError::io("read", path, &e))?;
+            (text, path.clone())
+        }
+        None => (config_file::default_toml(), dir.config()),
+    };
+    // Everything is checked before anything is created.
+    let config = FileConfig::parse(&text, &origin)?;
+    state::counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
+    llm::client(globals.llm_url, &config.llm)?;
+    let created_root = !dir.root().exists();
+    let made = create(&dir, &text, globals);
+    match made {
+        Ok(checkpoint) => Ok(report(&dir, &config, &checkpoint, globals)),
+        Err(error) => {
+            undo(&dir, created_root);
+            Err(error)
+        }
+    }
+}
+
+/// An existing state is never overwritten.
+fn refuse_existing(dir: &StateDir) -> Result<(), CliError> {
+    let root = dir.root();
+    if root.exists() && !root.is_dir() {
+        return Err(CliError::Io(format!(
+            "{} is a file, not a directory; pass another --dir",
+            root.display()
+        )));
+    }
+    let taken = [dir.config(), dir.archive(), dir.checkpoints()];
+    if taken.iter().any(|path| path.exists()) {
+        return Err(CliError::NoState(format!(
+            "{} already holds a ctxwin state; use it as it is, pass another --dir, or remove the directory first",
+            root.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Writes the configuration, opens the archive and writes the first checkpoint.
+fn create(dir: &StateDir, text: &str, globals: &Globals<'_>) -> Result<String, CliError> {
+    fs::create_dir_all(dir.root()).map_err(|e| CliError::io("create", dir.root(), &e))?;
+    let path = dir.config();
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| CliError::io("create", &path, &e))?;
+    file.write_all(text.as_bytes()).map_err(|e| CliError::io("write", &path, &e))?;
+    fs::create_dir_all(dir.checkpoints())
+        .map_err(|e| CliError::io("create", &dir.checkpoints(), &e))?;
+    drop(Archive::open(dir.archive())?);
+    let workspace = Workspace::load(globals)?;
+    let mut session = workspace.builder(workspace.config.context).build()?;
+    Ok(session.checkpoint()?.to_string())
+}
+
+/// Removes what a failed `init` created (best effort: the error already names the cause).
+fn undo(dir: &StateDir, created_root: bool) {
+    let archive = dir.archive();
+    let sidecars = ["-wal", "-shm", "-journal"].map(|suffix| {
+        let mut name = archive.clone().into_os_string();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    });
+    for file in [dir.config(), archive].iter().chain(&sidecars) {
+        let _ = fs::remove_file(file);
+    }
+    let _ = fs::remove_dir_all(dir.checkpoints());
+    if created_root {
+        let _ = fs::remove_dir(dir.root());
+    }
+}
+
+fn report(dir: &StateDir, config: &FileConfig, checkpoint: &str, globals: &Globals<'_>) -> Output {
+    let context = &config.context;
+    let counter = if globals.tokenizer.is_some() || config.tokenizer.is_some() {
+        "exact"
+    } else {
+        "estimator"
+    };
+    let root = display(dir.root());
+    let text = format!(
+        "initialized {root}\n{}next: `ctxwin add user \"…\"` or `ctxwin import <file>`; edit {} to change budgets\n",
+        pairs(&[
+            ("session", config.session.clone()),
+            ("strategy", context.strategy.to_string()),
+            (
+                "budget",
+                format!(
+                    "{} tokens ({} window - {} reply)",
+                    thousands(context.budget()),
+                    thousands(context.context_window),
+                    thousands(context.reserved_for_reply)
+                )
+            ),
+            ("counter", counter.to_string()),
+            ("checkpoint", checkpoint.to_string()),
+        ]),
+        display(&dir.config()),
+    );
+    let json = json!({
+        "dir": root,
+        "session": config.session,
+        "strategy": context.strategy.as_str(),
+        "budget": context.budget(),
+        "counter": counter,
+        "checkpoint": checkpoint,
+    });
+    Output::report(text, json)
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}

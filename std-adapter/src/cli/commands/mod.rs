@@ -1,0 +1,87 @@
+//! One module per command; [`dispatch`] runs the one the command line names.
+
+mod add;
+mod build;
+mod checkpoints;
+mod compress;
+mod import;
+mod init;
+mod search;
+mod stats;
+mod trim;
+
+use ctxwin_core::Config;
+
+use super::args::{Cli, Command};
+use super::error::CliError;
+use super::output::Output;
+use super::state::{self, Checkpointing, Globals, Workspace};
+use crate::session::Session;
+
+/// Runs the command `cli` names and returns what to print.
+pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
+    let globals = Globals {
+        dir: &cli.dir,
+        tokenizer: cli.tokenizer.as_deref(),
+        llm_url: cli.llm_url.as_deref(),
+    };
+    let same = |config: Config| config;
+    match &cli.command {
+        Command::Init(args) => init::run(&globals, args),
+        Command::Trim(args) => trim::run(&globals, args),
+        Command::Checkpoints => checkpoints::list(&globals),
+        Command::Add(args) => {
+            on_session(&globals, "add", same, Checkpointing::WhenChanged, |s, w| {
+                add::run(s, w, args)
+            })
+        }
+        Command::Import(args) => {
+            on_session(&globals, "import", same, Checkpointing::WhenChanged, |s, w| {
+                import::run(s, w, args)
+            })
+        }
+        Command::Build(args) => {
+            on_session(&globals, "build", same, Checkpointing::WhenChanged, |s, w| {
+                build::run(s, w, args)
+            })
+        }
+        Command::Stats => on_session(&globals, "stats", same, Checkpointing::Never, stats::run),
+        Command::Compress(args) => on_session(
+            &globals,
+            "compress",
+            |config| compress::compress_config(config, args),
+            Checkpointing::WhenChanged,
+            |s, w| compress::compress(s, w, args),
+        ),
+        Command::Summarize(args) => on_session(
+            &globals,
+            "summarize",
+            |config| compress::summarize_config(config, args),
+            Checkpointing::WhenChanged,
+            |s, w| compress::summarize(s, w, args),
+        ),
+        Command::Checkpoint => {
+            on_session(&globals, "checkpoint", same, Checkpointing::Never, checkpoints::write)
+        }
+        Command::Restore(args) => checkpoints::restore(&globals, args),
+        Command::Search(args) => {
+            on_session(&globals, "search", same, Checkpointing::Never, |s, w| {
+                search::run(s, w, args)
+            })
+        }
+    }
+}
+
+/// Loads the state directory, opens its session (strictly: a damaged newest checkpoint is an
+/// error) with the configuration `adjust`ed for this process, and runs `command` on it.
+fn on_session(
+    globals: &Globals<'_>,
+    name: &str,
+    adjust: impl FnOnce(Config) -> Config,
+    checkpointing: Checkpointing,
+    command: impl FnOnce(&mut Session, &mut Workspace) -> Result<Output, CliError>,
+) -> Result<Output, CliError> {
+    let mut workspace = Workspace::load(globals)?;
+    let session = workspace.open(true, adjust)?;
+    state::run(&mut workspace, session, name, checkpointing, command)
+}

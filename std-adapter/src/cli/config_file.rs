@@ -1,0 +1,397 @@
+//! `ctxwin.toml`: the state directory's configuration, written commented by `ctxwin init`.
+//!
+//! Sections: top-level `session` (the archive key), `[context]` (every
+//! [`ctxwin_core::Config`] field, by its name), `[checkpoints]`, `[tokenizer]`, `[llm]`. Every key
+//! is optional; unknown keys are refused so a typo never goes unnoticed.
+
+use std::path::{Path, PathBuf};
+
+use ctxwin_core::{Config, OutboxMode, StrategyKind, UnansweredCalls};
+use serde::Deserialize;
+
+use super::error::CliError;
+
+/// The file name inside the state directory.
+pub(crate) const FILE_NAME: &str = "ctxwin.toml";
+
+/// The session name when the file sets none.
+const DEFAULT_SESSION: &str = "main";
+
+/// Checkpoints kept when the file sets no `[checkpoints] keep`.
+const DEFAULT_KEEP: usize = 10;
+
+/// A parsed, validated `ctxwin.toml`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct FileConfig {
+    /// The session's name in the archive.
+    pub session: String,
+    /// The core's configuration.
+    pub context: Config,
+    /// Checkpoints kept.
+    pub keep_checkpoints: usize,
+    /// `[tokenizer] path`, as written.
+    pub tokenizer: Option<String>,
+    /// `[llm]`.
+    pub llm: LlmSection,
+}
+
+/// The `[llm]` section: an OpenAI-compatible server for summaries.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LlmSection {
+    /// Base URL (`http://host:port`).
+    pub url: Option<String>,
+    /// The `model` field of requests.
+    pub model: Option<String>,
+    /// Environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// Seconds per attempt.
+    pub timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckpointSection {
+    keep: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenizerSection {
+    path: Option<String>,
+}
+
+/// Everything but `[context]`, which is checked key by key first.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sections {
+    session: Option<String>,
+    #[serde(default)]
+    context: toml::Table,
+    #[serde(default)]
+    checkpoints: CheckpointSection,
+    #[serde(default)]
+    tokenizer: TokenizerSection,
+    #[serde(default)]
+    llm: LlmSection,
+}
+
+impl Default for FileConfig {
+    fn default() -> Self {
+        FileConfig {
+            session: DEFAULT_SESSION.into(),
+            context: Config::DEFAULT,
+            keep_checkpoints: DEFAULT_KEEP,
+            tokenizer: None,
+            llm: LlmSection::default(),
+        }
+    }
+}
+
+impl FileConfig {
+    /// Parses and validates the text of a `ctxwin.toml` (`origin` names it in errors).
+    pub(crate) fn parse(text: &str, origin: &Path) -> Result<FileConfig, CliError> {
+        let bad = |what: String| CliError::Config(format!("{}: {what}", origin.display()));
+        let sections: Sections = toml::from_str(text).map_err(|e| bad(one_line(&e.to_string())))?;
+        let known = known_context_keys();
+        if let Some(key) = sections.context.keys().find(|key| !known.contains(key)) {
+            return Err(bad(format!(
+                "unknown key `{key}` in [context]; known keys: {}",
+                known.join(", ")
+            )));
+        }
+        let mut table = sections.context;
+        // The core's schema deserializer borrows its keys, which an owned TOML value cannot
+        // lend: the keys are read here and declared one by one.
+        let keys = match table.remove("entity_schema") {
+            None => Vec::new(),
+            Some(value) => value.try_into::<Vec<String>>().map_err(|_| {
+                bad("[context] entity_schema must be a list of strings, e.g. [\"file\", \"branch\"]".into())
+            })?,
+        };
+        let mut context: Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| bad(format!("[context] {}", one_line(&e.to_string()))))?;
+        for key in &keys {
+            context.entity_schema.push(key).map_err(|e| bad(format!("[context] entity_schema {key:?}: {e} (at most 8 keys of ASCII letters, digits, _ and -)")))?;
+        }
+        context.validate().map_err(|e| bad(format!("[context] {e}")))?;
+        if context.outbox == OutboxMode::Discard {
+            return Err(bad(
+                "[context] outbox = \"discard\" would drop evicted messages unarchived; remove it"
+                    .into(),
+            ));
+        }
+        let session = sections.session.unwrap_or_else(|| DEFAULT_SESSION.into());
+        if session.trim().is_empty() {
+            return Err(bad("session must not be empty".into()));
+        }
+        let keep_checkpoints = sections.checkpoints.keep.unwrap_or(DEFAULT_KEEP);
+        if keep_checkpoints == 0 {
+            return Err(bad("[checkpoints] keep must be at least 1".into()));
+        }
+        Ok(FileConfig {
+            session,
+            context,
+            keep_checkpoints,
+            tokenizer: sections.tokenizer.path,
+            llm: sections.llm,
+        })
+    }
+
+    /// Reads and validates the file at `path`.
+    pub(crate) fn load(path: &Path) -> Result<FileConfig, CliError> {
+        let text = std::fs::read_to_string(path).map_err(|e| CliError::io("read", path, &e))?;
+        FileConfig::parse(&text, path)
+    }
+
+    /// `[tokenizer] path` resolved against `base` (the directory holding the state
+    /// directory) when relative.
+    pub(crate) fn tokenizer_path(&self, base: &Path) -> Option<PathBuf> {
+        self.tokenizer.as_deref().map(|path| match Path::new(path) {
+            relative if relative.is_relative() && !is_builtin_tokenizer(path) => {
+                base.join(relative)
+            }
+            other => other.to_path_buf(),
+        })
+    }
+}
+
+/// Whether `name` names a tokenizer shipped inside ctxwin.
+pub(crate) fn is_builtin_tokenizer(name: &str) -> bool {
+    matches!(name, "cl100k" | "smollm2")
+}
+
+/// TOML errors span several lines (a caret under the input); the first line says it all.
+fn one_line(message: &str) -> String {
+    let mut lines = message.lines().filter(|line| !line.trim().is_empty());
+    let first = lines.next().unwrap_or("invalid TOML").trim().to_string();
+    let last = message.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("").trim();
+    if last.is_empty() || last == first { first } else { format!("{first}: {last}") }
+}
+
+/// The names of [`Config`]'s fields, from its serialized form.
+fn known_context_keys() -> Vec<String> {
+    match toml::Value::try_from(Config::DEFAULT) {
+        Ok(toml::Value::Table(table)) => table.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One documented key of the `[context]` section.
+struct Key {
+    name: &'static str,
+    value: String,
+    doc: &'static str,
+}
+
+/// The commented configuration `ctxwin init` writes: every key with its default and meaning.
+pub(crate) fn default_toml() -> String {
+    let d = Config::DEFAULT;
+    let strategies: Vec<&str> = StrategyKind::ALL.iter().map(|s| s.as_str()).collect();
+    let unanswered = |u: UnansweredCalls| match u {
+        UnansweredCalls::SynthesizeAborted => "synthesize_aborted",
+        UnansweredCalls::DropCalls => "drop_calls",
+    };
+    let keys = [
+        Key {
+            name: "context_window",
+            value: d.context_window.to_string(),
+            doc: "The model's context window, in tokens.",
+        },
+        Key {
+            name: "reserved_for_reply",
+            value: d.reserved_for_reply.to_string(),
+            doc: "Tokens kept free for the reply; the budget is context_window minus this.",
+        },
+        Key {
+            name: "permanent_budget",
+            value: d.permanent_budget.to_string(),
+            doc: "Budget of the permanent level: system prompt, rules, tool definitions (never evicted).",
+        },
+        Key {
+            name: "session_budget",
+            value: d.session_budget.to_string(),
+            doc: "Budget of the session level: summaries and key decisions ([Memory Summary]).",
+        },
+        Key {
+            name: "working_budget",
+            value: d.working_budget.to_string(),
+            doc: "Budget of the working level: recent turns. The volatile level gets the rest.",
+        },
+        Key {
+            name: "trigger_percent",
+            value: d.trigger_percent.to_string(),
+            doc: "Eviction starts above this share of the budget (1-100).",
+        },
+        Key {
+            name: "locked_tail",
+            value: d.locked_tail.to_string(),
+            doc: "The newest messages, never evicted (the newest user message always is).",
+        },
+        Key {
+            name: "max_messages",
+            value: d.max_messages.to_string(),
+            doc: "Most messages kept in the history; 0 for no limit.",
+        },
+        Key {
+            name: "observation_limit",
+            value: d.observation_limit.to_string(),
+            doc: "Tool outputs above this many tokens are kept as head and tail (the archive keeps all).",
+        },
+        Key {
+            name: "message_overhead",
+            value: d.message_overhead.to_string(),
+            doc: "Framing tokens per message (role, separators): 4 for OpenAI, 5 for ChatML.",
+        },
+        Key {
+            name: "request_overhead",
+            value: d.request_overhead.to_string(),
+            doc: "Framing tokens per request (the reply primer).",
+        },
+        Key {
+            name: "unanswered_calls",
+            value: format!("{:?}", unanswered(d.unanswered_calls)),
+            doc: "Tool calls left without a result: \"synthesize_aborted\" or \"drop_calls\".",
+        },
+        Key {
+            name: "strategy",
+            value: format!("{:?}", d.strategy.as_str()),
+            doc: "What leaves the window and what stays of it.",
+        },
+        Key {
+            name: "summarize_threshold",
+            value: d.summarize_threshold.to_string(),
+            doc: "summarization: user turns in the history above which the oldest are folded.",
+        },
+        Key {
+            name: "summarize_batch",
+            value: d.summarize_batch.to_string(),
+            doc: "summarization: user turns folded at a time.",
+        },
+        Key {
+            name: "summary_tokens",
+            value: d.summary_tokens.to_string(),
+            doc: "Most tokens one summary may cost.",
+        },
+        Key {
+            name: "importance_threshold",
+            value: d.importance_threshold.to_string(),
+            doc: "importance: score (in thousandths) from which a leaving unit is summarized.",
+        },
+        Key {
+            name: "working_age_ms",
+            value: d.working_age_ms.to_string(),
+            doc: "hierarchical: age after which a turn becomes a paragraph summary.",
+        },
+        Key {
+            name: "session_age_ms",
+            value: d.session_age_ms.to_string(),
+            doc: "hierarchical: age after which a paragraph becomes one line.",
+        },
+        Key {
+            name: "checkpoint_interval_messages",
+            value: d.checkpoint_interval_messages.to_string(),
+            doc: "Messages between checkpoints inside one command (each command also checkpoints at its end); 0 disables.",
+        },
+        Key {
+            name: "entity_schema",
+            value: "[]".into(),
+            doc: "Facts tracked from user messages, e.g. [\"file\", \"branch\"] (at most 8 keys).",
+        },
+    ];
+    let mut text = String::from(
+        "# ctxwin configuration, written by `ctxwin init`. Every key is optional: a missing key\n\
+         # takes the default shown. Unknown keys are refused.\n\n\
+         # The session's name: its key in the archive.\n",
+    );
+    text.push_str(&format!("session = {DEFAULT_SESSION:?}\n\n[context]\n"));
+    for key in keys {
+        text.push_str(&format!("# {}\n", key.doc));
+        if key.name == "strategy" {
+            text.push_str(&format!("# One of: {}.\n", strategies.join(", ")));
+        }
+        text.push_str(&format!("{} = {}\n", key.name, key.value));
+    }
+    text.push_str(&format!(
+        "\n[checkpoints]\n# Checkpoints kept (the oldest are deleted).\nkeep = {DEFAULT_KEEP}\n\n\
+         [tokenizer]\n\
+         # Count tokens exactly with a Hugging Face tokenizer.json (relative paths start at the\n\
+         # directory holding the state directory), or the built-in \"cl100k\" or \"smollm2\".\n\
+         # Without it the estimator counts (about 8% mean error, erring high).\n\
+         # path = \"tokenizer.json\"\n\n\
+         [llm]\n\
+         # An OpenAI-compatible server for summaries (--llm-url and CTXWIN_LLM_URL override url).\n\
+         # url = \"http://127.0.0.1:8080\"\n\
+         # model = \"smollm2\"\n\
+         # api_key_env = \"OPENAI_API_KEY\"\n\
+         # timeout_secs = 60\n"
+    ));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<FileConfig, CliError> {
+        FileConfig::parse(text, Path::new("ctxwin.toml"))
+    }
+
+    #[test]
+    fn the_template_parses_to_the_defaults_and_documents_every_key() {
+        let template = default_toml();
+        assert_eq!(parse(&template).unwrap(), FileConfig::default());
+        let table: toml::Table = toml::from_str(&template).unwrap();
+        let written: Vec<&String> = table["context"].as_table().unwrap().keys().collect();
+        let mut known = known_context_keys();
+        known.retain(|key| key != "outbox");
+        assert_eq!(written.len(), known.len(), "{written:?} vs {known:?}");
+        assert!(known.iter().all(|key| written.contains(&key)));
+    }
+
+    #[test]
+    fn values_are_read() {
+        let config = parse(
+            "session = \"agent\"\n[context]\nstrategy = \"summarization\"\nlocked_tail = 2\n\
+             entity_schema = [\"file\"]\n[checkpoints]\nkeep = 3\n[tokenizer]\npath = \"t.json\"\n\
+             [llm]\nurl = \"http://127.0.0.1:1\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.session, "agent");
+        assert_eq!(config.context.strategy, StrategyKind::Summarization);
+        assert_eq!(config.context.locked_tail, 2);
+        assert_eq!(config.context.entity_schema.keys().collect::<Vec<_>>(), ["file"]);
+        assert_eq!(config.keep_checkpoints, 3);
+        assert_eq!(config.tokenizer_path(Path::new("/p")), Some(PathBuf::from("/p/t.json")));
+        assert_eq!(config.llm.url.as_deref(), Some("http://127.0.0.1:1"));
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_one_line() {
+        let typo = parse("[context]\ntrigger_percnt = 70\n").unwrap_err();
+        assert!(typo.to_string().contains("unknown key `trigger_percnt`"), "{typo}");
+        let section = parse("[contxt]\n").unwrap_err();
+        assert!(section.to_string().contains("contxt"), "{section}");
+        let value = parse("[context]\nstrategy = \"fifo\"\n").unwrap_err();
+        assert!(value.to_string().contains("fifo"), "{value}");
+        let invalid = parse("[context]\ntrigger_percent = 0\n").unwrap_err();
+        assert!(invalid.to_string().contains("trigger_percent must be between 1 and 100"));
+        let syntax = parse("[context\n").unwrap_err();
+        for error in [typo, section, value, invalid, syntax] {
+            assert_eq!(error.exit(), super::super::Exit::Config);
+            assert!(!error.to_string().contains('\n'), "{error}");
+        }
+        assert!(parse("[checkpoints]\nkeep = 0\n").is_err());
+        assert!(parse("[context]\noutbox = \"discard\"\n").is_err());
+        let schema = parse("[context]\nentity_schema = [\"a b\"]\n").unwrap_err();
+        assert!(schema.to_string().contains("entity_schema \"a b\""), "{schema}");
+        assert!(parse("[context]\nentity_schema = 3\n").is_err());
+    }
+
+    #[test]
+    fn builtin_tokenizers_are_not_paths() {
+        let config = FileConfig { tokenizer: Some("cl100k".into()), ..FileConfig::default() };
+        assert_eq!(config.tokenizer_path(Path::new("/p")), Some(PathBuf::from("cl100k")));
+    }
+}

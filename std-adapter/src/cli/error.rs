@@ -1,0 +1,347 @@
+//! [`CliError`] and [`Exit`]: every failure of a `ctxwin` command as one line naming the problem
+//! and what to do, and the distinct exit code scripts branch on.
+
+use std::io;
+use std::path::Path;
+
+use ctxwin_core::Error as CoreError;
+
+use crate::archive::ArchiveError;
+use crate::checkpoint::CheckpointError;
+use crate::session::SessionError;
+
+/// The exit codes of `ctxwin`, one per kind of failure.
+///
+/// | code | meaning |
+/// |---:|---|
+/// | 0 | success |
+/// | 1 | internal error (a bug: please report it) |
+/// | 2 | usage: unknown command, flag or value |
+/// | 3 | bad input: a conversation file, message, JSON value or id that does not parse or that the context refuses |
+/// | 4 | I/O: a file or the state directory cannot be read or written |
+/// | 5 | budget impossible: what must stay in the context does not fit the token budget |
+/// | 6 | state corrupt: damaged checkpoints or archive (reported, never reset) |
+/// | 7 | no state: the state directory is missing (run `ctxwin init`), or `init` found one already |
+/// | 8 | configuration: `ctxwin.toml`, `--tokenizer` or `--llm-url` is invalid |
+///
+/// ```
+/// use ctxwin_std::cli::Exit;
+/// assert_eq!(Exit::Budget.code(), 5);
+/// assert_eq!(Exit::ALL.iter().map(|e| e.code()).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5, 6, 7, 8]);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Exit {
+    /// Success.
+    Ok,
+    /// A bug in ctxwin.
+    Internal,
+    /// Wrong command-line usage.
+    Usage,
+    /// Input that does not parse or that the context refuses.
+    BadInput,
+    /// A file or directory cannot be read or written.
+    Io,
+    /// Pinned content exceeds the token budget.
+    Budget,
+    /// The state directory is damaged.
+    Corrupt,
+    /// No state directory (or `init` over an existing one).
+    NoState,
+    /// Invalid configuration.
+    Config,
+}
+
+impl Exit {
+    /// Every exit code, in numeric order.
+    pub const ALL: [Exit; 9] = [
+        Exit::Ok,
+        Exit::Internal,
+        Exit::Usage,
+        Exit::BadInput,
+        Exit::Io,
+        Exit::Budget,
+        Exit::Corrupt,
+        Exit::NoState,
+        Exit::Config,
+    ];
+
+    /// The process exit status.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_std::cli::Exit::Corrupt.code(), 6);
+    /// ```
+    pub const fn code(self) -> u8 {
+        match self {
+            Exit::Ok => 0,
+            Exit::Internal => 1,
+            Exit::Usage => 2,
+            Exit::BadInput => 3,
+            Exit::Io => 4,
+            Exit::Budget => 5,
+            Exit::Corrupt => 6,
+            Exit::NoState => 7,
+            Exit::Config => 8,
+        }
+    }
+}
+
+/// Why a command failed; the text is the one line printed after `error: `.
+///
+/// ```
+/// use ctxwin_std::cli::{CliError, Exit};
+/// let error = CliError::BadInput("--tool-calls is not JSON".into());
+/// assert_eq!(error.exit(), Exit::BadInput);
+/// assert_eq!(error.to_string(), "--tool-calls is not JSON");
+/// ```
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Wrong command-line usage.
+    #[error("{0}")]
+    Usage(String),
+    /// Input that does not parse or that the context refuses.
+    #[error("{0}")]
+    BadInput(String),
+    /// A file or directory cannot be read or written.
+    #[error("{0}")]
+    Io(String),
+    /// Pinned content exceeds the token budget.
+    #[error("{0}")]
+    Budget(String),
+    /// The state directory is damaged.
+    #[error("{0}")]
+    Corrupt(String),
+    /// No state directory, or one where `init` wants to create it.
+    #[error("{0}")]
+    NoState(String),
+    /// Invalid configuration.
+    #[error("{0}")]
+    Config(String),
+    /// A bug.
+    #[error("{0}; this is a bug in ctxwin, please report it")]
+    Internal(String),
+}
+
+impl CliError {
+    /// The exit code of this error.
+    ///
+    /// ```
+    /// use ctxwin_std::cli::{CliError, Exit};
+    /// assert_eq!(CliError::Io("disk full".into()).exit(), Exit::Io);
+    /// ```
+    pub fn exit(&self) -> Exit {
+        match self {
+            CliError::Usage(_) => Exit::Usage,
+            CliError::BadInput(_) => Exit::BadInput,
+            CliError::Io(_) => Exit::Io,
+            CliError::Budget(_) => Exit::Budget,
+            CliError::Corrupt(_) => Exit::Corrupt,
+            CliError::NoState(_) => Exit::NoState,
+            CliError::Config(_) => Exit::Config,
+            CliError::Internal(_) => Exit::Internal,
+        }
+    }
+
+    /// An I/O failure on `path` while doing `action` ("read", "write", "create").
+    pub(crate) fn io(action: &str, path: &Path, error: &io::Error) -> CliError {
+        let hint = match error.kind() {
+            io::ErrorKind::NotFound => "check the path",
+            io::ErrorKind::PermissionDenied => "check the file's permissions",
+            io::ErrorKind::InvalidData => "the file must be UTF-8 text",
+            _ => "check the disk and the path",
+        };
+        CliError::Io(format!("cannot {action} {}: {error}; {hint}", path.display()))
+    }
+
+    /// The same error with `context` in front of its message (same exit code).
+    pub(crate) fn context(self, context: &str) -> CliError {
+        let wrap = |message: String| format!("{context}: {message}");
+        match self {
+            CliError::Usage(m) => CliError::Usage(wrap(m)),
+            CliError::BadInput(m) => CliError::BadInput(wrap(m)),
+            CliError::Io(m) => CliError::Io(wrap(m)),
+            CliError::Budget(m) => CliError::Budget(wrap(m)),
+            CliError::Corrupt(m) => CliError::Corrupt(wrap(m)),
+            CliError::NoState(m) => CliError::NoState(wrap(m)),
+            CliError::Config(m) => CliError::Config(wrap(m)),
+            CliError::Internal(m) => CliError::Internal(wrap(m)),
+        }
+    }
+}
+
+impl From<SessionError> for CliError {
+    fn from(error: SessionError) -> Self {
+        from_session(error)
+    }
+}
+
+impl From<CheckpointError> for CliError {
+    fn from(error: CheckpointError) -> Self {
+        from_checkpoint(error)
+    }
+}
+
+impl From<ArchiveError> for CliError {
+    fn from(error: ArchiveError) -> Self {
+        from_archive(error)
+    }
+}
+
+/// What the command line can do about a session error.
+fn from_session(error: SessionError) -> CliError {
+    match error {
+        SessionError::Core(core) => from_core(core),
+        SessionError::Config(config) => CliError::Config(format!(
+            "invalid configuration: {config}; fix the [context] section of ctxwin.toml"
+        )),
+        SessionError::Setting(setting) => CliError::Config(format!("{setting}; fix ctxwin.toml")),
+        SessionError::Archive(archive) => from_archive(archive),
+        SessionError::Checkpoint(checkpoint) => from_checkpoint(checkpoint),
+        SessionError::BadCheckpoint { id, reason } => CliError::Corrupt(format!(
+            "checkpoint {id} cannot be restored: {reason}; restore another one (`ctxwin checkpoints` lists them)"
+        )),
+        SessionError::Format(format) => CliError::BadInput(format.to_string()),
+        SessionError::Tokenizer(tokenizer) => CliError::Config(format!(
+            "{tokenizer}; pass a Hugging Face tokenizer.json (or cl100k, smollm2) to --tokenizer"
+        )),
+        SessionError::ToolDefinition { name, reason } => CliError::BadInput(format!(
+            "tool definition {name:?}: {reason}; parameters must be a JSON schema object"
+        )),
+        SessionError::ArchiveInUse { session, messages } => CliError::Corrupt(format!(
+            "the archive holds {messages} messages of session {session:?} but no checkpoint continues them; restore one with `ctxwin restore <id>`, or start a new state directory"
+        )),
+        SessionError::AfterStore { id, source } => {
+            from_session(*source).context(&format!("message {id} was stored, then"))
+        }
+        SessionError::Import { item, source } => from_session(*source).context(&item),
+        other => CliError::Internal(other.to_string()),
+    }
+}
+
+/// What the command line can do about a refusal of the context manager.
+pub(crate) fn from_core(error: CoreError) -> CliError {
+    match error {
+        CoreError::OrphanToolResult => CliError::BadInput(
+            "the tool result answers no pending tool call; add the assistant message with the call first (--tool-calls)".into(),
+        ),
+        CoreError::DuplicateToolResult => {
+            CliError::BadInput("that tool call already has a result".into())
+        }
+        CoreError::InvalidMessage(why) => CliError::BadInput(format!(
+            "invalid message: {why}; tool calls go on assistant messages, --tool-call-id on tool results"
+        )),
+        CoreError::InvalidToolDefinition => {
+            CliError::BadInput("a tool definition is not a JSON object".into())
+        }
+        CoreError::MessageTooLarge { needed, limit } => CliError::Budget(format!(
+            "the message needs {needed}, more than the {limit} one message may take; split it or raise the level's budget in ctxwin.toml"
+        )),
+        CoreError::LevelOverBudget { level, needed, budget } => CliError::Budget(format!(
+            "the {level} level would hold {needed} tokens, over its budget of {budget}; shorten the system prompt or tool definitions, or raise {level}_budget in ctxwin.toml"
+        )),
+        CoreError::LevelFull { level } => CliError::Budget(format!(
+            "the {level} level is full of locked messages; lower locked_tail in ctxwin.toml"
+        )),
+        CoreError::PinnedOverBudget { needed, budget } => CliError::Budget(format!(
+            "what must stay in the context needs {needed} tokens, over the budget of {budget}; pass less dynamic context, raise context_window or lower locked_tail"
+        )),
+        CoreError::ToolCallsPending { unanswered } => CliError::BadInput(format!(
+            "{unanswered} tool call(s) still wait for results; add them with `ctxwin add tool <output> --tool-call-id <id>` first"
+        )),
+        CoreError::InvalidConfig(config) => CliError::Config(format!(
+            "invalid configuration: {config}; fix the [context] section of ctxwin.toml"
+        )),
+        other => CliError::Internal(format!("context manager: {other}")),
+    }
+}
+
+fn from_checkpoint(error: CheckpointError) -> CliError {
+    match error {
+        CheckpointError::InvalidId(id) => CliError::BadInput(format!(
+            "{id}; `ctxwin checkpoints` lists the ids (or use `latest`)"
+        )),
+        CheckpointError::NotFound { id, .. } => {
+            CliError::BadInput(format!("no checkpoint {id}; `ctxwin checkpoints` lists the ids"))
+        }
+        CheckpointError::Io { .. } => {
+            CliError::Io(format!("{error}; check the disk and permissions"))
+        }
+        CheckpointError::Corrupt { .. } | CheckpointError::NoValidCheckpoint { .. } => {
+            CliError::Corrupt(format!(
+                "{error}; the archive still holds every message: `ctxwin checkpoints` shows what is left"
+            ))
+        }
+        other => CliError::Internal(other.to_string()),
+    }
+}
+
+fn from_archive(error: ArchiveError) -> CliError {
+    match &error {
+        ArchiveError::Sqlite(sqlite) => match sqlite.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
+                CliError::Corrupt(format!(
+                    "archive.db is damaged ({error}); the checkpoints still hold the context, but the archive needs restoring from a backup"
+                ))
+            }
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                CliError::Io(format!(
+                    "archive.db is locked by another process ({error}); wait for the other ctxwin command to finish"
+                ))
+            }
+            Some(_) => CliError::Io(format!(
+                "archive.db: {error}; check the disk and the file's permissions"
+            )),
+            None => CliError::Internal(format!("archive: {error}")),
+        },
+        ArchiveError::Corrupt(_) | ArchiveError::SchemaTooNew { .. } => CliError::Corrupt(format!(
+            "archive.db: {error}; it was damaged or written by a newer ctxwin"
+        )),
+        ArchiveError::SummaryNotFound { id, .. } => CliError::BadInput(format!(
+            "no summary {id} in the archive; `ctxwin search <words>` lists summaries with their ids"
+        )),
+        _ => CliError::Internal(format!("archive: {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxwin_core::Level;
+
+    #[test]
+    fn codes_are_distinct() {
+        let mut codes: Vec<u8> = Exit::ALL.iter().map(|e| e.code()).collect();
+        codes.dedup();
+        assert_eq!(codes.len(), Exit::ALL.len());
+    }
+
+    #[test]
+    fn core_refusals_map_to_their_kind() {
+        let budget = from_core(CoreError::PinnedOverBudget { needed: 9, budget: 5 });
+        assert_eq!(budget.exit(), Exit::Budget);
+        assert!(budget.to_string().contains("needs 9 tokens"), "{budget}");
+        assert_eq!(from_core(CoreError::OrphanToolResult).exit(), Exit::BadInput);
+        assert_eq!(from_core(CoreError::LevelFull { level: Level::Working }).exit(), Exit::Budget);
+    }
+
+    #[test]
+    fn wrapped_session_errors_keep_the_inner_kind() {
+        let inner = SessionError::Core(CoreError::ToolCallsPending { unanswered: 2 });
+        let error = CliError::from(SessionError::Import {
+            item: "message 7".into(),
+            source: Box::new(inner),
+        });
+        assert_eq!(error.exit(), Exit::BadInput);
+        assert!(error.to_string().starts_with("message 7: 2 tool call(s)"), "{error}");
+    }
+
+    #[test]
+    fn io_errors_name_path_and_remedy() {
+        let error = CliError::io(
+            "read",
+            Path::new("x.jsonl"),
+            &io::Error::new(io::ErrorKind::NotFound, "gone"),
+        );
+        assert_eq!(error.exit(), Exit::Io);
+        assert_eq!(error.to_string(), "cannot read x.jsonl: gone; check the path");
+    }
+}

@@ -1,0 +1,311 @@
+//! The state directory and the session a command runs on: restored from the latest checkpoint
+//! at start, checkpointed at the end when the command changed it.
+//!
+//! ```text
+//! .ctxwin/
+//!   ctxwin.toml     configuration (`ctxwin init` writes it commented)
+//!   archive.db      SQLite archive: every message, summaries with their sources
+//!   checkpoints/    crash-safe checkpoints, newest kept
+//!   cli.json        the command line's own counters (retrieved items, last compression)
+//!   lock            locked while a command runs, so concurrent commands take turns
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use ctxwin_core::{Config, Counters};
+
+use super::config_file::{self, FileConfig};
+use super::error::CliError;
+use super::llm;
+use super::notes::{Compression, Notes};
+use crate::checkpoint::{CheckpointError, CheckpointStore};
+use crate::llm::LlmClient;
+use crate::session::{Counter, Session, SessionBuilder};
+use crate::tokens::ExactCounter;
+
+/// The flags every command shares.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Globals<'a> {
+    /// `--dir`.
+    pub dir: &'a Path,
+    /// `--tokenizer`.
+    pub tokenizer: Option<&'a str>,
+    /// `--llm-url` (or `CTXWIN_LLM_URL`).
+    pub llm_url: Option<&'a str>,
+}
+
+/// Paths inside a state directory.
+#[derive(Clone, Debug)]
+pub(crate) struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    pub(crate) fn new(root: &Path) -> StateDir {
+        StateDir { root: root.to_path_buf() }
+    }
+
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn config(&self) -> PathBuf {
+        self.root.join(config_file::FILE_NAME)
+    }
+
+    pub(crate) fn archive(&self) -> PathBuf {
+        self.root.join("archive.db")
+    }
+
+    pub(crate) fn checkpoints(&self) -> PathBuf {
+        self.root.join("checkpoints")
+    }
+
+    pub(crate) fn notes(&self) -> PathBuf {
+        self.root.join("cli.json")
+    }
+
+    /// Waits until no other command works on this directory, and keeps it so until the
+    /// returned file is dropped (the operating system releases it if the process dies).
+    pub(crate) fn lock(&self) -> Result<File, CliError> {
+        let path = self.root.join("lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| CliError::io("create", &path, &e))?;
+        file.lock().map_err(|e| CliError::io("lock", &path, &e))?;
+        Ok(file)
+    }
+
+    /// The directory relative paths in the configuration start from: the one holding the
+    /// state directory.
+    pub(crate) fn base(&self) -> PathBuf {
+        match self.root.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+
+    /// Checks the directory holds a complete state; says what to do when it does not.
+    pub(crate) fn require(&self) -> Result<(), CliError> {
+        let root = self.root.display();
+        if !self.root.is_dir() {
+            return Err(CliError::NoState(format!(
+                "no ctxwin state in {root}; run `ctxwin init` first (or pass --dir)"
+            )));
+        }
+        if !self.config().is_file() {
+            return Err(CliError::NoState(format!(
+                "{root} holds no {}; run `ctxwin init` there, or pass the right --dir",
+                config_file::FILE_NAME
+            )));
+        }
+        for (path, what) in [(self.archive(), "archive.db"), (self.checkpoints(), "checkpoints/")] {
+            if !path.exists() {
+                return Err(CliError::Corrupt(format!(
+                    "{root} is incomplete: {what} is missing; restore it from a backup or start a new state directory"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The token counter: `--tokenizer` (relative to the working directory), else the file's
+/// `[tokenizer] path`, else the estimator.
+pub(crate) fn counter(flag: Option<&str>, file: Option<PathBuf>) -> Result<Counter, CliError> {
+    let (path, origin) = match (flag, file) {
+        (Some(flag), _) => (PathBuf::from(flag), "--tokenizer"),
+        (None, Some(path)) => (path, "[tokenizer] path"),
+        (None, None) => return Ok(Counter::default()),
+    };
+    let loaded = match path.to_str() {
+        Some("cl100k") => ExactCounter::cl100k(),
+        Some("smollm2") => ExactCounter::smollm2(),
+        _ => ExactCounter::from_file(&path),
+    };
+    loaded.map(Counter::Exact).map_err(|e| {
+        CliError::Config(format!(
+            "{origin} {}: {e}; give a Hugging Face tokenizer.json, or cl100k or smollm2",
+            path.display()
+        ))
+    })
+}
+
+/// A state directory with its configuration, LLM client and notes, ready to build sessions.
+#[derive(Debug)]
+pub(crate) struct Workspace {
+    pub dir: StateDir,
+    pub config: FileConfig,
+    pub llm: Option<LlmClient>,
+    pub notes: Notes,
+    counter: Counter,
+    /// Held while the command runs.
+    _lock: File,
+}
+
+impl Workspace {
+    /// Loads the state directory's configuration, counter, LLM settings and notes.
+    pub(crate) fn load(globals: &Globals<'_>) -> Result<Workspace, CliError> {
+        let dir = StateDir::new(globals.dir);
+        dir.require()?;
+        let lock = dir.lock()?;
+        let config = FileConfig::load(&dir.config())?;
+        let counter = counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
+        let llm = llm::client(globals.llm_url, &config.llm)?;
+        let notes = Notes::load(&dir.notes())?;
+        Ok(Workspace { dir, config, llm, notes, counter, _lock: lock })
+    }
+
+    /// A session builder over this directory with `config`, restoring the latest checkpoint.
+    pub(crate) fn builder(&self, config: Config) -> SessionBuilder {
+        let builder = SessionBuilder::new(self.config.session.as_str())
+            .config(config)
+            .counter(self.counter.clone())
+            .archive(self.dir.archive())
+            .checkpoints(self.dir.checkpoints())
+            .keep_checkpoints(self.config.keep_checkpoints)
+            .restore_latest(true);
+        llm::attach_llm(builder, self.llm.as_ref())
+    }
+
+    /// Opens the session, continuing from the newest checkpoint. With `strict`, a newest
+    /// checkpoint that is damaged or does not restore is an error (nothing is silently
+    /// skipped); `restore` opens without it to get past one. `adjust` changes the
+    /// configuration for this process only (a forced compression).
+    pub(crate) fn open(
+        &self,
+        strict: bool,
+        adjust: impl FnOnce(Config) -> Config,
+    ) -> Result<Session, CliError> {
+        let store = CheckpointStore::open(self.dir.checkpoints())?;
+        let newest = store.ids()?.into_iter().next();
+        if strict && let Some(newest) = &newest {
+            match store.load(newest) {
+                Ok(_) => {}
+                Err(error @ CheckpointError::Corrupt { .. }) => {
+                    return Err(CliError::Corrupt(format!(
+                        "{error}; `ctxwin restore latest` continues from the newest intact checkpoint (`ctxwin checkpoints` lists them)"
+                    )));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        let session = self.builder(adjust(self.config.context)).build()?;
+        let restored = session.stats()?.last_checkpoint;
+        if strict
+            && let Some(newest) = newest
+            && restored.as_deref() != Some(newest.as_str())
+        {
+            return Err(CliError::Corrupt(format!(
+                "the newest checkpoint {newest} does not restore for session {:?} (restored {}); check `session` in ctxwin.toml, or run `ctxwin restore latest`",
+                self.config.session,
+                restored.as_deref().unwrap_or("none"),
+            )));
+        }
+        Ok(session)
+    }
+
+    /// Where the LLM stands, for reports.
+    pub(crate) fn llm_description(&self) -> String {
+        llm::describe(self.llm.as_ref())
+    }
+}
+
+/// What a session looks like from outside, to tell whether a command changed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mark {
+    next_id: u64,
+    used: u32,
+    counters: Counters,
+}
+
+impl Mark {
+    fn of(session: &Session) -> Mark {
+        let manager = session.manager();
+        Mark {
+            next_id: manager.next_id(),
+            used: manager.used(),
+            counters: manager.stats().counters,
+        }
+    }
+}
+
+/// How a command uses the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Checkpointing {
+    /// Checkpoint at the end when the command changed the session.
+    WhenChanged,
+    /// Never (the command writes its own, or only reads).
+    Never,
+}
+
+/// Runs `command` (named `name` in the notes) on the opened session, then checkpoints when it
+/// changed the session — also when the command failed half-way, so that what reached the
+/// archive is covered by a checkpoint.
+pub(crate) fn run<T>(
+    workspace: &mut Workspace,
+    mut session: Session,
+    name: &str,
+    checkpointing: Checkpointing,
+    command: impl FnOnce(&mut Session, &mut Workspace) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    let before = Mark::of(&session);
+    let result = command(&mut session, workspace);
+    let after = Mark::of(&session);
+    if after != before
+        && checkpointing == Checkpointing::WhenChanged
+        && let Err(error) = session.checkpoint()
+    {
+        let error = CliError::from(error);
+        return match result {
+            Ok(_) => Err(error.context("the command ran but its checkpoint failed")),
+            Err(first) => {
+                tracing::warn!(%error, "cli: checkpoint after a failed command failed too");
+                Err(first)
+            }
+        };
+    }
+    let (was, now) = (before.counters, after.counters);
+    if now.units_evicted > was.units_evicted || now.summaries_added > was.summaries_added {
+        workspace.notes.last_compression = Some(Compression {
+            at_ms: super::notes::now_ms(),
+            command: name.to_string(),
+            units_evicted: now.units_evicted.saturating_sub(was.units_evicted),
+            tokens_evicted: now.tokens_evicted.saturating_sub(was.tokens_evicted),
+            summaries: now.summaries_added.saturating_sub(was.summaries_added),
+            tokens_after: after.used,
+        });
+    }
+    workspace.notes.save_if_changed(&workspace.dir.notes())?;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_directory_says_run_init() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = StateDir::new(&dir.path().join("nope")).require().unwrap_err();
+        assert_eq!(error.exit(), super::super::Exit::NoState);
+        assert!(error.to_string().contains("run `ctxwin init`"), "{error}");
+    }
+
+    #[test]
+    fn relative_paths_start_next_to_the_state_directory() {
+        assert_eq!(StateDir::new(Path::new(".ctxwin")).base(), PathBuf::from("."));
+        assert_eq!(StateDir::new(Path::new("/p/.ctxwin")).base(), PathBuf::from("/p"));
+    }
+
+    #[test]
+    fn unknown_tokenizers_are_configuration_errors() {
+        let error = counter(Some("/no/such/tokenizer.json"), None).unwrap_err();
+        assert_eq!(error.exit(), super::super::Exit::Config);
+        assert!(counter(None, None).is_ok());
+    }
+}

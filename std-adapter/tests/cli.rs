@@ -1,0 +1,464 @@
+//! End-to-end tests of the `ctxwin` binary: real processes over temporary state directories.
+
+use std::fs;
+
+use ctxwin_core::{Role, TokenCounter};
+use ctxwin_std::format::{self, Format};
+use ctxwin_std::tokens::ExactCounter;
+use serde_json::Value;
+
+mod cli_support;
+use cli_support::agent_session::{self, EXAMPLE_TASKS};
+use cli_support::{Workdir, example_path};
+
+/// Exit codes, as documented.
+const USAGE: i32 = 2;
+const BAD_INPUT: i32 = 3;
+const IO: i32 = 4;
+const BUDGET: i32 = 5;
+const CORRUPT: i32 = 6;
+const NO_STATE: i32 = 7;
+const CONFIG: i32 = 8;
+
+fn example() -> String {
+    example_path().display().to_string()
+}
+
+#[test]
+fn the_shipped_example_is_the_generated_session() {
+    let generated = agent_session::jsonl(&agent_session::agent_session(EXAMPLE_TASKS));
+    if std::env::var_os("CTXWIN_WRITE_EXAMPLE").is_some() {
+        fs::write(example_path(), &generated).unwrap();
+    }
+    let shipped = fs::read_to_string(example_path()).unwrap();
+    assert!(
+        shipped == generated,
+        "examples/agent-session.jsonl differs from its generator; regenerate with CTXWIN_WRITE_EXAMPLE=1 cargo test -p ctxwin-std --test cli"
+    );
+    let conversation = format::read(&shipped, Format::OpenAiJsonl).unwrap();
+    let messages = &conversation.messages;
+    assert!((250..=450).contains(&messages.len()), "{}", messages.len());
+    assert_eq!(conversation.tools.len(), 5);
+    assert!(messages.iter().any(|m| m.tool_calls.len() == 3), "parallel calls");
+    assert!(
+        messages.iter().any(|m| m.role == Role::Tool && m.content.len() > 15_000),
+        "a big tool output"
+    );
+}
+
+#[test]
+fn init_writes_a_commented_config_and_a_first_checkpoint() {
+    let work = Workdir::new();
+    let report = work.json(&["init"]);
+    assert_eq!(report["session"], "main");
+    assert_eq!(report["budget"], 28_672);
+    let config = fs::read_to_string(work.state().join("ctxwin.toml")).unwrap();
+    assert!(config.contains("# The model's context window, in tokens.\ncontext_window = 32768"));
+    assert!(work.state().join("archive.db").is_file());
+    let listed = work.json(&["checkpoints"]);
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["ok"], true);
+    work.fails(&["init"], NO_STATE, "already holds a ctxwin state");
+
+    let custom = Workdir::new();
+    let file =
+        custom.write("mine.toml", "session = \"agent\"\n[context]\nstrategy = \"summarization\"\n");
+    custom.ok(&["init", "--config", file.to_str().unwrap()]);
+    let stats = custom.json(&["stats"]);
+    assert_eq!(
+        (stats["session"].as_str(), stats["strategy"].as_str()),
+        (Some("agent"), Some("summarization"))
+    );
+
+    let bad = Workdir::new();
+    let file = bad.write("bad.toml", "[context]\ntrigger_percnt = 70\n");
+    bad.fails(
+        &["init", "--config", file.to_str().unwrap()],
+        CONFIG,
+        "unknown key `trigger_percnt`",
+    );
+    assert!(!bad.state().exists(), "a refused init creates nothing");
+}
+
+#[test]
+fn add_and_build_compose_the_payload() {
+    let work = Workdir::init();
+    work.ok(&["add", "system", "You are a build assistant."]);
+    let user = work.json(&["add", "user", "Is CI green?"]);
+    assert_eq!((user["id"].as_u64(), user["level"].as_str()), (Some(2), Some("working")));
+    let calls = r#"[{"id":"c1","type":"function","function":{"name":"run","arguments":"{\"cmd\":\"cargo test\"}"}}]"#;
+    let call = work.json(&["add", "assistant", "", "--tool-calls", calls]);
+    assert_eq!(call["id"], 3);
+    let notes = work.write("output.txt", "test result: ok. 42 passed");
+    let result =
+        work.json(&["add", "tool", &format!("@{}", notes.display()), "--tool-call-id", "c1"]);
+    assert_eq!((result["id"].as_u64(), result["unit"].as_u64()), (Some(4), Some(3)));
+    work.ok(&["add", "assistant", "All 42 tests pass.", "--level", "volatile", "--important"]);
+
+    let body: Value =
+        serde_json::from_str(&work.ok(&["build", "--dynamic", "Task: keep CI green"]).stdout)
+            .unwrap();
+    let messages = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "system", "user", "assistant", "tool", "assistant"]);
+    assert_eq!(messages[1]["content"], "Task: keep CI green");
+    assert_eq!(messages[3]["tool_calls"][0]["function"]["arguments"], r#"{"cmd":"cargo test"}"#);
+    assert_eq!(messages[4]["content"], "test result: ok. 42 passed");
+
+    let anthropic: Value =
+        serde_json::from_str(&work.ok(&["build", "--format", "anthropic"]).stdout).unwrap();
+    assert_eq!(anthropic["system"], "You are a build assistant.");
+    assert_eq!(anthropic["messages"][1]["content"][0]["type"], "tool_use");
+    let text = work.ok(&["build", "--format", "text"]).stdout;
+    assert!(text.contains("[tool c1]\ntest result: ok. 42 passed"), "{text}");
+    let jsonl = work.ok(&["build", "--format", "openai-jsonl"]).stdout;
+    assert_eq!(jsonl.lines().count(), 5);
+    let stdin = work.run_with(&["add", "user", "-"], Some("from standard input"), &[]);
+    assert_eq!(stdin.code, 0, "{}", stdin.stderr);
+    assert!(work.ok(&["build", "--format", "text"]).stdout.contains("from standard input"));
+}
+
+#[test]
+fn bad_messages_are_refused_with_their_exit_code() {
+    let work = Workdir::init();
+    work.fails(
+        &["add", "tool", "42", "--tool-call-id", "c9"],
+        BAD_INPUT,
+        "answers no pending tool call",
+    );
+    work.fails(
+        &["add", "assistant", "x", "--tool-calls", "{not json"],
+        BAD_INPUT,
+        "--tool-calls: not JSON",
+    );
+    work.fails(
+        &["add", "user", "x", "--tool-calls", "[]"],
+        BAD_INPUT,
+        "goes on assistant messages",
+    );
+    work.fails(&["add", "user", "x", "--tool-call-id", "c1"], BAD_INPUT, "goes on tool results");
+    work.fails(&["add", "tool", "42"], USAGE, "--tool-call-id");
+    work.fails(&["add", "robot", "hi"], USAGE, "robot");
+    work.fails(&["add", "user", "@missing.txt"], IO, "cannot read missing.txt");
+    work.ok(&["add", "assistant", "", "--tool-calls", r#"{"id":"c1","name":"ls"}"#]);
+    work.fails(&["build"], BAD_INPUT, "1 tool call(s) still wait for results");
+    work.fails(&["compress"], BAD_INPUT, "still wait for results");
+    work.fails(&["frobnicate"], USAGE, "see `ctxwin --help`");
+    work.fails(
+        &["build", "--format", "xml"],
+        USAGE,
+        "usage: ctxwin build [OPTIONS] (see `ctxwin build --help`)",
+    );
+    let huge = "word ".repeat(60_000);
+    let file = work.write("huge.txt", &huge);
+    work.fails(&["add", "user", &format!("@{}", file.display())], BUDGET, "more than the");
+    work.ok(&["add", "tool", "[]", "--tool-call-id", "c1"]);
+    work.fails(
+        &["build", "--dynamic", &format!("@{}", file.display())],
+        BUDGET,
+        "over the budget of 28672",
+    );
+    assert_eq!(work.run(&["--help"]).code, 0);
+    // Nothing refused reached the context.
+    assert_eq!(work.json(&["stats"])["messages"]["in_context"], 2);
+}
+
+#[test]
+fn import_reports_what_was_stored_reduced_and_evicted() {
+    let work = Workdir::init();
+    let report = work.json(&["import", &example()]);
+    let conversation =
+        format::read(&fs::read_to_string(example_path()).unwrap(), Format::OpenAiJsonl).unwrap();
+    assert_eq!(report["format"], "openai-jsonl");
+    assert_eq!(report["stored"].as_u64(), Some(conversation.messages.len() as u64));
+    assert_eq!(report["tools"], 5);
+    assert!(report["reduced"].as_u64().unwrap() >= 3, "{report}");
+    assert!(report["units_evicted"].as_u64().unwrap() > 10, "{report}");
+    assert!(report["used"].as_u64() <= report["budget"].as_u64());
+
+    let stats = work.json(&["stats"]);
+    assert_eq!(stats["messages"]["archived"].as_u64(), Some(conversation.messages.len() as u64));
+    assert!(stats["compression"]["ratio"].as_f64().unwrap() > 1.5, "{stats}");
+    assert_eq!(stats["compression"]["last"]["command"], "import");
+    let working = &stats["levels"]["working"];
+    assert!(working["tokens"].as_u64() <= working["budget"].as_u64());
+    let table = work.ok(&["stats"]).stdout;
+    for label in
+        ["tokens", "permanent", "summaries", "compression", "last compression", "retrieved items"]
+    {
+        assert!(table.contains(label), "{label} missing from\n{table}");
+    }
+
+    let anthropic = Workdir::init();
+    let body = format::write(&conversation, Format::AnthropicJson).unwrap();
+    let file = anthropic.write("session.json", &body);
+    let report = anthropic.json(&["import", file.to_str().unwrap()]);
+    assert_eq!(report["format"], "anthropic");
+
+    work.fails(&["import", "nope.jsonl"], IO, "cannot read nope.jsonl");
+    let garbage = work.write("garbage.txt", "this is not a conversation");
+    work.fails(&["import", garbage.to_str().unwrap()], BAD_INPUT, "pass --format");
+    let broken = work.write(
+        "broken.jsonl",
+        "{\"role\":\"user\",\"content\":\"hi\"}\n{\"role\":\"user\",\"content\":7}\n",
+    );
+    work.fails(
+        &["import", broken.to_str().unwrap(), "--format", "openai-jsonl"],
+        BAD_INPUT,
+        "line 2",
+    );
+    let orphan = work.write("orphan.jsonl", "{\"role\":\"user\",\"content\":\"hi\"}\n{\"role\":\"tool\",\"tool_call_id\":\"zz\",\"content\":\"x\"}\n");
+    work.fails(
+        &["import", orphan.to_str().unwrap()],
+        BAD_INPUT,
+        "import stopped at message 2 of 2",
+    );
+}
+
+#[test]
+fn a_restart_restores_the_state_and_restore_goes_back() {
+    let work = Workdir::init();
+    work.ok(&["add", "system", "You are terse."]);
+    work.ok(&["add", "user", "Deploy build 41 to staging."]);
+    let first = work.ok(&["build"]).stdout;
+    assert_eq!(work.ok(&["build"]).stdout, first, "a new process sees the same context");
+    let stats = work.json(&["stats"]);
+    assert_eq!(stats["messages"]["in_context"], 2);
+    let checkpoint = work.json(&["checkpoint"])["id"].as_str().unwrap().to_string();
+    work.ok(&["add", "user", "Also run the migrations."]);
+    assert_eq!(work.json(&["stats"])["messages"]["in_context"], 3);
+
+    let restored = work.json(&["restore", &checkpoint]);
+    assert_eq!(restored["restored"], checkpoint.as_str());
+    assert_eq!(restored["rewound_to"], format!("main@rewound-{checkpoint}").as_str());
+    assert_eq!(
+        work.ok(&["build"]).stdout,
+        first,
+        "the next process continues from the restored state"
+    );
+    work.ok(&["restore", "latest"]);
+    assert_eq!(work.ok(&["build"]).stdout, first);
+    work.fails(&["restore", "yesterday"], BAD_INPUT, "checkpoints` lists the ids");
+    work.fails(
+        &["restore", "20200101T000000.000000Z-000000"],
+        BAD_INPUT,
+        "no checkpoint 20200101T000000.000000Z-000000",
+    );
+}
+
+#[test]
+fn damaged_state_is_reported_never_reset() {
+    let work = Workdir::init();
+    work.ok(&["add", "user", "remember: the staging password rotates on Mondays"]);
+    let newest = work.json(&["checkpoints"])[0]["id"].as_str().unwrap().to_string();
+    let file = work.state().join("checkpoints").join(format!("{newest}.ckpt"));
+    let bytes = fs::read(&file).unwrap();
+    fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+    for command in [&["stats"][..], &["build"], &["add", "user", "x"], &["search", "staging"]] {
+        work.fails(command, CORRUPT, "restore latest");
+    }
+    let listed = work.json(&["checkpoints"]);
+    assert_eq!(listed[0]["ok"], false);
+    assert!(listed[0]["status"].as_str().unwrap().starts_with("corrupt"));
+    let restored = work.json(&["restore", "latest"]);
+    assert_ne!(restored["restored"], newest.as_str());
+    assert!(restored["skipped"][0].as_str().unwrap().contains(&newest));
+    // The message the damaged checkpoint held is still in the archive.
+    let hits = work.json(&["search", "staging password"]);
+    assert_eq!(hits["messages"][0]["id"], 1);
+    work.ok(&["stats"]);
+
+    fs::write(work.state().join("cli.json"), "{oops").unwrap();
+    work.fails(&["stats"], CORRUPT, "cli.json is damaged");
+    fs::remove_file(work.state().join("cli.json")).unwrap();
+    fs::write(work.state().join("ctxwin.toml"), "[context\n").unwrap();
+    work.fails(&["stats"], CONFIG, "ctxwin.toml");
+    fs::write(work.state().join("ctxwin.toml"), "").unwrap();
+    fs::remove_file(work.state().join("archive.db")).unwrap();
+    work.fails(&["stats"], CORRUPT, "archive.db is missing");
+}
+
+#[test]
+fn every_command_needs_an_initialized_state() {
+    let work = Workdir::new();
+    for command in [
+        &["stats"][..],
+        &["add", "user", "hi"],
+        &["build"],
+        &["import", "x.jsonl"],
+        &["compress"],
+        &["summarize"],
+        &["checkpoint"],
+        &["checkpoints"],
+        &["restore", "latest"],
+        &["search", "x"],
+    ] {
+        work.fails(command, NO_STATE, "run `ctxwin init` first");
+    }
+}
+
+#[test]
+fn compress_summarize_and_search_with_drill_down() {
+    let work = Workdir::init();
+    work.ok(&["import", &example()]);
+    let before = work.json(&["stats"]);
+    let budget = before["tokens"]["budget"].as_u64().unwrap();
+
+    let compressed = work.json(&["compress", "--target", "20"]);
+    let after = compressed["pass"]["tokens_after"].as_u64().unwrap();
+    assert!(after <= budget / 5, "{compressed}");
+    assert!(compressed["pass"]["units_evicted"].as_u64().unwrap() > 0, "{compressed}");
+    assert_eq!(
+        work.json(&["stats"])["tokens"]["used"].as_u64(),
+        Some(after),
+        "kept after the process"
+    );
+    let again = work.ok(&["compress", "--target", "20"]).stdout;
+    assert!(again.starts_with("nothing to compress"), "{again}");
+    work.fails(&["compress", "--target", "0"], USAGE, "0");
+
+    let summarized = work.json(&["summarize", "--keep", "3"]);
+    let summary = summarized["pass"]["summary_id"].as_u64().expect("a summary");
+    assert!(summarized["pass"]["messages_evicted"].as_u64().unwrap() > 0, "{summarized}");
+    let stats = work.json(&["stats"]);
+    assert_eq!(stats["summaries"]["in_context"], 1);
+    assert_eq!(stats["strategy"], "sliding_window", "the file's strategy is back");
+    assert!(work.ok(&["build"]).stdout.contains("[Memory Summary]"));
+
+    let drilled = work.json(&["search", "--summary", &summary.to_string()]);
+    assert!(drilled["messages"].as_array().unwrap().len() > 1, "{drilled}");
+    let text = work.ok(&["search", "--summary", &summary.to_string(), "--limit", "2"]).stdout;
+    assert!(text.contains(&format!("summary {summary}")) && text.contains("more"), "{text}");
+    work.fails(&["search", "--summary", "999999"], BAD_INPUT, "no summary 999999");
+
+    let hits = work.json(&["search", "negative quantity", "--limit", "3"]);
+    let messages = hits["messages"].as_array().unwrap();
+    assert!(!messages.is_empty() && messages.len() <= 3, "{hits}");
+    assert!(messages[0]["snippet"].as_str().unwrap().contains('«'));
+    let none = work.ok(&["search", "zebra-unicorn"]).stdout;
+    assert!(none.starts_with("no archived message matches"), "{none}");
+
+    let payload = work.ok(&["build", "--retrieve", "negative quantity", "--format", "text"]).stdout;
+    assert!(payload.contains("[Retrieved from archive]"), "{payload}");
+    assert!(work.json(&["stats"])["retrieved_items"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn trim_prints_what_ctxwin_would_send() {
+    let work = Workdir::new();
+    let run = work.ok(&["trim", "--budget", "8000", &example(), "--tokenizer", "cl100k"]);
+    let payload: Value = serde_json::from_str(&run.stdout).unwrap();
+    let messages = payload["messages"].as_array().unwrap();
+    let original =
+        format::read(&fs::read_to_string(example_path()).unwrap(), Format::OpenAiJsonl).unwrap();
+    assert!(
+        messages.len() > 5 && messages.len() < original.messages.len() / 4,
+        "{}",
+        messages.len()
+    );
+    assert_eq!(messages[0]["content"], original.messages[0].content.as_str());
+    assert_eq!(
+        messages.last().unwrap()["content"],
+        original.messages.last().unwrap().content.as_str()
+    );
+    assert_eq!(payload["tools"].as_array().unwrap().len(), 5);
+    let cl100k = ExactCounter::cl100k().unwrap();
+    let content: u32 =
+        messages.iter().map(|m| cl100k.count(m["content"].as_str().unwrap_or(""))).sum();
+    assert!(content < 8_000, "{content}");
+    assert!(!work.state().exists(), "trim keeps no state");
+
+    let text = fs::read_to_string(example_path()).unwrap();
+    let piped = work.run_with(
+        &["trim", "--budget", "8000", "-", "--tokenizer", "cl100k"],
+        Some(&text),
+        &[],
+    );
+    assert_eq!((piped.code, piped.stdout.as_str()), (0, run.stdout.as_str()));
+    let anthropic: Value = serde_json::from_str(
+        &work.ok(&["trim", "--budget", "4000", "--format", "anthropic", &example()]).stdout,
+    )
+    .unwrap();
+    assert!(anthropic["system"].as_str().unwrap().starts_with("You are a senior Rust engineer"));
+
+    work.fails(
+        &["trim", "--budget", "300", &example()],
+        BUDGET,
+        "system prompt and tool definitions alone",
+    );
+    work.fails(&["trim", "--budget", "10", &example()], USAGE, "10");
+    work.fails(&["trim", &example()], USAGE, "--budget");
+    let pending = work.write("pending.jsonl", "{\"role\":\"user\",\"content\":\"ls\"}\n{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"ls\",\"arguments\":\"{}\"}}]}\n");
+    work.fails(
+        &["trim", "--budget", "8000", pending.to_str().unwrap()],
+        BAD_INPUT,
+        "without results",
+    );
+    let config = work.write("trim.toml", "[context]\nstrategy = \"summarization\"\n");
+    let summarized = work
+        .ok(&["trim", "--budget", "6000", "--config", config.to_str().unwrap(), &example()])
+        .stdout;
+    assert!(summarized.contains("[Memory Summary]"), "a summarizing strategy keeps a summary");
+}
+
+#[test]
+fn a_ten_thousand_message_import() {
+    let work = Workdir::init();
+    let mut conversation = agent_session::agent_session_of(10_000);
+    assert_eq!(conversation.messages.len(), 10_000);
+    conversation.messages[1].content.push_str(" (ticket zanzibar-quokka)");
+    let file = work.write("long.jsonl", &agent_session::jsonl(&conversation));
+    let report = work.json(&["import", file.to_str().unwrap()]);
+    assert_eq!(report["messages"], 10_000);
+    assert_eq!(report["stored"], 10_000);
+    assert!(report["messages_evicted"].as_u64().unwrap() > 9_000, "{report}");
+    let stats = work.json(&["stats"]);
+    assert_eq!(stats["messages"]["archived"], 10_000);
+    assert!(stats["tokens"]["used"].as_u64() <= stats["tokens"]["budget"].as_u64());
+    let hits = work.json(&["search", "zanzibar-quokka"]);
+    // Ids: the system prompt 1, the five tool definitions 2-6, the first task's question 7.
+    assert_eq!(hits["messages"][0]["id"], 7, "the first task is archived: {hits}");
+    assert_eq!(hits["messages"][0]["in_context"], false);
+}
+
+#[test]
+fn tokenizer_and_llm_settings_are_checked() {
+    let work = Workdir::init();
+    assert_eq!(work.json(&["stats", "--tokenizer", "cl100k"])["counter"], "exact");
+    work.fails(&["stats", "--tokenizer", "missing.json"], CONFIG, "--tokenizer missing.json");
+    work.fails(&["stats", "--llm-url", "localhost:8080"], CONFIG, "--llm-url \"localhost:8080\"");
+    let env =
+        work.run_with(&["stats", "--json"], None, &[("CTXWIN_LLM_URL", "http://127.0.0.1:9")]);
+    assert_eq!(env.code, 0, "{}", env.stderr);
+    assert_eq!(env.json()["llm"], "http://127.0.0.1:9");
+    let table = work.run_with(&["stats"], None, &[("CTXWIN_LLM_URL", "http://127.0.0.1:9")]).stdout;
+    assert!(table.contains("summaries stay extractive"), "{table}");
+    let config = work.state().join("ctxwin.toml");
+    fs::write(&config, "[llm]\nurl = \"ftp://x\"\n").unwrap();
+    work.fails(&["stats"], CONFIG, "[llm] url in ctxwin.toml");
+}
+
+#[test]
+fn concurrent_commands_take_turns() {
+    let work = Workdir::init();
+    let children: Vec<_> = (0..6)
+        .map(|n| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_ctxwin"))
+                .arg("--dir")
+                .arg(work.state())
+                .args(["add", "user", &format!("parallel message {n}")])
+                .env_remove("CTXWIN_DIR")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let stats = work.json(&["stats"]);
+    assert_eq!(stats["messages"]["in_context"], 6);
+    assert_eq!(stats["messages"]["archived"], 6);
+}
