@@ -18,6 +18,25 @@ use crate::{ChatMessage, Conversation, ToolCall, ToolDefinition};
 pub(super) const BLOCK_SEPARATOR: &str = "\n";
 /// Prefix of the user text a mid-conversation system message becomes.
 pub(super) const SYSTEM_PREFIX: &str = "[system] ";
+/// The user turn written before a conversation whose first turn is the assistant's: the
+/// Messages API refuses a first message that is not `user`, and a trimmed window often starts
+/// mid-turn. Reading drops it again, so the round trip stays lossless.
+///
+/// ```
+/// use ctxwin_std::format::{read, write, Format, OPENING_USER_TEXT};
+/// use ctxwin_std::{core::Role, ChatMessage, Conversation};
+///
+/// let mut conv = Conversation::default();
+/// conv.messages.push(ChatMessage::text(Role::Assistant, "The build is green."));
+/// conv.messages.push(ChatMessage::text(Role::User, "Ship it."));
+/// let body = write(&conv, Format::AnthropicJson)?;
+/// let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+/// assert_eq!(json["messages"][0]["role"], "user");
+/// assert_eq!(json["messages"][0]["content"], OPENING_USER_TEXT);
+/// assert_eq!(read(&body, Format::AnthropicJson)?, conv);
+/// # Ok::<(), ctxwin_std::format::FormatError>(())
+/// ```
+pub const OPENING_USER_TEXT: &str = "[Earlier turns omitted]";
 
 /// Reads the non-message fields a body or a JSONL header line may carry (`system`, `tools`).
 pub(super) fn read_header(
@@ -261,6 +280,9 @@ fn wire_messages(
             _ => turns.push(Turn { role, blocks }),
         }
     }
+    if turns.first().is_some_and(|turn| turn.role == Role::Assistant) {
+        turns.insert(0, Turn { role: Role::User, blocks: vec![text_block(OPENING_USER_TEXT)] });
+    }
     let system = match <[&str; 1]>::try_from(system) {
         Ok([text]) => Some(WireContent::Text(Cow::Borrowed(text))),
         Err(parts) if parts.is_empty() => None,
@@ -269,6 +291,20 @@ fn wire_messages(
         )),
     };
     Ok((system, turns.into_iter().map(Turn::into_wire).collect()))
+}
+
+fn text_block(text: &str) -> WireBlock<'_> {
+    WireBlock::Text { text: Cow::Borrowed(text) }
+}
+
+/// Removes the opening user turn the writer adds before an assistant-first conversation.
+pub(super) fn drop_opening_placeholder(messages: &mut Vec<ChatMessage>) {
+    let placeholder = messages
+        .first()
+        .is_some_and(|first| first.role == Role::User && first.content == OPENING_USER_TEXT);
+    if placeholder && messages.get(1).is_some_and(|next| next.role == Role::Assistant) {
+        messages.remove(0);
+    }
 }
 
 /// The Anthropic role and blocks of one message.
@@ -404,6 +440,31 @@ mod tests {
             write_doc(&conv),
             r#"{"system":"rules","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"c","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"c","content":"out"},{"type":"text","text":"[system] late"}]}]}"#
         );
+    }
+
+    #[test]
+    fn an_assistant_first_window_opens_with_a_user_turn_that_reading_drops() {
+        let mut conv = Conversation::default();
+        conv.system = Some("rules".into());
+        conv.messages.push(ChatMessage::text(Role::System, "[Memory Summary] earlier work"));
+        conv.messages.push(ChatMessage::assistant_calls("", vec![ToolCall::new("c", "f", "{}")]));
+        conv.messages.push(ChatMessage::tool_result("c", "out"));
+        let doc = write_doc(&conv);
+        assert!(
+            doc.contains(r#""messages":[{"role":"user","content":"[Earlier turns omitted]"},{"role":"assistant""#),
+            "{doc}"
+        );
+        let back = read_doc(&doc).unwrap();
+        assert_eq!(back.messages.len(), 2, "the placeholder is dropped, the system is hoisted");
+        assert_eq!(back.messages[0].role, Role::Assistant);
+        let (_, lines) = wire_lines(&conv).unwrap();
+        assert_eq!(lines[0].role, "user");
+
+        let mut user_first = Conversation::default();
+        user_first.messages.push(ChatMessage::text(Role::User, OPENING_USER_TEXT));
+        user_first.messages.push(ChatMessage::text(Role::User, "more"));
+        let doc = write_doc(&user_first);
+        assert_eq!(read_doc(&doc).unwrap(), user_first, "a real user turn with that text stays");
     }
 
     #[test]

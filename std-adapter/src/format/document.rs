@@ -20,6 +20,14 @@ impl Provider {
         }
     }
 
+    /// Undoes what this provider's writer adds to make a conversation valid for its API (the
+    /// opening user turn of an assistant-first Anthropic conversation).
+    pub(super) fn finish(self, conv: &mut Conversation) {
+        if self == Provider::Anthropic {
+            anthropic::drop_opening_placeholder(&mut conv.messages);
+        }
+    }
+
     /// Reads the non-message fields a body or a JSONL header line carries.
     pub(super) fn read_header(
         self,
@@ -42,7 +50,7 @@ pub(super) fn read_document(
     provider: Provider,
 ) -> Result<(), FormatError> {
     match root.kind() {
-        Kind::Array => read_messages(&root.labelled(MESSAGES), conv, provider),
+        Kind::Array => read_messages(&root.labelled(MESSAGES), conv, provider)?,
         Kind::Object => {
             let body = root.object()?;
             if let (Provider::OpenAi, Some(system)) = (provider, body.field("system")) {
@@ -51,10 +59,12 @@ pub(super) fn read_document(
                 )));
             }
             read_messages(&body.required("messages")?, conv, provider)?;
-            provider.read_header(&body, conv)
+            provider.read_header(&body, conv)?;
         }
-        _ => Err(root.wrong_type("an array of messages or an object with `messages`")),
+        _ => return Err(root.wrong_type("an array of messages or an object with `messages`")),
     }
+    provider.finish(conv);
+    Ok(())
 }
 
 fn read_messages(

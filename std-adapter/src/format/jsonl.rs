@@ -47,7 +47,8 @@ impl LineReader {
         self.provider.read_message(&record, &mut self.conv.messages)
     }
 
-    pub(super) fn finish(self) -> Conversation {
+    pub(super) fn finish(mut self) -> Conversation {
+        self.provider.finish(&mut self.conv);
         self.conv
     }
 }

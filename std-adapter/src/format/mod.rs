@@ -94,6 +94,7 @@ use std::fmt;
 use std::io::{BufRead, Write};
 use std::str::FromStr;
 
+pub use anthropic::OPENING_USER_TEXT;
 pub use error::{FormatError, Problem, UnknownFormat};
 
 use crate::Conversation;
