@@ -444,8 +444,7 @@ mod tests {
 
     #[test]
     fn an_assistant_first_window_opens_with_a_user_turn_that_reading_drops() {
-        let mut conv = Conversation::default();
-        conv.system = Some("rules".into());
+        let mut conv = Conversation { system: Some("rules".into()), ..Conversation::default() };
         conv.messages.push(ChatMessage::text(Role::System, "[Memory Summary] earlier work"));
         conv.messages.push(ChatMessage::assistant_calls("", vec![ToolCall::new("c", "f", "{}")]));
         conv.messages.push(ChatMessage::tool_result("c", "out"));
