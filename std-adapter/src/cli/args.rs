@@ -176,7 +176,7 @@ pub(crate) struct TrimArgs {
     /// The conversation file (`-` for standard input).
     pub file: PathBuf,
     /// Token budget of the payload.
-    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(64..))]
+    #[arg(long, value_name = "TOKENS", value_parser = parse_budget)]
     pub budget: u32,
     /// Payload format (default: the input's provider, as a JSON body).
     #[arg(long, value_enum)]
@@ -189,6 +189,18 @@ pub(crate) struct TrimArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
+
+/// A payload budget: a whole number of tokens, at least [`MIN_BUDGET`].
+fn parse_budget(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(tokens) if tokens >= MIN_BUDGET => Ok(tokens),
+        Ok(_) => Err(format!("a budget needs at least {MIN_BUDGET} tokens (try 8000)")),
+        Err(_) => Err(format!("not a token count from {MIN_BUDGET} to {} (try 8000)", u32::MAX)),
+    }
+}
+
+/// Smallest `trim --budget`: below it not even a system prompt and one message fit.
+const MIN_BUDGET: u32 = 64;
 
 /// A message role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -315,6 +327,17 @@ mod tests {
         let parsed = Cli::try_parse_from(["ctxwin", "stats", "--json", "--dir", "/tmp/x"]).unwrap();
         assert!(parsed.json);
         assert_eq!(parsed.dir, PathBuf::from("/tmp/x"));
+    }
+
+    #[test]
+    fn a_budget_error_says_what_a_budget_is() {
+        let small = Cli::try_parse_from(["ctxwin", "trim", "--budget", "10", "f"]).unwrap_err();
+        assert!(small.to_string().contains("at least 64 tokens"), "{small}");
+        let word = Cli::try_parse_from(["ctxwin", "trim", "--budget", "lots", "f"]).unwrap_err();
+        assert!(word.to_string().contains("not a token count"), "{word}");
+        let ok = Cli::try_parse_from(["ctxwin", "trim", "--budget", "64", "f"]).unwrap();
+        let Command::Trim(trim) = ok.command else { panic!("not trim") };
+        assert_eq!(trim.budget, 64);
     }
 
     #[test]
