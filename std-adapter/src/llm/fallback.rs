@@ -194,7 +194,8 @@ impl fmt::Display for FallbackCounts {
     }
 }
 
-/// Durations of LLM calls: the newest [`Latencies::KEPT`] of them, for a median and a maximum.
+/// Durations of LLM calls: the newest [`Latencies::KEPT`] of them, for a median, percentiles
+/// and a maximum.
 ///
 /// ```
 /// use std::time::Duration;
@@ -206,6 +207,7 @@ impl fmt::Display for FallbackCounts {
 /// }
 /// assert_eq!(latencies.median(), Some(Duration::from_millis(20)));
 /// assert_eq!(latencies.max(), Some(Duration::from_millis(30)));
+/// assert_eq!(latencies.percentile(90), Some(Duration::from_millis(30)));
 /// assert_eq!(latencies.count(), 3);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -237,6 +239,15 @@ impl Latencies {
         let mut sorted: Vec<Duration> = self.recent.iter().copied().collect();
         sorted.sort_unstable();
         sorted.get(sorted.len() / 2).copied()
+    }
+
+    /// The `percent`th percentile of the kept durations (nearest rank: the smallest duration
+    /// at least `percent`% of them do not exceed; `percent` above 100 counts as 100).
+    pub fn percentile(&self, percent: u8) -> Option<Duration> {
+        let mut sorted: Vec<Duration> = self.recent.iter().copied().collect();
+        sorted.sort_unstable();
+        let rank = (sorted.len() * usize::from(percent.min(100))).div_ceil(100);
+        sorted.get(rank.saturating_sub(1)).copied()
     }
 
     /// The longest kept duration.
@@ -303,5 +314,20 @@ mod tests {
             latencies.median(),
             Some(Duration::from_millis(10 + Latencies::KEPT as u64 / 2))
         );
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let mut latencies = Latencies::default();
+        assert_eq!(latencies.percentile(90), None);
+        for ms in (1..=10).rev() {
+            latencies.record(Duration::from_millis(ms * 100));
+        }
+        let ms = |p| latencies.percentile(p).map(|d| d.as_millis());
+        assert_eq!(
+            (ms(0), ms(10), ms(50), ms(90), ms(91), ms(100)),
+            (Some(100), Some(100), Some(500), Some(900), Some(1000), Some(1000))
+        );
+        assert_eq!(ms(250), Some(1000));
     }
 }

@@ -103,10 +103,14 @@ pub struct LlmStats {
     pub pending_jobs: usize,
     /// Median duration of the summary calls (failed ones included), in milliseconds.
     pub summary_latency_p50_ms: Option<u64>,
+    /// 90th percentile of the summary calls' durations, in milliseconds.
+    pub summary_latency_p90_ms: Option<u64>,
     /// Longest summary call, in milliseconds.
     pub summary_latency_max_ms: Option<u64>,
     /// Median duration of the extraction calls, in milliseconds.
     pub extraction_latency_p50_ms: Option<u64>,
+    /// 90th percentile of the extraction calls' durations, in milliseconds.
+    pub extraction_latency_p90_ms: Option<u64>,
     /// Longest extraction call, in milliseconds.
     pub extraction_latency_max_ms: Option<u64>,
 }
@@ -224,8 +228,10 @@ impl Session {
         Some(LlmStats {
             pending_jobs: llm.worker.pending(),
             summary_latency_p50_ms: millis(llm.summary_latency.median()),
+            summary_latency_p90_ms: millis(llm.summary_latency.percentile(90)),
             summary_latency_max_ms: millis(llm.summary_latency.max()),
             extraction_latency_p50_ms: millis(llm.extraction_latency.median()),
+            extraction_latency_p90_ms: millis(llm.extraction_latency.percentile(90)),
             extraction_latency_max_ms: millis(llm.extraction_latency.max()),
             ..llm.stats.clone()
         })

@@ -24,7 +24,7 @@ fn config() -> Config {
 
 /// Answers summaries with [`SUMMARY`] and extractions with `{"branch": "fix-io"}`.
 fn answer(body: &str) -> String {
-    if body.contains("json_object") { r#"{"branch": "fix-io"}"#.into() } else { SUMMARY.into() }
+    if body.contains("json_schema") { r#"{"branch": "fix-io"}"#.into() } else { SUMMARY.into() }
 }
 
 fn session(url: &str, options: LlmOptions) -> Session {

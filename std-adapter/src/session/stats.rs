@@ -252,8 +252,10 @@ impl fmt::Display for SessionStats {
             )?;
         }
         if let Some(llm) = &self.llm {
-            let ms = |p50: Option<u64>, max: Option<u64>| match (p50, max) {
-                (Some(p50), Some(max)) => format!("p50 {p50} ms, max {max} ms"),
+            let ms = |p50: Option<u64>, p90: Option<u64>, max: Option<u64>| match (p50, p90, max) {
+                (Some(p50), Some(p90), Some(max)) => {
+                    format!("p50 {p50} ms, p90 {p90} ms, max {max} ms")
+                }
                 _ => "no calls".to_string(),
             };
             row(
@@ -265,7 +267,11 @@ impl fmt::Display for SessionStats {
                     llm.summaries_requested,
                     llm.summaries_superseded,
                     llm.pending_jobs,
-                    ms(llm.summary_latency_p50_ms, llm.summary_latency_max_ms)
+                    ms(
+                        llm.summary_latency_p50_ms,
+                        llm.summary_latency_p90_ms,
+                        llm.summary_latency_max_ms
+                    )
                 ),
             )?;
             row(f, "llm summary fallbacks", llm.summary_fallbacks.to_string())?;
@@ -277,7 +283,11 @@ impl fmt::Display for SessionStats {
                     llm.extractions_accepted,
                     llm.extractions_requested,
                     llm.entity_values_set,
-                    ms(llm.extraction_latency_p50_ms, llm.extraction_latency_max_ms)
+                    ms(
+                        llm.extraction_latency_p50_ms,
+                        llm.extraction_latency_p90_ms,
+                        llm.extraction_latency_max_ms
+                    )
                 ),
             )?;
             row(f, "llm extraction fallbacks", llm.extraction_fallbacks.to_string())?;
