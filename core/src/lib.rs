@@ -72,6 +72,7 @@ pub use entities::{
 pub use error::{Error, InvalidMessage};
 pub use estimator::{Estimator, Margin, Weights};
 pub use level::Level;
+pub use manager::ReplaceError;
 pub use manager::{
     ContextManager, EvictedUnit, History, LevelMessages, MAX_SUMMARY_RANGES, MEMORY_SUMMARY_PREFIX,
     Outbox,

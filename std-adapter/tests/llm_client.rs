@@ -356,7 +356,9 @@ fn extraction_reads_a_fenced_object_and_updates_the_current_values() {
     let user = body["messages"][1]["content"].as_str().unwrap();
     assert!(user.contains(r#""branch":"main""#) && user.contains(r#""attempts":null"#), "{user}");
     assert!(user.contains("Switched to fix-io, try 2."));
-    assert_eq!(body["response_format"]["type"], "json_object");
+    assert_eq!(body["response_format"]["type"], "json_schema");
+    let declared = &body["response_format"]["json_schema"]["schema"]["required"];
+    assert_eq!(declared, &serde_json::json!(["branch", "failing", "attempts"]));
 }
 
 #[test]

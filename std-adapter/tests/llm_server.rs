@@ -9,14 +9,19 @@
 //! With SmolLM2-135M the prose is poor, so these tests check the plumbing (answers arrive,
 //! usage and latency are reported, rejected answers come back as typed errors), never the
 //! quality. `CTXWIN_LLM_WRITE_FIXTURE=1` rewrites `fixtures/smollm2-server-counts.jsonl`;
-//! otherwise the server's token ids must match it.
+//! otherwise the server's token ids must match it. The exact SmolLM2 counter
+//! (`ExactCounter::smollm2`, the `tokenizers` crate) is compared with the server's counts:
+//! offline against that fixture, live over a varied corpus (match rate and largest difference
+//! printed).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ctxwin_std::core::Role;
+use ctxwin_std::core::TokenCounter;
 use ctxwin_std::llm::{LlmClient, LlmClientBuilder};
+use ctxwin_std::tokens::ExactCounter;
 use ctxwin_std::{ChatMessage, ToolCall};
 
 /// A client configuration for `CTXWIN_LLM_URL`, or `None` (after saying why) when it is unset.
@@ -254,4 +259,159 @@ fn the_committed_counts_cover_every_sample() {
         assert_eq!(row["tokens"].as_u64(), Some(ids.len() as u64), "{text:?}");
         assert!(!ids.is_empty(), "{text:?}");
     }
+}
+
+/// How far the exact counter is from the model's own counts over a corpus.
+#[derive(Debug, Default)]
+struct CountComparison {
+    texts: usize,
+    matching: usize,
+    max_difference: u32,
+    server_tokens: u64,
+    exact_tokens: u64,
+    mismatches: Vec<String>,
+}
+
+impl CountComparison {
+    fn add(&mut self, text: &str, server: u32, exact: u32) {
+        self.texts += 1;
+        self.server_tokens += u64::from(server);
+        self.exact_tokens += u64::from(exact);
+        if server == exact {
+            self.matching += 1;
+        } else {
+            self.max_difference = self.max_difference.max(server.abs_diff(exact));
+            let head: String = text.chars().take(60).collect();
+            self.mismatches.push(format!("server {server}, exact {exact}: {head:?}"));
+        }
+    }
+
+    fn report(&self, what: &str) {
+        println!(
+            "{what}: {}/{} texts match ({:.1}%), max difference {} tokens, totals server {} / exact {}",
+            self.matching,
+            self.texts,
+            100.0 * self.matching as f64 / self.texts.max(1) as f64,
+            self.max_difference,
+            self.server_tokens,
+            self.exact_tokens
+        );
+        for mismatch in &self.mismatches {
+            println!("  mismatch: {mismatch}");
+        }
+    }
+}
+
+/// Offline: the exact counter (SmolLM2's `tokenizer.json`) against the counts llama-server
+/// gave for the committed samples.
+#[test]
+fn exact_smollm2_counts_match_the_committed_server_counts() {
+    let counter = ExactCounter::smollm2().unwrap();
+    let committed = std::fs::read_to_string(fixture_path()).unwrap();
+    let mut comparison = CountComparison::default();
+    for line in committed.lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        let text = row["text"].as_str().unwrap();
+        let server = u32::try_from(row["tokens"].as_u64().unwrap()).unwrap();
+        comparison.add(text, server, counter.count(text));
+    }
+    comparison.report("committed server counts vs exact SmolLM2 counter");
+    assert_eq!(comparison.texts, TOKENIZE_SAMPLES.len());
+    assert_eq!(comparison.matching, comparison.texts, "{:?}", comparison.mismatches);
+}
+
+/// A varied corpus: the tokenize samples, the 52 messages of every content type in
+/// `fixtures/tokens-sample.jsonl`, this crate's own source in chunks, and generated JSON,
+/// numbers and whitespace.
+fn count_corpus() -> Vec<String> {
+    let mut corpus: Vec<String> = TOKENIZE_SAMPLES.iter().map(|s| s.to_string()).collect();
+    let samples =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokens-sample.jsonl");
+    for line in std::fs::read_to_string(samples).unwrap().lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        corpus.push(row["text"].as_str().unwrap().to_owned());
+    }
+    let source = include_str!("../src/llm/summarize.rs");
+    let lines: Vec<&str> = source.lines().collect();
+    corpus.extend(lines.chunks(40).map(|chunk| chunk.join("\n")));
+    for i in 0..20u64 {
+        corpus.push(
+            serde_json::json!({
+                "id": format!("call_{i}"),
+                "arguments": {"path": format!("src/module_{i}.rs"), "line": i * 37, "ok": i % 2 == 0}
+            })
+            .to_string(),
+        );
+        corpus.push(format!(
+            "{} {:.3} -{}e{} 0x{:x}",
+            i * 1_000_003,
+            i as f64 / 7.0,
+            i,
+            i % 9,
+            i * 48_879
+        ));
+        corpus.push(format!(
+            "{}word{}\n{}",
+            " ".repeat(i as usize),
+            "\t".repeat(i as usize % 3),
+            "x".repeat(i as usize)
+        ));
+    }
+    // Mixed scripts, combining marks, emoji sequences and control-ish whitespace, from a
+    // fixed pseudo-random walk (no randomness between runs).
+    const ALPHABET: [&str; 24] = [
+        "a",
+        "Z",
+        "7",
+        " ",
+        "  ",
+        "\n",
+        "\t",
+        "é",
+        "e\u{301}",
+        "ß",
+        "Ω",
+        "ж",
+        "ש",
+        "ع",
+        "क",
+        "ไ",
+        "中",
+        "語",
+        "😀",
+        "👍🏽",
+        "👨\u{200d}👩\u{200d}👧",
+        "\u{feff}",
+        "¿",
+        "—",
+    ];
+    let mut state = 0x9e37_79b9_u64;
+    for _ in 0..60 {
+        let mut text = String::new();
+        for _ in 0..(state % 40 + 1) {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            text.push_str(ALPHABET[(state >> 33) as usize % ALPHABET.len()]);
+        }
+        corpus.push(text);
+    }
+    corpus
+}
+
+/// Live: llama-server's `/tokenize` (the model's own tokenizer) against the exact counter.
+#[test]
+fn real_tokenize_counts_match_the_exact_counter() {
+    let Some(client) = server_client("real_tokenize_counts_match_the_exact_counter") else {
+        return;
+    };
+    let counter = ExactCounter::smollm2().unwrap();
+    let mut comparison = CountComparison::default();
+    for text in count_corpus() {
+        let server = u32::try_from(client.tokenize(&text).unwrap().len()).unwrap();
+        comparison.add(&text, server, counter.count(&text));
+    }
+    comparison.report("llama-server /tokenize vs exact SmolLM2 counter");
+    assert!(comparison.texts >= 200, "{}", comparison.texts);
+    assert_eq!(comparison.matching, comparison.texts, "{:?}", comparison.mismatches);
 }

@@ -5,11 +5,13 @@ mod evict;
 mod memory;
 mod outbox;
 mod push;
+mod replace;
 mod views;
 
 pub use memory::MAX_SUMMARY_RANGES;
 pub use outbox::{EvictedUnit, Outbox};
 pub(crate) use push::bit;
+pub use replace::ReplaceError;
 pub use views::{History, LevelMessages};
 
 use crate::capacity::{Capacities, DefaultCapacities, ScratchStorage};

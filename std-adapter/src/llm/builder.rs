@@ -218,9 +218,10 @@ impl LlmClientBuilder {
         self
     }
 
-    /// Sends `response_format: {"type": "json_object"}` with extraction requests (on by
-    /// default): OpenAI, llama.cpp, vLLM and Ollama then constrain the answer to one JSON
-    /// object. Turn it off for a server that rejects the field with HTTP 400.
+    /// Sends `response_format: {"type": "json_schema", ...}` with extraction requests (on by
+    /// default): a JSON schema declaring exactly the extraction keys, each a string of at most
+    /// 120 characters or null. OpenAI, llama.cpp, vLLM and Ollama then constrain the answer
+    /// to that shape. Turn it off for a server that rejects the field with HTTP 400.
     ///
     /// ```
     /// let b = ctxwin_std::llm::LlmClientBuilder::new("http://localhost:8080").json_mode(false);

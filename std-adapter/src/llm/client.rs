@@ -157,16 +157,16 @@ impl LlmClient {
         user: &str,
         max_tokens: u32,
     ) -> Result<Completion, LlmError> {
-        self.chat(system, user, max_tokens, false)
+        self.chat(system, user, max_tokens, None)
     }
 
-    /// [`complete`](Self::complete), asking for a JSON object answer when `json_object`.
+    /// [`complete`](Self::complete), constraining the answer to `format` when given.
     pub(super) fn chat(
         &self,
         system: &str,
         user: &str,
         max_tokens: u32,
-        json_object: bool,
+        format: Option<ResponseFormat>,
     ) -> Result<Completion, LlmError> {
         let request = ChatRequest {
             model: self.model.as_deref(),
@@ -177,7 +177,7 @@ impl LlmClient {
             max_tokens: max_tokens.max(1),
             temperature: self.temperature,
             frequency_penalty: self.frequency_penalty,
-            response_format: json_object.then_some(ResponseFormat { kind: "json_object" }),
+            response_format: format,
             stream: false,
         };
         let body = serde_json::to_string(&request)

@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use super::budget::fit;
 use super::prompts::extract_request;
+use super::wire::ResponseFormat;
 use super::{LlmClient, LlmError};
 
 /// Fewest input tokens left for the text whatever the current values cost.
@@ -69,7 +70,8 @@ impl LlmClient {
         let fitted = fit(vec![text.to_owned()], 0, text_budget, &count);
         let text = fitted.pieces.concat();
         let (system, user) = extract_request(schema, &current_json, &text);
-        let completion = self.chat(&system, &user, self.extract_max_tokens, self.json_mode)?;
+        let format = self.json_mode.then(|| ResponseFormat::declared_keys(schema));
+        let completion = self.chat(&system, &user, self.extract_max_tokens, format)?;
         let found = match parse_extraction(&completion.text, schema) {
             Err(LlmError::NotJson(_)) if completion.was_truncated() => {
                 return Err(LlmError::Truncated { max_tokens: self.extract_max_tokens });

@@ -10,6 +10,12 @@
 //! - [`LlmClient::extract`]: declared keys, current values and text in, updated values out.
 //! - [`LlmClient::tokenize`]: the model's own token ids (llama-server's `/tokenize`).
 //!
+//! - [`LlmSummarizer`] and [`LlmExtractor`]: the core's `Summarizer` and `Extractor` seams
+//!   answered by the model (blocking), falling back to the core's extractive summarizer and
+//!   pattern extractor on every failure, counted by [`FallbackReason`]. A
+//!   [`Session`](crate::session::Session) runs the model off the critical path instead
+//!   ([`SessionBuilder::llm`](crate::session::SessionBuilder::llm)).
+//!
 //! Small models often answer badly; such answers come back as errors for which
 //! [`LlmError::is_rejected_answer`] is true, and the caller falls back.
 //!
@@ -35,9 +41,14 @@ mod builder;
 mod client;
 mod error;
 mod extract;
+mod extractor;
+mod fallback;
+#[cfg(test)]
+pub(crate) mod mock;
 mod prompts;
 mod retry;
 mod summarize;
+mod summarizer;
 mod tokenize;
 mod wire;
 
@@ -46,6 +57,9 @@ pub use builder::LlmClientBuilder;
 pub use client::{Completion, LlmClient, LlmUsage, TokenCounter};
 pub use error::LlmError;
 pub use extract::parse_extraction;
+pub use extractor::LlmExtractor;
+pub use fallback::{FallbackCounts, FallbackReason, Latencies};
 pub use prompts::{EXTRACT_SYSTEM_PROMPT, SUMMARY_SYSTEM_PROMPT};
 pub use summarize::LlmSummary;
+pub use summarizer::LlmSummarizer;
 pub use tokenize::TokenPiece;

@@ -61,11 +61,40 @@ pub(crate) struct ChatRequest<'a> {
     pub(crate) stream: bool,
 }
 
-/// `{"type": "json_object"}`: the server constrains the answer to one JSON object.
+/// Longest value, in characters, the extraction schema lets the server produce: keeps a
+/// grammar-constrained answer well inside the extraction token limit.
+pub(crate) const MAX_EXTRACTED_VALUE_CHARS: u32 = 120;
+
+/// `{"type": "json_schema", ...}`: the server constrains the answer to one JSON object with
+/// exactly the declared keys, each a short string or null (llama.cpp turns the schema into a
+/// grammar, so even a 135M model answers in shape; OpenAI and vLLM honour it too).
 #[derive(Debug, Serialize)]
 pub(crate) struct ResponseFormat {
     #[serde(rename = "type")]
     pub(crate) kind: &'static str,
+    pub(crate) json_schema: serde_json::Value,
+}
+
+impl ResponseFormat {
+    /// The format for an extraction over `keys`.
+    pub(crate) fn declared_keys(keys: &[&str]) -> Self {
+        let value =
+            serde_json::json!({"type": ["string", "null"], "maxLength": MAX_EXTRACTED_VALUE_CHARS});
+        let properties: serde_json::Map<String, serde_json::Value> =
+            keys.iter().map(|&key| (key.to_owned(), value.clone())).collect();
+        Self {
+            kind: "json_schema",
+            json_schema: serde_json::json!({
+                "name": "entities",
+                "schema": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": keys,
+                    "additionalProperties": false,
+                },
+            }),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -153,6 +182,18 @@ mod tests {
         for base in ["127.0.0.1:8089", "ftp://host", "http://", "http:///v1", "http://h?x=1", ""] {
             assert!(matches!(Endpoints::parse(base), Err(LlmError::Config(_))), "{base}");
         }
+    }
+
+    #[test]
+    fn the_extraction_format_declares_exactly_the_keys() {
+        let format =
+            serde_json::to_value(ResponseFormat::declared_keys(&["branch", "owner"])).unwrap();
+        assert_eq!(format["type"], "json_schema");
+        let schema = &format["json_schema"]["schema"];
+        assert_eq!(schema["required"], serde_json::json!(["branch", "owner"]));
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(schema["properties"]["owner"]["type"], serde_json::json!(["string", "null"]));
+        assert_eq!(schema["properties"].as_object().unwrap().len(), 2);
     }
 
     #[test]

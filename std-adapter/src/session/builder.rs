@@ -6,11 +6,13 @@ use std::path::PathBuf;
 use ctxwin_core::{Config, OutboxMode};
 
 use super::capacities::boxed_manager;
+use super::llm::{LlmOptions, LlmState};
 use super::stats::SessionCounters;
 use super::sync::Tracker;
 use super::{Counter, Session, SessionError};
 use crate::archive::Archive;
 use crate::checkpoint::{CheckpointPolicy, CheckpointStore, DEFAULT_KEEP, PeriodicCheckpointer};
+use crate::llm::LlmClient;
 use crate::tokens::{Calibrator, CalibratorConfig, ChatFraming};
 
 /// Where the archive lives.
@@ -55,6 +57,8 @@ pub struct SessionBuilder {
     keep: usize,
     restore_latest: bool,
     calibrator: CalibratorConfig,
+    llm: Option<LlmClient>,
+    llm_options: LlmOptions,
 }
 
 impl SessionBuilder {
@@ -77,6 +81,8 @@ impl SessionBuilder {
             keep: DEFAULT_KEEP.get(),
             restore_latest: false,
             calibrator: CalibratorConfig::DEFAULT,
+            llm: None,
+            llm_options: LlmOptions::default(),
         }
     }
 
@@ -145,6 +151,38 @@ impl SessionBuilder {
         self
     }
 
+    /// Rewrites the core's summaries and extracts entity values with the model `client`
+    /// talks to, on a background worker thread, as [`LlmOptions`] say (both by default). Needs
+    /// an archive: jobs read a summary's sources back from it. See
+    /// [`Session::wait_for_summaries`](super::Session::wait_for_summaries).
+    ///
+    /// ```
+    /// use ctxwin_std::llm::LlmClientBuilder;
+    /// use ctxwin_std::session::{SessionBuilder, SessionError};
+    /// let client = LlmClientBuilder::new("http://127.0.0.1:8089").build()?;
+    /// let session = SessionBuilder::new("s").archive_in_memory().llm(client.clone()).build()?;
+    /// assert!(session.llm_stats().is_some());
+    /// let no_archive = SessionBuilder::new("s").llm(client).build();
+    /// assert!(matches!(no_archive, Err(SessionError::Setting(_))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn llm(mut self, client: LlmClient) -> Self {
+        self.llm = Some(client);
+        self
+    }
+
+    /// What the model is used for (with [`llm`](Self::llm)).
+    ///
+    /// ```
+    /// use ctxwin_std::session::{LlmOptions, SessionBuilder};
+    /// let builder = SessionBuilder::new("s").llm_options(LlmOptions { extraction: false, ..LlmOptions::default() });
+    /// assert!(builder.build().is_ok());
+    /// ```
+    pub fn llm_options(mut self, options: LlmOptions) -> Self {
+        self.llm_options = options;
+        self
+    }
+
     /// Opens the archive and checkpoint store, allocates the manager and, with
     /// [`restore_latest`](Self::restore_latest), restores the newest intact checkpoint.
     ///
@@ -174,6 +212,11 @@ impl SessionBuilder {
                 "OutboxMode::Discard would release evicted units unarchived; use OutboxMode::Hold with an archive".into(),
             ));
         }
+        if self.llm.is_some() && self.archive == ArchiveAt::Nowhere {
+            return Err(SessionError::Setting(
+                "LLM summaries read their sources from the archive: add .archive(path) or .archive_in_memory()".into(),
+            ));
+        }
         let calibrator = Calibrator::with_config(self.calibrator)?;
         let manager = boxed_manager(configured, self.counter)?;
         let archive = match &self.archive {
@@ -200,6 +243,10 @@ impl SessionBuilder {
             pending_rows: Vec::new(),
             phantom: None,
             trusted_from: 1,
+            llm: match self.llm {
+                Some(client) => Some(LlmState::start(client, self.llm_options)?),
+                None => None,
+            },
         };
         let restored = if self.restore_latest { session.restore_latest_if_any()? } else { None };
         if restored.is_none()

@@ -68,6 +68,7 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn compose(&mut self, dynamic: &[&str]) -> Result<ComposedPayload, SessionError> {
+        self.poll_llm();
         let since = self.tracker.next_id;
         let (conversation, tokens) = {
             let payload = self.manager.compose(dynamic)?;
@@ -102,6 +103,7 @@ impl Session {
         dynamic: &[&str],
         model: &str,
     ) -> Result<(String, u32), SessionError> {
+        self.poll_llm();
         let since = self.tracker.next_id;
         let (body, tokens) = {
             let payload = self.manager.compose(dynamic)?;

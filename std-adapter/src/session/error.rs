@@ -110,6 +110,15 @@ pub enum SessionError {
         /// Why.
         source: Box<SessionError>,
     },
+    /// The operation needs LLM work the session was built without.
+    #[error("{operation} needs an LLM: build the session with .llm(client)")]
+    NoLlm {
+        /// What was asked.
+        operation: &'static str,
+    },
+    /// The background thread that runs LLM jobs could not start.
+    #[error("cannot start the LLM worker thread: {0}; the process is out of threads or memory")]
+    LlmWorker(String),
     /// The helper thread that allocates the manager could not run.
     #[error("cannot allocate the context manager: {0}; the process is out of threads or memory")]
     Allocation(String),
@@ -164,6 +173,7 @@ mod tests {
             SessionError::Core(CoreError::OutboxFull { level: Level::Working }),
             SessionError::NoArchive { operation: "retrieve" },
             SessionError::NoCheckpoints { operation: "checkpoint" },
+            SessionError::NoLlm { operation: "wait_for_summaries" },
             SessionError::ArchiveInUse { session: "s".into(), messages: 3 },
         ];
         for error in errors {

@@ -22,6 +22,10 @@
 //!   `usage.prompt_tokens` to the calibrator and shrinks the core's effective window so that a
 //!   composed payload, scaled by the worst ratio seen, still fits the real window: the
 //!   estimator is never the reason a request is rejected.
+//! * **LLM summaries.** With [`SessionBuilder::llm`], a background worker rewrites the core's
+//!   extractive summaries (and extracts entity values) with a model; the agent keeps composing
+//!   with the extractive text until the model's is swapped in. Failures fall back and are
+//!   counted; see [`LlmStats`] and [`Session::wait_for_summaries`].
 //! * **Threads.** `Session` is `Send` but not `Sync` (the archive's SQLite connection is not
 //!   `Sync`); share one between threads as a [`SharedSession`] (`Arc<Mutex<Session>>`).
 //!
@@ -64,6 +68,11 @@ mod convert;
 mod counter;
 mod error;
 mod import;
+mod llm;
+mod llm_jobs;
+#[cfg(test)]
+mod llm_tests;
+mod llm_worker;
 mod persist;
 mod push;
 mod report;
@@ -84,6 +93,7 @@ pub use capacities::{ServerCapacities, SessionManager};
 pub use compose::ComposedPayload;
 pub use counter::Counter;
 pub use error::SessionError;
+pub use llm::{LlmOptions, LlmStats, LlmWait};
 pub use persist::RestorePoint;
 pub use push::PushOptions;
 pub use report::{ImportReport, PushReport, Reduction, RestoreReport};
@@ -133,6 +143,8 @@ pub struct Session {
     /// Messages from this id on were archived by this session; older ones (restored from a
     /// checkpoint) are checked against the archive when they leave the core.
     trusted_from: u64,
+    /// The model's summaries and extraction, when built with [`SessionBuilder::llm`].
+    llm: Option<llm::LlmState>,
 }
 
 impl Session {
@@ -215,6 +227,7 @@ impl std::fmt::Debug for Session {
             .field("archive", &self.archive.is_some())
             .field("checkpoints", &self.store.as_ref().map(CheckpointStore::dir))
             .field("last_checkpoint", &self.last_checkpoint)
+            .field("llm", &self.llm.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -235,6 +235,7 @@ impl Session {
         self.tracker.next_id = self.manager.next_id();
         self.trusted_from = self.tracker.next_id;
         self.phantom = None;
+        self.forget_llm_texts();
         self.calibrator = state.calibrator;
         self.counters = state.counters;
         self.counters.restores += 1;

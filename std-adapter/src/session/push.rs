@@ -120,6 +120,7 @@ impl Session {
         message: &ChatMessage,
         options: PushOptions,
     ) -> Result<PushReport, SessionError> {
+        self.poll_llm();
         let timestamp = options.timestamp.unwrap_or_else(now_ms);
         let mut plan = self.plan(message, &options)?;
         self.write_ahead(message, &plan, timestamp)?;
@@ -186,6 +187,9 @@ impl Session {
         let after = self.after_op(since, &|known| known == id)?;
         for wrong in displaced {
             self.repair_displaced(wrong)?;
+        }
+        if plan.level.is_history() {
+            self.schedule_llm_extraction(id, message);
         }
         let checkpoint = self.periodic_checkpoint();
         tracing::debug!(

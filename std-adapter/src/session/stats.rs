@@ -6,7 +6,7 @@ use std::fmt;
 use ctxwin_core::{Level, Stats};
 use serde::{Deserialize, Serialize};
 
-use super::{Session, SessionError};
+use super::{LlmStats, Session, SessionError};
 
 /// What the session itself did, kept across checkpoints.
 ///
@@ -113,6 +113,8 @@ pub struct SessionStats {
     pub counters: SessionCounters,
     /// The newest checkpoint written or restored.
     pub last_checkpoint: Option<String>,
+    /// LLM summaries and extraction, when the session has an LLM.
+    pub llm: Option<LlmStats>,
 }
 
 impl Session {
@@ -161,6 +163,7 @@ impl Session {
             }),
             counters: self.counters.clone(),
             last_checkpoint: self.last_checkpoint.as_ref().map(ToString::to_string),
+            llm: self.llm_stats(),
         })
     }
 }
@@ -247,6 +250,47 @@ impl fmt::Display for SessionStats {
                 "token cache",
                 format!("{} hits, {} misses ({rate})", cache.hits, cache.misses),
             )?;
+        }
+        if let Some(llm) = &self.llm {
+            let ms = |p50: Option<u64>, p90: Option<u64>, max: Option<u64>| match (p50, p90, max) {
+                (Some(p50), Some(p90), Some(max)) => {
+                    format!("p50 {p50} ms, p90 {p90} ms, max {max} ms")
+                }
+                _ => "no calls".to_string(),
+            };
+            row(
+                f,
+                "llm summaries",
+                format!(
+                    "{} swapped of {} requested, {} superseded, {} pending; {}",
+                    llm.summaries_swapped,
+                    llm.summaries_requested,
+                    llm.summaries_superseded,
+                    llm.pending_jobs,
+                    ms(
+                        llm.summary_latency_p50_ms,
+                        llm.summary_latency_p90_ms,
+                        llm.summary_latency_max_ms
+                    )
+                ),
+            )?;
+            row(f, "llm summary fallbacks", llm.summary_fallbacks.to_string())?;
+            row(
+                f,
+                "llm extraction",
+                format!(
+                    "{} accepted of {} requested, {} values set; {}",
+                    llm.extractions_accepted,
+                    llm.extractions_requested,
+                    llm.entity_values_set,
+                    ms(
+                        llm.extraction_latency_p50_ms,
+                        llm.extraction_latency_p90_ms,
+                        llm.extraction_latency_max_ms
+                    )
+                ),
+            )?;
+            row(f, "llm extraction fallbacks", llm.extraction_fallbacks.to_string())?;
         }
         row(
             f,

@@ -67,6 +67,8 @@ impl Session {
         self.archive_new_records(since, known)?;
         self.settle_phantom(known)?;
         let summaries = self.record_summaries()?;
+        // Sources are archived by now (written ahead, or just above): jobs read them there.
+        self.schedule_llm_summaries(&summaries);
         let drained = self.archive_outbox()?;
         self.prune_summary_marks();
         Ok(AfterOp { summaries, drained })
@@ -166,7 +168,7 @@ impl Session {
 
     /// Records every summary (live, or evicted and waiting) that is new or changed since it
     /// was last recorded. Returns their ids.
-    fn record_summaries(&mut self) -> Result<Vec<u64>, SessionError> {
+    pub(super) fn record_summaries(&mut self) -> Result<Vec<u64>, SessionError> {
         if self.archive.is_none() {
             return Ok(Vec::new());
         }
@@ -356,26 +358,26 @@ fn source_ids(ranges: &[(u64, u64)], tool_definitions: &BTreeSet<u64>) -> Vec<u6
         .collect()
 }
 
-fn contains(ranges: &[(u64, u64)], id: u64) -> bool {
+pub(super) fn contains(ranges: &[(u64, u64)], id: u64) -> bool {
     ranges.iter().any(|&(first, last)| (first..=last).contains(&id))
 }
 
-fn overlaps(ranges: &[(u64, u64)], (first, last): (u64, u64)) -> bool {
+pub(super) fn overlaps(ranges: &[(u64, u64)], (first, last): (u64, u64)) -> bool {
     ranges.iter().any(|&(a, b)| a <= last && first <= b)
 }
 
 /// Whether every range of `inner` lies inside one of `outer`.
-fn within(inner: &[(u64, u64)], outer: &[(u64, u64)]) -> bool {
+pub(super) fn within(inner: &[(u64, u64)], outer: &[(u64, u64)]) -> bool {
     inner.iter().all(|&(first, last)| outer.iter().any(|&(a, b)| a <= first && last <= b))
 }
 
-fn span(ranges: &[(u64, u64)]) -> u64 {
+pub(super) fn span(ranges: &[(u64, u64)]) -> u64 {
     ranges.iter().map(|&(first, last)| last.saturating_sub(first).saturating_add(1)).sum()
 }
 
 /// FNV-1a over a summary's text, source ranges and detail: stable across builds, unlike
 /// `DefaultHasher`, because it is kept in checkpoints.
-fn fingerprint(text: &str, ranges: &[(u64, u64)], detail: u8) -> u64 {
+pub(super) fn fingerprint(text: &str, ranges: &[(u64, u64)], detail: u8) -> u64 {
     let range_bytes =
         ranges.iter().flat_map(|&(a, b)| a.to_le_bytes().into_iter().chain(b.to_le_bytes()));
     text.bytes()

@@ -1,0 +1,167 @@
+//! [`LlmExtractor`]: the core's [`Extractor`] seam answered by a model, blocking, with the
+//! core's [`Patterns`] extractor as the fallback for every failure.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use ctxwin_core::{EntitiesMut, Extractor, Patterns};
+
+use super::{FallbackCounts, FallbackReason, Latencies, LlmClient};
+
+/// An [`Extractor`] that asks an OpenAI-compatible server ([`LlmClient::extract`]) for the
+/// declared keys as one JSON object, and falls back to the core's [`Patterns`] extractor
+/// when the answer does not come or is not usable (not JSON, an undeclared key, a nested
+/// value; see [`parse_extraction`](super::parse_extraction)). Values the model leaves out or
+/// answers `null` for keep their current value; values longer than the table holds are
+/// skipped. Each fallback is counted by [`FallbackReason`] and logged.
+///
+/// Like [`LlmSummarizer`](super::LlmSummarizer) it blocks the push it runs in; a
+/// [`Session`](crate::session::Session) built with
+/// [`SessionBuilder::llm`](crate::session::SessionBuilder::llm) runs extraction on its
+/// background worker instead.
+///
+/// ```
+/// use ctxwin_core::{Builtin, Config, ContextManager, EntitySchema, Estimator, Extractive, Message, TinyCapacities};
+/// use ctxwin_std::llm::{LlmClientBuilder, LlmExtractor};
+///
+/// let client = LlmClientBuilder::new("http://127.0.0.1:9").max_retries(0).build()?;
+/// let strategy = Builtin { summarizer: Extractive, extractor: LlmExtractor::new(client) };
+/// let config = Config { entity_schema: EntitySchema::new(&["branch"])?, ..Config::DEFAULT };
+/// let mut manager = ContextManager::<TinyCapacities, _, _>::with_strategy(config, Estimator::new(), strategy)?;
+/// manager.push(Message::user("branch: fix-io"))?;
+/// // No server: the pattern extractor found the value.
+/// assert_eq!(manager.entities().get("branch"), Some("fix-io"));
+/// assert_eq!(manager.strategy().extractor.fallbacks().server_down, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct LlmExtractor {
+    client: LlmClient,
+    fallback: Patterns,
+    accepted: u64,
+    fallbacks: FallbackCounts,
+    latencies: Latencies,
+}
+
+impl LlmExtractor {
+    /// An extractor asking `client`'s server.
+    pub fn new(client: LlmClient) -> Self {
+        Self {
+            client,
+            fallback: Patterns,
+            accepted: 0,
+            fallbacks: FallbackCounts::default(),
+            latencies: Latencies::default(),
+        }
+    }
+
+    /// The client it asks.
+    pub fn client(&self) -> &LlmClient {
+        &self.client
+    }
+
+    /// Extractions the model answered usably.
+    pub fn accepted(&self) -> u64 {
+        self.accepted
+    }
+
+    /// Extractions the pattern fallback did, by why the model's answer was not used.
+    pub fn fallbacks(&self) -> &FallbackCounts {
+        &self.fallbacks
+    }
+
+    /// Durations of the calls to the server (failed ones included).
+    pub fn latencies(&self) -> &Latencies {
+        &self.latencies
+    }
+}
+
+impl Extractor for LlmExtractor {
+    fn extract(&mut self, text: &str, entities: &mut EntitiesMut<'_>) {
+        let keys: Vec<String> = entities.keys().map(str::to_owned).collect();
+        if keys.is_empty() {
+            return;
+        }
+        let current: BTreeMap<String, String> = keys
+            .iter()
+            .filter_map(|key| Some((key.clone(), entities.get(key)?.to_owned())))
+            .collect();
+        let schema: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let started = Instant::now();
+        let answer = self.client.extract(&schema, &current, text);
+        self.latencies.record(started.elapsed());
+        match answer {
+            Ok(updated) => {
+                self.accepted = self.accepted.saturating_add(1);
+                for (key, value) in updated {
+                    if current.get(&key) != Some(&value)
+                        && let Err(error) = entities.set(&key, &value)
+                    {
+                        tracing::debug!(key, %error, "LLM entity value skipped");
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "LLM extraction failed; the pattern extractor takes over");
+                self.fallbacks.add(FallbackReason::of(&error));
+                self.fallback.extract(text, entities);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::LlmClientBuilder;
+    use crate::llm::mock::server;
+    use ctxwin_core::{Config, ContextManager, EntitySchema, Message, TinyCapacities};
+
+    fn manager(
+        extractor: LlmExtractor,
+    ) -> ContextManager<
+        TinyCapacities,
+        ctxwin_core::Estimator,
+        ctxwin_core::Builtin<ctxwin_core::Extractive, LlmExtractor>,
+    > {
+        let schema = EntitySchema::new(&["branch", "owner"]).unwrap();
+        let config = Config { entity_schema: schema, ..Config::DEFAULT };
+        let strategy = ctxwin_core::Builtin { summarizer: ctxwin_core::Extractive, extractor };
+        ContextManager::with_strategy(config, ctxwin_core::Estimator::new(), strategy).unwrap()
+    }
+
+    #[test]
+    fn declared_values_are_set_and_nulls_keep_the_old_value() {
+        let url = server(vec![
+            r#"{"branch": "fix-io", "owner": null}"#.into(),
+            r#"```json
+{"owner": "Dana"}
+```"#
+                .into(),
+        ]);
+        let mut manager = manager(LlmExtractor::new(LlmClientBuilder::new(url).build().unwrap()));
+        manager.push(Message::user("Switched to fix-io.")).unwrap();
+        assert_eq!(manager.entities().get("branch"), Some("fix-io"));
+        manager.push(Message::user("Dana owns the reader.")).unwrap();
+        assert_eq!(manager.entities().get("branch"), Some("fix-io"));
+        assert_eq!(manager.entities().get("owner"), Some("Dana"));
+        let extractor = &manager.strategy().extractor;
+        assert_eq!((extractor.accepted(), extractor.fallbacks().total()), (2, 0));
+    }
+
+    #[test]
+    fn undeclared_keys_and_prose_fall_back_to_patterns() {
+        let url = server(vec![
+            r#"{"branch": "x", "password": "hunter2"}"#.into(),
+            "The branch is fix-io.".into(),
+        ]);
+        let client = LlmClientBuilder::new(url).max_retries(0).build().unwrap();
+        let mut manager = manager(LlmExtractor::new(client));
+        manager.push(Message::user("owner: Dana")).unwrap();
+        manager.push(Message::user("branch = fix-io")).unwrap();
+        assert_eq!(manager.entities().get("owner"), Some("Dana"));
+        assert_eq!(manager.entities().get("branch"), Some("fix-io"));
+        let extractor = &manager.strategy().extractor;
+        assert_eq!((extractor.accepted(), extractor.fallbacks().bad_extraction), (0, 2));
+    }
+}

@@ -1,0 +1,231 @@
+//! [`LlmSummarizer`]: the core's [`Summarizer`] seam answered by a model, blocking, with the
+//! core's [`Extractive`] summarizer as the fallback for every failure.
+
+use std::time::Instant;
+
+use ctxwin_core::{
+    Extractive, MessageRef, Role, SummarizeError, Summarizer, SummaryRequest, TextBuffer,
+};
+
+use super::{FallbackCounts, FallbackReason, Latencies, LlmClient};
+use crate::{ChatMessage, ToolCall};
+
+/// A [`Summarizer`] that asks an OpenAI-compatible server ([`LlmClient::summarize`]) and falls
+/// back to the core's [`Extractive`] summarizer whenever the answer does not come or is not
+/// usable: server down, timeout, HTTP error, empty answer, an answer longer than its input or
+/// than the request's budget (as the manager's counter counts it), an answer that is not a
+/// summary. Each fallback is counted by [`FallbackReason`] and logged.
+///
+/// It blocks the manager's `push` for the length of an HTTP call: fine for batch jobs and
+/// tests; an agent loop should let [`Session`](crate::session::Session) run the model on a
+/// background worker instead ([`SessionBuilder::llm`](crate::session::SessionBuilder::llm)).
+///
+/// ```
+/// use ctxwin_core::{Builtin, Config, ContextManager, Estimator, Message, StrategyKind, TinyCapacities};
+/// use ctxwin_std::llm::{LlmClientBuilder, LlmExtractor, LlmSummarizer};
+///
+/// // No server listens on port 9: every summary falls back to the extractive one.
+/// let client = LlmClientBuilder::new("http://127.0.0.1:9").max_retries(0).build()?;
+/// let strategy = Builtin { summarizer: LlmSummarizer::new(client.clone()), extractor: LlmExtractor::new(client) };
+/// let config = Config { strategy: StrategyKind::Summarization, summarize_threshold: 2, summarize_batch: 1, locked_tail: 2, ..Config::DEFAULT };
+/// let mut manager = ContextManager::<TinyCapacities, _, _>::with_strategy(config, Estimator::new(), strategy)?;
+/// for turn in 0..5 {
+///     manager.push(Message::user(&format!("Step {turn}: edit src/step{turn}.rs")))?;
+/// }
+/// let summarizer = &manager.strategy().summarizer;
+/// assert!(summarizer.fallbacks().server_down >= 1);
+/// assert_eq!(manager.stats().summaries(), 1, "the extractive summary took over");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct LlmSummarizer {
+    client: LlmClient,
+    fallback: Extractive,
+    accepted: u64,
+    fallbacks: FallbackCounts,
+    latencies: Latencies,
+}
+
+impl LlmSummarizer {
+    /// A summarizer asking `client`'s server.
+    pub fn new(client: LlmClient) -> Self {
+        Self {
+            client,
+            fallback: Extractive,
+            accepted: 0,
+            fallbacks: FallbackCounts::default(),
+            latencies: Latencies::default(),
+        }
+    }
+
+    /// The client it asks.
+    pub fn client(&self) -> &LlmClient {
+        &self.client
+    }
+
+    /// Summaries the model wrote that were used.
+    pub fn accepted(&self) -> u64 {
+        self.accepted
+    }
+
+    /// Summaries the extractive fallback wrote, by why the model's was not used.
+    pub fn fallbacks(&self) -> &FallbackCounts {
+        &self.fallbacks
+    }
+
+    /// Durations of the calls to the server (failed ones included).
+    pub fn latencies(&self) -> &Latencies {
+        &self.latencies
+    }
+
+    /// The model's summary of `request`, if it fits the request's budget.
+    fn ask(&mut self, request: &SummaryRequest<'_>) -> Result<String, FallbackReason> {
+        let mut messages: Vec<ChatMessage> = request.messages.clone().map(|m| chat(&m)).collect();
+        let mut previous = Some(request.previous.trim()).filter(|p| !p.is_empty());
+        if messages.is_empty() {
+            // Shortening a summary alone (to a line, or a digest): the summary is the input.
+            let text = previous.take().ok_or(FallbackReason::Other)?;
+            messages.push(ChatMessage::text(Role::System, text));
+        }
+        let started = Instant::now();
+        // Three quarters of the budget: the manager's counter may count the answer higher
+        // than the model's tokenizer does.
+        let max_tokens = (request.budget / 4).saturating_mul(3).max(1);
+        let answer = self.client.summarize(previous, &messages, max_tokens);
+        self.latencies.record(started.elapsed());
+        let summary = answer.map_err(|error| {
+            tracing::warn!(%error, "LLM summary failed; the extractive summarizer takes over");
+            FallbackReason::of(&error)
+        })?;
+        let tokens = request.counter.count(&summary.text);
+        if tokens > request.budget {
+            tracing::warn!(
+                tokens,
+                budget = request.budget,
+                "LLM summary over its budget; the extractive summarizer takes over"
+            );
+            return Err(FallbackReason::TooLong);
+        }
+        Ok(summary.text)
+    }
+}
+
+impl Summarizer for LlmSummarizer {
+    fn summarize(
+        &mut self,
+        request: &SummaryRequest<'_>,
+        out: &mut TextBuffer<'_>,
+    ) -> Result<(), SummarizeError> {
+        let reason = match self.ask(request) {
+            Ok(text) => {
+                out.clear();
+                out.push_str(&text);
+                if !out.is_truncated() {
+                    self.accepted = self.accepted.saturating_add(1);
+                    return Ok(());
+                }
+                FallbackReason::TooLong
+            }
+            Err(reason) => reason,
+        };
+        self.fallbacks.add(reason);
+        out.clear();
+        let result = self.fallback.summarize(request, out);
+        if result.is_err() {
+            out.clear();
+        }
+        result
+    }
+}
+
+/// A stored core message as an owned chat message, for a prompt.
+pub(crate) fn chat(message: &MessageRef<'_>) -> ChatMessage {
+    let mut chat = ChatMessage::text(message.role(), message.content());
+    chat.tool_calls = message
+        .tool_calls()
+        .map(|call| ToolCall::new(call.id, call.name, call.arguments))
+        .collect();
+    chat.tool_call_id = message.tool_call_id().map(str::to_string);
+    chat
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::LlmClientBuilder;
+    use crate::llm::mock::server;
+    use ctxwin_core::{ContextManager, Detail, Estimator, Message, TinyCapacities, TokenCounter};
+    use std::net::TcpListener;
+
+    fn summarize(
+        summarizer: &mut LlmSummarizer,
+        budget: u32,
+    ) -> (Result<(), SummarizeError>, String) {
+        let mut manager = ContextManager::<TinyCapacities>::new();
+        let first = manager.push(Message::user("Fix the failing test in tests/io.rs")).unwrap();
+        manager
+            .push(Message::assistant("The reader drops the last record; fixing src/reader.rs"))
+            .unwrap();
+        let last =
+            manager.push(Message::user("Also bump the version to 1.4.2 and tag it")).unwrap();
+        let counter = Estimator::new();
+        let request = SummaryRequest {
+            previous: "",
+            messages: manager.summary_source(first, last),
+            budget,
+            detail: Detail::Paragraph,
+            counter: &counter,
+        };
+        let mut bytes = [0u8; 2048];
+        let mut out = TextBuffer::new(&mut bytes);
+        let result = summarizer.summarize(&request, &mut out);
+        (result, out.as_str().to_owned())
+    }
+
+    #[test]
+    fn a_usable_answer_is_written() {
+        let url = server(vec!["Fixing src/reader.rs; then release 1.4.2.".into()]);
+        let mut summarizer = LlmSummarizer::new(LlmClientBuilder::new(url).build().unwrap());
+        let (result, text) = summarize(&mut summarizer, 100);
+        assert_eq!(result, Ok(()));
+        assert_eq!(text, "Fixing src/reader.rs; then release 1.4.2.");
+        assert_eq!((summarizer.accepted(), summarizer.fallbacks().total()), (1, 0));
+        assert_eq!(summarizer.latencies().count(), 1);
+    }
+
+    #[test]
+    fn unusable_answers_fall_back_to_the_extractive_summary() {
+        let long: Vec<String> = (0..40).map(|step| format!("step {step} done")).collect();
+        let long = long.join(", ");
+        let url = server(vec![
+            "   ".into(),
+            "I'm sorry, but I cannot help with that.".into(),
+            long.clone(),
+        ]);
+        let client = LlmClientBuilder::new(url).max_retries(0).build().unwrap();
+        let mut summarizer = LlmSummarizer::new(client);
+        for _ in 0..3 {
+            let (result, text) = summarize(&mut summarizer, 30);
+            assert_eq!(result, Ok(()));
+            assert!(text.contains("tests/io.rs"), "the extractive summary: {text}");
+            assert!(Estimator::new().count(&text) <= 30, "{text}");
+        }
+        let fallbacks = summarizer.fallbacks();
+        assert_eq!((fallbacks.empty_answer, fallbacks.not_a_summary), (1, 1));
+        assert_eq!(fallbacks.too_long, 1, "{long} is longer than its input or its budget");
+        assert_eq!(summarizer.accepted(), 0);
+    }
+
+    #[test]
+    fn a_server_that_is_down_falls_back() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        let client = LlmClientBuilder::new(url).max_retries(0).build().unwrap();
+        let mut summarizer = LlmSummarizer::new(client);
+        let (result, text) = summarize(&mut summarizer, 60);
+        assert_eq!(result, Ok(()));
+        assert!(!text.is_empty());
+        assert_eq!(summarizer.fallbacks().server_down, 1);
+    }
+}
