@@ -47,6 +47,8 @@ pub(crate) struct LlmSection {
     pub api_key_env: Option<String>,
     /// Seconds per attempt.
     pub timeout_secs: Option<u64>,
+    /// Seconds a command waits for the model's answers before it checkpoints and exits.
+    pub wait_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -321,11 +323,15 @@ pub(crate) fn default_toml() -> String {
          # Without it the estimator counts (about 8% mean error, erring high).\n\
          # path = \"tokenizer.json\"\n\n\
          [llm]\n\
-         # An OpenAI-compatible server for summaries (--llm-url and CTXWIN_LLM_URL override url).\n\
+         # An OpenAI-compatible server (llama.cpp, vLLM, Ollama, OpenAI) that rewrites summaries\n\
+         # and extracts entity values in the background; on any failure the extractive summary\n\
+         # stays (--llm-url and CTXWIN_LLM_URL override url).\n\
          # url = \"http://127.0.0.1:8080\"\n\
          # model = \"smollm2\"\n\
          # api_key_env = \"OPENAI_API_KEY\"\n\
-         # timeout_secs = 60\n"
+         # timeout_secs = 60\n\
+         # Seconds a command waits for the model's answers before it saves and exits.\n\
+         # wait_secs = 120\n"
     ));
     text
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::llm::{LlmClient, LlmClientBuilder};
-use crate::session::SessionBuilder;
+use crate::session::{LlmStats, Session, SessionBuilder};
 
 use super::config_file::LlmSection;
 use super::error::CliError;
@@ -50,27 +50,57 @@ pub(crate) fn client(flag: Option<&str>, file: &LlmSection) -> Result<Option<Llm
     })
 }
 
+/// How long a command waits for the model's answers when `[llm] wait_secs` is not set.
+pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(120);
+
+/// `[llm] wait_secs`, or [`DEFAULT_WAIT`].
+pub(crate) fn wait(file: &LlmSection) -> Duration {
+    file.wait_secs.map_or(DEFAULT_WAIT, Duration::from_secs)
+}
+
 /// Connects the LLM client to the session being built — the only place the command line hands
-/// a client to a session.
-///
-/// The session does not take an LLM yet (summaries stay the core's extractive ones): the
-/// client is checked and reported by `ctxwin stats`, and nothing pretends it is used. Once
-/// `SessionBuilder` accepts one, this becomes `builder.llm(client.clone())`.
+/// a client to a session. The session then rewrites summaries and extracts entity values on
+/// its background worker; the builder must have an archive.
 pub(crate) fn attach_llm(builder: SessionBuilder, client: Option<&LlmClient>) -> SessionBuilder {
-    if let Some(client) = client {
-        tracing::debug!(
-            url = client.base_url(),
-            "cli: LLM configured; the session cannot use it yet"
-        );
+    match client {
+        Some(client) => builder.llm(client.clone()),
+        None => builder,
     }
-    builder
+}
+
+/// Waits up to `wait` for the model's answers so that they are applied before the command
+/// checkpoints and the process exits (the worker dies with it). A worker failure is logged:
+/// the extractive summaries stay and the originals are in the archive.
+pub(crate) fn settle(session: &mut Session, wait: Duration) -> Option<LlmStats> {
+    session.llm_stats()?;
+    match session.wait_for_summaries(wait) {
+        Ok(done) if done.pending > 0 => {
+            tracing::warn!(pending = done.pending, ?wait, "cli: model answers still pending")
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "cli: waiting for the model failed"),
+    }
+    session.llm_stats()
+}
+
+/// One line on what the model did in this command: requests, swaps, fallbacks by reason.
+pub(crate) fn outcome(stats: &LlmStats) -> String {
+    format!(
+        "{} summaries requested, {} swapped in, fallbacks: {}; {} extractions, {} accepted, fallbacks: {}",
+        stats.summaries_requested,
+        stats.summaries_swapped,
+        stats.summary_fallbacks,
+        stats.extractions_requested,
+        stats.extractions_accepted,
+        stats.extraction_fallbacks,
+    )
 }
 
 /// What `ctxwin stats` says about the LLM.
 pub(crate) fn describe(client: Option<&LlmClient>) -> String {
     match client {
         Some(client) => format!(
-            "{} (configured; summaries stay extractive until the session takes an LLM)",
+            "{} (rewrites summaries and extracts entities; extractive on failure)",
             client.base_url()
         ),
         None => "none (extractive summaries)".into(),
@@ -106,9 +136,35 @@ mod tests {
     }
 
     #[test]
-    fn stats_never_claim_the_llm_summarizes() {
+    fn a_dead_server_leaves_the_extractive_summary_and_counts_why() {
+        use crate::ChatMessage;
+        use ctxwin_core::{Config, Role, StrategyKind};
         let client = client(Some("http://127.0.0.1:9"), &LlmSection::default()).unwrap();
-        assert!(describe(client.as_ref()).contains("stay extractive"));
+        assert!(describe(client.as_ref()).contains("extractive on failure"));
         assert!(describe(None).starts_with("none"));
+        let config = Config {
+            strategy: StrategyKind::Summarization,
+            max_messages: 4,
+            locked_tail: 2,
+            ..Config::DEFAULT
+        };
+        let builder = SessionBuilder::new("t").config(config).archive_in_memory();
+        let mut session = attach_llm(builder, client.as_ref()).build().unwrap();
+        for turn in 0..6 {
+            let text =
+                format!("Turn {turn}: the deploy of service-{turn} failed with error E{turn}.");
+            session.push(&ChatMessage::text(Role::User, &text)).unwrap();
+            session.push(&ChatMessage::text(Role::Assistant, "Noted; retrying.")).unwrap();
+        }
+        let stats = settle(&mut session, Duration::from_secs(30)).unwrap();
+        assert!(stats.summaries_requested > 0, "{stats:?}");
+        assert_eq!(stats.summaries_swapped, 0);
+        assert!(stats.summary_fallbacks.server_down > 0, "{stats:?}");
+        assert_eq!(stats.pending_jobs, 0);
+        assert!(outcome(&stats).contains("server_down"), "{}", outcome(&stats));
+        assert!(
+            session.manager().session().any(|m| m.is_summary()),
+            "the extractive summary stays"
+        );
     }
 }

@@ -19,6 +19,8 @@ use super::config_file::{self, FileConfig};
 use super::error::CliError;
 use super::llm;
 use super::notes::{Compression, Notes};
+use std::time::Duration;
+
 use crate::checkpoint::{CheckpointError, CheckpointStore};
 use crate::llm::LlmClient;
 use crate::session::{Counter, Session, SessionBuilder};
@@ -141,6 +143,8 @@ pub(crate) struct Workspace {
     pub dir: StateDir,
     pub config: FileConfig,
     pub llm: Option<LlmClient>,
+    /// How long a command waits for the model's answers (`[llm] wait_secs`).
+    pub llm_wait: Duration,
     pub notes: Notes,
     counter: Counter,
     /// Held while the command runs.
@@ -157,7 +161,8 @@ impl Workspace {
         let counter = counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
         let llm = llm::client(globals.llm_url, &config.llm)?;
         let notes = Notes::load(&dir.notes())?;
-        Ok(Workspace { dir, config, llm, notes, counter, _lock: lock })
+        let llm_wait = llm::wait(&config.llm);
+        Ok(Workspace { dir, config, llm, llm_wait, notes, counter, _lock: lock })
     }
 
     /// A session builder over this directory with `config`, restoring the latest checkpoint.
@@ -255,6 +260,8 @@ pub(crate) fn run<T>(
 ) -> Result<T, CliError> {
     let before = Mark::of(&session);
     let result = command(&mut session, workspace);
+    // The model's answers are applied before the checkpoint: the worker dies with the process.
+    llm::settle(&mut session, workspace.llm_wait);
     let after = Mark::of(&session);
     if after != before
         && checkpointing == Checkpointing::WhenChanged

@@ -16,10 +16,13 @@ use ctxwin_core::{Config, Counters, StrategyKind};
 use serde_json::json;
 
 use crate::cli::args::{CompressArgs, SummarizeArgs};
+use std::time::Duration;
+
 use crate::cli::error::CliError;
+use crate::cli::llm;
 use crate::cli::output::{Output, pairs, thousands};
 use crate::cli::state::Workspace;
-use crate::session::Session;
+use crate::session::{LlmStats, Session};
 
 /// The configuration `compress` runs under.
 pub(crate) fn compress_config(config: Config, args: &CompressArgs) -> Config {
@@ -60,10 +63,13 @@ struct Pass {
     messages_evicted: u64,
     summaries: u64,
     summary_id: Option<u64>,
+    /// What the model did, when one is configured.
+    llm: Option<LlmStats>,
 }
 
-fn pass(session: &mut Session, before: Before) -> Result<Pass, CliError> {
+fn pass(session: &mut Session, before: Before, wait: Duration) -> Result<Pass, CliError> {
     session.compose(&[])?;
+    let llm = llm::settle(session, wait);
     let manager = session.manager();
     let counters = manager.stats().counters;
     let summary_id = manager.session().rfind(|m| m.is_summary()).map(|m| m.id());
@@ -76,18 +82,19 @@ fn pass(session: &mut Session, before: Before) -> Result<Pass, CliError> {
             .saturating_sub(before.counters.messages_evicted),
         summaries: counters.summaries_added.saturating_sub(before.counters.summaries_added),
         summary_id,
+        llm,
     })
 }
 
 pub(crate) fn compress(
     session: &mut Session,
-    _: &mut Workspace,
+    workspace: &mut Workspace,
     args: &CompressArgs,
 ) -> Result<Output, CliError> {
     let before = Before::of(session);
     let config = *session.configured();
     let target = config.trigger_tokens();
-    let done = pass(session, before)?;
+    let done = pass(session, before, workspace.llm_wait)?;
     let headline = if done.units_evicted == 0 && done.summaries == 0 {
         format!(
             "nothing to compress: {} tokens used, target {} ({}% of {})",
@@ -113,12 +120,12 @@ pub(crate) fn compress(
 
 pub(crate) fn summarize(
     session: &mut Session,
-    _: &mut Workspace,
+    workspace: &mut Workspace,
     _: &SummarizeArgs,
 ) -> Result<Output, CliError> {
     let before = Before::of(session);
     let keep = session.configured().max_messages;
-    let done = pass(session, before)?;
+    let done = pass(session, before, workspace.llm_wait)?;
     let headline = if done.units_evicted == 0 {
         format!(
             "nothing to summarize: {} messages in the history, the newest {keep} are kept (and the locked tail)",
@@ -147,7 +154,7 @@ pub(crate) fn summarize(
 }
 
 fn details(done: &Pass) -> String {
-    pairs(&[
+    let mut rows = vec![
         ("tokens", format!("{} → {}", thousands(done.tokens_before), thousands(done.tokens_after))),
         (
             "evicted",
@@ -157,7 +164,11 @@ fn details(done: &Pass) -> String {
             ),
         ),
         ("summary updates", done.summaries.to_string()),
-    ])
+    ];
+    if let Some(stats) = &done.llm {
+        rows.push(("model", llm::outcome(stats)));
+    }
+    pairs(&rows)
 }
 
 #[cfg(test)]

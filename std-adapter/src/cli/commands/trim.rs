@@ -34,9 +34,14 @@ pub(crate) fn run(globals: &state::Globals<'_>, args: &TrimArgs) -> Result<Outpu
     let client = llm::client(globals.llm_url, &file.llm)?;
     let permanent = permanent_tokens(&conversation, file.context, &counter, args.budget)?;
     let config = trim_config(file.context, args.budget, permanent)?;
-    let builder = SessionBuilder::new("trim").config(config).counter(counter.clone());
+    let mut builder = SessionBuilder::new("trim").config(config).counter(counter.clone());
+    if client.is_some() {
+        // The model's summaries are recorded with their sources; nothing outlives the process.
+        builder = builder.archive_in_memory();
+    }
     let mut session = llm::attach_llm(builder, client.as_ref()).build()?;
     session.import(&conversation).map_err(|e| stopped(e, 0, conversation.messages.len()))?;
+    llm::settle(&mut session, llm::wait(&file.llm));
     let composed = session.compose(&[]).map_err(|error| match error {
         SessionError::Core(CoreError::ToolCallsPending { unanswered }) => CliError::BadInput(format!(
             "the conversation ends with {unanswered} tool call(s) without results, which a provider would refuse; add their results to the file or drop the calls"
