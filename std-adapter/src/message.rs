@@ -76,6 +76,18 @@ fn is_false(flag: &bool) -> bool {
 }
 
 impl ChatMessage {
+    /// A message stored in the core as an owned chat message, with its stored (possibly
+    /// reduced) text.
+    pub(crate) fn from_stored(message: &ctxwin_core::MessageRef<'_>) -> ChatMessage {
+        let mut chat = ChatMessage::text(message.role(), message.content());
+        chat.tool_calls = message
+            .tool_calls()
+            .map(|call| ToolCall::new(call.id, call.name, call.arguments))
+            .collect();
+        chat.tool_call_id = message.tool_call_id().map(str::to_string);
+        chat
+    }
+
     /// A plain text message.
     ///
     /// ```

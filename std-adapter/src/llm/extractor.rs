@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use ctxwin_core::{EntitiesMut, Extractor, Patterns};
 
-use super::{FallbackCounts, FallbackReason, Latencies, LlmClient};
+use super::{CallTally, FallbackReason, LlmClient};
 
 /// An [`Extractor`] that asks an OpenAI-compatible server ([`LlmClient::extract`]) for the
 /// declared keys as one JSON object, and falls back to the core's [`Patterns`] extractor
@@ -31,28 +31,20 @@ use super::{FallbackCounts, FallbackReason, Latencies, LlmClient};
 /// manager.push(Message::user("branch: fix-io"))?;
 /// // No server: the pattern extractor found the value.
 /// assert_eq!(manager.entities().get("branch"), Some("fix-io"));
-/// assert_eq!(manager.strategy().extractor.fallbacks().server_down, 1);
+/// assert_eq!(manager.strategy().extractor.tally().fallbacks().server_down, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct LlmExtractor {
     client: LlmClient,
     fallback: Patterns,
-    accepted: u64,
-    fallbacks: FallbackCounts,
-    latencies: Latencies,
+    tally: CallTally,
 }
 
 impl LlmExtractor {
     /// An extractor asking `client`'s server.
     pub fn new(client: LlmClient) -> Self {
-        Self {
-            client,
-            fallback: Patterns,
-            accepted: 0,
-            fallbacks: FallbackCounts::default(),
-            latencies: Latencies::default(),
-        }
+        Self { client, fallback: Patterns, tally: CallTally::default() }
     }
 
     /// The client it asks.
@@ -60,19 +52,9 @@ impl LlmExtractor {
         &self.client
     }
 
-    /// Extractions the model answered usably.
-    pub fn accepted(&self) -> u64 {
-        self.accepted
-    }
-
-    /// Extractions the pattern fallback did, by why the model's answer was not used.
-    pub fn fallbacks(&self) -> &FallbackCounts {
-        &self.fallbacks
-    }
-
-    /// Durations of the calls to the server (failed ones included).
-    pub fn latencies(&self) -> &Latencies {
-        &self.latencies
+    /// What the model did: answers used, fallbacks by reason, call durations.
+    pub fn tally(&self) -> &CallTally {
+        &self.tally
     }
 }
 
@@ -89,10 +71,10 @@ impl Extractor for LlmExtractor {
         let schema: Vec<&str> = keys.iter().map(String::as_str).collect();
         let started = Instant::now();
         let answer = self.client.extract(&schema, &current, text);
-        self.latencies.record(started.elapsed());
+        self.tally.record(started.elapsed());
         match answer {
             Ok(updated) => {
-                self.accepted = self.accepted.saturating_add(1);
+                self.tally.accept();
                 for (key, value) in updated {
                     if current.get(&key) != Some(&value)
                         && let Err(error) = entities.set(&key, &value)
@@ -103,7 +85,7 @@ impl Extractor for LlmExtractor {
             }
             Err(error) => {
                 tracing::warn!(%error, "LLM extraction failed; the pattern extractor takes over");
-                self.fallbacks.add(FallbackReason::of(&error));
+                self.tally.fall_back(FallbackReason::of(&error));
                 self.fallback.extract(text, entities);
             }
         }
@@ -146,7 +128,7 @@ mod tests {
         assert_eq!(manager.entities().get("branch"), Some("fix-io"));
         assert_eq!(manager.entities().get("owner"), Some("Dana"));
         let extractor = &manager.strategy().extractor;
-        assert_eq!((extractor.accepted(), extractor.fallbacks().total()), (2, 0));
+        assert_eq!((extractor.tally().accepted(), extractor.tally().fallbacks().total()), (2, 0));
     }
 
     #[test]
@@ -162,6 +144,9 @@ mod tests {
         assert_eq!(manager.entities().get("owner"), Some("Dana"));
         assert_eq!(manager.entities().get("branch"), Some("fix-io"));
         let extractor = &manager.strategy().extractor;
-        assert_eq!((extractor.accepted(), extractor.fallbacks().bad_extraction), (0, 2));
+        assert_eq!(
+            (extractor.tally().accepted(), extractor.tally().fallbacks().bad_extraction),
+            (0, 2)
+        );
     }
 }

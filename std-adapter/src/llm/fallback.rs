@@ -194,6 +194,51 @@ impl fmt::Display for FallbackCounts {
     }
 }
 
+/// What a blocking model seam ([`LlmSummarizer`](super::LlmSummarizer),
+/// [`LlmExtractor`](super::LlmExtractor)) did: answers used, fallbacks by reason, call
+/// durations.
+///
+/// ```
+/// use ctxwin_std::llm::CallTally;
+/// let tally = CallTally::default();
+/// assert_eq!((tally.accepted(), tally.fallbacks().total(), tally.latencies().count()), (0, 0, 0));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct CallTally {
+    accepted: u64,
+    fallbacks: FallbackCounts,
+    latencies: Latencies,
+}
+
+impl CallTally {
+    /// Answers the model gave that were used.
+    pub fn accepted(&self) -> u64 {
+        self.accepted
+    }
+
+    /// Calls the fallback answered, by why the model's answer was not used.
+    pub fn fallbacks(&self) -> &FallbackCounts {
+        &self.fallbacks
+    }
+
+    /// Durations of the calls to the server (failed ones included).
+    pub fn latencies(&self) -> &Latencies {
+        &self.latencies
+    }
+
+    pub(super) fn accept(&mut self) {
+        self.accepted = self.accepted.saturating_add(1);
+    }
+
+    pub(super) fn fall_back(&mut self, reason: FallbackReason) {
+        self.fallbacks.add(reason);
+    }
+
+    pub(super) fn record(&mut self, took: Duration) {
+        self.latencies.record(took);
+    }
+}
+
 /// Durations of LLM calls: the newest [`Latencies::KEPT`] of them, for a median, percentiles
 /// and a maximum.
 ///

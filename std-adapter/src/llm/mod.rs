@@ -58,7 +58,7 @@ pub use client::{Completion, LlmClient, LlmUsage, TokenCounter};
 pub use error::LlmError;
 pub use extract::parse_extraction;
 pub use extractor::LlmExtractor;
-pub use fallback::{FallbackCounts, FallbackReason, Latencies};
+pub use fallback::{CallTally, FallbackCounts, FallbackReason, Latencies};
 pub use prompts::{EXTRACT_SYSTEM_PROMPT, SUMMARY_SYSTEM_PROMPT};
 pub use summarize::LlmSummary;
 pub use summarizer::LlmSummarizer;

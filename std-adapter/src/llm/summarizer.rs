@@ -3,12 +3,10 @@
 
 use std::time::Instant;
 
-use ctxwin_core::{
-    Extractive, MessageRef, Role, SummarizeError, Summarizer, SummaryRequest, TextBuffer,
-};
+use ctxwin_core::{Extractive, Role, SummarizeError, Summarizer, SummaryRequest, TextBuffer};
 
-use super::{FallbackCounts, FallbackReason, Latencies, LlmClient};
-use crate::{ChatMessage, ToolCall};
+use super::{CallTally, FallbackReason, LlmClient};
+use crate::ChatMessage;
 
 /// A [`Summarizer`] that asks an OpenAI-compatible server ([`LlmClient::summarize`]) and falls
 /// back to the core's [`Extractive`] summarizer whenever the answer does not come or is not
@@ -33,7 +31,7 @@ use crate::{ChatMessage, ToolCall};
 ///     manager.push(Message::user(&format!("Step {turn}: edit src/step{turn}.rs")))?;
 /// }
 /// let summarizer = &manager.strategy().summarizer;
-/// assert!(summarizer.fallbacks().server_down >= 1);
+/// assert!(summarizer.tally().fallbacks().server_down >= 1);
 /// assert_eq!(manager.stats().summaries(), 1, "the extractive summary took over");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -41,21 +39,13 @@ use crate::{ChatMessage, ToolCall};
 pub struct LlmSummarizer {
     client: LlmClient,
     fallback: Extractive,
-    accepted: u64,
-    fallbacks: FallbackCounts,
-    latencies: Latencies,
+    tally: CallTally,
 }
 
 impl LlmSummarizer {
     /// A summarizer asking `client`'s server.
     pub fn new(client: LlmClient) -> Self {
-        Self {
-            client,
-            fallback: Extractive,
-            accepted: 0,
-            fallbacks: FallbackCounts::default(),
-            latencies: Latencies::default(),
-        }
+        Self { client, fallback: Extractive, tally: CallTally::default() }
     }
 
     /// The client it asks.
@@ -63,24 +53,15 @@ impl LlmSummarizer {
         &self.client
     }
 
-    /// Summaries the model wrote that were used.
-    pub fn accepted(&self) -> u64 {
-        self.accepted
-    }
-
-    /// Summaries the extractive fallback wrote, by why the model's was not used.
-    pub fn fallbacks(&self) -> &FallbackCounts {
-        &self.fallbacks
-    }
-
-    /// Durations of the calls to the server (failed ones included).
-    pub fn latencies(&self) -> &Latencies {
-        &self.latencies
+    /// What the model did: answers used, fallbacks by reason, call durations.
+    pub fn tally(&self) -> &CallTally {
+        &self.tally
     }
 
     /// The model's summary of `request`, if it fits the request's budget.
     fn ask(&mut self, request: &SummaryRequest<'_>) -> Result<String, FallbackReason> {
-        let mut messages: Vec<ChatMessage> = request.messages.clone().map(|m| chat(&m)).collect();
+        let mut messages: Vec<ChatMessage> =
+            request.messages.clone().map(|m| ChatMessage::from_stored(&m)).collect();
         let mut previous = Some(request.previous.trim()).filter(|p| !p.is_empty());
         if messages.is_empty() {
             // Shortening a summary alone (to a line, or a digest): the summary is the input.
@@ -92,7 +73,7 @@ impl LlmSummarizer {
         // than the model's tokenizer does.
         let max_tokens = (request.budget / 4).saturating_mul(3).max(1);
         let answer = self.client.summarize(previous, &messages, max_tokens);
-        self.latencies.record(started.elapsed());
+        self.tally.record(started.elapsed());
         let summary = answer.map_err(|error| {
             tracing::warn!(%error, "LLM summary failed; the extractive summarizer takes over");
             FallbackReason::of(&error)
@@ -121,14 +102,14 @@ impl Summarizer for LlmSummarizer {
                 out.clear();
                 out.push_str(&text);
                 if !out.is_truncated() {
-                    self.accepted = self.accepted.saturating_add(1);
+                    self.tally.accept();
                     return Ok(());
                 }
                 FallbackReason::TooLong
             }
             Err(reason) => reason,
         };
-        self.fallbacks.add(reason);
+        self.tally.fall_back(reason);
         out.clear();
         let result = self.fallback.summarize(request, out);
         if result.is_err() {
@@ -136,17 +117,6 @@ impl Summarizer for LlmSummarizer {
         }
         result
     }
-}
-
-/// A stored core message as an owned chat message, for a prompt.
-pub(crate) fn chat(message: &MessageRef<'_>) -> ChatMessage {
-    let mut chat = ChatMessage::text(message.role(), message.content());
-    chat.tool_calls = message
-        .tool_calls()
-        .map(|call| ToolCall::new(call.id, call.name, call.arguments))
-        .collect();
-    chat.tool_call_id = message.tool_call_id().map(str::to_string);
-    chat
 }
 
 #[cfg(test)]
@@ -189,8 +159,8 @@ mod tests {
         let (result, text) = summarize(&mut summarizer, 100);
         assert_eq!(result, Ok(()));
         assert_eq!(text, "Fixing src/reader.rs; then release 1.4.2.");
-        assert_eq!((summarizer.accepted(), summarizer.fallbacks().total()), (1, 0));
-        assert_eq!(summarizer.latencies().count(), 1);
+        assert_eq!((summarizer.tally().accepted(), summarizer.tally().fallbacks().total()), (1, 0));
+        assert_eq!(summarizer.tally().latencies().count(), 1);
     }
 
     #[test]
@@ -210,10 +180,10 @@ mod tests {
             assert!(text.contains("tests/io.rs"), "the extractive summary: {text}");
             assert!(Estimator::new().count(&text) <= 30, "{text}");
         }
-        let fallbacks = summarizer.fallbacks();
+        let fallbacks = summarizer.tally().fallbacks();
         assert_eq!((fallbacks.empty_answer, fallbacks.not_a_summary), (1, 1));
         assert_eq!(fallbacks.too_long, 1, "{long} is longer than its input or its budget");
-        assert_eq!(summarizer.accepted(), 0);
+        assert_eq!(summarizer.tally().accepted(), 0);
     }
 
     #[test]
@@ -226,6 +196,6 @@ mod tests {
         let (result, text) = summarize(&mut summarizer, 60);
         assert_eq!(result, Ok(()));
         assert!(!text.is_empty());
-        assert_eq!(summarizer.fallbacks().server_down, 1);
+        assert_eq!(summarizer.tally().fallbacks().server_down, 1);
     }
 }

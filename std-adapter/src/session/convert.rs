@@ -6,7 +6,7 @@ use serde_json::value::RawValue;
 
 use super::SessionError;
 use crate::archive::{ArchiveLevel, ArchivedMessage};
-use crate::message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
+use crate::message::{ChatMessage, Conversation, ToolDefinition};
 
 /// The core's view of `message`'s tool calls, borrowed.
 pub(crate) fn core_calls(message: &ChatMessage) -> Vec<ctxwin_core::ToolCall<'_>> {
@@ -27,20 +27,9 @@ pub(crate) fn archive_level(level: Level) -> ArchiveLevel {
     }
 }
 
-/// A stored core message as an owned chat message (its stored, possibly reduced, text).
-pub(crate) fn chat_from_ref(message: &MessageRef<'_>) -> ChatMessage {
-    let mut chat = ChatMessage::text(message.role(), message.content());
-    chat.tool_calls = message
-        .tool_calls()
-        .map(|call| ToolCall::new(call.id, call.name, call.arguments))
-        .collect();
-    chat.tool_call_id = message.tool_call_id().map(str::to_string);
-    chat
-}
-
 /// A stored core message as an archive row of unit `unit`.
 pub(crate) fn row_from_ref(message: &MessageRef<'_>, unit: u64) -> ArchivedMessage {
-    ArchivedMessage::new(message.id(), unit, chat_from_ref(message))
+    ArchivedMessage::new(message.id(), unit, ChatMessage::from_stored(message))
         .with_level(archive_level(message.level()))
         .with_timestamp(message.timestamp())
         .with_tokens(message.tokens())
@@ -107,7 +96,9 @@ pub(crate) fn render(payload: &Payload<'_>) -> Result<Conversation, SessionError
     let system = |text: String| ChatMessage::text(Role::System, text);
     for item in payload.items() {
         match item {
-            PayloadItem::System(message) => conversation.messages.push(chat_from_ref(&message)),
+            PayloadItem::System(message) => {
+                conversation.messages.push(ChatMessage::from_stored(&message))
+            }
             PayloadItem::ToolDefinition(message) => {
                 conversation.tools.push(tool_definition_from_json(message.content())?);
             }
@@ -118,7 +109,9 @@ pub(crate) fn render(payload: &Payload<'_>) -> Result<Conversation, SessionError
             PayloadItem::MemorySummary(summary) => {
                 conversation.messages.push(system(summary.parts().collect()));
             }
-            PayloadItem::Message(message) => conversation.messages.push(chat_from_ref(&message)),
+            PayloadItem::Message(message) => {
+                conversation.messages.push(ChatMessage::from_stored(&message))
+            }
         }
     }
     Ok(conversation)
