@@ -281,8 +281,9 @@ const fn days_from_civil(year: u32, month: u32, day: u32) -> u64 {
     era * 146_097 + day_of_era - 719_468
 }
 
-/// Inverse of [`days_from_civil`].
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
+/// Inverse of [`days_from_civil`]: the Gregorian (year, month, day) of `days` since
+/// 1970-01-01 (Howard Hinnant's algorithm).
+pub(crate) fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let shifted = days + 719_468;
     let era = shifted / 146_097;
     let day_of_era = shifted - era * 146_097;
@@ -300,6 +301,14 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn dates_are_gregorian() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        assert_eq!(days_from_civil(2024, 2, 29), 19_782);
+    }
 
     #[test]
     fn formats_known_instants() {
