@@ -107,5 +107,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!();
     print!("{}", manager.stats());
     println!("archived    {archived_units:>7} units drained from the outbox");
+    println!(
+        "RAM         {:>7} B: size_of::<ContextManager>() (default capacities), all of it",
+        core::mem::size_of::<ContextManager>()
+    );
     Ok(())
 }
