@@ -5,7 +5,6 @@ pub use ctxwin_core as core;
 
 pub mod archive;
 pub mod checkpoint;
-pub mod cli;
 pub mod format;
 pub mod llm;
 pub mod message;

@@ -53,6 +53,54 @@ pub enum ArchiveError {
     Json(#[from] serde_json::Error),
 }
 
+/// What kind of SQLite failure an [`ArchiveError::Sqlite`] is, for callers that react to it
+/// (the CLI's exit codes) without naming `rusqlite`'s error codes themselves.
+///
+/// ```
+/// use ctxwin_std::archive::{Archive, SqliteFailure};
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("archive.db");
+/// std::fs::write(&path, b"this is not a database, just text long enough to be a header....................................")?;
+/// let error = Archive::open(&path).err().expect("not a database");
+/// assert_eq!(error.sqlite_failure(), Some(SqliteFailure::Damaged));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SqliteFailure {
+    /// The file is damaged or not a SQLite database.
+    Damaged,
+    /// Another connection holds a lock (busy or locked).
+    Locked,
+    /// Any other error SQLite reported (I/O, permissions, a full disk, ...).
+    Other,
+    /// The error came from the `rusqlite` layer, not from SQLite (a type conversion, ...).
+    NotFromSqlite,
+}
+
+impl ArchiveError {
+    /// The kind of SQLite failure this is; `None` unless it is [`ArchiveError::Sqlite`].
+    ///
+    /// ```
+    /// use ctxwin_std::archive::ArchiveError;
+    /// let err = ArchiveError::Corrupt("bad row".into());
+    /// assert_eq!(err.sqlite_failure(), None);
+    /// ```
+    pub fn sqlite_failure(&self) -> Option<SqliteFailure> {
+        let Self::Sqlite(sqlite) = self else { return None };
+        Some(match sqlite.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
+                SqliteFailure::Damaged
+            }
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                SqliteFailure::Locked
+            }
+            Some(_) => SqliteFailure::Other,
+            None => SqliteFailure::NotFromSqlite,
+        })
+    }
+}
+
 /// Converts a caller's `u64` into SQLite's `i64`, or a typed error.
 pub(crate) fn to_sql_int(what: &'static str, value: u64) -> Result<i64, ArchiveError> {
     i64::try_from(value).map_err(|_| ArchiveError::OutOfRange { what, value })

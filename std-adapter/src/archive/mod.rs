@@ -43,7 +43,7 @@ mod summaries;
 mod types;
 
 pub use context::{as_dynamic_context, messages_as_dynamic_context};
-pub use error::ArchiveError;
+pub use error::{ArchiveError, SqliteFailure};
 pub use metrics::{ArchiveStats, MetricsSummary, StrategyMetrics};
 pub use search::{KeywordCount, KeywordHit, SearchHit, SummaryHit};
 pub use types::{ArchiveLevel, ArchivedMessage, CompressionRecord, SummaryRecord};

@@ -154,6 +154,25 @@ impl CheckpointId {
         UNIX_EPOCH + Duration::from_micros(self.unix_micros())
     }
 
+    /// The UTC instant the id names, to the second, as `YYYY-MM-DD HH:MM:SS UTC` (for people).
+    ///
+    /// ```
+    /// # use ctxwin_std::checkpoint::CheckpointId;
+    /// let id = CheckpointId::parse("20261122T203412.123456Z-000042").unwrap();
+    /// assert_eq!(id.taken_utc(), "2026-11-22 20:34:12 UTC");
+    /// ```
+    pub fn taken_utc(&self) -> String {
+        let secs = self.unix_micros() / MICROS_PER_SEC;
+        let (days, rest) = (secs / SECS_PER_DAY, secs % SECS_PER_DAY);
+        let (year, month, day) = civil_from_days(days);
+        format!(
+            "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+            rest / 3600,
+            rest % 3600 / 60,
+            rest % 60
+        )
+    }
+
     /// The per-process sequence number (the last six digits).
     ///
     /// ```

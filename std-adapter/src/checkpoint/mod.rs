@@ -34,7 +34,6 @@
 mod error;
 pub mod frame;
 mod id;
-pub(crate) use id::civil_from_days;
 mod periodic;
 mod store;
 

@@ -26,7 +26,7 @@
 //! # Examples
 //!
 //! ```
-//! use ctxwin_std::cli::{Exit, run};
+//! use ctxwin_cli::{Exit, run};
 //! let dir = tempfile::tempdir()?;
 //! let state = dir.path().join("state");
 //! let state = state.to_str().unwrap();
@@ -60,8 +60,8 @@ pub use error::{CliError, Exit};
 /// prints its output to standard output and any error as one line on standard error.
 ///
 /// ```
-/// assert_eq!(ctxwin_std::cli::run(["ctxwin", "--version"]), ctxwin_std::cli::Exit::Ok);
-/// assert_eq!(ctxwin_std::cli::run(["ctxwin", "frobnicate"]), ctxwin_std::cli::Exit::Usage);
+/// assert_eq!(ctxwin_cli::run(["ctxwin", "--version"]), ctxwin_cli::Exit::Ok);
+/// assert_eq!(ctxwin_cli::run(["ctxwin", "frobnicate"]), ctxwin_cli::Exit::Usage);
 /// ```
 pub fn run<I, T>(args: I) -> Exit
 where

@@ -16,7 +16,7 @@ use super::args::{Cli, Command};
 use super::error::CliError;
 use super::output::Output;
 use super::state::{self, Checkpointing, Globals, Workspace};
-use crate::session::Session;
+use ctxwin_std::session::Session;
 
 /// Runs the command `cli` names and returns what to print.
 pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {

@@ -6,13 +6,13 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
-use crate::cli::args::ImportArgs;
-use crate::cli::error::CliError;
-use crate::cli::input;
-use crate::cli::output::{Output, pairs, thousands};
-use crate::cli::state::Workspace;
-use crate::session::{ImportReport, Session, SessionError};
-use crate::{ChatMessage, Conversation};
+use crate::args::ImportArgs;
+use crate::error::CliError;
+use crate::input;
+use crate::output::{Output, pairs, thousands};
+use crate::state::Workspace;
+use ctxwin_std::session::{ImportReport, Session, SessionError};
+use ctxwin_std::{ChatMessage, Conversation};
 
 /// Messages per [`Session::import`] call: large enough to keep the archive's batched writes,
 /// small enough for the bar to move.
@@ -198,7 +198,7 @@ mod tests {
             source: Box::new(SessionError::Core(CoreError::OrphanToolResult)),
         };
         let error = stopped(error, 1_000, 2_000);
-        assert_eq!(error.exit(), crate::cli::Exit::BadInput);
+        assert_eq!(error.exit(), crate::Exit::BadInput);
         assert!(
             error.to_string().starts_with(
                 "import stopped at message 1004 of 2000 (the 1003 before it are stored): "

@@ -21,10 +21,10 @@ use super::llm;
 use super::notes::{Compression, Notes};
 use std::time::Duration;
 
-use crate::checkpoint::{CheckpointError, CheckpointStore};
-use crate::llm::LlmClient;
-use crate::session::{Counter, Session, SessionBuilder};
-use crate::tokens::ExactCounter;
+use ctxwin_std::checkpoint::{CheckpointError, CheckpointStore};
+use ctxwin_std::llm::LlmClient;
+use ctxwin_std::session::{Counter, Session, SessionBuilder};
+use ctxwin_std::tokens::ExactCounter;
 
 /// The flags every command shares.
 #[derive(Clone, Copy, Debug)]
@@ -299,7 +299,7 @@ mod tests {
     fn a_missing_directory_says_run_init() {
         let dir = tempfile::tempdir().unwrap();
         let error = StateDir::new(&dir.path().join("nope")).require().unwrap_err();
-        assert_eq!(error.exit(), super::super::Exit::NoState);
+        assert_eq!(error.exit(), crate::Exit::NoState);
         assert!(error.to_string().contains("run `ctxwin init`"), "{error}");
     }
 
@@ -312,7 +312,7 @@ mod tests {
     #[test]
     fn unknown_tokenizers_are_configuration_errors() {
         let error = counter(Some("/no/such/tokenizer.json"), None).unwrap_err();
-        assert_eq!(error.exit(), super::super::Exit::Config);
+        assert_eq!(error.exit(), crate::Exit::Config);
         assert!(counter(None, None).is_ok());
     }
 }

@@ -1,13 +1,13 @@
 //! `ctxwin build`: the payload to send now, to standard output.
 
-use crate::archive::as_dynamic_context;
-use crate::cli::args::BuildArgs;
-use crate::cli::error::CliError;
-use crate::cli::input;
-use crate::cli::output::Output;
-use crate::cli::payload;
-use crate::cli::state::Workspace;
-use crate::session::Session;
+use crate::args::BuildArgs;
+use crate::error::CliError;
+use crate::input;
+use crate::output::Output;
+use crate::payload;
+use crate::state::Workspace;
+use ctxwin_std::archive::as_dynamic_context;
+use ctxwin_std::session::Session;
 
 /// Characters of retrieved text one payload carries at most (about 2,000 tokens).
 const RETRIEVED_CHARS: usize = 8_000;

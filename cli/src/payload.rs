@@ -2,8 +2,8 @@
 
 use super::args::PayloadFormat;
 use super::error::CliError;
-use crate::format;
-use crate::{ChatMessage, Conversation};
+use ctxwin_std::format;
+use ctxwin_std::{ChatMessage, Conversation};
 
 /// `conversation` as `format` prints it.
 pub(crate) fn render(
@@ -56,7 +56,7 @@ fn heading(message: &ChatMessage) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ToolCall, ToolDefinition, core::Role};
+    use ctxwin_std::{ToolCall, ToolDefinition, core::Role};
 
     fn conversation() -> Conversation {
         Conversation {

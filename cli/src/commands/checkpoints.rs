@@ -1,15 +1,13 @@
 //! `ctxwin checkpoint`, `ctxwin checkpoints` and `ctxwin restore <id|latest>`.
 
-use std::time::UNIX_EPOCH;
-
 use serde_json::json;
 
-use crate::checkpoint::{CheckpointId, CheckpointStatus, CheckpointStore, civil_from_days};
-use crate::cli::args::RestoreArgs;
-use crate::cli::error::CliError;
-use crate::cli::output::{Output, Table, thousands};
-use crate::cli::state::{self, Checkpointing, Globals, StateDir, Workspace};
-use crate::session::{RestorePoint, Session};
+use crate::args::RestoreArgs;
+use crate::error::CliError;
+use crate::output::{Output, Table, thousands};
+use crate::state::{self, Checkpointing, Globals, StateDir, Workspace};
+use ctxwin_std::checkpoint::{CheckpointId, CheckpointStatus, CheckpointStore};
+use ctxwin_std::session::{RestorePoint, Session};
 
 /// `checkpoint`: one now, whatever changed.
 pub(crate) fn write(session: &mut Session, _: &mut Workspace) -> Result<Output, CliError> {
@@ -52,15 +50,7 @@ pub(crate) fn list(globals: &Globals<'_>) -> Result<Output, CliError> {
 
 /// When checkpoint `id` was taken, as `YYYY-MM-DD HH:MM:SS UTC`.
 fn taken(id: &CheckpointId) -> String {
-    let secs = id.timestamp().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    id.taken_utc()
 }
 
 /// `restore`: back to a checkpoint, then a new checkpoint of that state, so the next command

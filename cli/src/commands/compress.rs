@@ -15,14 +15,14 @@
 use ctxwin_core::{Config, Counters, StrategyKind};
 use serde_json::json;
 
-use crate::cli::args::{CompressArgs, SummarizeArgs};
+use crate::args::{CompressArgs, SummarizeArgs};
 use std::time::Duration;
 
-use crate::cli::error::CliError;
-use crate::cli::llm;
-use crate::cli::output::{Output, pairs, thousands};
-use crate::cli::state::Workspace;
-use crate::session::{LlmStats, Session};
+use crate::error::CliError;
+use crate::llm;
+use crate::output::{Output, pairs, thousands};
+use crate::state::Workspace;
+use ctxwin_std::session::{LlmStats, Session};
 
 /// The configuration `compress` runs under.
 pub(crate) fn compress_config(config: Config, args: &CompressArgs) -> Config {

@@ -7,8 +7,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::error::CliError;
-use crate::format::{self, Format};
-use crate::{Conversation, ToolCall};
+use ctxwin_std::format::{self, Format};
+use ctxwin_std::{Conversation, ToolCall};
 
 /// The whole of `path` as text, or standard input for `-`.
 pub(crate) fn read_text(path: &Path) -> Result<String, CliError> {
@@ -117,7 +117,7 @@ mod tests {
         ] {
             let error = tool_calls(json).unwrap_err();
             assert!(error.to_string().contains(needle), "{error}");
-            assert_eq!(error.exit(), super::super::Exit::BadInput);
+            assert_eq!(error.exit(), crate::Exit::BadInput);
         }
     }
 
@@ -130,7 +130,7 @@ mod tests {
         assert_eq!(text_argument("plain").unwrap(), "plain");
         assert_eq!(text_argument("@").unwrap(), "@");
         let missing = text_argument(&format!("@{}", dir.path().join("no").display())).unwrap_err();
-        assert_eq!(missing.exit(), super::super::Exit::Io);
+        assert_eq!(missing.exit(), crate::Exit::Io);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ctxwin_core::{Level, Role};
 
-use crate::format::Format;
+use ctxwin_std::format::Format;
 
 const EXIT_CODES: &str = "\
 Exit codes:

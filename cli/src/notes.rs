@@ -112,7 +112,7 @@ mod tests {
         assert_eq!(loaded.retrieved_items, 3);
         std::fs::write(&path, "{broken").unwrap();
         let error = Notes::load(&path).unwrap_err();
-        assert_eq!(error.exit(), super::super::Exit::Corrupt);
+        assert_eq!(error.exit(), crate::Exit::Corrupt);
     }
 
     #[test]

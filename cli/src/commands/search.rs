@@ -3,12 +3,12 @@
 
 use serde_json::json;
 
-use crate::archive::Archive;
-use crate::cli::args::SearchArgs;
-use crate::cli::error::CliError;
-use crate::cli::output::{Output, Table, one_line, thousands};
-use crate::cli::state::Workspace;
-use crate::session::Session;
+use crate::args::SearchArgs;
+use crate::error::CliError;
+use crate::output::{Output, Table, one_line, thousands};
+use crate::state::Workspace;
+use ctxwin_std::archive::Archive;
+use ctxwin_std::session::Session;
 
 /// Characters of a message or summary shown in a table row.
 const ROW_CHARS: usize = 100;

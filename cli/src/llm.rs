@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::llm::{LlmClient, LlmClientBuilder};
-use crate::session::{LlmStats, Session, SessionBuilder};
+use ctxwin_std::llm::{LlmClient, LlmClientBuilder};
+use ctxwin_std::session::{LlmStats, Session, SessionBuilder};
 
 use super::config_file::LlmSection;
 use super::error::CliError;
@@ -125,7 +125,7 @@ mod tests {
     fn bad_settings_are_configuration_errors() {
         let error = client(Some("localhost:8080"), &LlmSection::default()).unwrap_err();
         assert!(error.to_string().starts_with("--llm-url \"localhost:8080\""), "{error}");
-        assert_eq!(error.exit(), super::super::Exit::Config);
+        assert_eq!(error.exit(), crate::Exit::Config);
         let zero = LlmSection { timeout_secs: Some(0), ..LlmSection::default() };
         assert!(client(Some("http://127.0.0.1:1"), &zero).is_err());
         let key = LlmSection {
@@ -137,8 +137,8 @@ mod tests {
 
     #[test]
     fn a_dead_server_leaves_the_extractive_summary_and_counts_why() {
-        use crate::ChatMessage;
         use ctxwin_core::{Config, Role, StrategyKind};
+        use ctxwin_std::ChatMessage;
         let client = client(Some("http://127.0.0.1:9"), &LlmSection::default()).unwrap();
         assert!(describe(client.as_ref()).contains("extractive on failure"));
         assert!(describe(None).starts_with("none"));

@@ -6,13 +6,13 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::archive::Archive;
-use crate::cli::args::InitArgs;
-use crate::cli::config_file::{self, FileConfig};
-use crate::cli::error::CliError;
-use crate::cli::llm;
-use crate::cli::output::{Output, pairs, thousands};
-use crate::cli::state::{self, Globals, StateDir, Workspace};
+use crate::args::InitArgs;
+use crate::config_file::{self, FileConfig};
+use crate::error::CliError;
+use crate::llm;
+use crate::output::{Output, pairs, thousands};
+use crate::state::{self, Globals, StateDir, Workspace};
+use ctxwin_std::archive::Archive;
 
 pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliError> {
     let dir = StateDir::new(globals.dir);

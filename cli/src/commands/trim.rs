@@ -12,13 +12,13 @@ use std::path::Path;
 
 use ctxwin_core::{Config, Error as CoreError, Level, Role, StrategyKind};
 
-use crate::Conversation;
-use crate::cli::args::{PayloadFormat, TrimArgs};
-use crate::cli::config_file::FileConfig;
-use crate::cli::error::CliError;
-use crate::cli::output::{Output, thousands};
-use crate::cli::{input, llm, payload, state};
-use crate::session::{Counter, SessionBuilder, SessionError};
+use crate::args::{PayloadFormat, TrimArgs};
+use crate::config_file::FileConfig;
+use crate::error::CliError;
+use crate::output::{Output, thousands};
+use crate::{input, llm, payload, state};
+use ctxwin_std::Conversation;
+use ctxwin_std::session::{Counter, SessionBuilder, SessionError};
 
 use super::import::stopped;
 

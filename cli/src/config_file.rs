@@ -385,7 +385,7 @@ mod tests {
         assert!(invalid.to_string().contains("trigger_percent must be between 1 and 100"));
         let syntax = parse("[context\n").unwrap_err();
         for error in [typo, section, value, invalid, syntax] {
-            assert_eq!(error.exit(), super::super::Exit::Config);
+            assert_eq!(error.exit(), crate::Exit::Config);
             assert!(!error.to_string().contains('\n'), "{error}");
         }
         assert!(parse("[checkpoints]\nkeep = 0\n").is_err());

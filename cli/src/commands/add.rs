@@ -3,13 +3,13 @@
 use ctxwin_core::Role;
 use serde_json::json;
 
-use crate::ChatMessage;
-use crate::cli::args::AddArgs;
-use crate::cli::error::CliError;
-use crate::cli::input;
-use crate::cli::output::{Output, thousands};
-use crate::cli::state::Workspace;
-use crate::session::{PushOptions, Session};
+use crate::args::AddArgs;
+use crate::error::CliError;
+use crate::input;
+use crate::output::{Output, thousands};
+use crate::state::Workspace;
+use ctxwin_std::ChatMessage;
+use ctxwin_std::session::{PushOptions, Session};
 
 pub(crate) fn run(
     session: &mut Session,

@@ -4,12 +4,12 @@
 use ctxwin_core::Level;
 use serde_json::{Map, Value, json};
 
-use crate::checkpoint::CheckpointStore;
-use crate::cli::error::CliError;
-use crate::cli::notes::{ago, now_ms};
-use crate::cli::output::{Output, pairs, thousands};
-use crate::cli::state::Workspace;
-use crate::session::Session;
+use crate::error::CliError;
+use crate::notes::{ago, now_ms};
+use crate::output::{Output, pairs, thousands};
+use crate::state::Workspace;
+use ctxwin_std::checkpoint::CheckpointStore;
+use ctxwin_std::session::Session;
 
 pub(crate) fn run(session: &mut Session, workspace: &mut Workspace) -> Result<Output, CliError> {
     let stats = session.stats()?;

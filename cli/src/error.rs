@@ -6,9 +6,9 @@ use std::path::Path;
 
 use ctxwin_core::Error as CoreError;
 
-use crate::archive::ArchiveError;
-use crate::checkpoint::CheckpointError;
-use crate::session::SessionError;
+use ctxwin_std::archive::{ArchiveError, SqliteFailure};
+use ctxwin_std::checkpoint::CheckpointError;
+use ctxwin_std::session::SessionError;
 
 /// The exit codes of `ctxwin`, one per kind of failure.
 ///
@@ -25,7 +25,7 @@ use crate::session::SessionError;
 /// | 8 | configuration: `ctxwin.toml`, `--tokenizer` or `--llm-url` is invalid |
 ///
 /// ```
-/// use ctxwin_std::cli::Exit;
+/// use ctxwin_cli::Exit;
 /// assert_eq!(Exit::Budget.code(), 5);
 /// assert_eq!(Exit::ALL.iter().map(|e| e.code()).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5, 6, 7, 8]);
 /// ```
@@ -68,7 +68,7 @@ impl Exit {
     /// The process exit status.
     ///
     /// ```
-    /// assert_eq!(ctxwin_std::cli::Exit::Corrupt.code(), 6);
+    /// assert_eq!(ctxwin_cli::Exit::Corrupt.code(), 6);
     /// ```
     pub const fn code(self) -> u8 {
         match self {
@@ -88,7 +88,7 @@ impl Exit {
 /// Why a command failed; the text is the one line printed after `error: `.
 ///
 /// ```
-/// use ctxwin_std::cli::{CliError, Exit};
+/// use ctxwin_cli::{CliError, Exit};
 /// let error = CliError::BadInput("--tool-calls is not JSON".into());
 /// assert_eq!(error.exit(), Exit::BadInput);
 /// assert_eq!(error.to_string(), "--tool-calls is not JSON");
@@ -125,7 +125,7 @@ impl CliError {
     /// The exit code of this error.
     ///
     /// ```
-    /// use ctxwin_std::cli::{CliError, Exit};
+    /// use ctxwin_cli::{CliError, Exit};
     /// assert_eq!(CliError::Io("disk full".into()).exit(), Exit::Io);
     /// ```
     pub fn exit(&self) -> Exit {
@@ -276,21 +276,17 @@ fn from_checkpoint(error: CheckpointError) -> CliError {
 
 fn from_archive(error: ArchiveError) -> CliError {
     match &error {
-        ArchiveError::Sqlite(sqlite) => match sqlite.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
-                CliError::Corrupt(format!(
-                    "archive.db is damaged ({error}); the checkpoints still hold the context, but the archive needs restoring from a backup"
-                ))
-            }
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
-                CliError::Io(format!(
-                    "archive.db is locked by another process ({error}); wait for the other ctxwin command to finish"
-                ))
-            }
-            Some(_) => CliError::Io(format!(
+        ArchiveError::Sqlite(_) => match error.sqlite_failure() {
+            Some(SqliteFailure::Damaged) => CliError::Corrupt(format!(
+                "archive.db is damaged ({error}); the checkpoints still hold the context, but the archive needs restoring from a backup"
+            )),
+            Some(SqliteFailure::Locked) => CliError::Io(format!(
+                "archive.db is locked by another process ({error}); wait for the other ctxwin command to finish"
+            )),
+            Some(SqliteFailure::Other) => CliError::Io(format!(
                 "archive.db: {error}; check the disk and the file's permissions"
             )),
-            None => CliError::Internal(format!("archive: {error}")),
+            _ => CliError::Internal(format!("archive: {error}")),
         },
         ArchiveError::Corrupt(_) | ArchiveError::SchemaTooNew { .. } => CliError::Corrupt(format!(
             "archive.db: {error}; it was damaged or written by a newer ctxwin"
