@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::retry::Backoff;
 use super::wire::Endpoints;
-use super::{LlmClient, LlmError, TokenCounter};
+use super::{LlmClient, LlmError, TokenCountFn};
 
 /// Configures an [`LlmClient`]; every setting has a default fit for a local server.
 ///
@@ -39,7 +39,7 @@ pub struct LlmClientBuilder {
     extract_max_tokens: u32,
     keep_truncated_summaries: bool,
     json_mode: bool,
-    counter: Option<TokenCounter>,
+    counter: Option<TokenCountFn>,
 }
 
 #[derive(Clone)]

@@ -10,8 +10,18 @@ use super::retry::{Backoff, request_id, retry_after};
 use super::wire::{ChatRequest, ChatResponse, Endpoints, ResponseFormat, WireMessage};
 use super::{LlmError, estimate_tokens};
 
-/// Counts the tokens of a text; see [`LlmClientBuilder::token_counter`](super::LlmClientBuilder::token_counter).
-pub type TokenCounter = Arc<dyn Fn(&str) -> u32 + Send + Sync>;
+/// The client's token-counting closure: tokens of a text; set with
+/// [`LlmClientBuilder::token_counter`](super::LlmClientBuilder::token_counter).
+///
+/// A shared closure, not the core's [`TokenCounter`](ctxwin_core::TokenCounter) trait (which
+/// also reports its name and overhead): the client only needs a count to cut its input.
+///
+/// ```
+/// use ctxwin_std::llm::TokenCountFn;
+/// let words: TokenCountFn = std::sync::Arc::new(|text: &str| text.split_whitespace().count() as u32);
+/// assert_eq!(words("two words"), 2);
+/// ```
+pub type TokenCountFn = Arc<dyn Fn(&str) -> u32 + Send + Sync>;
 
 /// Largest response body read; chat answers are a few kilobytes.
 const MAX_BODY_BYTES: u64 = 4 * 1024 * 1024;
@@ -38,7 +48,7 @@ pub struct LlmClient {
     pub(super) extract_max_tokens: u32,
     pub(super) keep_truncated_summaries: bool,
     pub(super) json_mode: bool,
-    pub(super) counter: Option<TokenCounter>,
+    pub(super) counter: Option<TokenCountFn>,
 }
 
 impl fmt::Debug for LlmClient {

@@ -54,7 +54,7 @@ mod wire;
 
 pub use budget::estimate_tokens;
 pub use builder::LlmClientBuilder;
-pub use client::{Completion, LlmClient, LlmUsage, TokenCounter};
+pub use client::{Completion, LlmClient, LlmUsage, TokenCountFn};
 pub use error::LlmError;
 pub use extract::parse_extraction;
 pub use extractor::LlmExtractor;
