@@ -4,10 +4,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use ctxwin_std::archive::{
-    Archive, ArchiveError, ArchiveLevel, ArchivedMessage, CompressionRecord, SummaryRecord,
-    as_dynamic_context,
+    Archive, ArchiveError, ArchivedMessage, CompressionRecord, SummaryRecord, as_dynamic_context,
 };
-use ctxwin_std::core::Role;
+use ctxwin_std::core::{Level, Role};
 use ctxwin_std::{ChatMessage, ToolCall};
 use tempfile::TempDir;
 
@@ -30,11 +29,11 @@ fn tool_unit(first_id: u64, unit: u64) -> Vec<ArchivedMessage> {
     request.name = Some("coder".into());
     vec![
         ArchivedMessage::new(first_id, unit, request)
-            .with_level(ArchiveLevel::Working)
+            .with_level(Level::Working)
             .with_timestamp(50)
             .with_tokens(21),
         ArchivedMessage::new(first_id + 1, unit, result)
-            .with_level(ArchiveLevel::Volatile)
+            .with_level(Level::Volatile)
             .with_timestamp(51)
             .with_tokens(12)
             .with_original(
@@ -84,7 +83,7 @@ fn restoring_an_id_never_duplicates() {
     let mut changed = unit.clone();
     if let Some(call) = changed.first_mut() {
         call.message.content = "now the parser".into();
-        call.level = ArchiveLevel::Session;
+        call.level = Level::Session;
     }
     assert_eq!(archive.store_unit("s", &changed).unwrap(), 1);
     assert_eq!(archive.message_count(None).unwrap(), 2);
@@ -382,7 +381,7 @@ fn ten_thousand_messages_import_and_stay_retrievable() {
                     format!("head {result_id} [Data Truncated] tail"),
                 ),
             )
-            .with_level(ArchiveLevel::Volatile)
+            .with_level(Level::Volatile)
             .with_timestamp(result_id)
             .with_original(full);
             let plant_result = planted.iter().find(|(at, _)| *at == result_id);

@@ -46,7 +46,7 @@ pub use context::{as_dynamic_context, messages_as_dynamic_context};
 pub use error::{ArchiveError, SqliteFailure};
 pub use metrics::{ArchiveStats, MetricsSummary, StrategyMetrics};
 pub use search::{KeywordCount, KeywordHit, SearchHit, SummaryHit};
-pub use types::{ArchiveLevel, ArchivedMessage, CompressionRecord, SummaryRecord};
+pub use types::{ArchivedMessage, CompressionRecord, SummaryRecord};
 
 use error::from_sql_int;
 
@@ -143,7 +143,7 @@ fn decode_message(row: &Row<'_>) -> Result<ArchivedMessage, ArchiveError> {
     let level: i64 = row.get(2)?;
     let level = u8::try_from(level)
         .ok()
-        .and_then(ArchiveLevel::from_code)
+        .and_then(types::level_from_code)
         .ok_or_else(|| ArchiveError::Corrupt(format!("unknown level {level}")))?;
     let role_name: String = row.get(3)?;
     let role = Role::parse(&role_name)

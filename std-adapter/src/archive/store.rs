@@ -84,7 +84,7 @@ fn write(conn: &Connection, session_id: i64, batch: &[Encoded<'_>]) -> Result<us
                     session_id,
                     m.id,
                     m.unit,
-                    m.source.level.code(),
+                    super::types::level_code(m.source.level),
                     msg.role.as_str(),
                     msg.content,
                     m.tool_calls,

@@ -1,56 +1,30 @@
 //! The records the archive stores and returns.
 
+use ctxwin_core::Level;
+
 use crate::message::ChatMessage;
 
-/// The level a message lived in inside the core before it was evicted, mirroring the core's
-/// permanent / session / working / volatile levels.
+/// The integer the archive stores for a core [`Level`] (the `level` column of `messages`).
 ///
-/// ```
-/// use ctxwin_std::archive::ArchiveLevel;
-/// assert_eq!(ArchiveLevel::from_code(2), Some(ArchiveLevel::Working));
-/// assert_eq!(ArchiveLevel::Volatile.code(), 3);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ArchiveLevel {
-    /// Never evicted in normal operation (system prompt, pinned facts).
-    Permanent,
-    /// Lives for the whole session (task statement, decisions).
-    Session,
-    /// The ordinary conversation.
-    #[default]
-    Working,
-    /// First to go (bulky tool output, scratch).
-    Volatile,
+/// Spelled out rather than taken from [`Level::index`], so the values in existing archives
+/// never depend on the order of the core's enum.
+pub(crate) const fn level_code(level: Level) -> u8 {
+    match level {
+        Level::Permanent => 0,
+        Level::Session => 1,
+        Level::Working => 2,
+        Level::Volatile => 3,
+    }
 }
 
-impl ArchiveLevel {
-    /// The integer stored in the database.
-    ///
-    /// ```
-    /// assert_eq!(ctxwin_std::archive::ArchiveLevel::Permanent.code(), 0);
-    /// ```
-    pub const fn code(self) -> u8 {
-        match self {
-            ArchiveLevel::Permanent => 0,
-            ArchiveLevel::Session => 1,
-            ArchiveLevel::Working => 2,
-            ArchiveLevel::Volatile => 3,
-        }
-    }
-
-    /// The level stored as `code`, if any.
-    ///
-    /// ```
-    /// assert_eq!(ctxwin_std::archive::ArchiveLevel::from_code(9), None);
-    /// ```
-    pub const fn from_code(code: u8) -> Option<Self> {
-        match code {
-            0 => Some(ArchiveLevel::Permanent),
-            1 => Some(ArchiveLevel::Session),
-            2 => Some(ArchiveLevel::Working),
-            3 => Some(ArchiveLevel::Volatile),
-            _ => None,
-        }
+/// The level stored as `code`, if any; the inverse of [`level_code`].
+pub(crate) const fn level_from_code(code: u8) -> Option<Level> {
+    match code {
+        0 => Some(Level::Permanent),
+        1 => Some(Level::Session),
+        2 => Some(Level::Working),
+        3 => Some(Level::Volatile),
+        _ => None,
     }
 }
 
@@ -60,11 +34,12 @@ impl ArchiveLevel {
 /// tail); `original` is the full text when it was reduced, so nothing is lost.
 ///
 /// ```
-/// use ctxwin_std::archive::{ArchiveLevel, ArchivedMessage};
+/// use ctxwin_std::archive::ArchivedMessage;
+/// use ctxwin_std::core::Level;
 /// use ctxwin_std::ChatMessage;
 /// let m = ArchivedMessage::new(7, 3, ChatMessage::tool_result("c1", "head [Data Truncated] tail"))
 ///     .with_original("head middle tail")
-///     .with_level(ArchiveLevel::Volatile);
+///     .with_level(Level::Volatile);
 /// assert_eq!(m.original.as_deref(), Some("head middle tail"));
 /// assert_eq!(m.full_text(), "head middle tail");
 /// ```
@@ -76,7 +51,7 @@ pub struct ArchivedMessage {
     /// one).
     pub unit: u64,
     /// The level it lived in.
-    pub level: ArchiveLevel,
+    pub level: Level,
     /// The message as the core held it.
     pub message: ChatMessage,
     /// When it was created, in the caller's milliseconds clock.
@@ -97,27 +72,20 @@ impl ArchivedMessage {
     /// assert_eq!((m.id, m.unit, m.tokens), (1, 1, 0));
     /// ```
     pub fn new(id: u64, unit: u64, message: ChatMessage) -> Self {
-        Self {
-            id,
-            unit,
-            level: ArchiveLevel::default(),
-            message,
-            timestamp: 0,
-            tokens: 0,
-            original: None,
-        }
+        Self { id, unit, level: Level::Working, message, timestamp: 0, tokens: 0, original: None }
     }
 
     /// Sets the level.
     ///
     /// ```
-    /// # use ctxwin_std::archive::{ArchiveLevel, ArchivedMessage};
+    /// # use ctxwin_std::archive::ArchivedMessage;
+    /// use ctxwin_std::core::Level;
     /// # use ctxwin_std::{ChatMessage, core::Role};
     /// let m = ArchivedMessage::new(1, 1, ChatMessage::text(Role::System, "rules"))
-    ///     .with_level(ArchiveLevel::Permanent);
-    /// assert_eq!(m.level, ArchiveLevel::Permanent);
+    ///     .with_level(Level::Permanent);
+    /// assert_eq!(m.level, Level::Permanent);
     /// ```
-    pub fn with_level(mut self, level: ArchiveLevel) -> Self {
+    pub fn with_level(mut self, level: Level) -> Self {
         self.level = level;
         self
     }
@@ -263,5 +231,20 @@ impl CompressionRecord {
             summaries_made: 0,
             strategy: strategy.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn level_codes_are_the_stored_values() {
+        let codes = Level::ALL.map(level_code);
+        assert_eq!(codes, [0, 1, 2, 3]);
+        for level in Level::ALL {
+            assert_eq!(level_from_code(level_code(level)), Some(level));
+        }
+        assert_eq!(level_from_code(4), None);
     }
 }

@@ -1,11 +1,11 @@
 //! Conversions between the std side's owned messages and the core's borrowed ones, and the
 //! rendering of a core payload as an owned [`Conversation`].
 
-use ctxwin_core::{ENTITIES_PREFIX, Entities, Level, MessageRef, Payload, PayloadItem, Role};
+use ctxwin_core::{ENTITIES_PREFIX, Entities, MessageRef, Payload, PayloadItem, Role};
 use serde_json::value::RawValue;
 
 use super::SessionError;
-use crate::archive::{ArchiveLevel, ArchivedMessage};
+use crate::archive::ArchivedMessage;
 use crate::message::{ChatMessage, Conversation, ToolDefinition};
 
 /// The core's view of `message`'s tool calls, borrowed.
@@ -17,20 +17,10 @@ pub(crate) fn core_calls(message: &ChatMessage) -> Vec<ctxwin_core::ToolCall<'_>
         .collect()
 }
 
-/// The archive's name for a core level.
-pub(crate) fn archive_level(level: Level) -> ArchiveLevel {
-    match level {
-        Level::Permanent => ArchiveLevel::Permanent,
-        Level::Session => ArchiveLevel::Session,
-        Level::Working => ArchiveLevel::Working,
-        Level::Volatile => ArchiveLevel::Volatile,
-    }
-}
-
 /// A stored core message as an archive row of unit `unit`.
 pub(crate) fn row_from_ref(message: &MessageRef<'_>, unit: u64) -> ArchivedMessage {
     ArchivedMessage::new(message.id(), unit, ChatMessage::from_stored(message))
-        .with_level(archive_level(message.level()))
+        .with_level(message.level())
         .with_timestamp(message.timestamp())
         .with_tokens(message.tokens())
 }

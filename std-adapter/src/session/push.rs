@@ -3,7 +3,7 @@
 
 use ctxwin_core::{Error as CoreError, Level, Message, Role, UnansweredCalls};
 
-use super::convert::{archive_level, core_calls, row_from_ref, tool_definition_json};
+use super::convert::{core_calls, row_from_ref, tool_definition_json};
 use super::report::{PushReport, Reduction};
 use super::{Session, SessionError, now_ms};
 use crate::archive::ArchivedMessage;
@@ -322,7 +322,7 @@ impl Session {
 
     fn ahead_row(&self, message: &ChatMessage, plan: &Plan, timestamp: u64) -> ArchivedMessage {
         ArchivedMessage::new(plan.id, plan.unit, message.clone())
-            .with_level(archive_level(plan.level))
+            .with_level(plan.level)
             .with_timestamp(timestamp)
             .with_tokens(plan.tokens)
     }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ctxwin_core::{Level, MessageRef, Role};
 use serde::{Deserialize, Serialize};
 
-use super::convert::{archive_level, row_from_ref};
+use super::convert::row_from_ref;
 use super::{Session, SessionError};
 use crate::archive::{Archive, ArchivedMessage, SummaryRecord};
 
@@ -306,7 +306,7 @@ impl Session {
                     format!("[ctxwin] id {displaced} was used by a record the core replaced"),
                 ),
             )
-            .with_level(archive_level(Level::Session)),
+            .with_level(Level::Session),
         };
         tracing::warn!(id = displaced, "session: repaired an archive row written under a wrong id");
         self.counters.id_repairs += 1;
