@@ -51,6 +51,7 @@ mod summarize;
 mod summarizer;
 mod tokenize;
 mod wire;
+pub(crate) mod worker;
 
 pub use budget::estimate_tokens;
 pub use builder::LlmClientBuilder;

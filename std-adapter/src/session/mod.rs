@@ -69,10 +69,6 @@ mod counter;
 mod error;
 mod import;
 mod llm;
-mod llm_jobs;
-#[cfg(test)]
-mod llm_tests;
-mod llm_worker;
 mod persist;
 mod push;
 mod report;

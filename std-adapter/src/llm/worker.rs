@@ -7,9 +7,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::SessionError;
+use super::{LlmClient, LlmError, LlmSummary};
 use crate::ChatMessage;
-use crate::llm::{LlmClient, LlmError, LlmSummary};
 
 /// Fold `messages` into `previous` for the session summary `summary_id`.
 #[derive(Clone, Debug)]
@@ -82,19 +81,16 @@ impl Worker {
     /// Starts the thread. It ends by itself when the session (the job sender) is dropped,
     /// after the job it is running; nothing joins it, so dropping a session never waits for
     /// the model.
-    pub(crate) fn spawn(client: LlmClient) -> Result<Self, SessionError> {
+    pub(crate) fn spawn(client: LlmClient) -> std::io::Result<Self> {
         let (jobs, inbox) = mpsc::channel::<Job>();
         let (outbox, outcomes) = mpsc::channel::<Outcome>();
-        let thread = std::thread::Builder::new()
-            .name("ctxwin-llm".into())
-            .spawn(move || {
-                for job in inbox {
-                    if outbox.send(answer(&client, job)).is_err() {
-                        break;
-                    }
+        let thread = std::thread::Builder::new().name("ctxwin-llm".into()).spawn(move || {
+            for job in inbox {
+                if outbox.send(answer(&client, job)).is_err() {
+                    break;
                 }
-            })
-            .map_err(|error| SessionError::LlmWorker(error.to_string()))?;
+            }
+        })?;
         Ok(Self { jobs, outcomes, pending: 0, _thread: thread })
     }
 

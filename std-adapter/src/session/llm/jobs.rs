@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 
 use ctxwin_core::{Level, Role};
 
-use super::llm::LlmText;
-use super::llm_worker::{ExtractJob, Job, SummaryJob};
-use super::sync::{contains, fingerprint, overlaps, span, within};
-use super::{Session, SessionError};
+use super::LlmText;
 use crate::ChatMessage;
 use crate::llm::FallbackReason;
+use crate::llm::worker::{ExtractJob, Job, SummaryJob};
+use crate::session::sync::{contains, fingerprint, overlaps, span, within};
+use crate::session::{Session, SessionError};
 
 /// Most source messages one summary job sends (the newest); the client cuts the prompt to its
 /// input budget anyway.
@@ -31,7 +31,7 @@ const LINE_DETAIL: u8 = 2;
 impl Session {
     /// Sends a summary job for each of `ids` that is a live session summary; a summary whose
     /// job is still running is marked to be summarized again when that job's answer arrives.
-    pub(super) fn schedule_llm_summaries(&mut self, ids: &[u64]) {
+    pub(in crate::session) fn schedule_llm_summaries(&mut self, ids: &[u64]) {
         let Some(llm) = self.llm.as_mut() else { return };
         if !llm.options.summaries {
             return;
@@ -57,7 +57,7 @@ impl Session {
 
     /// Sends an extraction job for the user message `id` (when extraction is on, the schema
     /// declares keys, and fewer than the allowed extractions wait).
-    pub(super) fn schedule_llm_extraction(&mut self, id: u64, message: &ChatMessage) {
+    pub(in crate::session) fn schedule_llm_extraction(&mut self, id: u64, message: &ChatMessage) {
         let Some(llm) = self.llm.as_ref() else { return };
         let schema = &self.manager.config().entity_schema;
         if !llm.options.extraction || schema.is_empty() || message.role != Role::User {
