@@ -1,9 +1,12 @@
-//! [`SessionStats`]: the core's metrics block plus calibration, archive and counter caches,
-//! as an aligned table (`Display`) or JSON (`Serialize`).
+//! [`SessionStats`]: the core's metrics block plus calibration, archive, checkpoints and
+//! counter caches. The one stats model: JSON through `Serialize`, text through
+//! [`SessionStats::overview`] / [`SessionStats::details`] rows rendered by
+//! [`SessionStats::render_rows`] (`Display` renders both; the `ctxwin stats` command the
+//! overview, with its own notes added).
 
 use std::fmt;
 
-use ctxwin_core::{Level, Stats};
+use ctxwin_core::{Level, Stats, StrategyKind};
 use serde::{Deserialize, Serialize};
 
 use super::{LlmStats, Session, SessionError};
@@ -101,6 +104,8 @@ pub struct SessionStats {
     pub session: String,
     /// `"estimator"` or `"exact"`.
     pub counter: &'static str,
+    /// The compression strategy the session was configured with.
+    pub strategy: StrategyKind,
     /// The core's metrics block.
     pub core: Stats,
     /// Calibration against billed tokens.
@@ -113,6 +118,8 @@ pub struct SessionStats {
     pub counters: SessionCounters,
     /// The newest checkpoint written or restored.
     pub last_checkpoint: Option<String>,
+    /// Checkpoint files in the session's checkpoint directory; `None` without one.
+    pub checkpoints_kept: Option<usize>,
     /// LLM summaries and extraction, when the session has an LLM.
     pub llm: Option<LlmStats>,
 }
@@ -121,7 +128,8 @@ impl Session {
     /// The session's statistics.
     ///
     /// # Errors
-    /// Archive errors while counting its rows.
+    /// Archive errors while counting its rows, checkpoint errors while listing its
+    /// checkpoint directory.
     ///
     /// ```
     /// let session = ctxwin_std::session::SessionBuilder::new("s").build()?;
@@ -142,9 +150,14 @@ impl Session {
             None => None,
         };
         let counter = self.manager.counter();
+        let checkpoints_kept = match self.store.as_ref() {
+            Some(store) => Some(store.ids()?.len()),
+            None => None,
+        };
         Ok(SessionStats {
             session: self.name.clone(),
             counter: counter.kind(),
+            strategy: self.configured.strategy,
             core: self.manager.stats(),
             calibration: CalibrationStats {
                 observations: self.calibrator.observations(),
@@ -163,93 +176,224 @@ impl Session {
             }),
             counters: self.counters.clone(),
             last_checkpoint: self.last_checkpoint.as_ref().map(ToString::to_string),
+            checkpoints_kept,
             llm: self.llm_stats(),
         })
     }
 }
 
-impl fmt::Display for SessionStats {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+/// `1234567` as `1,234,567`.
+fn thousands(value: impl Into<u64>) -> String {
+    let digits = value.into().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// `"-"` or the value with `show`.
+fn or_dash<T>(value: Option<T>, show: impl FnOnce(T) -> String) -> String {
+    value.map_or_else(|| "-".to_string(), show)
+}
+
+impl SessionStats {
+    /// The overview, as `(label, value)` rows: tokens of the budget, per level, messages,
+    /// summaries, compression, evictions, reductions, checkpoints, LLM. What `ctxwin stats`
+    /// prints (it adds its own notes: the command of the last compression, retrieved items,
+    /// the configured server).
+    ///
+    /// ```
+    /// let session = ctxwin_std::session::SessionBuilder::new("s").build()?;
+    /// let rows = session.stats()?.overview();
+    /// assert_eq!(rows[0], ("session".to_string(), "s (estimator counter, sliding_window strategy)".to_string()));
+    /// assert!(rows.iter().any(|(key, _)| key == "last compression"));
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn overview(&self) -> Vec<(String, String)> {
         let core = &self.core;
-        let row =
-            |f: &mut fmt::Formatter<'_>, key: &str, value: String| writeln!(f, "{key:<24} {value}");
-        row(f, "session", format!("{} ({} counter)", self.session, self.counter))?;
-        row(
-            f,
-            "budget / used",
-            format!("{} / {} ({}%)", core.budget, core.used, core.percent_used()),
-        )?;
+        let counters = &core.counters;
+        let usages: Vec<_> = Level::ALL.iter().map(|&level| (level, core.level(level))).collect();
+        let width = |f: &dyn Fn(&ctxwin_core::LevelStats) -> u32| {
+            usages.iter().map(|(_, u)| thousands(f(u)).len()).max().unwrap_or(1)
+        };
+        let (tw, bw, mw) = (width(&|u| u.tokens), width(&|u| u.budget), width(&|u| u.messages));
+        let mut rows: Vec<(String, String)> = vec![
+            (
+                "session".into(),
+                format!("{} ({} counter, {} strategy)", self.session, self.counter, self.strategy),
+            ),
+            (
+                "tokens".into(),
+                format!(
+                    "{} / {} ({}%), eviction above {}",
+                    thousands(core.used),
+                    thousands(core.budget),
+                    core.percent_used(),
+                    thousands(core.trigger)
+                ),
+            ),
+        ];
+        for (level, usage) in &usages {
+            rows.push((
+                format!("  {}", level.as_str()),
+                format!(
+                    "{:>tw$} / {:<bw$}  {:>mw$} {}",
+                    thousands(usage.tokens),
+                    thousands(usage.budget),
+                    thousands(usage.messages),
+                    if usage.messages == 1 { "message" } else { "messages" }
+                ),
+            ));
+        }
+        let archived = self.archive.map_or(0, |a| a.messages);
+        let recorded = self.archive.map_or(0, |a| a.summaries);
+        let ratio = core.compression_permille() as f64 / 1000.0;
+        let last = match counters.last_compression_turn {
+            None => format!("never (turn {})", core.turn),
+            Some(turn) => format!("turn {turn} (now {})", core.turn),
+        };
+        let checkpoints = match self.checkpoints_kept {
+            Some(kept) => {
+                format!("{kept} kept, last {}", self.last_checkpoint.as_deref().unwrap_or("-"))
+            }
+            None => "none (no checkpoint directory)".to_string(),
+        };
+        let llm = match &self.llm {
+            Some(llm) => format!(
+                "{} of {} summaries rewritten, {} of {} extractions accepted, {} pending",
+                llm.summaries_swapped,
+                llm.summaries_requested,
+                llm.extractions_accepted,
+                llm.extractions_requested,
+                llm.pending_jobs
+            ),
+            None => "none (extractive summaries)".to_string(),
+        };
+        rows.extend(
+            [
+                (
+                    "messages",
+                    format!(
+                        "{} in context, {} archived",
+                        thousands(core.messages()),
+                        thousands(archived)
+                    ),
+                ),
+                (
+                    "summaries",
+                    format!("{} in context, {} recorded", core.summaries(), thousands(recorded)),
+                ),
+                (
+                    "compression",
+                    format!(
+                        "{ratio:.2}x ({} tokens ingested)",
+                        thousands(counters.tokens_ingested)
+                    ),
+                ),
+                ("last compression", last),
+                (
+                    "evicted",
+                    format!(
+                        "{} messages in {} units ({} tokens)",
+                        thousands(counters.messages_evicted),
+                        thousands(counters.units_evicted),
+                        thousands(counters.tokens_evicted)
+                    ),
+                ),
+                (
+                    "reduced",
+                    format!(
+                        "{} tool outputs ({} tokens saved)",
+                        thousands(counters.observations_reduced),
+                        thousands(counters.tokens_saved_by_reduction)
+                    ),
+                ),
+                ("checkpoints", checkpoints),
+                ("llm", llm),
+            ]
+            .map(|(key, value)| (key.to_string(), value)),
+        );
+        rows
+    }
+
+    /// The details below the overview, as `(label, value)` rows: calibration, level
+    /// capacities, what the session did, the archive, the token cache, LLM latencies and
+    /// fallbacks, checkpoint writes.
+    ///
+    /// ```
+    /// let session = ctxwin_std::session::SessionBuilder::new("s").build()?;
+    /// let rows = session.stats()?.details();
+    /// assert!(rows.iter().any(|(key, value)| key == "budget / used" && value.ends_with("(0%)")));
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn details(&self) -> Vec<(String, String)> {
+        let core = &self.core;
+        let counters = &core.counters;
         let calibration = &self.calibration;
-        row(
-            f,
-            "window",
-            format!(
-                "{} effective of {} configured",
-                calibration.effective_window, calibration.configured_window
+        let mut rows: Vec<(&str, String)> = vec![
+            (
+                "budget / used",
+                format!("{} / {} ({}%)", core.budget, core.used, core.percent_used()),
             ),
-        )?;
-        let ratio = calibration.ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.3}"));
-        row(
-            f,
-            "billed / estimated",
-            format!(
-                "{ratio} over {} reports (safety x{:.3})",
-                calibration.observations, calibration.safety_factor
+            (
+                "window",
+                format!(
+                    "{} effective of {} configured",
+                    calibration.effective_window, calibration.configured_window
+                ),
             ),
-        )?;
-        writeln!(
-            f,
-            "{:<10} {:>8} {:>8} {:>9} {:>12}",
-            "level", "tokens", "budget", "messages", "bytes"
-        )?;
+            (
+                "billed / estimated",
+                format!(
+                    "{} over {} reports (safety x{:.3})",
+                    or_dash(calibration.ratio, |r| format!("{r:.3}")),
+                    calibration.observations,
+                    calibration.safety_factor
+                ),
+            ),
+        ];
+        let mut level_rows = Vec::new();
         for level in Level::ALL {
             let stats = core.level(level);
-            writeln!(
-                f,
-                "{:<10} {:>8} {:>8} {:>9} {:>12}",
-                level.to_string(),
-                stats.tokens,
-                stats.budget,
-                format!("{}/{}", stats.messages, stats.message_capacity),
-                format!("{}/{}", stats.bytes, stats.byte_capacity),
-            )?;
+            level_rows.push((
+                format!("{} capacity", level.as_str()),
+                format!(
+                    "{}/{} messages, {}/{} bytes",
+                    stats.messages, stats.message_capacity, stats.bytes, stats.byte_capacity
+                ),
+            ));
         }
-        let counters = &core.counters;
-        row(f, "turns", core.turn.to_string())?;
-        row(f, "messages pushed", self.counters.messages_pushed.to_string())?;
-        row(
-            f,
-            "evicted",
-            format!("{} units, {} tokens", counters.units_evicted, counters.tokens_evicted),
-        )?;
-        row(
-            f,
-            "reduced outputs",
-            format!(
-                "{} ({} tokens saved)",
-                counters.observations_reduced, counters.tokens_saved_by_reduction
+        rows.extend([
+            ("turns", core.turn.to_string()),
+            ("messages pushed", self.counters.messages_pushed.to_string()),
+            (
+                "reduced outputs",
+                format!(
+                    "{} ({} tokens saved)",
+                    counters.observations_reduced, counters.tokens_saved_by_reduction
+                ),
             ),
-        )?;
-        row(
-            f,
-            "summaries",
-            format!("{} live, {} recorded", core.summaries(), self.counters.summaries_recorded),
-        )?;
+            (
+                "summaries recorded",
+                format!("{} live, {} recorded", core.summaries(), self.counters.summaries_recorded),
+            ),
+        ]);
         if let Some(archive) = &self.archive {
-            row(
-                f,
+            rows.push((
                 "archive",
                 format!("{} messages, {} bytes on disk", archive.messages, archive.db_size_bytes),
-            )?;
+            ));
         }
         if let Some(cache) = &self.token_cache {
-            let rate =
-                cache.hit_rate.map_or_else(|| "-".to_string(), |r| format!("{:.1}%", r * 100.0));
-            row(
-                f,
+            let rate = or_dash(cache.hit_rate, |r| format!("{:.1}%", r * 100.0));
+            rows.push((
                 "token cache",
                 format!("{} hits, {} misses ({rate})", cache.hits, cache.misses),
-            )?;
+            ));
         }
         if let Some(llm) = &self.llm {
             let ms = |p50: Option<u64>, p90: Option<u64>, max: Option<u64>| match (p50, p90, max) {
@@ -258,49 +402,71 @@ impl fmt::Display for SessionStats {
                 }
                 _ => "no calls".to_string(),
             };
-            row(
-                f,
-                "llm summaries",
-                format!(
-                    "{} swapped of {} requested, {} superseded, {} pending; {}",
-                    llm.summaries_swapped,
-                    llm.summaries_requested,
-                    llm.summaries_superseded,
-                    llm.pending_jobs,
-                    ms(
-                        llm.summary_latency_p50_ms,
-                        llm.summary_latency_p90_ms,
-                        llm.summary_latency_max_ms
-                    )
+            rows.extend([
+                (
+                    "llm summaries",
+                    format!(
+                        "{} swapped of {} requested, {} superseded, {} pending; {}",
+                        llm.summaries_swapped,
+                        llm.summaries_requested,
+                        llm.summaries_superseded,
+                        llm.pending_jobs,
+                        ms(
+                            llm.summary_latency_p50_ms,
+                            llm.summary_latency_p90_ms,
+                            llm.summary_latency_max_ms
+                        )
+                    ),
                 ),
-            )?;
-            row(f, "llm summary fallbacks", llm.summary_fallbacks.to_string())?;
-            row(
-                f,
-                "llm extraction",
-                format!(
-                    "{} accepted of {} requested, {} values set; {}",
-                    llm.extractions_accepted,
-                    llm.extractions_requested,
-                    llm.entity_values_set,
-                    ms(
-                        llm.extraction_latency_p50_ms,
-                        llm.extraction_latency_p90_ms,
-                        llm.extraction_latency_max_ms
-                    )
+                ("llm summary fallbacks", llm.summary_fallbacks.to_string()),
+                (
+                    "llm extraction",
+                    format!(
+                        "{} accepted of {} requested, {} values set; {}",
+                        llm.extractions_accepted,
+                        llm.extractions_requested,
+                        llm.entity_values_set,
+                        ms(
+                            llm.extraction_latency_p50_ms,
+                            llm.extraction_latency_p90_ms,
+                            llm.extraction_latency_max_ms
+                        )
+                    ),
                 ),
-            )?;
-            row(f, "llm extraction fallbacks", llm.extraction_fallbacks.to_string())?;
+                ("llm extraction fallbacks", llm.extraction_fallbacks.to_string()),
+            ]);
         }
-        row(
-            f,
-            "checkpoints",
+        rows.push((
+            "checkpoints written",
             format!(
-                "{} written, {} failed, last {}",
-                self.counters.checkpoints_written,
-                self.counters.checkpoint_failures,
-                self.last_checkpoint.as_deref().unwrap_or("-")
+                "{} written, {} failed",
+                self.counters.checkpoints_written, self.counters.checkpoint_failures
             ),
-        )
+        ));
+        let mut out: Vec<(String, String)> =
+            rows.into_iter().map(|(key, value)| (key.to_string(), value)).collect();
+        out.splice(3..3, level_rows);
+        out
+    }
+
+    /// `rows` as text: one `label  value` line each, labels padded to one width.
+    ///
+    /// ```
+    /// use ctxwin_std::SessionStats;
+    /// let rows = [("a".to_string(), "1".to_string()), ("bcd".to_string(), "2".to_string())];
+    /// assert_eq!(SessionStats::render_rows(&rows), "a    1\nbcd  2\n");
+    /// ```
+    pub fn render_rows(rows: &[(String, String)]) -> String {
+        let width = rows.iter().map(|(key, _)| key.chars().count()).max().unwrap_or(0);
+        rows.iter().map(|(key, value)| format!("{key:<width$}  {value}\n")).collect()
+    }
+}
+
+/// The overview, then the details, one aligned table.
+impl fmt::Display for SessionStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rows = self.overview();
+        rows.extend(self.details());
+        f.write_str(&Self::render_rows(&rows))
     }
 }
