@@ -220,7 +220,7 @@ impl Session {
 pub fn tool_calls(messages: &[ChatMessage]) -> Vec<Vec<ToolCall<'_>>> {
     messages
         .iter()
-        .map(|m| m.tool_calls.iter().map(|c| ToolCall::new(&c.id, &c.name, &c.arguments)).collect())
+        .map(|m| m.tool_calls.iter().map(ctxwin_std::ToolCall::as_core).collect())
         .collect()
 }
 

@@ -3,7 +3,13 @@
 use ctxwin_core::Role;
 use serde::{Deserialize, Serialize};
 
-/// One tool invocation requested by an assistant message.
+/// One tool invocation requested by an assistant message: the owned form of the core's
+/// borrowed [`ctxwin_core::ToolCall`], same concept and same three fields.
+///
+/// Two types because the core is `no_std` without allocation: its `ToolCall<'a>` borrows
+/// `&str`s from the caller or the manager's arena, while the std side needs calls that outlive
+/// their source (read from a file, kept in the archive, serialized with serde). Convert with
+/// [`ToolCall::as_core`] and `From<ctxwin_core::ToolCall<'_>>`.
 ///
 /// ```
 /// use ctxwin_std::ToolCall;
@@ -33,6 +39,28 @@ impl ToolCall {
         arguments: impl Into<String>,
     ) -> Self {
         Self { id: id.into(), name: name.into(), arguments: arguments.into() }
+    }
+
+    /// The core's borrowed view of this call, to push into a manager.
+    ///
+    /// ```
+    /// let call = ctxwin_std::ToolCall::new("c1", "ls", "{}");
+    /// assert_eq!(call.as_core(), ctxwin_std::core::ToolCall::new("c1", "ls", "{}"));
+    /// ```
+    pub fn as_core(&self) -> ctxwin_core::ToolCall<'_> {
+        ctxwin_core::ToolCall::new(&self.id, &self.name, &self.arguments)
+    }
+}
+
+/// An owned copy of a core tool call.
+///
+/// ```
+/// let core = ctxwin_std::core::ToolCall::new("c1", "ls", "{}");
+/// assert_eq!(ctxwin_std::ToolCall::from(core), ctxwin_std::ToolCall::new("c1", "ls", "{}"));
+/// ```
+impl From<ctxwin_core::ToolCall<'_>> for ToolCall {
+    fn from(call: ctxwin_core::ToolCall<'_>) -> Self {
+        Self::new(call.id, call.name, call.arguments)
     }
 }
 
@@ -80,10 +108,7 @@ impl ChatMessage {
     /// reduced) text.
     pub(crate) fn from_stored(message: &ctxwin_core::MessageRef<'_>) -> ChatMessage {
         let mut chat = ChatMessage::text(message.role(), message.content());
-        chat.tool_calls = message
-            .tool_calls()
-            .map(|call| ToolCall::new(call.id, call.name, call.arguments))
-            .collect();
+        chat.tool_calls = message.tool_calls().map(ToolCall::from).collect();
         chat.tool_call_id = message.tool_call_id().map(str::to_string);
         chat
     }

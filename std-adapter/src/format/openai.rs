@@ -1,4 +1,13 @@
 //! OpenAI chat-completions messages: reading from the input tree, writing wire structs.
+//!
+//! One of two OpenAI writers, on purpose. This one writes a whole owned [`Conversation`]
+//! with serde: any conversation read from a file (fields the core never holds, such as a
+//! message's `name`), checked message by message, as a JSON body or JSONL lines. The core's
+//! [`Payload::write_openai`](ctxwin_core::Payload::write_openai) writes a payload composed by
+//! a manager (its blocks: dynamic context, entities, memory summary) into an
+//! `embedded_io::Write` without allocating, for `no_std` targets; the session's
+//! [`compose_openai_body`](crate::Session::compose_openai_body) uses that one. Neither
+//! input can become the other without a copy, and the core's JSON writer is internal to it.
 
 use ctxwin_core::Role;
 use serde::Serialize;

@@ -10,11 +10,7 @@ use crate::message::{ChatMessage, Conversation, ToolDefinition};
 
 /// The core's view of `message`'s tool calls, borrowed.
 pub(crate) fn core_calls(message: &ChatMessage) -> Vec<ctxwin_core::ToolCall<'_>> {
-    message
-        .tool_calls
-        .iter()
-        .map(|call| ctxwin_core::ToolCall::new(&call.id, &call.name, &call.arguments))
-        .collect()
+    message.tool_calls.iter().map(crate::ToolCall::as_core).collect()
 }
 
 /// A stored core message as an archive row of unit `unit`.
