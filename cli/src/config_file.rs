@@ -35,7 +35,7 @@ pub(crate) struct FileConfig {
     pub llm: LlmSection,
 }
 
-/// The `[llm]` section: an OpenAI-compatible server for summaries.
+/// The `[llm]` section: an OpenAI-compatible server for summaries and entity extraction.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LlmSection {

@@ -5,7 +5,14 @@
 //! from the newest checkpoint, runs, and writes a checkpoint when it changed anything, so a
 //! restart continues where the last command left off. Everything works with the embedded
 //! defaults (the estimator, the extractive summarizer, no server); `--tokenizer` counts
-//! exactly and `--llm-url` configures a server (checked; the session does not use it yet).
+//! exactly, and `--llm-url` (or the `[llm]` section of `ctxwin.toml`) names an
+//! OpenAI-compatible server: the session then has the model rewrite its summaries and extract
+//! entities in the background, and each command waits up to `wait_secs` for the answers
+//! before it saves (the extractive text stays when the model fails).
+//!
+//! This crate is the `ctxwin` binary's library: it uses only `ctxwin-std`'s public API (the
+//! configuration file, command-line parsing and progress bars live here, so `ctxwin-std`
+//! does not depend on `toml`, `clap` or `indicatif`).
 //!
 //! | command | what it does |
 //! |---|---|
