@@ -1,3 +1,0 @@
-//! Cross-crate integration tests.
-
-mod quality;
