@@ -1,7 +1,6 @@
 //! Budgets, thresholds and policies of a manager.
 
 use crate::entities::EntitySchema;
-use crate::strategy::StrategyKind;
 
 /// What happens to tool calls that never got a result when the conversation moves on.
 ///
@@ -33,12 +32,12 @@ pub enum UnansweredCalls {
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum OutboxMode {
     /// Keep evicted units, in place, until the caller drains them
-    /// ([`ContextManager::drain_outbox`](crate::ContextManager::drain_outbox)). A push that
-    /// needs their space fails with [`Error::OutboxFull`](crate::Error::OutboxFull) until then.
+    /// ([`ContextManager::drain_outbox`](crate::manager::ContextManager::drain_outbox)). A push that
+    /// needs their space fails with [`Error::OutboxFull`](crate::error::Error::OutboxFull) until then.
     #[default]
     Hold,
     /// Release evicted units at once, counting them in
-    /// [`Counters::units_discarded`](crate::Counters::units_discarded). For callers that keep no archive.
+    /// [`Counters::units_discarded`](crate::stats::Counters::units_discarded). For callers that keep no archive.
     Discard,
 }
 
@@ -164,12 +163,12 @@ impl Config {
     /// use ctxwin_core::{Config, Level};
     /// assert_eq!(Config::DEFAULT.level_budget(Level::Working), 8_000);
     /// ```
-    pub const fn level_budget(&self, level: crate::Level) -> u32 {
+    pub const fn level_budget(&self, level: crate::level::Level) -> u32 {
         match level {
-            crate::Level::Permanent => self.permanent_budget,
-            crate::Level::Session => self.session_budget,
-            crate::Level::Working => self.working_budget,
-            crate::Level::Volatile => self.volatile_budget(),
+            crate::level::Level::Permanent => self.permanent_budget,
+            crate::level::Level::Session => self.session_budget,
+            crate::level::Level::Working => self.working_budget,
+            crate::level::Level::Volatile => self.volatile_budget(),
         }
     }
 
@@ -256,7 +255,7 @@ impl Config {
 
 impl Config {
     /// Every field zero: the configuration of [`ContextManager::UNCONFIGURED`]
-    /// (crate::ContextManager::UNCONFIGURED), which refuses work until configured.
+    /// (crate::manager::ContextManager::UNCONFIGURED), which refuses work until configured.
     pub(crate) const ZERO: Config = Config {
         context_window: 0,
         reserved_for_reply: 0,
@@ -333,3 +332,73 @@ impl core::fmt::Display for ConfigError {
 }
 
 impl core::error::Error for ConfigError {}
+
+/// The built-in strategies.
+///
+/// | kind | what leaves first | what happens to it |
+/// |---|---|---|
+/// | [`SlidingWindow`](StrategyKind::SlidingWindow) | oldest unit | dropped (to the outbox) |
+/// | [`Summarization`](StrategyKind::Summarization) | oldest turns, past `summarize_threshold` | folded into one rolling summary |
+/// | [`EntityExtraction`](StrategyKind::EntityExtraction) | everything outside the locked tail | dropped: the entity table keeps the state |
+/// | [`Importance`](StrategyKind::Importance) | lowest importance score | a paragraph above `importance_threshold`, else one line if it says something specific |
+/// | [`Hierarchical`](StrategyKind::Hierarchical) | units older than `working_age_ms`, then oldest | kept as a paragraph, then a line after `session_age_ms` |
+///
+/// ```
+/// use ctxwin_core::StrategyKind;
+/// assert_eq!(StrategyKind::default(), StrategyKind::SlidingWindow);
+/// assert_eq!(StrategyKind::parse("importance"), Some(StrategyKind::Importance));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum StrategyKind {
+    /// Pure FIFO over units within the budget.
+    #[default]
+    SlidingWindow,
+    /// A rolling summary absorbs the oldest turns.
+    Summarization,
+    /// Only the extracted state and the locked tail.
+    EntityExtraction,
+    /// Scores units; keeps the valuable, summarizes the important.
+    Importance,
+    /// Full text, then a paragraph, then a line, by age.
+    Hierarchical,
+}
+
+impl StrategyKind {
+    /// Every kind.
+    pub const ALL: [StrategyKind; 5] = [
+        StrategyKind::SlidingWindow,
+        StrategyKind::Summarization,
+        StrategyKind::EntityExtraction,
+        StrategyKind::Importance,
+        StrategyKind::Hierarchical,
+    ];
+
+    /// Snake-case name.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::StrategyKind::SlidingWindow.as_str(), "sliding_window");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StrategyKind::SlidingWindow => "sliding_window",
+            StrategyKind::Summarization => "summarization",
+            StrategyKind::EntityExtraction => "entity_extraction",
+            StrategyKind::Importance => "importance",
+            StrategyKind::Hierarchical => "hierarchical",
+        }
+    }
+
+    /// Parses a snake-case name.
+    pub fn parse(name: &str) -> Option<StrategyKind> {
+        StrategyKind::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+}
+
+impl core::fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -7,7 +7,7 @@ pub const MAX_ENTITY_KEYS: usize = 8;
 /// Longest key, in bytes.
 pub const MAX_ENTITY_KEY_LEN: usize = 24;
 
-/// The declared keys, in order. `Copy` and `const`, so it can live in a [`Config`](crate::Config).
+/// The declared keys, in order. `Copy` and `const`, so it can live in a [`Config`](crate::config::Config).
 ///
 /// ```
 /// use ctxwin_core::EntitySchema;

@@ -1,6 +1,7 @@
 //! The one error type of manager operations.
 
-use crate::{ConfigError, Level};
+use crate::config::ConfigError;
+use crate::level::Level;
 
 /// Why a message was refused or a payload could not be composed. Nothing is lost on error:
 /// a refused message is not stored (the caller still holds it), and evicted units wait in the

@@ -61,9 +61,10 @@ pub mod stats;
 pub mod strategy;
 pub mod summarize;
 mod terms;
+pub mod view;
 
 pub use capacity::{Capacities, DefaultCapacities, Scratch, ScratchStorage, TinyCapacities};
-pub use config::{Config, ConfigError, OutboxMode, UnansweredCalls};
+pub use config::{Config, ConfigError, OutboxMode, StrategyKind, UnansweredCalls};
 pub use counter::TokenCounter;
 pub use entities::{
     Entities, EntitiesMut, EntityError, EntitySchema, EntityStorage, EntityTable, Extractor,
@@ -73,21 +74,21 @@ pub use error::{Error, InvalidMessage};
 pub use estimator::{Estimator, Margin, Weights};
 pub use level::Level;
 pub use manager::ReplaceError;
-pub use manager::{
-    ContextManager, EvictedUnit, History, LevelMessages, MAX_SUMMARY_RANGES, MEMORY_SUMMARY_PREFIX,
-    Outbox,
-};
+pub use manager::{ContextManager, EvictedUnit, MAX_SUMMARY_RANGES, Outbox};
 pub use message::{MAX_TOOL_CALLS, Message, MessageRef, ToolCall};
-pub use payload::{ENTITIES_PREFIX, MemorySummary, OpenAiRequest, Payload, PayloadItem};
+pub use payload::{
+    ENTITIES_PREFIX, MEMORY_SUMMARY_PREFIX, MemorySummary, OpenAiRequest, Payload, PayloadItem,
+};
 pub use reduce::TRUNCATION_MARKER;
 pub use ring::{Ring, RingStorage};
 pub use role::Role;
 pub use snapshot::{Invariant, SnapshotError};
 pub use stats::{Counters, LevelStats, Stats};
 pub use strategy::{
-    Builtin, ConstStrategy, Env, ImportanceScore, Leave, Plan, SlidingWindow, Strategy,
-    StrategyKind, UnitView, importance,
+    Builtin, ConstStrategy, Env, ImportanceScore, Leave, Plan, SlidingWindow, Strategy, UnitView,
+    importance,
 };
 pub use summarize::{
     Detail, Extractive, SummarizeError, Summarizer, SummaryRequest, SummarySource, TextBuffer,
 };
+pub use view::{History, LevelMessages};

@@ -24,7 +24,7 @@ pub(crate) struct RingState {
 
 /// Storage for one level: `N` message headers and `B` bytes of message text.
 ///
-/// It is only ever used as a [`Capacities`](crate::Capacities) associated type, e.g.
+/// It is only ever used as a [`Capacities`](crate::capacity::Capacities) associated type, e.g.
 /// `type Working = Ring<256, 65_536>;`. `size_of::<Ring<N, B>>()` is `40·N + B` plus 12 bytes.
 ///
 /// ```

@@ -3,16 +3,19 @@
 //! session level overflows, and updating entities.
 
 use super::evict::{Lock, UnitSpan, unit_end};
-use super::{ContextManager, LevelMessages, State};
+use super::{ContextManager, ENTITIES_UNCOUNTED, State};
 use crate::capacity::{Capacities, ScratchStorage};
+use crate::config::Config;
+use crate::counter::TokenCounter;
 use crate::entities::{EntitiesMut, EntityStorage};
 use crate::header::{Header, flags};
-use crate::manager::History;
+use crate::level::Level;
 use crate::record::{self, SpanWriter};
 use crate::ring::{RingRef, RingStorage};
+use crate::role::Role;
 use crate::strategy::{Env, Leave, Plan, Strategy, UnitView};
 use crate::summarize::{Detail, SummarizeError, SummaryRequest, SummarySource, TextBuffer};
-use crate::{Config, Level, Role, TokenCounter};
+use crate::view::{History, LevelMessages};
 
 /// Most source ranges one summary keeps; more are coalesced (over-approximating).
 pub const MAX_SUMMARY_RANGES: usize = 16;
@@ -97,9 +100,6 @@ impl<'a, S: Strategy> Parts<'a, S> {
         if out.is_empty() { Err(SummarizeError::Rejected) } else { Ok(out.len()) }
     }
 }
-
-/// Marks the entity-token cache as not filled yet.
-pub(crate) const ENTITIES_UNCOUNTED: u32 = u32::MAX;
 
 /// Smallest budget worth asking a summarizer for.
 const MIN_SUMMARY_TOKENS: u32 = 8;

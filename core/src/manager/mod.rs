@@ -10,22 +10,22 @@ mod views;
 
 pub use memory::MAX_SUMMARY_RANGES;
 pub use outbox::{EvictedUnit, Outbox};
-pub(crate) use push::bit;
 pub use replace::ReplaceError;
-pub use views::{History, LevelMessages};
 
 use crate::capacity::{Capacities, DefaultCapacities, ScratchStorage};
 use crate::config::{Config, ConfigError};
+use crate::counter::TokenCounter;
 use crate::entities::{Entities, EntityStorage};
 use crate::estimator::Estimator;
 use crate::header::Header;
+use crate::level::Level;
+use crate::payload::MEMORY_SUMMARY_PREFIX;
 use crate::ring::{RingMut, RingRef, RingStorage};
 use crate::stats::{Counters, LevelStats, Stats};
 use crate::strategy::{Builtin, Strategy};
-use crate::{Level, TokenCounter};
 
-/// Text that opens the memory-summary system message.
-pub const MEMORY_SUMMARY_PREFIX: &str = "[Memory Summary]";
+/// Marks the entity-token cache as not filled yet.
+pub(crate) const ENTITIES_UNCOUNTED: u32 = u32::MAX;
 
 /// A call unit still waiting for results: always the newest unit of its level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,11 +229,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             counter,
             config,
             state: State {
-                entity_tokens: if config.entity_schema.is_empty() {
-                    0
-                } else {
-                    memory::ENTITIES_UNCOUNTED
-                },
+                entity_tokens: if config.entity_schema.is_empty() { 0 } else { ENTITIES_UNCOUNTED },
                 ..State::NEW
             },
             strategy,
@@ -342,9 +338,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// Refuses work while the manager is [`UNCONFIGURED`](ContextManager::UNCONFIGURED).
-    pub(crate) fn ensure_configured(&self) -> Result<(), crate::Error> {
+    pub(crate) fn ensure_configured(&self) -> Result<(), crate::error::Error> {
         match self.config.budget() {
-            0 => Err(crate::Error::InvalidConfig(ConfigError::NoBudget)),
+            0 => Err(crate::error::Error::InvalidConfig(ConfigError::NoBudget)),
             _ => Ok(()),
         }
     }
@@ -397,7 +393,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub fn used(&self) -> u32 {
         let stored = self.state.tokens.iter().fold(0u32, |sum, t| sum.saturating_add(*t));
         let entities = match self.state.entity_tokens {
-            memory::ENTITIES_UNCOUNTED => self.count_entity_tokens(),
+            ENTITIES_UNCOUNTED => self.count_entity_tokens(),
             cached => cached,
         };
         if stored == 0 && entities == 0 {

@@ -8,12 +8,14 @@
 
 use super::ContextManager;
 use crate::capacity::Capacities;
+use crate::counter::TokenCounter;
 use crate::entities::{EntitiesMut, EntityError, EntityStorage};
 use crate::header::{Header, flags};
+use crate::level::Level;
+use crate::manager::MAX_SUMMARY_RANGES;
 use crate::record::{self, RANGE_ENTRY, SpanWriter};
 use crate::ring::RingStorage;
 use crate::strategy::Strategy;
-use crate::{Level, MAX_SUMMARY_RANGES, TokenCounter};
 
 /// Why [`ContextManager::replace_summary`] refused; the summary is unchanged.
 ///

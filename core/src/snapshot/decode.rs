@@ -4,12 +4,15 @@
 
 use serde::Deserialize;
 
+use super::error::{Invariant, SnapshotError};
 use super::wire::{ConfigWire, RecordWire, StateWire, role_from};
-use super::{Invariant, SnapshotError};
+use crate::config::Config;
 use crate::header::{Header, flags};
-use crate::manager::{State, bit};
-use crate::record::{self, Fault};
-use crate::{Config, Level, Role, json};
+use crate::json;
+use crate::level::Level;
+use crate::manager::State;
+use crate::record::{self, Fault, bit};
+use crate::role::Role;
 
 /// Largest id clock a snapshot may carry.
 const MAX_NEXT_ID: u64 = 1 << 63;

@@ -3,88 +3,20 @@
 //! The manager owns the mechanics (locking, units, budgets, the outbox); a [`Strategy`] only
 //! decides, through a few hooks, so a strategy of your own cannot break a pair or the budget.
 //! [`Builtin`] runs the five strategies named in [`StrategyKind`], picked by
-//! [`Config::strategy`](crate::Config::strategy).
+//! [`Config::strategy`](crate::config::Config::strategy).
 
 mod importance;
 
 pub use importance::{ImportanceScore, importance};
 
+use crate::config::{Config, StrategyKind};
 use crate::entities::{Extractor, Patterns};
-use crate::manager::History;
+use crate::level::Level;
 use crate::message::MessageRef;
+use crate::role::Role;
 use crate::summarize::{Detail, Extractive, Summarizer};
 use crate::terms::share_a_term;
-use crate::{Config, Level, Role};
-
-/// The built-in strategies.
-///
-/// | kind | what leaves first | what happens to it |
-/// |---|---|---|
-/// | [`SlidingWindow`](StrategyKind::SlidingWindow) | oldest unit | dropped (to the outbox) |
-/// | [`Summarization`](StrategyKind::Summarization) | oldest turns, past `summarize_threshold` | folded into one rolling summary |
-/// | [`EntityExtraction`](StrategyKind::EntityExtraction) | everything outside the locked tail | dropped: the entity table keeps the state |
-/// | [`Importance`](StrategyKind::Importance) | lowest importance score | a paragraph above `importance_threshold`, else one line if it says something specific |
-/// | [`Hierarchical`](StrategyKind::Hierarchical) | units older than `working_age_ms`, then oldest | kept as a paragraph, then a line after `session_age_ms` |
-///
-/// ```
-/// use ctxwin_core::StrategyKind;
-/// assert_eq!(StrategyKind::default(), StrategyKind::SlidingWindow);
-/// assert_eq!(StrategyKind::parse("importance"), Some(StrategyKind::Importance));
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum StrategyKind {
-    /// Pure FIFO over units within the budget.
-    #[default]
-    SlidingWindow,
-    /// A rolling summary absorbs the oldest turns.
-    Summarization,
-    /// Only the extracted state and the locked tail.
-    EntityExtraction,
-    /// Scores units; keeps the valuable, summarizes the important.
-    Importance,
-    /// Full text, then a paragraph, then a line, by age.
-    Hierarchical,
-}
-
-impl StrategyKind {
-    /// Every kind.
-    pub const ALL: [StrategyKind; 5] = [
-        StrategyKind::SlidingWindow,
-        StrategyKind::Summarization,
-        StrategyKind::EntityExtraction,
-        StrategyKind::Importance,
-        StrategyKind::Hierarchical,
-    ];
-
-    /// Snake-case name.
-    ///
-    /// ```
-    /// assert_eq!(ctxwin_core::StrategyKind::SlidingWindow.as_str(), "sliding_window");
-    /// ```
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            StrategyKind::SlidingWindow => "sliding_window",
-            StrategyKind::Summarization => "summarization",
-            StrategyKind::EntityExtraction => "entity_extraction",
-            StrategyKind::Importance => "importance",
-            StrategyKind::Hierarchical => "hierarchical",
-        }
-    }
-
-    /// Parses a snake-case name.
-    pub fn parse(name: &str) -> Option<StrategyKind> {
-        StrategyKind::ALL.into_iter().find(|kind| kind.as_str() == name)
-    }
-}
-
-impl core::fmt::Display for StrategyKind {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::view::{History, LevelMessages};
 
 /// What happens to a unit leaving the window (it always goes to the outbox too).
 ///
@@ -140,7 +72,7 @@ pub enum Plan {
 #[derive(Clone, Debug)]
 pub struct UnitView<'a> {
     level: Level,
-    messages: crate::manager::LevelMessages<'a>,
+    messages: LevelMessages<'a>,
     first: MessageRef<'a>,
     last_id: u64,
     tokens: u32,
@@ -150,10 +82,7 @@ pub struct UnitView<'a> {
 }
 
 impl<'a> UnitView<'a> {
-    pub(crate) fn new(
-        level: Level,
-        mut messages: crate::manager::LevelMessages<'a>,
-    ) -> Option<Self> {
+    pub(crate) fn new(level: Level, mut messages: LevelMessages<'a>) -> Option<Self> {
         let all = messages.clone();
         let first = messages.next()?;
         let mut unit = UnitView {
@@ -188,7 +117,7 @@ impl<'a> UnitView<'a> {
     }
 
     /// Its messages, in order.
-    pub fn messages(&self) -> crate::manager::LevelMessages<'a> {
+    pub fn messages(&self) -> LevelMessages<'a> {
         self.messages.clone()
     }
 
@@ -337,7 +266,7 @@ pub trait Strategy {
 }
 
 /// A strategy that can be built in `const` context, so a manager using it can be a `static`
-/// ([`ContextManager::UNCONFIGURED`](crate::ContextManager::UNCONFIGURED)).
+/// ([`ContextManager::UNCONFIGURED`](crate::manager::ContextManager::UNCONFIGURED)).
 pub trait ConstStrategy: Strategy {
     /// The strategy's initial value.
     const NEW: Self;
@@ -353,7 +282,7 @@ impl ConstStrategy for SlidingWindow {
 
 /// The sliding window alone: oldest units leave first, nothing is summarized or extracted, and
 /// no summarizer or extractor code is linked. The smallest footprint, for firmware that writes
-/// its own summaries with [`add_summary`](crate::ContextManager::add_summary), if any. (A
+/// its own summaries with [`add_summary`](crate::manager::ContextManager::add_summary), if any. (A
 /// session level that overflows drops its oldest entries.)
 ///
 /// ```
@@ -382,15 +311,15 @@ struct Nothing;
 impl Summarizer for Nothing {
     fn summarize(
         &mut self,
-        _: &crate::SummaryRequest<'_>,
-        _: &mut crate::TextBuffer<'_>,
-    ) -> Result<(), crate::SummarizeError> {
-        Err(crate::SummarizeError::Unavailable)
+        _: &crate::summarize::SummaryRequest<'_>,
+        _: &mut crate::summarize::TextBuffer<'_>,
+    ) -> Result<(), crate::summarize::SummarizeError> {
+        Err(crate::summarize::SummarizeError::Unavailable)
     }
 }
 
 impl Extractor for Nothing {
-    fn extract(&mut self, _: &str, _: &mut crate::EntitiesMut<'_>) {}
+    fn extract(&mut self, _: &str, _: &mut crate::entities::EntitiesMut<'_>) {}
 }
 
 impl Strategy for SlidingWindow {
@@ -403,7 +332,7 @@ impl Strategy for SlidingWindow {
     }
 }
 
-/// The five built-in strategies, selected by [`Config::strategy`](crate::Config::strategy),
+/// The five built-in strategies, selected by [`Config::strategy`](crate::config::Config::strategy),
 /// with a pluggable summarizer and extractor (the core's deterministic ones by default).
 ///
 /// ```

@@ -12,8 +12,9 @@
 //! budget; a second pass writes every statement above it, and the newest that fit at it.
 
 use super::{Detail, SummarizeError, Summarizer, SummaryRequest, TextBuffer};
+use crate::counter::TokenCounter;
+use crate::role::Role;
 use crate::terms::{is_hyphenated_word, is_term, tokens};
-use crate::{Role, TokenCounter};
 
 /// Longest statement kept, in bytes; longer ones are cut.
 const MAX_STATEMENT: usize = 240;

@@ -7,9 +7,9 @@ mod text;
 pub use extractive::Extractive;
 pub use text::TextBuffer;
 
-use crate::TokenCounter;
-use crate::manager::{History, LevelMessages};
+use crate::counter::TokenCounter;
 use crate::message::MessageRef;
+use crate::view::{History, LevelMessages};
 
 /// How much detail a summary keeps.
 ///
