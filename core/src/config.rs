@@ -41,7 +41,8 @@ pub enum OutboxMode {
     Discard,
 }
 
-/// A manager's budgets and policies. [`Config::DEFAULT`] carries the seeds' defaults.
+/// A manager's budgets and policies. [`Config::DEFAULT`] is a 32k-token window
+/// with 4k reserved for the reply (see it for every value).
 ///
 /// The total budget is `context_window - reserved_for_reply`. The permanent, session and working
 /// levels have their own budgets; the volatile level gets the rest.
@@ -107,7 +108,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// The seeds' defaults: a 32k window with 4k reserved for the reply, level budgets
+    /// The defaults: a 32k window with 4k reserved for the reply, level budgets
     /// 2,000 / 4,000 / 8,000 / the rest, eviction from 80%, the newest 6 messages locked, tool
     /// results reduced above 1,000 tokens, the sliding window; summarization folds 5 turns past
     /// 10; importance summarizes from 0.6; hierarchical compresses after 5 and 30 minutes.

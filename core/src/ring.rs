@@ -25,7 +25,8 @@ pub(crate) struct RingState {
 /// Storage for one level: `N` message headers and `B` bytes of message text.
 ///
 /// It is only ever used as a [`Capacities`](crate::capacity::Capacities) associated type, e.g.
-/// `type Working = Ring<256, 65_536>;`. `size_of::<Ring<N, B>>()` is `40·N + B` plus 12 bytes.
+/// `type Working = Ring<256, 65_536>;`. `size_of::<Ring<N, B>>()` is `48·N + B` plus
+/// 16 bytes (a header is 48 bytes; `B` rounds up to a multiple of 8).
 ///
 /// ```
 /// use ctxwin_core::{Ring, RingStorage};
@@ -582,5 +583,13 @@ mod tests {
                 check(&view.as_ref(), &model);
             }
         }
+    }
+
+    /// The size formula in [`Ring`]'s docs.
+    #[test]
+    fn the_documented_size_formula_holds() {
+        assert_eq!(core::mem::size_of::<Ring<4, 64>>(), 48 * 4 + 64 + 16);
+        assert_eq!(core::mem::size_of::<Ring<256, 65_536>>(), 48 * 256 + 65_536 + 16);
+        assert_eq!(core::mem::size_of::<Ring<1, 8>>(), 48 + 8 + 16);
     }
 }

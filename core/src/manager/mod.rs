@@ -478,7 +478,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.state.pending().map_or(0, |pending| pending.unanswered())
     }
 
-    /// A snapshot of the counters and per-level usage (the Fifth design's metrics block).
+    /// A snapshot of the counters and per-level usage (budgets, usage and capacity of every level, and the event counters).
     ///
     /// ```
     /// use ctxwin_core::{ContextManager, Level, Message, TinyCapacities};

@@ -237,7 +237,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     ) -> Result<u64, Error> {
         self.ensure_configured()?;
         if sources.len() > crate::manager::MAX_SUMMARY_RANGES {
-            return Err(InvalidMessage::TooManyToolCalls.into());
+            return Err(InvalidMessage::TooManySummaryRanges.into());
         }
         let tokens = self.framed_tokens(self.counter.count(text), [], None);
         let extra = Extra::Ranges(sources);
@@ -653,5 +653,23 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let content = self.counter.count(record::content(header, record));
         let call_id = (header.role == Role::Tool).then(|| record::tail_text(header, record));
         self.framed_tokens(content, record::ToolCalls::new(header, record), call_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::capacity::TinyCapacities;
+    use crate::error::{Error, InvalidMessage};
+    use crate::manager::{ContextManager, MAX_SUMMARY_RANGES};
+
+    #[test]
+    fn too_many_summary_ranges_has_its_own_error() {
+        let mut manager = ContextManager::<TinyCapacities>::new();
+        let ranges = [(1u64, 1u64); MAX_SUMMARY_RANGES + 1];
+        assert_eq!(
+            manager.add_summary("gist", &ranges, 0),
+            Err(Error::InvalidMessage(InvalidMessage::TooManySummaryRanges))
+        );
+        assert!(manager.add_summary("gist", &ranges[..MAX_SUMMARY_RANGES], 0).is_ok());
     }
 }

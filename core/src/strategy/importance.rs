@@ -1,5 +1,4 @@
-//! The Fifth design's importance score, in fixed point so a history scores the same on every
-//! target: `0.3·recency + 0.2·references + 0.4·task_relevance + 0.1·explicit`, each part in
+//! The importance score of a unit, in fixed point so a history scores the same on every target: `0.3·recency + 0.2·references + 0.4·task_relevance + 0.1·explicit`, each part in
 //! thousandths.
 
 use super::{Env, UnitView};
