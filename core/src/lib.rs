@@ -60,7 +60,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod strategy;
 pub mod summarize;
-mod terms;
+pub mod terms;
 pub mod view;
 
 pub use capacity::{Capacities, DefaultCapacities, Scratch, ScratchStorage, TinyCapacities};
