@@ -314,6 +314,16 @@ pub enum ConfigError {
     ObservationLimitTooSmall,
     /// `summarize_batch` is 0, `summary_tokens` below 16, or `importance_threshold` over 1000.
     StrategySettings,
+    /// `strategy` names a built-in kind the manager's strategy does not run: only
+    /// [`Builtin`](crate::strategy::Builtin) follows `Config::strategy`; any other strategy
+    /// takes a configuration whose `strategy` is the kind it runs (see
+    /// [`Strategy::kind`](crate::strategy::Strategy::kind)), so a choice is never ignored.
+    StrategyMismatch {
+        /// What the configuration names.
+        configured: StrategyKind,
+        /// What the manager's strategy runs.
+        runs: StrategyKind,
+    },
 }
 
 impl core::fmt::Display for ConfigError {
@@ -327,6 +337,12 @@ impl core::fmt::Display for ConfigError {
             ConfigError::ObservationLimitTooSmall => "observation_limit must be at least 32 tokens",
             ConfigError::StrategySettings => {
                 "summarize_batch must be at least 1, summary_tokens at least 16, importance_threshold at most 1000"
+            }
+            ConfigError::StrategyMismatch { configured, runs } => {
+                return write!(
+                    f,
+                    "strategy {configured} is configured, but the manager's strategy runs {runs}"
+                );
             }
         })
     }

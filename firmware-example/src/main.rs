@@ -88,7 +88,7 @@ fn run(cs: CriticalSection<'_>) -> Checks {
         core::mem::size_of::<EdgeManager>(),
         PAYLOAD_BYTES
     );
-    if !checks.check(manager.configure(EDGE_CONFIG).is_ok(), "manager configured") {
+    if !checks.check(manager.set_config(EDGE_CONFIG).is_ok(), "manager configured") {
         return checks;
     }
     session(&mut manager, &mut payload[..], &mut checks);

@@ -1,5 +1,6 @@
 //! [`ContextManager`]: the four levels, the budget, and every operation on them.
 
+mod builder;
 mod compose;
 mod evict;
 mod memory;
@@ -8,6 +9,7 @@ mod push;
 mod replace;
 mod views;
 
+pub use builder::Builder;
 pub use memory::MAX_SUMMARY_RANGES;
 pub use outbox::{EvictedUnit, Outbox};
 pub use replace::ReplaceError;
@@ -191,10 +193,44 @@ impl<C: Capacities> ContextManager<C, Estimator, Builtin> {
             Err(error) => Err(error),
         }
     }
+
+    /// A [`Builder`] for a manager with a token counter or a strategy of your own (the one
+    /// way to choose them; [`Config::strategy`] chooses among the built-in strategies).
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, ContextManager, TinyCapacities};
+    /// use ctxwin_core::counter::TokenCounter;
+    /// use ctxwin_core::strategy::SlidingWindow;
+    /// struct Words;
+    /// impl TokenCounter for Words {
+    ///     fn count(&self, text: &str) -> u32 { text.split_whitespace().count() as u32 }
+    /// }
+    /// let manager = ContextManager::<TinyCapacities>::builder()
+    ///     .config(Config { locked_tail: 2, ..Config::DEFAULT })
+    ///     .counter(Words)
+    ///     .strategy(SlidingWindow::new())
+    ///     .build()?;
+    /// assert_eq!(manager.counter().count("two words"), 2);
+    /// # Ok::<(), ctxwin_core::ConfigError>(())
+    /// ```
+    pub const fn builder() -> Builder<C, Estimator, Builtin> {
+        Builder::new()
+    }
+}
+
+/// Refuses a configuration naming a built-in strategy that `strategy` does not run.
+fn check_strategy<S: Strategy>(config: &Config, strategy: &S) -> Result<(), ConfigError> {
+    match strategy.kind() {
+        Some(runs) if runs != config.strategy => {
+            Err(ConfigError::StrategyMismatch { configured: config.strategy, runs })
+        }
+        _ => Ok(()),
+    }
 }
 
 impl<C: Capacities, S: crate::strategy::ConstStrategy> ContextManager<C, Estimator, S> {
-    /// A manager that is all zero bytes and refuses work until [`configure`](Self::configure)d:
+    /// A manager that is all zero bytes and refuses work until configured with
+    /// [`set_config`](Self::set_config):
     /// a `static` initialised with it lands in `.bss`, so it costs no flash (an initialised
     /// manager's image would cost its whole size in flash as well as in RAM).
     ///
@@ -202,7 +238,7 @@ impl<C: Capacities, S: crate::strategy::ConstStrategy> ContextManager<C, Estimat
     /// use ctxwin_core::{Config, ContextManager, Error, Estimator, Message, SlidingWindow, TinyCapacities};
     /// let mut manager = ContextManager::<TinyCapacities>::UNCONFIGURED;
     /// assert!(matches!(manager.push(Message::user("hi")), Err(Error::InvalidConfig(_))));
-    /// manager.configure(Config::DEFAULT)?;
+    /// manager.set_config(Config::DEFAULT)?;
     /// manager.push(Message::user("hi"))?;
     ///
     /// // The smallest footprint: the sliding window without summarizer or extractor code.
@@ -220,7 +256,7 @@ impl<C: Capacities> Default for ContextManager<C, Estimator, Builtin> {
 }
 
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
-    const fn from_parts(config: Config, counter: K, strategy: S) -> Self {
+    pub(super) const fn from_parts(config: Config, counter: K, strategy: S) -> Self {
         Self {
             permanent: C::Permanent::EMPTY,
             session: C::Session::EMPTY,
@@ -236,19 +272,6 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             scratch: C::Scratch::EMPTY,
             entities: C::Entities::EMPTY,
         }
-    }
-
-    /// An empty manager counting tokens with `counter` and deciding with `strategy`.
-    ///
-    /// ```
-    /// use ctxwin_core::{Builtin, Config, ContextManager, Estimator, TinyCapacities};
-    /// let manager = ContextManager::<TinyCapacities>::with_strategy(Config::DEFAULT, Estimator::new(), Builtin::new())?;
-    /// assert_eq!(manager.used(), 0);
-    /// # Ok::<(), ctxwin_core::ConfigError>(())
-    /// ```
-    pub fn with_strategy(config: Config, counter: K, strategy: S) -> Result<Self, ConfigError> {
-        config.validate()?;
-        Ok(Self::from_parts(config, counter, strategy))
     }
 
     /// The strategy.
@@ -271,25 +294,6 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         Entities::new(&self.config.entity_schema, self.entities.parts())
     }
 
-    /// An empty manager counting tokens with `counter`.
-    ///
-    /// ```
-    /// use ctxwin_core::{Config, ContextManager, TinyCapacities, TokenCounter};
-    /// struct Words;
-    /// impl TokenCounter for Words {
-    ///     fn count(&self, text: &str) -> u32 { text.split_whitespace().count() as u32 }
-    /// }
-    /// let manager = ContextManager::<TinyCapacities, Words>::with_counter(Config::DEFAULT, Words)?;
-    /// assert_eq!(manager.counter().count("two words"), 2);
-    /// # Ok::<(), ctxwin_core::ConfigError>(())
-    /// ```
-    pub fn with_counter(config: Config, counter: K) -> Result<Self, ConfigError>
-    where
-        S: Default,
-    {
-        Self::with_strategy(config, counter, S::default())
-    }
-
     /// The configuration.
     ///
     /// ```
@@ -300,8 +304,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         &self.config
     }
 
-    /// Replaces the configuration; the next push or compose applies new budgets (evicting to
-    /// the outbox if they shrank).
+    /// Replaces the configuration (and configures an
+    /// [`UNCONFIGURED`](ContextManager::UNCONFIGURED) manager); the next push or compose
+    /// applies new budgets (evicting to the outbox if they shrank). Refuses a configuration
+    /// whose `strategy` the manager's strategy does not run ([`ConfigError::StrategyMismatch`]).
     ///
     /// ```
     /// use ctxwin_core::{Config, ContextManager, TinyCapacities};
@@ -312,6 +318,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// ```
     pub fn set_config(&mut self, config: Config) -> Result<(), ConfigError> {
         config.validate()?;
+        check_strategy(&config, &self.strategy)?;
         let schema_changed = config.entity_schema != self.config.entity_schema;
         self.config = config;
         if schema_changed {
@@ -321,20 +328,6 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             self.recount_entities();
         }
         Ok(())
-    }
-
-    /// Configures a manager (for [`UNCONFIGURED`](ContextManager::UNCONFIGURED) ones; the same
-    /// as [`set_config`](Self::set_config) otherwise).
-    ///
-    /// ```
-    /// use ctxwin_core::{Config, ContextManager, TinyCapacities};
-    /// let mut manager = ContextManager::<TinyCapacities>::UNCONFIGURED;
-    /// manager.configure(Config { locked_tail: 2, ..Config::DEFAULT })?;
-    /// assert_eq!(manager.budget(), 28_672);
-    /// # Ok::<(), ctxwin_core::ConfigError>(())
-    /// ```
-    pub fn configure(&mut self, config: Config) -> Result<(), ConfigError> {
-        self.set_config(config)
     }
 
     /// Refuses work while the manager is [`UNCONFIGURED`](ContextManager::UNCONFIGURED).

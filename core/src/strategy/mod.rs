@@ -263,6 +263,23 @@ pub trait Strategy {
 
     /// The extractor that updates entities from user messages (when a schema is declared).
     fn extractor(&mut self) -> &mut dyn Extractor;
+
+    /// The built-in kind this strategy runs, which a manager's
+    /// [`Config::strategy`](crate::config::Config::strategy) must name
+    /// ([`ConfigError::StrategyMismatch`](crate::config::ConfigError::StrategyMismatch)
+    /// otherwise), or `None` for [`Builtin`], which runs whatever kind the configuration names.
+    /// The default, the default kind, is for strategies of your own: their configuration
+    /// leaves `strategy` at its default, so no configured kind is silently ignored.
+    ///
+    /// ```
+    /// use ctxwin_core::StrategyKind;
+    /// use ctxwin_core::strategy::{Builtin, SlidingWindow, Strategy};
+    /// assert_eq!(SlidingWindow::new().kind(), Some(StrategyKind::SlidingWindow));
+    /// assert_eq!(Builtin::new().kind(), None);
+    /// ```
+    fn kind(&self) -> Option<StrategyKind> {
+        Some(StrategyKind::default())
+    }
 }
 
 /// A strategy that can be built in `const` context, so a manager using it can be a `static`
@@ -286,9 +303,9 @@ impl ConstStrategy for SlidingWindow {
 /// session level that overflows drops its oldest entries.)
 ///
 /// ```
-/// use ctxwin_core::{Config, ContextManager, Estimator, Message, SlidingWindow, TinyCapacities};
-/// type Lean = ContextManager<TinyCapacities, Estimator, SlidingWindow>;
-/// let mut manager = Lean::with_strategy(Config::DEFAULT, Estimator::new(), SlidingWindow::new())?;
+/// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+/// use ctxwin_core::strategy::SlidingWindow;
+/// let mut manager = ContextManager::<TinyCapacities>::builder().strategy(SlidingWindow::new()).build()?;
 /// manager.push(Message::user("hi"))?;
 /// # Ok::<(), Box<dyn core::error::Error>>(())
 /// ```
@@ -325,6 +342,10 @@ impl Extractor for Nothing {
 impl Strategy for SlidingWindow {
     fn summarizer(&mut self) -> &mut dyn Summarizer {
         &mut self.none
+    }
+
+    fn kind(&self) -> Option<StrategyKind> {
+        Some(StrategyKind::SlidingWindow)
     }
 
     fn extractor(&mut self) -> &mut dyn Extractor {
@@ -414,6 +435,10 @@ impl<Z: Summarizer, X: Extractor> Strategy for Builtin<Z, X> {
 
     fn extractor(&mut self) -> &mut dyn Extractor {
         &mut self.extractor
+    }
+
+    fn kind(&self) -> Option<StrategyKind> {
+        None
     }
 }
 

@@ -250,12 +250,8 @@ impl Strategy for BiggestFirst {
 fn a_custom_strategy_decides_and_the_invariants_still_hold() {
     let config = Config { locked_tail: 1, working_budget: 200, ..Config::DEFAULT };
     let strategy = BiggestFirst { summarizer: Extractive, extractor: Patterns };
-    let mut m = ContextManager::<Roomy, crate::Estimator, BiggestFirst>::with_strategy(
-        config,
-        crate::Estimator::new(),
-        strategy,
-    )
-    .unwrap();
+    let mut m =
+        ContextManager::<Roomy>::builder().config(config).strategy(strategy).build().unwrap();
     m.push(Message::assistant("small one")).unwrap();
     m.push(Message::assistant(&"big ".repeat(120))).unwrap();
     m.push(Message::assistant("small two")).unwrap();

@@ -27,7 +27,7 @@ use super::{CallTally, FallbackReason, LlmClient};
 /// let client = LlmClientBuilder::new("http://127.0.0.1:9").max_retries(0).build()?;
 /// let strategy = Builtin { summarizer: Extractive, extractor: LlmExtractor::new(client) };
 /// let config = Config { entity_schema: EntitySchema::new(&["branch"])?, ..Config::DEFAULT };
-/// let mut manager = ContextManager::<TinyCapacities, _, _>::with_strategy(config, Estimator::new(), strategy)?;
+/// let mut manager = ContextManager::<TinyCapacities>::builder().config(config).strategy(strategy).build()?;
 /// manager.push(Message::user("branch: fix-io"))?;
 /// // No server: the pattern extractor found the value.
 /// assert_eq!(manager.entities().get("branch"), Some("fix-io"));
@@ -109,7 +109,7 @@ mod tests {
         let schema = EntitySchema::new(&["branch", "owner"]).unwrap();
         let config = Config { entity_schema: schema, ..Config::DEFAULT };
         let strategy = ctxwin_core::Builtin { summarizer: ctxwin_core::Extractive, extractor };
-        ContextManager::with_strategy(config, ctxwin_core::Estimator::new(), strategy).unwrap()
+        ContextManager::builder().config(config).strategy(strategy).build().unwrap()
     }
 
     #[test]

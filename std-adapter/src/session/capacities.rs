@@ -80,7 +80,13 @@ pub(crate) fn boxed_manager(
     let worker = std::thread::Builder::new()
         .name("ctxwin-session-alloc".into())
         .stack_size(stack)
-        .spawn(move || SessionManager::with_counter(config, counter).map(Box::new))
+        .spawn(move || {
+            ContextManager::<ServerCapacities>::builder()
+                .config(config)
+                .counter(counter)
+                .build()
+                .map(Box::new)
+        })
         .map_err(|error| SessionError::Allocation(error.to_string()))?;
     let built = worker
         .join()

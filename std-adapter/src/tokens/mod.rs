@@ -16,7 +16,7 @@
 //!
 //! let counter = ExactCounter::smollm2()?;
 //! let config = ChatFraming::chatml(&counter).apply(Config::DEFAULT);
-//! let mut manager = ContextManager::<TinyCapacities, _>::with_counter(config, counter)?;
+//! let mut manager = ContextManager::<TinyCapacities>::builder().config(config).counter(counter).build()?;
 //! manager.push(Message::system("You are terse."))?;
 //! manager.push(Message::user("Hi"))?;
 //! let estimated = manager.compose(&[])?.tokens();
