@@ -135,5 +135,12 @@ mod tests {
         // The built-in strategy runs whatever kind the configuration names.
         let mut builtin = ContextManager::<TinyCapacities>::new();
         assert_eq!(builtin.set_config(importance), Ok(()));
+        // Nor does a snapshot restore one.
+        let mut bytes = [0u8; 1024];
+        let snapshot = builtin.snapshot_into(&mut bytes).unwrap_or_default();
+        assert_eq!(
+            lean.restore_from(snapshot),
+            Err(crate::snapshot::SnapshotError::Invalid(crate::snapshot::Invariant::Config))
+        );
     }
 }

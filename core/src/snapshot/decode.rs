@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 use super::error::{Invariant, SnapshotError};
 use super::wire::{ConfigWire, RecordWire, StateWire, role_from};
-use crate::config::Config;
+use crate::config::{Config, StrategyKind};
 use crate::header::{Header, flags};
 use crate::json;
 use crate::level::Level;
@@ -184,11 +184,16 @@ pub(crate) fn decode<'a, S: Sink<'a>>(
     capacities: [(usize, usize); 4],
     (entity_keys, value_bytes): (usize, usize),
     fingerprint: u32,
+    runs: Option<StrategyKind>,
     sink: &mut S,
 ) -> Result<(), SnapshotError> {
     let (config, rest) = take::<ConfigWire>(body)?;
     let config = config.to_config().ok_or(SnapshotError::Invalid(Invariant::Config))?;
     if config.validate().is_err() {
+        return Err(SnapshotError::Invalid(Invariant::Config));
+    }
+    // A strategy that runs one kind never restores a configuration naming another.
+    if runs.is_some_and(|kind| kind != config.strategy) {
         return Err(SnapshotError::Invalid(Invariant::Config));
     }
     if config.fingerprint() != fingerprint {

@@ -71,7 +71,8 @@ pub enum SnapshotError {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum Invariant {
-    /// The configuration is invalid or has unknown values.
+    /// The configuration is invalid, has unknown values, or names a built-in strategy the
+    /// manager's strategy does not run.
     Config,
     /// The header's fingerprint does not match the body's configuration.
     Fingerprint,

@@ -265,9 +265,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let capacities = capacities_of::<C>();
         let (body, fingerprint) = open(bytes, capacities)?;
         let entities = (C::Entities::KEYS, C::Entities::VALUE_BYTES);
-        decode(body, capacities, entities, fingerprint, &mut Validate)?;
+        let runs = self.strategy().kind();
+        decode(body, capacities, entities, fingerprint, runs, &mut Validate)?;
         // Decoding is deterministic, so the load pass cannot fail where validation passed.
-        decode(body, capacities, entities, fingerprint, &mut Load(self))
+        decode(body, capacities, entities, fingerprint, runs, &mut Load(self))
     }
 
     /// Reads a snapshot from `input` into `scratch`, then restores it. A restore that leaves
