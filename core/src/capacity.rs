@@ -10,7 +10,7 @@ use crate::ring::{Ring, RingStorage};
 /// Define your own to fit a device:
 ///
 /// ```
-/// use ctxwin_core::{Capacities, ContextManager, EntityTable, Ring, Scratch};
+/// use ctxwin_core::{Capacities, ContextManager, entities::EntityTable, ring::Ring, capacity::Scratch};
 /// struct Sensor;
 /// impl Capacities for Sensor {
 ///     type Permanent = Ring<4, 1024>;
@@ -46,7 +46,7 @@ mod sealed {
 /// A scratch buffer of `N` bytes (sealed storage trait for [`Capacities::Scratch`]).
 ///
 /// ```
-/// use ctxwin_core::{Scratch, ScratchStorage};
+/// use ctxwin_core::{capacity::Scratch, capacity::ScratchStorage};
 /// assert_eq!(<Scratch<512> as ScratchStorage>::EMPTY.bytes().len(), 512);
 /// ```
 #[derive(Clone, Debug)]

@@ -86,7 +86,7 @@ pub struct Config {
     pub unanswered_calls: UnansweredCalls,
     /// What to do with evicted units.
     pub outbox: OutboxMode,
-    /// Which built-in strategy runs (with [`Builtin`](crate::Builtin)).
+    /// Which built-in strategy runs (with [`Builtin`](crate::strategy::Builtin)).
     pub strategy: StrategyKind,
     /// Summarization: user turns in the history above which the oldest are folded.
     pub summarize_threshold: u16,

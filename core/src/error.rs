@@ -94,7 +94,7 @@ pub enum InvalidMessage {
     EmptyToolCallId,
     /// Two calls in one message share an id.
     DuplicateToolCallId,
-    /// More than [`MAX_TOOL_CALLS`](crate::MAX_TOOL_CALLS) calls.
+    /// More than [`MAX_TOOL_CALLS`](crate::message::MAX_TOOL_CALLS) calls.
     TooManyToolCalls,
     /// A tool call id or tool result id over 128 bytes, a tool name over 65,535 bytes, or
     /// arguments over `u32::MAX` bytes.

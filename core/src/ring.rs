@@ -29,7 +29,7 @@ pub(crate) struct RingState {
 /// 16 bytes (a header is 48 bytes; `B` rounds up to a multiple of 8).
 ///
 /// ```
-/// use ctxwin_core::{Ring, RingStorage};
+/// use ctxwin_core::{ring::Ring, ring::RingStorage};
 /// assert_eq!(<Ring<8, 1024> as RingStorage>::MESSAGES, 8);
 /// assert_eq!(<Ring<8, 1024> as RingStorage>::BYTES, 1024);
 /// ```
@@ -49,7 +49,7 @@ impl<const N: usize, const B: usize> Ring<N, B> {
     /// An empty ring.
     ///
     /// ```
-    /// use ctxwin_core::Ring;
+    /// use ctxwin_core::ring::Ring;
     /// static LEVEL: Ring<4, 256> = Ring::new();
     /// # let _ = &LEVEL;
     /// ```
@@ -77,7 +77,7 @@ mod sealed {
 /// A level's storage, implemented by [`Ring`] only (sealed).
 ///
 /// ```
-/// use ctxwin_core::{Ring, RingStorage};
+/// use ctxwin_core::{ring::Ring, ring::RingStorage};
 /// const EMPTY: Ring<4, 64> = <Ring<4, 64> as RingStorage>::EMPTY;
 /// # let _ = EMPTY;
 /// ```

@@ -181,10 +181,10 @@ fn check(sources: &BTreeMap<Module, String>) -> Report {
                 let mut search = line;
                 while let Some(at) = search.find(&needle) {
                     let before = search[..at].chars().next_back();
-                    if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-                        if !reexport {
-                            edges.insert((*child).clone());
-                        }
+                    if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+                        && !reexport
+                    {
+                        edges.insert((*child).clone());
                     }
                     search = &search[at + needle.len()..];
                 }

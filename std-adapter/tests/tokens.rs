@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use ctxwin_core::estimator::{Estimator, Margin, Weights};
-use ctxwin_core::{Config, ContextManager, Message, PayloadItem, TinyCapacities, TokenCounter};
+use ctxwin_core::{
+    Config, ContextManager, Message, PayloadItem, TinyCapacities, counter::TokenCounter,
+};
 use ctxwin_std::tokens::{
     CHATML_ROLES, Calibrator, ChatFraming, ExactCounter, TokenizerError, render_chatml,
 };

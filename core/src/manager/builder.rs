@@ -9,9 +9,9 @@ use crate::counter::TokenCounter;
 use crate::estimator::Estimator;
 use crate::strategy::{Builtin, Strategy};
 
-/// Builds a [`ContextManager`] with a token counter or a strategy (or summarizer, through
-/// [`Builtin::with_summarizer`]) of your own; from [`ContextManager::builder`]. Without them,
-/// [`ContextManager::new`] and [`ContextManager::with_config`] are enough.
+/// Builds a [`ContextManager`] with a token counter or a strategy of your own (a summarizer or
+/// extractor of your own goes into a [`Builtin`] strategy); from [`ContextManager::builder`].
+/// Without them, [`ContextManager::new`] and [`ContextManager::with_config`] are enough.
 ///
 /// ```
 /// use ctxwin_core::{Config, ContextManager, Error, StrategyKind, TinyCapacities};

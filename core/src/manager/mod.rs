@@ -235,7 +235,7 @@ impl<C: Capacities, S: crate::strategy::ConstStrategy> ContextManager<C, Estimat
     /// manager's image would cost its whole size in flash as well as in RAM).
     ///
     /// ```
-    /// use ctxwin_core::{Config, ContextManager, Error, Estimator, Message, SlidingWindow, TinyCapacities};
+    /// use ctxwin_core::{Config, ContextManager, Error, estimator::Estimator, Message, strategy::SlidingWindow, TinyCapacities};
     /// let mut manager = ContextManager::<TinyCapacities>::UNCONFIGURED;
     /// assert!(matches!(manager.push(Message::user("hi")), Err(Error::InvalidConfig(_))));
     /// manager.set_config(Config::DEFAULT)?;
@@ -341,7 +341,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// The token counter.
     ///
     /// ```
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     /// let manager = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new();
     /// assert!(manager.counter().count("hello world") >= 2);
     /// ```
@@ -353,7 +353,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// cached in stored messages are not recomputed.
     ///
     /// ```
-    /// use ctxwin_core::{ContextManager, Margin, TinyCapacities};
+    /// use ctxwin_core::{ContextManager, estimator::Margin, TinyCapacities};
     /// let mut manager = ContextManager::<TinyCapacities>::new();
     /// *manager.counter_mut() = manager.counter().with_margin(Margin::TIGHT);
     /// assert_eq!(manager.counter().margin(), Margin::TIGHT);

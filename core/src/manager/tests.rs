@@ -2,7 +2,7 @@
 
 use crate::{
     Capacities, Config, ContextManager, Error, Level, Message, OpenAiRequest, OutboxMode,
-    PayloadItem, Ring, TinyCapacities, ToolCall, UnansweredCalls,
+    PayloadItem, TinyCapacities, ToolCall, UnansweredCalls, ring::Ring,
 };
 
 struct Small;
@@ -11,8 +11,8 @@ impl Capacities for Small {
     type Session = Ring<4, 1024>;
     type Working = Ring<32, 8192>;
     type Volatile = Ring<8, 2048>;
-    type Scratch = crate::Scratch<512>;
-    type Entities = crate::EntityTable<4, 32>;
+    type Scratch = crate::capacity::Scratch<512>;
+    type Entities = crate::entities::EntityTable<4, 32>;
 }
 
 fn config(tail: u16, budget: u32) -> Config {
@@ -179,7 +179,7 @@ fn dynamic_context_evicts_the_oldest_units_to_fit() {
     assert_eq!(m.outbox().count(), 0);
     // Dynamic context for about 90% of what is left after the newest message.
     let mut text = String::new();
-    while crate::TokenCounter::count(m.counter(), &text) < 800 {
+    while crate::counter::TokenCounter::count(m.counter(), &text) < 800 {
         text.push_str("retrieved ");
     }
     let dynamic = [text.as_str()];

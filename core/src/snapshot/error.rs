@@ -63,7 +63,7 @@ pub enum SnapshotError {
 /// The invariant a decoded snapshot breaks.
 ///
 /// ```
-/// use ctxwin_core::{Invariant, Level};
+/// use ctxwin_core::{snapshot::Invariant, Level};
 /// let why = Invariant::OrphanToolResult { level: Level::Working };
 /// assert_eq!(why.to_string(), "working level: a tool result without its call");
 /// ```

@@ -12,7 +12,7 @@ const FULL_REFERENCES: u32 = 5;
 /// A unit's importance and its parts, each in thousandths (0..=1000).
 ///
 /// ```
-/// use ctxwin_core::ImportanceScore;
+/// use ctxwin_core::strategy::ImportanceScore;
 /// let score = ImportanceScore::combine(1000, 0, 1000, 0);
 /// assert_eq!(score.total, 700);
 /// ```

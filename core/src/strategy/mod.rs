@@ -21,7 +21,7 @@ use crate::view::{History, LevelMessages};
 /// What happens to a unit leaving the window (it always goes to the outbox too).
 ///
 /// ```
-/// use ctxwin_core::{Detail, Leave};
+/// use ctxwin_core::{summarize::Detail, strategy::Leave};
 /// let keep_gist = Leave::Summarize { detail: Detail::Line, rolling: false };
 /// assert_ne!(keep_gist, Leave::Drop);
 /// ```
@@ -41,7 +41,7 @@ pub enum Leave {
 /// Work a strategy asks for after a push, before budget-driven eviction.
 ///
 /// ```
-/// use ctxwin_core::Plan;
+/// use ctxwin_core::strategy::Plan;
 /// assert_eq!(Plan::default(), Plan::Nothing);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -222,7 +222,7 @@ impl<'a> Env<'a> {
 /// summarizer(..) .. fn extractor(..) .. }`: a sliding window.
 ///
 /// ```
-/// use ctxwin_core::{Env, Extractive, Extractor, Leave, Patterns, Strategy, Summarizer, UnitView};
+/// use ctxwin_core::{strategy::Env, summarize::Extractive, entities::Extractor, strategy::Leave, entities::Patterns, strategy::Strategy, summarize::Summarizer, strategy::UnitView};
 /// /// Evicts the biggest units first and keeps nothing of them.
 /// struct BiggestFirst { summarizer: Extractive, extractor: Patterns }
 /// impl Strategy for BiggestFirst {
@@ -357,7 +357,7 @@ impl Strategy for SlidingWindow {
 /// with a pluggable summarizer and extractor (the core's deterministic ones by default).
 ///
 /// ```
-/// use ctxwin_core::{Builtin, Config, ContextManager, StrategyKind, TinyCapacities};
+/// use ctxwin_core::{strategy::Builtin, Config, ContextManager, StrategyKind, TinyCapacities};
 /// let config = Config { strategy: StrategyKind::Hierarchical, ..Config::DEFAULT };
 /// let manager = ContextManager::<TinyCapacities>::with_config(config)?;
 /// assert_eq!(manager.config().strategy, StrategyKind::Hierarchical);

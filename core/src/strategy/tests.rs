@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::{
-    Capacities, ContextManager, EntitySchema, EntityTable, Extractive, Message, OpenAiRequest,
-    Patterns, Ring, Scratch, ToolCall,
+    Capacities, ContextManager, EntitySchema, Message, OpenAiRequest, ToolCall, capacity::Scratch,
+    entities::EntityTable, entities::Patterns, ring::Ring, summarize::Extractive,
 };
 
 struct Roomy;

@@ -353,7 +353,7 @@ impl Selection {
 /// The deterministic summarizer the core ships: no model, no allocation.
 ///
 /// ```
-/// use ctxwin_core::{ContextManager, Detail, Extractive, Message, Summarizer, SummaryRequest, TextBuffer, TinyCapacities};
+/// use ctxwin_core::{ContextManager, summarize::Detail, summarize::Extractive, Message, summarize::Summarizer, summarize::SummaryRequest, summarize::TextBuffer, TinyCapacities};
 /// let mut manager = ContextManager::<TinyCapacities>::new();
 /// let first = manager.push(Message::user("Hi! Can you look at the build?"))?;
 /// manager.push(Message::assistant("Sure, let me check."))?;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use ctxwin_core::{EntitiesMut, Extractor, Patterns};
+use ctxwin_core::{entities::EntitiesMut, entities::Extractor, entities::Patterns};
 
 use super::{CallTally, FallbackReason, LlmClient};
 
@@ -21,7 +21,7 @@ use super::{CallTally, FallbackReason, LlmClient};
 /// background worker instead.
 ///
 /// ```
-/// use ctxwin_core::{Builtin, Config, ContextManager, EntitySchema, Estimator, Extractive, Message, TinyCapacities};
+/// use ctxwin_core::{strategy::Builtin, Config, ContextManager, EntitySchema, estimator::Estimator, summarize::Extractive, Message, TinyCapacities};
 /// use ctxwin_std::llm::{LlmClientBuilder, LlmExtractor};
 ///
 /// let client = LlmClientBuilder::new("http://127.0.0.1:9").max_retries(0).build()?;
@@ -103,12 +103,15 @@ mod tests {
         extractor: LlmExtractor,
     ) -> ContextManager<
         TinyCapacities,
-        ctxwin_core::Estimator,
-        ctxwin_core::Builtin<ctxwin_core::Extractive, LlmExtractor>,
+        ctxwin_core::estimator::Estimator,
+        ctxwin_core::strategy::Builtin<ctxwin_core::summarize::Extractive, LlmExtractor>,
     > {
         let schema = EntitySchema::new(&["branch", "owner"]).unwrap();
         let config = Config { entity_schema: schema, ..Config::DEFAULT };
-        let strategy = ctxwin_core::Builtin { summarizer: ctxwin_core::Extractive, extractor };
+        let strategy = ctxwin_core::strategy::Builtin {
+            summarizer: ctxwin_core::summarize::Extractive,
+            extractor,
+        };
         ContextManager::builder().config(config).strategy(strategy).build().unwrap()
     }
 

@@ -2,7 +2,8 @@
 //! of that size on the heap.
 
 use ctxwin_core::{
-    Capacities, Config, ContextManager, EntityTable, Level, Ring, RingStorage, Scratch,
+    Capacities, Config, ContextManager, Level, capacity::Scratch, entities::EntityTable,
+    ring::Ring, ring::RingStorage,
 };
 
 use super::{Counter, SessionError};
@@ -97,7 +98,7 @@ pub(crate) fn boxed_manager(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxwin_core::{Level, TokenCounter};
+    use ctxwin_core::{Level, counter::TokenCounter};
 
     #[test]
     fn builds_on_a_small_stack_thread() {

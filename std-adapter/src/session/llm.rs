@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use ctxwin_core::{Level, ReplaceError};
+use ctxwin_core::{Level, manager::ReplaceError};
 use serde::Serialize;
 
 use super::llm_worker::{ExtractJob, Next, Outcome, SummaryJob, Worker};

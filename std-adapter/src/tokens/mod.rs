@@ -1,6 +1,6 @@
 //! Exact token counts, chat framing overheads, and calibration against provider usage.
 //!
-//! - [`ExactCounter`]: a [`TokenCounter`](ctxwin_core::TokenCounter) backed by a Hugging Face
+//! - [`ExactCounter`]: a [`TokenCounter`](ctxwin_core::counter::TokenCounter) backed by a Hugging Face
 //!   `tokenizer.json` (the pure-Rust `tokenizers` crate), with a bounded per-text cache.
 //!   `cl100k_base` and SmolLM2 ship inside the crate; any other file loads by path.
 //! - [`ChatFraming`]: per-message and per-request tokens a chat API adds around contents,
