@@ -42,9 +42,6 @@
 mod classes;
 mod weights;
 
-#[cfg(test)]
-mod accuracy_tests;
-
 pub use weights::Weights;
 
 use crate::counter::TokenCounter;
