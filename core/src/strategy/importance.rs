@@ -62,3 +62,33 @@ pub fn importance(unit: &UnitView<'_>, env: &Env<'_>) -> ImportanceScore {
     let explicit = if unit.is_important() { 1000 } else { 0 };
     ImportanceScore::combine(recency, references, task_relevance, explicit)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capacity::TinyCapacities;
+    use crate::config::{Config, StrategyKind};
+    use crate::manager::ContextManager;
+    use crate::message::Message;
+
+    const MINUTE: u64 = 60_000;
+
+    #[test]
+    fn importance_formula_in_fixed_point() {
+        let config =
+            Config { strategy: StrategyKind::Importance, locked_tail: 6, ..Config::DEFAULT };
+        let mut m = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        m.push(Message::assistant("Config lives in src/config.rs").at(0)).unwrap();
+        m.push(Message::user("open src/config.rs and fix the parser").at(2 * MINUTE)).unwrap();
+        let (unit, env) = m.unit_and_env(0).unwrap();
+        let score = importance(&unit, &env);
+        assert_eq!(score.recency, 333, "two minutes old: 1000 / 3");
+        assert_eq!(score.references, 200, "mentioned once later");
+        assert_eq!(
+            score.task_relevance, 333,
+            "one of the task's three: open, src/config.rs, parser"
+        );
+        assert_eq!(score.explicit, 0);
+        assert_eq!(score.total, (300 * 333 + 200 * 200 + 400 * 333) / 1000);
+    }
+}

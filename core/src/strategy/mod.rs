@@ -441,6 +441,3 @@ impl<Z: Summarizer, X: Extractor> Strategy for Builtin<Z, X> {
         None
     }
 }
-
-#[cfg(test)]
-mod tests;
