@@ -2,17 +2,20 @@
 
 mod builder;
 mod compose;
+mod entities;
 mod evict;
-mod memory;
 mod outbox;
+mod plan;
 mod push;
 mod replace;
+mod summary;
+mod victim;
 mod views;
 
 pub use builder::Builder;
-pub use memory::MAX_SUMMARY_RANGES;
 pub use outbox::{EvictedUnit, Outbox};
 pub use replace::ReplaceError;
+pub use summary::MAX_SUMMARY_RANGES;
 
 use crate::capacity::{Capacities, DefaultCapacities, ScratchStorage};
 use crate::config::{Config, ConfigError};
