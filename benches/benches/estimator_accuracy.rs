@@ -14,7 +14,9 @@ use std::time::Instant;
 use ctxwin_benches::accuracy::{Accuracy, window_totals};
 use ctxwin_benches::corpus::{Sample, TOKENIZERS, estimator_sample, kinds};
 use ctxwin_benches::replay::Session;
-use ctxwin_core::{Estimator, Margin, TokenCounter, Weights};
+use ctxwin_core::{
+    counter::TokenCounter, estimator::Estimator, estimator::Margin, estimator::Weights,
+};
 use ctxwin_std::tokens::ExactCounter;
 
 /// Goal: mean absolute error per message at ×1.

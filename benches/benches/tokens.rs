@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ctxwin_benches::corpus::estimator_sample;
-use ctxwin_core::{Estimator, Margin, TokenCounter};
+use ctxwin_core::{counter::TokenCounter, estimator::Estimator, estimator::Margin};
 use ctxwin_std::tokens::ExactCounter;
 
 fn bench(c: &mut Criterion) {

@@ -13,7 +13,7 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
-use ctxwin_core::{Config, Counters};
+use ctxwin_core::{Config, stats::Counters};
 
 use super::config_file::{self, FileConfig};
 use super::error::CliError;

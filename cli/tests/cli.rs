@@ -2,7 +2,7 @@
 
 use std::fs;
 
-use ctxwin_core::{Role, TokenCounter};
+use ctxwin_core::{Role, counter::TokenCounter};
 use ctxwin_std::format::{self, Format};
 use ctxwin_std::tokens::ExactCounter;
 use serde_json::Value;

@@ -1,16 +1,16 @@
 //! Compile-time capacities of a manager's four levels.
 
 use crate::entities::{EntityStorage, EntityTable};
-use crate::{Ring, RingStorage};
+use crate::ring::{Ring, RingStorage};
 
 /// The storage of each level, chosen at compile time. `size_of` of a
-/// [`ContextManager`](crate::ContextManager) is the sum of these rings plus a few hundred bytes:
+/// [`ContextManager`](crate::manager::ContextManager) is the sum of these rings plus a few hundred bytes:
 /// the manager's whole RAM cost.
 ///
 /// Define your own to fit a device:
 ///
 /// ```
-/// use ctxwin_core::{Capacities, ContextManager, EntityTable, Ring, Scratch};
+/// use ctxwin_core::{Capacities, ContextManager, entities::EntityTable, ring::Ring, capacity::Scratch};
 /// struct Sensor;
 /// impl Capacities for Sensor {
 ///     type Permanent = Ring<4, 1024>;
@@ -46,7 +46,7 @@ mod sealed {
 /// A scratch buffer of `N` bytes (sealed storage trait for [`Capacities::Scratch`]).
 ///
 /// ```
-/// use ctxwin_core::{Scratch, ScratchStorage};
+/// use ctxwin_core::{capacity::Scratch, capacity::ScratchStorage};
 /// assert_eq!(<Scratch<512> as ScratchStorage>::EMPTY.bytes().len(), 512);
 /// ```
 #[derive(Clone, Debug)]
@@ -113,7 +113,7 @@ impl Capacities for TinyCapacities {
     type Entities = EntityTable<4, 32>;
 }
 
-/// Header and byte capacity of each level, in [`Level::ALL`](crate::Level::ALL) order.
+/// Header and byte capacity of each level, in [`Level::ALL`](crate::level::Level::ALL) order.
 pub(crate) const fn capacities_of<C: Capacities>() -> [(usize, usize); 4] {
     [
         (C::Permanent::MESSAGES, C::Permanent::BYTES),

@@ -1,7 +1,6 @@
 //! Budgets, thresholds and policies of a manager.
 
 use crate::entities::EntitySchema;
-use crate::strategy::StrategyKind;
 
 /// What happens to tool calls that never got a result when the conversation moves on.
 ///
@@ -33,16 +32,17 @@ pub enum UnansweredCalls {
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum OutboxMode {
     /// Keep evicted units, in place, until the caller drains them
-    /// ([`ContextManager::drain_outbox`](crate::ContextManager::drain_outbox)). A push that
-    /// needs their space fails with [`Error::OutboxFull`](crate::Error::OutboxFull) until then.
+    /// ([`ContextManager::drain_outbox`](crate::manager::ContextManager::drain_outbox)). A push that
+    /// needs their space fails with [`Error::OutboxFull`](crate::error::Error::OutboxFull) until then.
     #[default]
     Hold,
     /// Release evicted units at once, counting them in
-    /// [`Counters::units_discarded`](crate::Counters::units_discarded). For callers that keep no archive.
+    /// [`Counters::units_discarded`](crate::stats::Counters::units_discarded). For callers that keep no archive.
     Discard,
 }
 
-/// A manager's budgets and policies. [`Config::DEFAULT`] carries the seeds' defaults.
+/// A manager's budgets and policies. [`Config::DEFAULT`] is a 32k-token window
+/// with 4k reserved for the reply (see it for every value).
 ///
 /// The total budget is `context_window - reserved_for_reply`. The permanent, session and working
 /// levels have their own budgets; the volatile level gets the rest.
@@ -86,7 +86,7 @@ pub struct Config {
     pub unanswered_calls: UnansweredCalls,
     /// What to do with evicted units.
     pub outbox: OutboxMode,
-    /// Which built-in strategy runs (with [`Builtin`](crate::Builtin)).
+    /// Which built-in strategy runs (with [`Builtin`](crate::strategy::Builtin)).
     pub strategy: StrategyKind,
     /// Summarization: user turns in the history above which the oldest are folded.
     pub summarize_threshold: u16,
@@ -108,7 +108,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// The seeds' defaults: a 32k window with 4k reserved for the reply, level budgets
+    /// The defaults: a 32k window with 4k reserved for the reply, level budgets
     /// 2,000 / 4,000 / 8,000 / the rest, eviction from 80%, the newest 6 messages locked, tool
     /// results reduced above 1,000 tokens, the sliding window; summarization folds 5 turns past
     /// 10; importance summarizes from 0.6; hierarchical compresses after 5 and 30 minutes.
@@ -164,12 +164,12 @@ impl Config {
     /// use ctxwin_core::{Config, Level};
     /// assert_eq!(Config::DEFAULT.level_budget(Level::Working), 8_000);
     /// ```
-    pub const fn level_budget(&self, level: crate::Level) -> u32 {
+    pub const fn level_budget(&self, level: crate::level::Level) -> u32 {
         match level {
-            crate::Level::Permanent => self.permanent_budget,
-            crate::Level::Session => self.session_budget,
-            crate::Level::Working => self.working_budget,
-            crate::Level::Volatile => self.volatile_budget(),
+            crate::level::Level::Permanent => self.permanent_budget,
+            crate::level::Level::Session => self.session_budget,
+            crate::level::Level::Working => self.working_budget,
+            crate::level::Level::Volatile => self.volatile_budget(),
         }
     }
 
@@ -256,7 +256,7 @@ impl Config {
 
 impl Config {
     /// Every field zero: the configuration of [`ContextManager::UNCONFIGURED`]
-    /// (crate::ContextManager::UNCONFIGURED), which refuses work until configured.
+    /// (crate::manager::ContextManager::UNCONFIGURED), which refuses work until configured.
     pub(crate) const ZERO: Config = Config {
         context_window: 0,
         reserved_for_reply: 0,
@@ -314,6 +314,16 @@ pub enum ConfigError {
     ObservationLimitTooSmall,
     /// `summarize_batch` is 0, `summary_tokens` below 16, or `importance_threshold` over 1000.
     StrategySettings,
+    /// `strategy` names a built-in kind the manager's strategy does not run: only
+    /// [`Builtin`](crate::strategy::Builtin) follows `Config::strategy`; any other strategy
+    /// takes a configuration whose `strategy` is the kind it runs (see
+    /// [`Strategy::kind`](crate::strategy::Strategy::kind)), so a choice is never ignored.
+    StrategyMismatch {
+        /// What the configuration names.
+        configured: StrategyKind,
+        /// What the manager's strategy runs.
+        runs: StrategyKind,
+    },
 }
 
 impl core::fmt::Display for ConfigError {
@@ -328,8 +338,84 @@ impl core::fmt::Display for ConfigError {
             ConfigError::StrategySettings => {
                 "summarize_batch must be at least 1, summary_tokens at least 16, importance_threshold at most 1000"
             }
+            ConfigError::StrategyMismatch { configured, runs } => {
+                return write!(
+                    f,
+                    "strategy {configured} is configured, but the manager's strategy runs {runs}"
+                );
+            }
         })
     }
 }
 
 impl core::error::Error for ConfigError {}
+
+/// The built-in strategies.
+///
+/// | kind | what leaves first | what happens to it |
+/// |---|---|---|
+/// | [`SlidingWindow`](StrategyKind::SlidingWindow) | oldest unit | dropped (to the outbox) |
+/// | [`Summarization`](StrategyKind::Summarization) | oldest turns, past `summarize_threshold` | folded into one rolling summary |
+/// | [`EntityExtraction`](StrategyKind::EntityExtraction) | everything outside the locked tail | dropped: the entity table keeps the state |
+/// | [`Importance`](StrategyKind::Importance) | lowest importance score | a paragraph above `importance_threshold`, else one line if it says something specific |
+/// | [`Hierarchical`](StrategyKind::Hierarchical) | units older than `working_age_ms`, then oldest | kept as a paragraph, then a line after `session_age_ms` |
+///
+/// ```
+/// use ctxwin_core::StrategyKind;
+/// assert_eq!(StrategyKind::default(), StrategyKind::SlidingWindow);
+/// assert_eq!(StrategyKind::parse("importance"), Some(StrategyKind::Importance));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum StrategyKind {
+    /// Pure FIFO over units within the budget.
+    #[default]
+    SlidingWindow,
+    /// A rolling summary absorbs the oldest turns.
+    Summarization,
+    /// Only the extracted state and the locked tail.
+    EntityExtraction,
+    /// Scores units; keeps the valuable, summarizes the important.
+    Importance,
+    /// Full text, then a paragraph, then a line, by age.
+    Hierarchical,
+}
+
+impl StrategyKind {
+    /// Every kind.
+    pub const ALL: [StrategyKind; 5] = [
+        StrategyKind::SlidingWindow,
+        StrategyKind::Summarization,
+        StrategyKind::EntityExtraction,
+        StrategyKind::Importance,
+        StrategyKind::Hierarchical,
+    ];
+
+    /// Snake-case name.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::StrategyKind::SlidingWindow.as_str(), "sliding_window");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StrategyKind::SlidingWindow => "sliding_window",
+            StrategyKind::Summarization => "summarization",
+            StrategyKind::EntityExtraction => "entity_extraction",
+            StrategyKind::Importance => "importance",
+            StrategyKind::Hierarchical => "hierarchical",
+        }
+    }
+
+    /// Parses a snake-case name.
+    pub fn parse(name: &str) -> Option<StrategyKind> {
+        StrategyKind::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+}
+
+impl core::fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -12,7 +12,7 @@
 /// The manager calls it once per message at insert and caches the result; it never recounts.
 ///
 /// ```
-/// use ctxwin_core::TokenCounter;
+/// use ctxwin_core::counter::TokenCounter;
 ///
 /// /// One token per four bytes, rounded up (a crude counter, for illustration).
 /// struct QuarterBytes;

@@ -7,7 +7,7 @@ pub const MAX_ENTITY_KEYS: usize = 8;
 /// Longest key, in bytes.
 pub const MAX_ENTITY_KEY_LEN: usize = 24;
 
-/// The declared keys, in order. `Copy` and `const`, so it can live in a [`Config`](crate::Config).
+/// The declared keys, in order. `Copy` and `const`, so it can live in a [`Config`](crate::config::Config).
 ///
 /// ```
 /// use ctxwin_core::EntitySchema;
@@ -25,7 +25,7 @@ pub struct EntitySchema {
 /// Why a schema or a value was refused.
 ///
 /// ```
-/// use ctxwin_core::{EntityError, EntitySchema};
+/// use ctxwin_core::{entities::EntityError, EntitySchema};
 /// assert_eq!(EntitySchema::new(&[""]), Err(EntityError::BadKey));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +94,7 @@ impl EntitySchema {
     /// let mut schema = ctxwin_core::EntitySchema::EMPTY;
     /// schema.push("budget")?;
     /// assert_eq!(schema.len(), 1);
-    /// # Ok::<(), ctxwin_core::EntityError>(())
+    /// # Ok::<(), ctxwin_core::entities::EntityError>(())
     /// ```
     pub fn push(&mut self, key: &str) -> Result<(), EntityError> {
         let valid = !key.is_empty()
@@ -229,7 +229,7 @@ pub const UNSET: u16 = 0;
 /// Values for up to `K` entities of up to `V` bytes each.
 ///
 /// ```
-/// use ctxwin_core::{EntityStorage, EntityTable};
+/// use ctxwin_core::{entities::EntityStorage, entities::EntityTable};
 /// const TABLE: EntityTable<8, 64> = <EntityTable<8, 64> as EntityStorage>::EMPTY;
 /// assert_eq!(core::mem::size_of_val(&TABLE), 8 * 64 + 8 * 2);
 /// ```
@@ -389,7 +389,7 @@ impl<'a> EntitiesMut<'a> {
 /// or panic; a value that does not fit is skipped, not cut mid-word.
 ///
 /// ```
-/// use ctxwin_core::{EntitiesMut, Extractor};
+/// use ctxwin_core::{entities::EntitiesMut, entities::Extractor};
 /// /// Sets `mood` whenever the user says "happy".
 /// struct Mood;
 /// impl Extractor for Mood {

@@ -1,6 +1,7 @@
 //! The one error type of manager operations.
 
-use crate::{ConfigError, Level};
+use crate::config::ConfigError;
+use crate::level::Level;
 
 /// Why a message was refused or a payload could not be composed. Nothing is lost on error:
 /// a refused message is not stored (the caller still holds it), and evicted units wait in the
@@ -73,10 +74,11 @@ pub enum Error {
 /// What is wrong with a message.
 ///
 /// ```
-/// use ctxwin_core::{ContextManager, Error, InvalidMessage, Message, TinyCapacities};
+/// use ctxwin_core::{ContextManager, Error, InvalidMessage, Message, TinyCapacities, ToolCall};
 /// let mut manager = ContextManager::<TinyCapacities>::new();
-/// let result = manager.push(Message::user("x").with_tool_calls(&[]).important());
-/// assert!(result.is_ok());
+/// let calls = [ToolCall::new("c1", "ls", "{}")];
+/// let result = manager.push(Message::user("x").with_tool_calls(&calls));
+/// assert_eq!(result, Err(Error::InvalidMessage(InvalidMessage::ToolCallsOnNonAssistant)));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -92,10 +94,14 @@ pub enum InvalidMessage {
     EmptyToolCallId,
     /// Two calls in one message share an id.
     DuplicateToolCallId,
-    /// More than [`MAX_TOOL_CALLS`](crate::MAX_TOOL_CALLS) calls.
+    /// More than [`MAX_TOOL_CALLS`](crate::message::MAX_TOOL_CALLS) calls.
     TooManyToolCalls,
-    /// A tool call id or name over 65,535 bytes.
+    /// A tool call id or tool result id over 128 bytes, a tool name over 65,535 bytes, or
+    /// arguments over `u32::MAX` bytes.
     FieldTooLong,
+    /// A summary standing for more than
+    /// [`MAX_SUMMARY_RANGES`](crate::manager::MAX_SUMMARY_RANGES) source id ranges.
+    TooManySummaryRanges,
     /// The level does not take this kind of message (tool calls or results outside the
     /// history levels).
     WrongLevel(Level),
@@ -143,7 +149,12 @@ impl core::fmt::Display for InvalidMessage {
             InvalidMessage::EmptyToolCallId => f.write_str("empty tool call id"),
             InvalidMessage::DuplicateToolCallId => f.write_str("two tool calls share an id"),
             InvalidMessage::TooManyToolCalls => f.write_str("more than 64 tool calls"),
-            InvalidMessage::FieldTooLong => f.write_str("tool call id or name over 65535 bytes"),
+            InvalidMessage::FieldTooLong => {
+                f.write_str("tool call id over 128 bytes, name over 65535 or arguments over 4 GiB")
+            }
+            InvalidMessage::TooManySummaryRanges => {
+                f.write_str("more than 16 summary source ranges")
+            }
             InvalidMessage::WrongLevel(level) => write!(f, "the {level} level does not take it"),
         }
     }

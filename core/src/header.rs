@@ -1,6 +1,6 @@
 //! The fixed-size record the rings keep for every stored message.
 
-use crate::Role;
+use crate::role::Role;
 
 /// Per-message bookkeeping, 48 bytes; the text lives in the ring's byte arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

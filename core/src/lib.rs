@@ -6,7 +6,7 @@
 //! results), locks the newest messages and the live user request, reduces huge tool outputs to
 //! their first and last lines, and injects a `[Memory Summary]` where history was cut.
 //!
-//! Because every buffer has a capacity fixed at compile time ([`Capacities`], [`Ring`]), the
+//! Because every buffer has a capacity fixed at compile time ([`Capacities`], [`Ring`](ring::Ring)), the
 //! manager needs no allocator, can live in a `static`, costs exactly `size_of` in RAM, and
 //! bounds every operation by those capacities, never by how long the session has run.
 //! Nothing is dropped silently: evicted units wait in an [outbox](ContextManager::drain_outbox)
@@ -52,7 +52,7 @@ pub mod manager;
 pub mod message;
 pub mod payload;
 pub mod record;
-mod reduce;
+pub mod reduce;
 pub mod ring;
 pub mod role;
 mod small;
@@ -60,34 +60,19 @@ pub mod snapshot;
 pub mod stats;
 pub mod strategy;
 pub mod summarize;
-mod terms;
+pub mod terms;
+pub mod view;
 
-pub use capacity::{Capacities, DefaultCapacities, Scratch, ScratchStorage, TinyCapacities};
-pub use config::{Config, ConfigError, OutboxMode, UnansweredCalls};
-pub use counter::TokenCounter;
-pub use entities::{
-    Entities, EntitiesMut, EntityError, EntitySchema, EntityStorage, EntityTable, Extractor,
-    Patterns,
-};
+// What a user needs to push, compose, write, snapshot and configure; everything else is
+// reachable through its module (the strategy and summarizer seams, custom capacities, views).
+pub use capacity::{Capacities, DefaultCapacities, TinyCapacities};
+pub use config::{Config, ConfigError, OutboxMode, StrategyKind, UnansweredCalls};
+pub use entities::EntitySchema;
 pub use error::{Error, InvalidMessage};
-pub use estimator::{Estimator, Margin, Weights};
 pub use level::Level;
-pub use manager::ReplaceError;
-pub use manager::{
-    ContextManager, EvictedUnit, History, LevelMessages, MAX_SUMMARY_RANGES, MEMORY_SUMMARY_PREFIX,
-    Outbox,
-};
-pub use message::{MAX_TOOL_CALLS, Message, MessageRef, ToolCall};
-pub use payload::{ENTITIES_PREFIX, MemorySummary, OpenAiRequest, Payload, PayloadItem};
-pub use reduce::TRUNCATION_MARKER;
-pub use ring::{Ring, RingStorage};
+pub use manager::ContextManager;
+pub use message::{Message, MessageRef, ToolCall};
+pub use payload::{OpenAiRequest, Payload, PayloadItem};
 pub use role::Role;
-pub use snapshot::{Invariant, SnapshotError};
-pub use stats::{Counters, LevelStats, Stats};
-pub use strategy::{
-    Builtin, ConstStrategy, Env, ImportanceScore, Leave, Plan, SlidingWindow, Strategy,
-    StrategyKind, UnitView, importance,
-};
-pub use summarize::{
-    Detail, Extractive, SummarizeError, Summarizer, SummaryRequest, SummarySource, TextBuffer,
-};
+pub use snapshot::SnapshotError;
+pub use stats::Stats;

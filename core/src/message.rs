@@ -2,41 +2,13 @@
 //! borrowed from the manager).
 
 use crate::header::{Header, flags};
+use crate::level::Level;
 use crate::record;
-use crate::{Level, Role};
+pub use crate::record::ToolCall;
+use crate::role::Role;
 
 /// Most tool calls one assistant message may carry.
 pub const MAX_TOOL_CALLS: usize = 64;
-
-/// One tool invocation requested by an assistant message.
-///
-/// ```
-/// use ctxwin_core::ToolCall;
-/// let call = ToolCall::new("call_1", "read_file", r#"{"path":"src/main.rs"}"#);
-/// assert_eq!(call.name, "read_file");
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct ToolCall<'a> {
-    /// Id the result will answer (`tool_call_id`); non-empty, unique within the message.
-    pub id: &'a str,
-    /// Function name.
-    pub name: &'a str,
-    /// Arguments as JSON text, exactly as the model produced them.
-    pub arguments: &'a str,
-}
-
-impl<'a> ToolCall<'a> {
-    /// A call from its three parts.
-    ///
-    /// ```
-    /// let call = ctxwin_core::ToolCall::new("c1", "ls", "{}");
-    /// assert_eq!(call.id, "c1");
-    /// ```
-    pub const fn new(id: &'a str, name: &'a str, arguments: &'a str) -> Self {
-        Self { id, name, arguments }
-    }
-}
 
 /// A message to store, borrowed from the caller; the manager copies what it keeps.
 ///

@@ -4,11 +4,15 @@
 //! recent history, oldest to newest.
 
 use crate::entities::Entities;
+use crate::error::Error;
 use crate::json::JsonWriter;
-use crate::manager::{History, LevelMessages, MEMORY_SUMMARY_PREFIX};
 use crate::message::MessageRef;
-use crate::{Error, Role};
+use crate::role::Role;
+use crate::view::{History, LevelMessages};
 use embedded_io::Write;
+
+/// Text that opens the memory-summary system message.
+pub const MEMORY_SUMMARY_PREFIX: &str = "[Memory Summary]";
 
 /// Text that opens the entity system message (followed by a JSON object).
 pub const ENTITIES_PREFIX: &str = "[Entities]";
@@ -39,7 +43,7 @@ pub enum PayloadItem<'a> {
     System(MessageRef<'a>),
     /// A tool definition: a JSON function object, written to the request's `tools`.
     ToolDefinition(MessageRef<'a>),
-    /// Dynamic context passed to [`compose`](crate::ContextManager::compose), sent as a system
+    /// Dynamic context passed to [`compose`](crate::manager::ContextManager::compose), sent as a system
     /// message.
     Dynamic(&'a str),
     /// The entity table, sent as one system message: `[Entities]` and a JSON object of every

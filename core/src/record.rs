@@ -10,7 +10,41 @@
 //! `unsafe`); restore validates it once up front, so reads never fall back in practice.
 
 use crate::header::{Header, flags};
-use crate::message::ToolCall;
+
+/// Bit `index` of a call bitmask (0 past the 64 calls a unit may hold).
+pub(crate) fn bit(index: usize) -> u64 {
+    u32::try_from(index).ok().and_then(|shift| 1u64.checked_shl(shift)).unwrap_or(0)
+}
+
+/// One tool invocation requested by an assistant message.
+///
+/// ```
+/// use ctxwin_core::ToolCall;
+/// let call = ToolCall::new("call_1", "read_file", r#"{"path":"src/main.rs"}"#);
+/// assert_eq!(call.name, "read_file");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ToolCall<'a> {
+    /// Id the result will answer (`tool_call_id`); non-empty, unique within the message.
+    pub id: &'a str,
+    /// Function name.
+    pub name: &'a str,
+    /// Arguments as JSON text, exactly as the model produced them.
+    pub arguments: &'a str,
+}
+
+impl<'a> ToolCall<'a> {
+    /// A call from its three parts.
+    ///
+    /// ```
+    /// let call = ctxwin_core::ToolCall::new("c1", "ls", "{}");
+    /// assert_eq!(call.id, "c1");
+    /// ```
+    pub const fn new(id: &'a str, name: &'a str, arguments: &'a str) -> Self {
+        Self { id, name, arguments }
+    }
+}
 
 /// Bytes of one call entry in an assistant record's call table.
 pub(crate) const CALL_ENTRY: usize = 8;
@@ -216,7 +250,7 @@ pub(crate) fn retain_calls(span: &mut [u8], content_len: usize, count: usize, ke
     let mut len = span.len();
     let mut left = count;
     for index in (0..count).rev() {
-        if keep & crate::manager::bit(index) == 0 {
+        if keep & bit(index) == 0 {
             let record = span.get_mut(..len).unwrap_or_default();
             len = remove_call(record, content_len, left, index);
             left -= 1;
@@ -246,7 +280,7 @@ pub(crate) fn check(header: &Header, record: &[u8]) -> Result<(), Fault> {
     if header.has(flags::SUMMARY) {
         return if rest == header.items as usize * RANGE_ENTRY { Ok(()) } else { Err(Fault::Span) };
     }
-    if header.role == crate::Role::Tool {
+    if header.role == crate::role::Role::Tool {
         if header.items != 0 || rest == 0 {
             return Err(Fault::Span);
         }

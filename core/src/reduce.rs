@@ -1,7 +1,7 @@
 //! Observation reduction: a huge tool output is kept as its first and last lines around a
 //! `[Data Truncated]` marker, written straight into its final arena span (no scratch buffer).
 
-use crate::TokenCounter;
+use crate::counter::TokenCounter;
 
 /// Line that opens the omission marker.
 pub const TRUNCATION_MARKER: &str = "[Data Truncated]";

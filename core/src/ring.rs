@@ -24,11 +24,12 @@ pub(crate) struct RingState {
 
 /// Storage for one level: `N` message headers and `B` bytes of message text.
 ///
-/// It is only ever used as a [`Capacities`](crate::Capacities) associated type, e.g.
-/// `type Working = Ring<256, 65_536>;`. `size_of::<Ring<N, B>>()` is `40·N + B` plus 12 bytes.
+/// It is only ever used as a [`Capacities`](crate::capacity::Capacities) associated type, e.g.
+/// `type Working = Ring<256, 65_536>;`. `size_of::<Ring<N, B>>()` is `48·N + B` plus
+/// 16 bytes (a header is 48 bytes; `B` rounds up to a multiple of 8).
 ///
 /// ```
-/// use ctxwin_core::{Ring, RingStorage};
+/// use ctxwin_core::{ring::Ring, ring::RingStorage};
 /// assert_eq!(<Ring<8, 1024> as RingStorage>::MESSAGES, 8);
 /// assert_eq!(<Ring<8, 1024> as RingStorage>::BYTES, 1024);
 /// ```
@@ -48,7 +49,7 @@ impl<const N: usize, const B: usize> Ring<N, B> {
     /// An empty ring.
     ///
     /// ```
-    /// use ctxwin_core::Ring;
+    /// use ctxwin_core::ring::Ring;
     /// static LEVEL: Ring<4, 256> = Ring::new();
     /// # let _ = &LEVEL;
     /// ```
@@ -76,7 +77,7 @@ mod sealed {
 /// A level's storage, implemented by [`Ring`] only (sealed).
 ///
 /// ```
-/// use ctxwin_core::{Ring, RingStorage};
+/// use ctxwin_core::{ring::Ring, ring::RingStorage};
 /// const EMPTY: Ring<4, 64> = <Ring<4, 64> as RingStorage>::EMPTY;
 /// # let _ = EMPTY;
 /// ```
@@ -582,5 +583,13 @@ mod tests {
                 check(&view.as_ref(), &model);
             }
         }
+    }
+
+    /// The size formula in [`Ring`]'s docs.
+    #[test]
+    fn the_documented_size_formula_holds() {
+        assert_eq!(core::mem::size_of::<Ring<4, 64>>(), 48 * 4 + 64 + 16);
+        assert_eq!(core::mem::size_of::<Ring<256, 65_536>>(), 48 * 256 + 65_536 + 16);
+        assert_eq!(core::mem::size_of::<Ring<1, 8>>(), 48 + 8 + 16);
     }
 }

@@ -1,6 +1,6 @@
 //! The metrics block: what the manager holds, and what it has evicted, reduced and summarized.
 
-use crate::Level;
+use crate::level::Level;
 
 /// Running totals since the manager was created (kept across snapshots).
 ///
@@ -25,7 +25,7 @@ pub struct Counters {
     pub messages_evicted: u64,
     /// Tokens in those units.
     pub tokens_evicted: u64,
-    /// Evicted units released without being drained ([`OutboxMode::Discard`](crate::OutboxMode::Discard)).
+    /// Evicted units released without being drained ([`OutboxMode::Discard`](crate::config::OutboxMode::Discard)).
     pub units_discarded: u64,
     /// Units the caller drained from the outbox.
     pub units_drained: u64,

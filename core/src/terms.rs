@@ -1,14 +1,47 @@
 //! Words and terms in text: what the importance score compares and what the extractive
 //! summarizer keeps. A *term* is something summaries usually lose and agents need back:
 //! an identifier (`snake_case`, `camelCase`, `a::path`), a file path, a number, a flag.
+//!
+//! This is ctxwin's one definition of terms and stop words: the std archive's keyword index
+//! builds on [`is_term`] and [`is_stop_word`].
 
-/// Words so common that sharing them says nothing about relevance.
-const STOP_WORDS: [&str; 40] = [
-    "this", "that", "with", "from", "have", "will", "would", "should", "could", "there", "their",
-    "what", "when", "which", "about", "into", "then", "than", "them", "they", "been", "were",
-    "your", "just", "like", "also", "some", "more", "does", "done", "only", "over", "here", "make",
-    "sure", "need", "want", "please", "thanks", "okay",
+/// Common English words that are never terms, keywords or content words, even when
+/// capitalized at a sentence start: the one stop-word list of ctxwin (the std archive's keyword
+/// index uses it too). Sorted and lower-case, for [`is_stop_word`]'s binary search.
+///
+/// ```
+/// assert!(ctxwin_core::terms::STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
+/// ```
+#[rustfmt::skip]
+pub const STOP_WORDS: &[&str] = &[
+    "a", "about", "above", "after", "again", "all", "also", "am", "an", "and", "any", "are", "as",
+    "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by",
+    "can", "could", "did", "do", "does", "doing", "done", "down", "during", "e.g", "each", "else",
+    "etc", "even", "every", "few", "for", "from", "further", "get", "got", "had", "has", "have",
+    "having", "he", "hello", "her", "here", "hers", "herself", "hi", "him", "himself", "his", "how",
+    "however", "i", "i.e", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "like",
+    "made", "make", "many", "may", "me", "might", "more", "most", "much", "must", "my", "myself",
+    "need", "next", "no", "nor", "not", "now", "of", "off", "ok", "okay", "on", "once", "one",
+    "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "please", "same",
+    "see", "she", "should", "so", "some", "such", "sure", "than", "thank", "thanks", "that", "the",
+    "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those",
+    "through", "to", "too", "under", "until", "up", "use", "very", "want", "was", "we", "well",
+    "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with",
+    "would", "yes", "yet", "you", "your", "yours", "yourself", "yourselves",
 ];
+
+/// Whether `word` (ASCII case ignored) is one of the [`STOP_WORDS`].
+///
+/// ```
+/// use ctxwin_core::terms::is_stop_word;
+/// assert!(is_stop_word("The"));
+/// assert!(!is_stop_word("parser"));
+/// ```
+pub fn is_stop_word(word: &str) -> bool {
+    STOP_WORDS
+        .binary_search_by(|stop| stop.bytes().cmp(word.bytes().map(|b| b.to_ascii_lowercase())))
+        .is_ok()
+}
 
 fn is_token_char(c: char) -> bool {
     c.is_ascii_alphanumeric()
@@ -17,7 +50,12 @@ fn is_token_char(c: char) -> bool {
 }
 
 /// Maximal runs of word-ish characters, with trailing sentence punctuation trimmed.
-pub(crate) fn tokens(text: &str) -> impl Iterator<Item = &str> {
+///
+/// ```
+/// let tokens: Vec<&str> = ctxwin_core::terms::tokens("Fix src/lib.rs: line 42.").collect();
+/// assert_eq!(tokens, ["Fix", "src/lib.rs", "line", "42"]);
+/// ```
+pub fn tokens(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| !is_token_char(c))
         .map(|token| {
             token.trim_end_matches(['.', ':', '-', '=']).trim_start_matches(['-', ':', '='])
@@ -25,8 +63,15 @@ pub(crate) fn tokens(text: &str) -> impl Iterator<Item = &str> {
         .filter(|token| !token.is_empty())
 }
 
-/// Whether `token` is a term: an identifier, path, number or flag worth keeping verbatim.
-pub(crate) fn is_term(token: &str) -> bool {
+/// Whether `token` is a term: an identifier (`snake_case`, `camelCase`, `a::path`, `E0502`), a
+/// file path, a number of two or more digits, or a kebab-case flag, worth keeping verbatim.
+///
+/// ```
+/// use ctxwin_core::terms::is_term;
+/// assert!(is_term("parse_header") && is_term("src/lexer.rs") && is_term("502"));
+/// assert!(!is_term("parser") && !is_term("7"));
+/// ```
+pub fn is_term(token: &str) -> bool {
     let bytes = token.as_bytes();
     if bytes.len() < 2 {
         return false;
@@ -57,10 +102,13 @@ pub(crate) fn is_hyphenated_word(token: &str) -> bool {
 }
 
 /// Whether `token` is a content word: alphabetic, at least four letters, not a stop word.
-pub(crate) fn is_content_word(token: &str) -> bool {
-    token.len() >= 4
-        && token.chars().all(crate::small::is_letter)
-        && !STOP_WORDS.iter().any(|stop| stop.eq_ignore_ascii_case(token))
+///
+/// ```
+/// use ctxwin_core::terms::is_content_word;
+/// assert!(is_content_word("database") && !is_content_word("these") && !is_content_word("db"));
+/// ```
+pub fn is_content_word(token: &str) -> bool {
+    token.len() >= 4 && token.chars().all(crate::small::is_letter) && !is_stop_word(token)
 }
 
 /// FNV-1a over the ASCII-lowercased bytes: the same word in any case hashes the same.

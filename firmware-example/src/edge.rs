@@ -1,8 +1,6 @@
 //! The device: how much RAM each level gets and the budgets of a small model's window.
 
-use ctxwin_core::{
-    Capacities, Config, ContextManager, EntityTable, Estimator, Ring, Scratch, SlidingWindow,
-};
+use ctxwin_core::{Capacities, Config, ContextManager, entities::EntityTable, estimator::Estimator, ring::Ring, capacity::Scratch, strategy::SlidingWindow};
 
 /// Level capacities of a 64 KiB-RAM part: 8,760 B per manager.
 #[derive(Clone, Copy, Debug, Default)]

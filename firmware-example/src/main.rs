@@ -18,7 +18,7 @@ use core::cell::RefCell;
 use cortex_m_rt::entry;
 use cortex_m_semihosting::debug;
 use critical_section::{CriticalSection, Mutex};
-use ctxwin_core::{Level, OpenAiRequest, Role, TRUNCATION_MARKER};
+use ctxwin_core::{Level, OpenAiRequest, Role, reduce::TRUNCATION_MARKER};
 use ctxwin_firmware_example::check::Checks;
 use ctxwin_firmware_example::edge::{EDGE_CONFIG, EDGE_MANAGER, EdgeManager};
 use ctxwin_firmware_example::scenario::{self, DYNAMIC, NoProbe, TurnOutcome};
@@ -88,7 +88,7 @@ fn run(cs: CriticalSection<'_>) -> Checks {
         core::mem::size_of::<EdgeManager>(),
         PAYLOAD_BYTES
     );
-    if !checks.check(manager.configure(EDGE_CONFIG).is_ok(), "manager configured") {
+    if !checks.check(manager.set_config(EDGE_CONFIG).is_ok(), "manager configured") {
         return checks;
     }
     session(&mut manager, &mut payload[..], &mut checks);

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ctxwin_std::core::Role;
-use ctxwin_std::core::TokenCounter;
+use ctxwin_std::core::counter::TokenCounter;
 use ctxwin_std::llm::{LlmClient, LlmClientBuilder};
 use ctxwin_std::tokens::ExactCounter;
 use ctxwin_std::{ChatMessage, ToolCall};

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use ctxwin_core::{Config, EntitySchema, Role, StrategyKind, TRUNCATION_MARKER};
+use ctxwin_core::{Config, EntitySchema, Role, StrategyKind, reduce::TRUNCATION_MARKER};
 use ctxwin_std::format::{self, Format};
 use ctxwin_std::session::{PushReport, RestorePoint, Session, SessionBuilder, SessionError};
 use ctxwin_std::{ChatMessage, ToolCall};
@@ -485,7 +485,7 @@ fn a_row_left_by_a_late_refusal_is_repaired() {
         SessionBuilder::new("late").config(config).archive_in_memory().build().unwrap();
     // Calls whose arguments fill the working budget leave no room for even a reduced result:
     // only the core finds that out.
-    use ctxwin_core::TokenCounter;
+    use ctxwin_core::counter::TokenCounter;
     let counter = ctxwin_std::session::Counter::default();
     let cost = |arguments: &str| {
         counter.count("c1") + counter.count("grep") + counter.count(arguments) + 3 + 4

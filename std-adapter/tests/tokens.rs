@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use ctxwin_core::estimator::{Estimator, Margin, Weights};
-use ctxwin_core::{Config, ContextManager, Message, PayloadItem, TinyCapacities, TokenCounter};
+use ctxwin_core::{
+    Config, ContextManager, Message, PayloadItem, TinyCapacities, counter::TokenCounter,
+};
 use ctxwin_std::tokens::{
     CHATML_ROLES, Calibrator, ChatFraming, ExactCounter, TokenizerError, render_chatml,
 };
@@ -236,8 +238,11 @@ fn chatml_overhead_matches_the_rendered_conversation_exactly() {
 fn manager_payload_tokens_match_the_rendered_chatml_tokens() {
     let counter = ExactCounter::smollm2().unwrap();
     let config = ChatFraming::chatml(&counter).apply(Config::DEFAULT);
-    let mut manager =
-        ContextManager::<TinyCapacities, _>::with_counter(config, counter.clone()).unwrap();
+    let mut manager = ContextManager::<TinyCapacities>::builder()
+        .config(config)
+        .counter(counter.clone())
+        .build()
+        .unwrap();
     let contents = simple_contents();
     manager.push(Message::system(&contents[0])).unwrap();
     for (i, text) in contents.iter().enumerate().skip(1).take(5) {

@@ -8,8 +8,8 @@
 //! fact, a deploy key, is stated once, early, and never again.
 
 use ctxwin_core::{
-    Capacities, Config, ContextManager, EntityTable, Message, OpenAiRequest, Ring, Scratch,
-    StrategyKind, TokenCounter, ToolCall,
+    Capacities, Config, ContextManager, Message, OpenAiRequest, StrategyKind, ToolCall,
+    capacity::Scratch, counter::TokenCounter, entities::EntityTable, ring::Ring,
 };
 
 /// Capacities roomy enough that the token budget, not the rings, decides.
@@ -427,7 +427,7 @@ pub fn session_tokens(session: &Session, counter: &impl TokenCounter) -> u64 {
 /// Replays `session` under `strategy` at a budget of `session tokens / ratio` and counts the
 /// facts in the final payload.
 pub fn run(session: &Session, strategy: StrategyKind, ratio: u64) -> Outcome {
-    let estimator = ctxwin_core::Estimator::new();
+    let estimator = ctxwin_core::estimator::Estimator::new();
     let total = session_tokens(session, &estimator);
     let budget = u32::try_from(total / ratio).unwrap_or(u32::MAX);
     let schema = ctxwin_core::EntitySchema::new(&["owner", "decision", "key"]).unwrap_or_default();

@@ -12,7 +12,7 @@
 //!   unit but the newest `N` messages (and what the locked tail protects) is folded into the
 //!   rolling summary.
 
-use ctxwin_core::{Config, Counters, StrategyKind};
+use ctxwin_core::{Config, StrategyKind, stats::Counters};
 use serde_json::json;
 
 use crate::args::{CompressArgs, SummarizeArgs};

@@ -29,7 +29,7 @@
 //!
 //! ```
 //! use ctxwin_core::estimator::{Estimator, Margin};
-//! use ctxwin_core::TokenCounter;
+//! use ctxwin_core::counter::TokenCounter;
 //!
 //! let text = "fn main() {\n    println!(\"hello\");\n}\n";
 //! let safe = Estimator::new();
@@ -41,9 +41,6 @@
 
 mod classes;
 mod weights;
-
-#[cfg(test)]
-mod accuracy_tests;
 
 pub use weights::Weights;
 
@@ -136,7 +133,7 @@ impl Default for Margin {
 ///
 /// ```
 /// use ctxwin_core::estimator::{Estimator, Margin, Weights};
-/// use ctxwin_core::TokenCounter;
+/// use ctxwin_core::counter::TokenCounter;
 ///
 /// static COUNTER: Estimator = Estimator::with(Weights::CL100K, Margin::SAFE);
 /// assert_eq!(COUNTER, Estimator::new());
@@ -185,7 +182,7 @@ impl Estimator {
     ///
     /// ```
     /// use ctxwin_core::estimator::{Estimator, Margin, Weights};
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     ///
     /// let smol = Estimator::with(Weights::SMOLLM2, Margin::TIGHT);
     /// assert_eq!(smol.count("2026"), 4);
@@ -241,7 +238,7 @@ impl Estimator {
     ///
     /// ```
     /// use ctxwin_core::estimator::{Estimator, Margin};
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     ///
     /// let calibrated = Estimator::new().with_margin(Margin::new(11, 10).unwrap());
     /// assert_eq!(calibrated.margin().num(), 11);

@@ -53,7 +53,7 @@ impl Weights {
     ///
     /// ```
     /// use ctxwin_core::estimator::{Estimator, Margin, Weights};
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     ///
     /// let tight = Estimator::with(Weights::CL100K, Margin::TIGHT);
     /// assert_eq!(tight.count("hello world"), 3);
@@ -73,7 +73,7 @@ impl Weights {
     ///
     /// ```
     /// use ctxwin_core::estimator::{Estimator, Margin, Weights};
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     ///
     /// // SmolLM2 spends a token per digit.
     /// let smol = Estimator::with(Weights::SMOLLM2, Margin::TIGHT);

@@ -2,10 +2,11 @@
 
 use super::ContextManager;
 use crate::capacity::Capacities;
+use crate::counter::TokenCounter;
 use crate::error::Error;
+use crate::level::Level;
 use crate::payload::Payload;
 use crate::strategy::Strategy;
-use crate::{Level, TokenCounter};
 
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Composes this turn's payload: system block, tool definitions, `dynamic` context (task

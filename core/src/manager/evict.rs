@@ -2,17 +2,19 @@
 //!
 //! A unit is one non-tool message plus the tool results that follow it in its level. Units
 //! leave whole, oldest first, volatile before working, never from the locked tail: the newest
-//! [`Config::locked_tail`](crate::Config::locked_tail) messages, the newest user message, and a
+//! [`Config::locked_tail`](crate::config::Config::locked_tail) messages, the newest user message, and a
 //! unit whose calls still wait for results.
 
 use super::ContextManager;
 use crate::capacity::Capacities;
 use crate::config::{OutboxMode, percent_of};
+use crate::counter::TokenCounter;
 use crate::error::Error;
 use crate::header::flags;
+use crate::level::Level;
 use crate::ring::RingRef;
+use crate::role::Role;
 use crate::strategy::Strategy;
-use crate::{Level, Role, TokenCounter};
 
 /// What the locked tail covers, computed once per operation.
 #[derive(Clone, Copy, Debug)]

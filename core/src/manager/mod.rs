@@ -1,31 +1,36 @@
 //! [`ContextManager`]: the four levels, the budget, and every operation on them.
 
+mod builder;
 mod compose;
+mod entities;
 mod evict;
-mod memory;
 mod outbox;
+mod plan;
 mod push;
 mod replace;
+mod summary;
+mod victim;
 mod views;
 
-pub use memory::MAX_SUMMARY_RANGES;
+pub use builder::Builder;
 pub use outbox::{EvictedUnit, Outbox};
-pub(crate) use push::bit;
 pub use replace::ReplaceError;
-pub use views::{History, LevelMessages};
+pub use summary::MAX_SUMMARY_RANGES;
 
 use crate::capacity::{Capacities, DefaultCapacities, ScratchStorage};
 use crate::config::{Config, ConfigError};
+use crate::counter::TokenCounter;
 use crate::entities::{Entities, EntityStorage};
 use crate::estimator::Estimator;
 use crate::header::Header;
+use crate::level::Level;
+use crate::payload::MEMORY_SUMMARY_PREFIX;
 use crate::ring::{RingMut, RingRef, RingStorage};
 use crate::stats::{Counters, LevelStats, Stats};
 use crate::strategy::{Builtin, Strategy};
-use crate::{Level, TokenCounter};
 
-/// Text that opens the memory-summary system message.
-pub const MEMORY_SUMMARY_PREFIX: &str = "[Memory Summary]";
+/// Marks the entity-token cache as not filled yet.
+pub(crate) const ENTITIES_UNCOUNTED: u32 = u32::MAX;
 
 /// A call unit still waiting for results: always the newest unit of its level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,18 +196,52 @@ impl<C: Capacities> ContextManager<C, Estimator, Builtin> {
             Err(error) => Err(error),
         }
     }
+
+    /// A [`Builder`] for a manager with a token counter or a strategy of your own (the one
+    /// way to choose them; [`Config::strategy`] chooses among the built-in strategies).
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, ContextManager, TinyCapacities};
+    /// use ctxwin_core::counter::TokenCounter;
+    /// use ctxwin_core::strategy::SlidingWindow;
+    /// struct Words;
+    /// impl TokenCounter for Words {
+    ///     fn count(&self, text: &str) -> u32 { text.split_whitespace().count() as u32 }
+    /// }
+    /// let manager = ContextManager::<TinyCapacities>::builder()
+    ///     .config(Config { locked_tail: 2, ..Config::DEFAULT })
+    ///     .counter(Words)
+    ///     .strategy(SlidingWindow::new())
+    ///     .build()?;
+    /// assert_eq!(manager.counter().count("two words"), 2);
+    /// # Ok::<(), ctxwin_core::ConfigError>(())
+    /// ```
+    pub const fn builder() -> Builder<C, Estimator, Builtin> {
+        Builder::new()
+    }
+}
+
+/// Refuses a configuration naming a built-in strategy that `strategy` does not run.
+fn check_strategy<S: Strategy>(config: &Config, strategy: &S) -> Result<(), ConfigError> {
+    match strategy.kind() {
+        Some(runs) if runs != config.strategy => {
+            Err(ConfigError::StrategyMismatch { configured: config.strategy, runs })
+        }
+        _ => Ok(()),
+    }
 }
 
 impl<C: Capacities, S: crate::strategy::ConstStrategy> ContextManager<C, Estimator, S> {
-    /// A manager that is all zero bytes and refuses work until [`configure`](Self::configure)d:
+    /// A manager that is all zero bytes and refuses work until configured with
+    /// [`set_config`](Self::set_config):
     /// a `static` initialised with it lands in `.bss`, so it costs no flash (an initialised
     /// manager's image would cost its whole size in flash as well as in RAM).
     ///
     /// ```
-    /// use ctxwin_core::{Config, ContextManager, Error, Estimator, Message, SlidingWindow, TinyCapacities};
+    /// use ctxwin_core::{Config, ContextManager, Error, estimator::Estimator, Message, strategy::SlidingWindow, TinyCapacities};
     /// let mut manager = ContextManager::<TinyCapacities>::UNCONFIGURED;
     /// assert!(matches!(manager.push(Message::user("hi")), Err(Error::InvalidConfig(_))));
-    /// manager.configure(Config::DEFAULT)?;
+    /// manager.set_config(Config::DEFAULT)?;
     /// manager.push(Message::user("hi"))?;
     ///
     /// // The smallest footprint: the sliding window without summarizer or extractor code.
@@ -220,7 +259,7 @@ impl<C: Capacities> Default for ContextManager<C, Estimator, Builtin> {
 }
 
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
-    const fn from_parts(config: Config, counter: K, strategy: S) -> Self {
+    pub(super) const fn from_parts(config: Config, counter: K, strategy: S) -> Self {
         Self {
             permanent: C::Permanent::EMPTY,
             session: C::Session::EMPTY,
@@ -229,30 +268,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             counter,
             config,
             state: State {
-                entity_tokens: if config.entity_schema.is_empty() {
-                    0
-                } else {
-                    memory::ENTITIES_UNCOUNTED
-                },
+                entity_tokens: if config.entity_schema.is_empty() { 0 } else { ENTITIES_UNCOUNTED },
                 ..State::NEW
             },
             strategy,
             scratch: C::Scratch::EMPTY,
             entities: C::Entities::EMPTY,
         }
-    }
-
-    /// An empty manager counting tokens with `counter` and deciding with `strategy`.
-    ///
-    /// ```
-    /// use ctxwin_core::{Builtin, Config, ContextManager, Estimator, TinyCapacities};
-    /// let manager = ContextManager::<TinyCapacities>::with_strategy(Config::DEFAULT, Estimator::new(), Builtin::new())?;
-    /// assert_eq!(manager.used(), 0);
-    /// # Ok::<(), ctxwin_core::ConfigError>(())
-    /// ```
-    pub fn with_strategy(config: Config, counter: K, strategy: S) -> Result<Self, ConfigError> {
-        config.validate()?;
-        Ok(Self::from_parts(config, counter, strategy))
     }
 
     /// The strategy.
@@ -275,25 +297,6 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         Entities::new(&self.config.entity_schema, self.entities.parts())
     }
 
-    /// An empty manager counting tokens with `counter`.
-    ///
-    /// ```
-    /// use ctxwin_core::{Config, ContextManager, TinyCapacities, TokenCounter};
-    /// struct Words;
-    /// impl TokenCounter for Words {
-    ///     fn count(&self, text: &str) -> u32 { text.split_whitespace().count() as u32 }
-    /// }
-    /// let manager = ContextManager::<TinyCapacities, Words>::with_counter(Config::DEFAULT, Words)?;
-    /// assert_eq!(manager.counter().count("two words"), 2);
-    /// # Ok::<(), ctxwin_core::ConfigError>(())
-    /// ```
-    pub fn with_counter(config: Config, counter: K) -> Result<Self, ConfigError>
-    where
-        S: Default,
-    {
-        Self::with_strategy(config, counter, S::default())
-    }
-
     /// The configuration.
     ///
     /// ```
@@ -304,8 +307,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         &self.config
     }
 
-    /// Replaces the configuration; the next push or compose applies new budgets (evicting to
-    /// the outbox if they shrank).
+    /// Replaces the configuration (and configures an
+    /// [`UNCONFIGURED`](ContextManager::UNCONFIGURED) manager); the next push or compose
+    /// applies new budgets (evicting to the outbox if they shrank). Refuses a configuration
+    /// whose `strategy` the manager's strategy does not run ([`ConfigError::StrategyMismatch`]).
     ///
     /// ```
     /// use ctxwin_core::{Config, ContextManager, TinyCapacities};
@@ -316,6 +321,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// ```
     pub fn set_config(&mut self, config: Config) -> Result<(), ConfigError> {
         config.validate()?;
+        check_strategy(&config, &self.strategy)?;
         let schema_changed = config.entity_schema != self.config.entity_schema;
         self.config = config;
         if schema_changed {
@@ -327,24 +333,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         Ok(())
     }
 
-    /// Configures a manager (for [`UNCONFIGURED`](ContextManager::UNCONFIGURED) ones; the same
-    /// as [`set_config`](Self::set_config) otherwise).
-    ///
-    /// ```
-    /// use ctxwin_core::{Config, ContextManager, TinyCapacities};
-    /// let mut manager = ContextManager::<TinyCapacities>::UNCONFIGURED;
-    /// manager.configure(Config { locked_tail: 2, ..Config::DEFAULT })?;
-    /// assert_eq!(manager.budget(), 28_672);
-    /// # Ok::<(), ctxwin_core::ConfigError>(())
-    /// ```
-    pub fn configure(&mut self, config: Config) -> Result<(), ConfigError> {
-        self.set_config(config)
-    }
-
     /// Refuses work while the manager is [`UNCONFIGURED`](ContextManager::UNCONFIGURED).
-    pub(crate) fn ensure_configured(&self) -> Result<(), crate::Error> {
+    pub(crate) fn ensure_configured(&self) -> Result<(), crate::error::Error> {
         match self.config.budget() {
-            0 => Err(crate::Error::InvalidConfig(ConfigError::NoBudget)),
+            0 => Err(crate::error::Error::InvalidConfig(ConfigError::NoBudget)),
             _ => Ok(()),
         }
     }
@@ -352,7 +344,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// The token counter.
     ///
     /// ```
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     /// let manager = ctxwin_core::ContextManager::<ctxwin_core::TinyCapacities>::new();
     /// assert!(manager.counter().count("hello world") >= 2);
     /// ```
@@ -364,7 +356,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// cached in stored messages are not recomputed.
     ///
     /// ```
-    /// use ctxwin_core::{ContextManager, Margin, TinyCapacities};
+    /// use ctxwin_core::{ContextManager, estimator::Margin, TinyCapacities};
     /// let mut manager = ContextManager::<TinyCapacities>::new();
     /// *manager.counter_mut() = manager.counter().with_margin(Margin::TIGHT);
     /// assert_eq!(manager.counter().margin(), Margin::TIGHT);
@@ -397,7 +389,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub fn used(&self) -> u32 {
         let stored = self.state.tokens.iter().fold(0u32, |sum, t| sum.saturating_add(*t));
         let entities = match self.state.entity_tokens {
-            memory::ENTITIES_UNCOUNTED => self.count_entity_tokens(),
+            ENTITIES_UNCOUNTED => self.count_entity_tokens(),
             cached => cached,
         };
         if stored == 0 && entities == 0 {
@@ -482,7 +474,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.state.pending().map_or(0, |pending| pending.unanswered())
     }
 
-    /// A snapshot of the counters and per-level usage (the Fifth design's metrics block).
+    /// A snapshot of the counters and per-level usage (budgets, usage and capacity of every level, and the event counters).
     ///
     /// ```
     /// use ctxwin_core::{ContextManager, Level, Message, TinyCapacities};
@@ -619,5 +611,3 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
 #[cfg(test)]
 pub(crate) mod properties;
-#[cfg(test)]
-mod tests;

@@ -3,10 +3,11 @@
 use super::ContextManager;
 use super::evict::{UnitSpan, unit_end};
 use crate::capacity::Capacities;
+use crate::counter::TokenCounter;
+use crate::level::Level;
 use crate::message::MessageRef;
 use crate::ring::RingRef;
 use crate::strategy::Strategy;
-use crate::{Level, TokenCounter};
 
 /// A unit evicted from the context: one message, or an assistant message with all its tool
 /// results.

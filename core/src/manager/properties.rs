@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use crate::{
     Capacities, Config, ContextManager, Error, Level, Message, OpenAiRequest, OutboxMode,
-    PayloadItem, Ring, Role, StrategyKind, TokenCounter, ToolCall, UnansweredCalls,
+    PayloadItem, Role, StrategyKind, ToolCall, UnansweredCalls, counter::TokenCounter, ring::Ring,
 };
 
 pub(crate) struct Tight;
@@ -19,8 +19,8 @@ impl Capacities for Tight {
     type Session = Ring<4, 1024>;
     type Working = Ring<24, 4096>;
     type Volatile = Ring<8, 2048>;
-    type Scratch = crate::Scratch<512>;
-    type Entities = crate::EntityTable<4, 32>;
+    type Scratch = crate::capacity::Scratch<512>;
+    type Entities = crate::entities::EntityTable<4, 32>;
 }
 
 #[derive(Clone, Debug)]
@@ -375,13 +375,13 @@ impl Model {
                             let pairs = entities.iter().map(|(k, v)| {
                                 counter.count(k) + v.map_or(1, |v| counter.count(v)) + 3
                             });
-                            counter.count(crate::ENTITIES_PREFIX)
+                            counter.count(crate::payload::ENTITIES_PREFIX)
                                 + 2
                                 + pairs.sum::<u32>()
                                 + overhead
                         }
                         PayloadItem::MemorySummary(summary) => {
-                            counter.count(crate::MEMORY_SUMMARY_PREFIX)
+                            counter.count(crate::payload::MEMORY_SUMMARY_PREFIX)
                                 + overhead
                                 + summary.entries().map(|e| e.tokens()).sum::<u32>()
                         }

@@ -3,15 +3,18 @@
 use super::{ContextManager, Pending};
 use crate::capacity::Capacities;
 use crate::config::UnansweredCalls;
+use crate::counter::TokenCounter;
 use crate::error::{Error, InvalidMessage};
 use crate::header::{Header, flags};
 use crate::json;
-use crate::message::{MAX_TOOL_CALLS, Message, ToolCall};
-use crate::record::{self, SpanWriter};
+use crate::level::Level;
+use crate::message::{MAX_TOOL_CALLS, Message};
+use crate::record::ToolCall;
+use crate::record::{self, SpanWriter, bit};
 use crate::reduce::{self, Reduction};
+use crate::role::Role;
 use crate::strategy::Strategy;
 use crate::terms::key_terms;
-use crate::{Level, Role, TokenCounter};
 
 /// Longest tool call id accepted, in bytes (providers use about 30).
 pub const MAX_TOOL_CALL_ID_LEN: usize = 128;
@@ -77,11 +80,6 @@ impl Extra<'_> {
     }
 }
 
-/// Bit `index` of a call bitmask (0 past the 64 calls a unit may hold).
-pub(crate) fn bit(index: usize) -> u64 {
-    u32::try_from(index).ok().and_then(|shift| 1u64.checked_shl(shift)).unwrap_or(0)
-}
-
 fn validate(message: &Message<'_>) -> Result<(), InvalidMessage> {
     if !message.tool_calls.is_empty() && message.role != Role::Assistant {
         return Err(InvalidMessage::ToolCallsOnNonAssistant);
@@ -123,10 +121,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     ///   [`Message::level`] says otherwise; a tool result always joins its call's unit.
     /// - A tool result must answer a call that is waiting in the window
     ///   ([`Error::OrphanToolResult`] otherwise); one over
-    ///   [`Config::observation_limit`](crate::Config::observation_limit) tokens is stored reduced.
+    ///   [`Config::observation_limit`](crate::config::Config::observation_limit) tokens is stored reduced.
     /// - A history message arriving while calls still wait closes them first: each gets a
     ///   synthetic "aborted" result, or is dropped from its message
-    ///   ([`Config::unanswered_calls`](crate::Config::unanswered_calls)).
+    ///   ([`Config::unanswered_calls`](crate::config::Config::unanswered_calls)).
     ///
     /// On error nothing is stored.
     ///
@@ -220,7 +218,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// Adds a summary to the session level, standing for the messages in `sources` (inclusive
-    /// id ranges, at most [`MAX_SUMMARY_RANGES`](crate::MAX_SUMMARY_RANGES)), so a caller can
+    /// id ranges, at most [`MAX_SUMMARY_RANGES`](crate::manager::MAX_SUMMARY_RANGES)), so a caller can
     /// drill down to the originals in its archive (an LLM summary computed off the critical
     /// path, a key decision).
     ///
@@ -239,7 +237,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     ) -> Result<u64, Error> {
         self.ensure_configured()?;
         if sources.len() > crate::manager::MAX_SUMMARY_RANGES {
-            return Err(InvalidMessage::TooManyToolCalls.into());
+            return Err(InvalidMessage::TooManySummaryRanges.into());
         }
         let tokens = self.framed_tokens(self.counter.count(text), [], None);
         let extra = Extra::Ranges(sources);
@@ -263,7 +261,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// Closes every call still waiting for a result, as
-    /// [`Config::unanswered_calls`](crate::Config::unanswered_calls) says; for when a tool will
+    /// [`Config::unanswered_calls`](crate::config::Config::unanswered_calls) says; for when a tool will
     /// never answer.
     ///
     /// ```
@@ -655,5 +653,23 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let content = self.counter.count(record::content(header, record));
         let call_id = (header.role == Role::Tool).then(|| record::tail_text(header, record));
         self.framed_tokens(content, record::ToolCalls::new(header, record), call_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::capacity::TinyCapacities;
+    use crate::error::{Error, InvalidMessage};
+    use crate::manager::{ContextManager, MAX_SUMMARY_RANGES};
+
+    #[test]
+    fn too_many_summary_ranges_has_its_own_error() {
+        let mut manager = ContextManager::<TinyCapacities>::new();
+        let ranges = [(1u64, 1u64); MAX_SUMMARY_RANGES + 1];
+        assert_eq!(
+            manager.add_summary("gist", &ranges, 0),
+            Err(Error::InvalidMessage(InvalidMessage::TooManySummaryRanges))
+        );
+        assert!(manager.add_summary("gist", &ranges[..MAX_SUMMARY_RANGES], 0).is_ok());
     }
 }

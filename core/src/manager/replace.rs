@@ -8,17 +8,19 @@
 
 use super::ContextManager;
 use crate::capacity::Capacities;
+use crate::counter::TokenCounter;
 use crate::entities::{EntitiesMut, EntityError, EntityStorage};
 use crate::header::{Header, flags};
+use crate::level::Level;
+use crate::manager::MAX_SUMMARY_RANGES;
 use crate::record::{self, RANGE_ENTRY, SpanWriter};
 use crate::ring::RingStorage;
 use crate::strategy::Strategy;
-use crate::{Level, MAX_SUMMARY_RANGES, TokenCounter};
 
 /// Why [`ContextManager::replace_summary`] refused; the summary is unchanged.
 ///
 /// ```
-/// use ctxwin_core::{ContextManager, ReplaceError, TinyCapacities};
+/// use ctxwin_core::{ContextManager, manager::ReplaceError, TinyCapacities};
 /// let mut manager = ContextManager::<TinyCapacities>::new();
 /// assert_eq!(manager.replace_summary(7, "text"), Err(ReplaceError::NotASummary { id: 7 }));
 /// assert_eq!(ReplaceError::EmptyText.to_string(), "the replacement summary is empty");
@@ -84,7 +86,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// [`ReplaceError::TooLarge`], [`ReplaceError::NoRoom`]; nothing changes then.
     ///
     /// ```
-    /// use ctxwin_core::{ContextManager, ReplaceError, TinyCapacities};
+    /// use ctxwin_core::{ContextManager, manager::ReplaceError, TinyCapacities};
     /// let mut manager = ContextManager::<TinyCapacities>::new();
     /// let id = manager.add_summary("user: plan. assistant: ok. user: ship Friday", &[(1, 3)], 9)?;
     /// assert_eq!(manager.replace_summary(id, "Decided to ship on Friday."), Ok(id));
@@ -152,7 +154,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// Sets entity `key` to `value` (trimmed), or forgets its value with `None`, as an
-    /// [`Extractor`](crate::Extractor) would during a push: for values found off the critical
+    /// [`Extractor`](crate::entities::Extractor) would during a push: for values found off the critical
     /// path (an LLM extraction). The entity block's cost is recounted; the next
     /// [`compose`](Self::compose) evicts history if it needs the room.
     ///
@@ -162,7 +164,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// [`EntityError::ValueTooLong`] for a value longer than the table holds; nothing changes.
     ///
     /// ```
-    /// use ctxwin_core::{Config, ContextManager, EntityError, EntitySchema, TinyCapacities};
+    /// use ctxwin_core::{Config, ContextManager, entities::EntityError, EntitySchema, TinyCapacities};
     /// let schema = EntitySchema::new(&["branch"]).unwrap();
     /// let mut manager = ContextManager::<TinyCapacities>::with_config(Config { entity_schema: schema, ..Config::DEFAULT })?;
     /// manager.set_entity("branch", Some(" fix-io "))?;

@@ -4,12 +4,15 @@
 
 use serde::Deserialize;
 
+use super::error::{Invariant, SnapshotError};
 use super::wire::{ConfigWire, RecordWire, StateWire, role_from};
-use super::{Invariant, SnapshotError};
+use crate::config::{Config, StrategyKind};
 use crate::header::{Header, flags};
-use crate::manager::{State, bit};
-use crate::record::{self, Fault};
-use crate::{Config, Level, Role, json};
+use crate::json;
+use crate::level::Level;
+use crate::manager::State;
+use crate::record::{self, Fault, bit};
+use crate::role::Role;
 
 /// Largest id clock a snapshot may carry.
 const MAX_NEXT_ID: u64 = 1 << 63;
@@ -181,11 +184,16 @@ pub(crate) fn decode<'a, S: Sink<'a>>(
     capacities: [(usize, usize); 4],
     (entity_keys, value_bytes): (usize, usize),
     fingerprint: u32,
+    runs: Option<StrategyKind>,
     sink: &mut S,
 ) -> Result<(), SnapshotError> {
     let (config, rest) = take::<ConfigWire>(body)?;
     let config = config.to_config().ok_or(SnapshotError::Invalid(Invariant::Config))?;
     if config.validate().is_err() {
+        return Err(SnapshotError::Invalid(Invariant::Config));
+    }
+    // A strategy that runs one kind never restores a configuration naming another.
+    if runs.is_some_and(|kind| kind != config.strategy) {
         return Err(SnapshotError::Invalid(Invariant::Config));
     }
     if config.fingerprint() != fingerprint {

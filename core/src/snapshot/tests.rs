@@ -5,8 +5,8 @@ use super::*;
 use crate::header::{Header, flags};
 use crate::manager::properties::{Model, Tight, config as any_config, op};
 use crate::{
-    Capacities, ContextManager, DefaultCapacities, Message, OpenAiRequest, Ring, Role,
-    TinyCapacities, ToolCall,
+    Capacities, ContextManager, DefaultCapacities, Message, OpenAiRequest, Role, TinyCapacities,
+    ToolCall, ring::Ring,
 };
 
 type Tiny = ContextManager<TinyCapacities>;
@@ -397,8 +397,8 @@ impl Capacities for Odd {
     type Session = Ring<2, 300>;
     type Working = Ring<24, 4096>;
     type Volatile = Ring<8, 2048>;
-    type Scratch = crate::Scratch<512>;
-    type Entities = crate::EntityTable<4, 32>;
+    type Scratch = crate::capacity::Scratch<512>;
+    type Entities = crate::entities::EntityTable<4, 32>;
 }
 
 #[test]
@@ -478,13 +478,13 @@ fn counters_at_their_maximum_saturate() {
     let mut state = crate::manager::State::NEW;
     state.issued = 4;
     state.turn = u64::MAX;
-    state.counters = crate::Counters {
+    state.counters = crate::stats::Counters {
         messages_pushed: u64::MAX,
         tokens_ingested: u64::MAX,
         units_evicted: u64::MAX,
         messages_evicted: u64::MAX,
         tokens_evicted: u64::MAX,
-        ..crate::Counters::default()
+        ..crate::stats::Counters::default()
     };
     let bytes = assemble(&Config::DEFAULT, &StateWire::from(&state), [&[], &[], &[], &[]]);
     let mut m = Tiny::new();

@@ -3,13 +3,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::StrategyKind;
 use crate::config::{Config, OutboxMode, UnansweredCalls};
 use crate::entities::{EntitySchema, MAX_ENTITY_KEY_LEN, MAX_ENTITY_KEYS};
 use crate::header::Header;
+use crate::level::Level;
 use crate::manager::{Pending, State};
+use crate::role::Role;
 use crate::stats::Counters;
-use crate::strategy::StrategyKind;
-use crate::{Level, Role};
 
 /// `"CWSN"`: ctxwin snapshot.
 pub(crate) const MAGIC: [u8; 4] = *b"CWSN";

@@ -1,5 +1,4 @@
-//! The Fifth design's importance score, in fixed point so a history scores the same on every
-//! target: `0.3·recency + 0.2·references + 0.4·task_relevance + 0.1·explicit`, each part in
+//! The importance score of a unit, in fixed point so a history scores the same on every target: `0.3·recency + 0.2·references + 0.4·task_relevance + 0.1·explicit`, each part in
 //! thousandths.
 
 use super::{Env, UnitView};
@@ -13,7 +12,7 @@ const FULL_REFERENCES: u32 = 5;
 /// A unit's importance and its parts, each in thousandths (0..=1000).
 ///
 /// ```
-/// use ctxwin_core::ImportanceScore;
+/// use ctxwin_core::strategy::ImportanceScore;
 /// let score = ImportanceScore::combine(1000, 0, 1000, 0);
 /// assert_eq!(score.total, 700);
 /// ```
@@ -62,4 +61,34 @@ pub fn importance(unit: &UnitView<'_>, env: &Env<'_>) -> ImportanceScore {
     };
     let explicit = if unit.is_important() { 1000 } else { 0 };
     ImportanceScore::combine(recency, references, task_relevance, explicit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capacity::TinyCapacities;
+    use crate::config::{Config, StrategyKind};
+    use crate::manager::ContextManager;
+    use crate::message::Message;
+
+    const MINUTE: u64 = 60_000;
+
+    #[test]
+    fn importance_formula_in_fixed_point() {
+        let config =
+            Config { strategy: StrategyKind::Importance, locked_tail: 6, ..Config::DEFAULT };
+        let mut m = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        m.push(Message::assistant("Config lives in src/config.rs").at(0)).unwrap();
+        m.push(Message::user("open src/config.rs and fix the parser").at(2 * MINUTE)).unwrap();
+        let (unit, env) = m.unit_and_env(0).unwrap();
+        let score = importance(&unit, &env);
+        assert_eq!(score.recency, 333, "two minutes old: 1000 / 3");
+        assert_eq!(score.references, 200, "mentioned once later");
+        assert_eq!(
+            score.task_relevance, 333,
+            "one of the task's three: open, src/config.rs, parser"
+        );
+        assert_eq!(score.explicit, 0);
+        assert_eq!(score.total, (300 * 333 + 200 * 200 + 400 * 333) / 1000);
+    }
 }

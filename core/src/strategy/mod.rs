@@ -3,93 +3,25 @@
 //! The manager owns the mechanics (locking, units, budgets, the outbox); a [`Strategy`] only
 //! decides, through a few hooks, so a strategy of your own cannot break a pair or the budget.
 //! [`Builtin`] runs the five strategies named in [`StrategyKind`], picked by
-//! [`Config::strategy`](crate::Config::strategy).
+//! [`Config::strategy`](crate::config::Config::strategy).
 
 mod importance;
 
 pub use importance::{ImportanceScore, importance};
 
+use crate::config::{Config, StrategyKind};
 use crate::entities::{Extractor, Patterns};
-use crate::manager::History;
+use crate::level::Level;
 use crate::message::MessageRef;
+use crate::role::Role;
 use crate::summarize::{Detail, Extractive, Summarizer};
 use crate::terms::share_a_term;
-use crate::{Config, Level, Role};
-
-/// The built-in strategies.
-///
-/// | kind | what leaves first | what happens to it |
-/// |---|---|---|
-/// | [`SlidingWindow`](StrategyKind::SlidingWindow) | oldest unit | dropped (to the outbox) |
-/// | [`Summarization`](StrategyKind::Summarization) | oldest turns, past `summarize_threshold` | folded into one rolling summary |
-/// | [`EntityExtraction`](StrategyKind::EntityExtraction) | everything outside the locked tail | dropped: the entity table keeps the state |
-/// | [`Importance`](StrategyKind::Importance) | lowest importance score | a paragraph above `importance_threshold`, else one line if it says something specific |
-/// | [`Hierarchical`](StrategyKind::Hierarchical) | units older than `working_age_ms`, then oldest | kept as a paragraph, then a line after `session_age_ms` |
-///
-/// ```
-/// use ctxwin_core::StrategyKind;
-/// assert_eq!(StrategyKind::default(), StrategyKind::SlidingWindow);
-/// assert_eq!(StrategyKind::parse("importance"), Some(StrategyKind::Importance));
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum StrategyKind {
-    /// Pure FIFO over units within the budget.
-    #[default]
-    SlidingWindow,
-    /// A rolling summary absorbs the oldest turns.
-    Summarization,
-    /// Only the extracted state and the locked tail.
-    EntityExtraction,
-    /// Scores units; keeps the valuable, summarizes the important.
-    Importance,
-    /// Full text, then a paragraph, then a line, by age.
-    Hierarchical,
-}
-
-impl StrategyKind {
-    /// Every kind.
-    pub const ALL: [StrategyKind; 5] = [
-        StrategyKind::SlidingWindow,
-        StrategyKind::Summarization,
-        StrategyKind::EntityExtraction,
-        StrategyKind::Importance,
-        StrategyKind::Hierarchical,
-    ];
-
-    /// Snake-case name.
-    ///
-    /// ```
-    /// assert_eq!(ctxwin_core::StrategyKind::SlidingWindow.as_str(), "sliding_window");
-    /// ```
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            StrategyKind::SlidingWindow => "sliding_window",
-            StrategyKind::Summarization => "summarization",
-            StrategyKind::EntityExtraction => "entity_extraction",
-            StrategyKind::Importance => "importance",
-            StrategyKind::Hierarchical => "hierarchical",
-        }
-    }
-
-    /// Parses a snake-case name.
-    pub fn parse(name: &str) -> Option<StrategyKind> {
-        StrategyKind::ALL.into_iter().find(|kind| kind.as_str() == name)
-    }
-}
-
-impl core::fmt::Display for StrategyKind {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::view::{History, LevelMessages};
 
 /// What happens to a unit leaving the window (it always goes to the outbox too).
 ///
 /// ```
-/// use ctxwin_core::{Detail, Leave};
+/// use ctxwin_core::{summarize::Detail, strategy::Leave};
 /// let keep_gist = Leave::Summarize { detail: Detail::Line, rolling: false };
 /// assert_ne!(keep_gist, Leave::Drop);
 /// ```
@@ -109,7 +41,7 @@ pub enum Leave {
 /// Work a strategy asks for after a push, before budget-driven eviction.
 ///
 /// ```
-/// use ctxwin_core::Plan;
+/// use ctxwin_core::strategy::Plan;
 /// assert_eq!(Plan::default(), Plan::Nothing);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -140,7 +72,7 @@ pub enum Plan {
 #[derive(Clone, Debug)]
 pub struct UnitView<'a> {
     level: Level,
-    messages: crate::manager::LevelMessages<'a>,
+    messages: LevelMessages<'a>,
     first: MessageRef<'a>,
     last_id: u64,
     tokens: u32,
@@ -150,10 +82,7 @@ pub struct UnitView<'a> {
 }
 
 impl<'a> UnitView<'a> {
-    pub(crate) fn new(
-        level: Level,
-        mut messages: crate::manager::LevelMessages<'a>,
-    ) -> Option<Self> {
+    pub(crate) fn new(level: Level, mut messages: LevelMessages<'a>) -> Option<Self> {
         let all = messages.clone();
         let first = messages.next()?;
         let mut unit = UnitView {
@@ -188,7 +117,7 @@ impl<'a> UnitView<'a> {
     }
 
     /// Its messages, in order.
-    pub fn messages(&self) -> crate::manager::LevelMessages<'a> {
+    pub fn messages(&self) -> LevelMessages<'a> {
         self.messages.clone()
     }
 
@@ -293,7 +222,7 @@ impl<'a> Env<'a> {
 /// summarizer(..) .. fn extractor(..) .. }`: a sliding window.
 ///
 /// ```
-/// use ctxwin_core::{Env, Extractive, Extractor, Leave, Patterns, Strategy, Summarizer, UnitView};
+/// use ctxwin_core::{strategy::Env, summarize::Extractive, entities::Extractor, strategy::Leave, entities::Patterns, strategy::Strategy, summarize::Summarizer, strategy::UnitView};
 /// /// Evicts the biggest units first and keeps nothing of them.
 /// struct BiggestFirst { summarizer: Extractive, extractor: Patterns }
 /// impl Strategy for BiggestFirst {
@@ -334,10 +263,27 @@ pub trait Strategy {
 
     /// The extractor that updates entities from user messages (when a schema is declared).
     fn extractor(&mut self) -> &mut dyn Extractor;
+
+    /// The built-in kind this strategy runs, which a manager's
+    /// [`Config::strategy`](crate::config::Config::strategy) must name
+    /// ([`ConfigError::StrategyMismatch`](crate::config::ConfigError::StrategyMismatch)
+    /// otherwise), or `None` for [`Builtin`], which runs whatever kind the configuration names.
+    /// The default, the default kind, is for strategies of your own: their configuration
+    /// leaves `strategy` at its default, so no configured kind is silently ignored.
+    ///
+    /// ```
+    /// use ctxwin_core::StrategyKind;
+    /// use ctxwin_core::strategy::{Builtin, SlidingWindow, Strategy};
+    /// assert_eq!(SlidingWindow::new().kind(), Some(StrategyKind::SlidingWindow));
+    /// assert_eq!(Builtin::new().kind(), None);
+    /// ```
+    fn kind(&self) -> Option<StrategyKind> {
+        Some(StrategyKind::default())
+    }
 }
 
 /// A strategy that can be built in `const` context, so a manager using it can be a `static`
-/// ([`ContextManager::UNCONFIGURED`](crate::ContextManager::UNCONFIGURED)).
+/// ([`ContextManager::UNCONFIGURED`](crate::manager::ContextManager::UNCONFIGURED)).
 pub trait ConstStrategy: Strategy {
     /// The strategy's initial value.
     const NEW: Self;
@@ -353,13 +299,13 @@ impl ConstStrategy for SlidingWindow {
 
 /// The sliding window alone: oldest units leave first, nothing is summarized or extracted, and
 /// no summarizer or extractor code is linked. The smallest footprint, for firmware that writes
-/// its own summaries with [`add_summary`](crate::ContextManager::add_summary), if any. (A
+/// its own summaries with [`add_summary`](crate::manager::ContextManager::add_summary), if any. (A
 /// session level that overflows drops its oldest entries.)
 ///
 /// ```
-/// use ctxwin_core::{Config, ContextManager, Estimator, Message, SlidingWindow, TinyCapacities};
-/// type Lean = ContextManager<TinyCapacities, Estimator, SlidingWindow>;
-/// let mut manager = Lean::with_strategy(Config::DEFAULT, Estimator::new(), SlidingWindow::new())?;
+/// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+/// use ctxwin_core::strategy::SlidingWindow;
+/// let mut manager = ContextManager::<TinyCapacities>::builder().strategy(SlidingWindow::new()).build()?;
 /// manager.push(Message::user("hi"))?;
 /// # Ok::<(), Box<dyn core::error::Error>>(())
 /// ```
@@ -382,15 +328,15 @@ struct Nothing;
 impl Summarizer for Nothing {
     fn summarize(
         &mut self,
-        _: &crate::SummaryRequest<'_>,
-        _: &mut crate::TextBuffer<'_>,
-    ) -> Result<(), crate::SummarizeError> {
-        Err(crate::SummarizeError::Unavailable)
+        _: &crate::summarize::SummaryRequest<'_>,
+        _: &mut crate::summarize::TextBuffer<'_>,
+    ) -> Result<(), crate::summarize::SummarizeError> {
+        Err(crate::summarize::SummarizeError::Unavailable)
     }
 }
 
 impl Extractor for Nothing {
-    fn extract(&mut self, _: &str, _: &mut crate::EntitiesMut<'_>) {}
+    fn extract(&mut self, _: &str, _: &mut crate::entities::EntitiesMut<'_>) {}
 }
 
 impl Strategy for SlidingWindow {
@@ -398,16 +344,20 @@ impl Strategy for SlidingWindow {
         &mut self.none
     }
 
+    fn kind(&self) -> Option<StrategyKind> {
+        Some(StrategyKind::SlidingWindow)
+    }
+
     fn extractor(&mut self) -> &mut dyn Extractor {
         &mut self.none
     }
 }
 
-/// The five built-in strategies, selected by [`Config::strategy`](crate::Config::strategy),
+/// The five built-in strategies, selected by [`Config::strategy`](crate::config::Config::strategy),
 /// with a pluggable summarizer and extractor (the core's deterministic ones by default).
 ///
 /// ```
-/// use ctxwin_core::{Builtin, Config, ContextManager, StrategyKind, TinyCapacities};
+/// use ctxwin_core::{strategy::Builtin, Config, ContextManager, StrategyKind, TinyCapacities};
 /// let config = Config { strategy: StrategyKind::Hierarchical, ..Config::DEFAULT };
 /// let manager = ContextManager::<TinyCapacities>::with_config(config)?;
 /// assert_eq!(manager.config().strategy, StrategyKind::Hierarchical);
@@ -486,7 +436,8 @@ impl<Z: Summarizer, X: Extractor> Strategy for Builtin<Z, X> {
     fn extractor(&mut self) -> &mut dyn Extractor {
         &mut self.extractor
     }
-}
 
-#[cfg(test)]
-mod tests;
+    fn kind(&self) -> Option<StrategyKind> {
+        None
+    }
+}

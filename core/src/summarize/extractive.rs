@@ -12,8 +12,9 @@
 //! budget; a second pass writes every statement above it, and the newest that fit at it.
 
 use super::{Detail, SummarizeError, Summarizer, SummaryRequest, TextBuffer};
+use crate::counter::TokenCounter;
+use crate::role::Role;
 use crate::terms::{is_hyphenated_word, is_term, tokens};
-use crate::{Role, TokenCounter};
 
 /// Longest statement kept, in bytes; longer ones are cut.
 const MAX_STATEMENT: usize = 240;
@@ -352,7 +353,7 @@ impl Selection {
 /// The deterministic summarizer the core ships: no model, no allocation.
 ///
 /// ```
-/// use ctxwin_core::{ContextManager, Detail, Extractive, Message, Summarizer, SummaryRequest, TextBuffer, TinyCapacities};
+/// use ctxwin_core::{ContextManager, summarize::Detail, summarize::Extractive, Message, summarize::Summarizer, summarize::SummaryRequest, summarize::TextBuffer, TinyCapacities};
 /// let mut manager = ContextManager::<TinyCapacities>::new();
 /// let first = manager.push(Message::user("Hi! Can you look at the build?"))?;
 /// manager.push(Message::assistant("Sure, let me check."))?;

@@ -7,14 +7,14 @@ mod text;
 pub use extractive::Extractive;
 pub use text::TextBuffer;
 
-use crate::TokenCounter;
-use crate::manager::{History, LevelMessages};
+use crate::counter::TokenCounter;
 use crate::message::MessageRef;
+use crate::view::{History, LevelMessages};
 
 /// How much detail a summary keeps.
 ///
 /// ```
-/// use ctxwin_core::Detail;
+/// use ctxwin_core::summarize::Detail;
 /// assert!(Detail::Line.max_segments() < Detail::Paragraph.max_segments());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -54,7 +54,7 @@ impl Detail {
 /// `first..=last` (cloneable, so a summarizer may read them more than once).
 ///
 /// ```
-/// use ctxwin_core::{ContextManager, Message, SummarySource, TinyCapacities};
+/// use ctxwin_core::{ContextManager, Message, summarize::SummarySource, TinyCapacities};
 /// let mut manager = ContextManager::<TinyCapacities>::new();
 /// let first = manager.push(Message::user("plan the release"))?;
 /// let last = manager.push(Message::assistant("release on Friday"))?;
@@ -140,7 +140,7 @@ pub struct SummaryRequest<'a> {
 /// LLM summarizer, the caller's fallback).
 ///
 /// ```
-/// assert_eq!(ctxwin_core::SummarizeError::Unavailable.to_string(), "summarizer unavailable");
+/// assert_eq!(ctxwin_core::summarize::SummarizeError::Unavailable.to_string(), "summarizer unavailable");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -175,7 +175,7 @@ impl core::error::Error for SummarizeError {}
 /// what is written as a summary in the session level, standing for the messages' ids.
 ///
 /// ```
-/// use ctxwin_core::{Detail, SummarizeError, Summarizer, SummaryRequest, TextBuffer};
+/// use ctxwin_core::{summarize::Detail, summarize::SummarizeError, summarize::Summarizer, summarize::SummaryRequest, summarize::TextBuffer};
 /// /// Keeps the first line of every message.
 /// struct FirstLines;
 /// impl Summarizer for FirstLines {

@@ -3,7 +3,7 @@
 /// UTF-8 text written into a fixed byte buffer; writes past the end are cut at a char boundary.
 ///
 /// ```
-/// use ctxwin_core::TextBuffer;
+/// use ctxwin_core::summarize::TextBuffer;
 /// let mut bytes = [0u8; 8];
 /// let mut text = TextBuffer::new(&mut bytes);
 /// text.push_str("héllo wörld");

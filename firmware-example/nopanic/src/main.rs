@@ -19,10 +19,7 @@ use core::hint::black_box;
 use cortex_m_rt::entry;
 use cortex_m_semihosting::debug;
 use critical_section::Mutex;
-use ctxwin_core::{
-    Config, ContextManager, EntitySchema, Error, Level, Message, OpenAiRequest, PayloadItem,
-    StrategyKind, ToolCall,
-};
+use ctxwin_core::{Config, ContextManager, EntitySchema, Error, Level, Message, OpenAiRequest, PayloadItem, StrategyKind, ToolCall};
 use edge::{EDGE_CONFIG, EDGE_MANAGER, EdgeManager};
 use panic_never as _;
 use summary::{Digest, SUMMARY_BYTES};
@@ -94,7 +91,7 @@ fn log_into(buf: &mut [u8], lines: u32) -> &str {
 
 fn exercise(manager: &mut EdgeManager, body: &mut [u8]) -> Result<usize, Error> {
     let mut checksum = 0usize;
-    manager.configure(black_box(EDGE_CONFIG))?;
+    manager.set_config(black_box(EDGE_CONFIG))?;
     manager.push(Message::system(black_box("You are the agent of pump 7.")))?;
     manager.add_tool_definition(black_box(r#"{"name":"read_log","parameters":{}}"#))?;
     if manager.add_tool_definition(black_box("not json")).is_ok() {
@@ -178,7 +175,7 @@ fn exercise_strategies(manager: &mut BuiltinManager, body: &mut [u8]) -> Result<
             entity_schema: schema,
             ..EDGE_CONFIG
         };
-        manager.configure(black_box(config))?;
+        manager.set_config(black_box(config))?;
         if strategy == StrategyKind::SlidingWindow {
             // The permanent level keeps it across the reconfigurations.
             manager.push(Message::system(black_box("You are the agent of pump 7.")))?;

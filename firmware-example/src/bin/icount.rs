@@ -64,7 +64,7 @@ fn run(cs: CriticalSection<'_>) -> bool {
     else {
         return false;
     };
-    if manager.configure(EDGE_CONFIG).is_err() || scenario::setup(&mut manager).is_err() {
+    if manager.set_config(EDGE_CONFIG).is_err() || scenario::setup(&mut manager).is_err() {
         return false;
     }
     let mut digest = Digest::new();

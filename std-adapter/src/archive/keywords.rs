@@ -13,37 +13,14 @@ pub const MAX_KEYWORDS_PER_MESSAGE: usize = 64;
 /// Keywords longer than this (in bytes) are dropped: they are blobs, not names.
 pub const MAX_KEYWORD_LEN: usize = 128;
 
-/// Common English words that are never keywords, even when capitalized at a sentence start.
-#[rustfmt::skip]
-const STOP_WORDS: &[&str] = &[
-    "a", "about", "above", "after", "again", "all", "also", "am", "an", "and", "any", "are",
-    "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but",
-    "by", "can", "could", "did", "do", "does", "doing", "done", "down", "during", "e.g", "each",
-    "else", "etc", "even", "every", "few", "for", "from", "further", "get", "got", "had", "has",
-    "have", "having", "he", "hello", "her", "here", "hers", "herself", "hi", "him", "himself",
-    "his", "how", "however", "i", "i.e", "if", "in", "into", "is", "it", "its", "itself",
-    "just", "let", "like", "made", "make", "many", "may", "me", "might", "more", "most", "much",
-    "must", "my", "myself", "need", "next", "no", "nor", "not", "now", "of", "off", "ok",
-    "okay", "on", "once", "one", "only", "or", "other", "our", "ours", "ourselves", "out",
-    "over", "own", "please", "same", "see", "she", "should", "so", "some", "such", "sure",
-    "than", "thank", "thanks", "that", "the", "their", "theirs", "them", "themselves", "then",
-    "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up",
-    "use", "very", "was", "we", "well", "were", "what", "when", "where", "which", "while",
-    "who", "whom", "why", "will", "with", "would", "yes", "yet", "you", "your", "yours",
-    "yourself", "yourselves",
-];
-
-/// Whether `word` (any case) is a stop word.
+/// Whether `word` (any case) is a stop word: ctxwin's one list, [`ctxwin_core::terms::STOP_WORDS`].
 ///
 /// ```
 /// use ctxwin_std::archive::keywords::is_stop_word;
 /// assert!(is_stop_word("The"));
 /// assert!(!is_stop_word("parser"));
 /// ```
-pub fn is_stop_word(word: &str) -> bool {
-    let lower = word.to_lowercase();
-    STOP_WORDS.binary_search(&lower.as_str()).is_ok()
-}
+pub use ctxwin_core::terms::is_stop_word;
 
 /// Extracts the keywords of `text` with how often each occurs, lower-cased, most frequent first
 /// (ties in byte order), at most [`MAX_KEYWORDS_PER_MESSAGE`].
@@ -124,57 +101,17 @@ fn trim_token(raw: &str) -> &str {
     raw.trim_end_matches(['.', ':', '-', '/']).trim_start_matches([':', '-'])
 }
 
-/// Classifies one trimmed token; a capitalized word opening a sentence is only a keyword when it
-/// is also an acronym or camel-cased (`HTTP`, `PostgreSQL`), since "Open" or "Now" there is prose.
+/// Classifies one trimmed token: a term ([`ctxwin_core::terms::is_term`]: identifier, path,
+/// number, flag), an acronym, or a capitalized name, never a stop word. A capitalized word
+/// opening a sentence is only a keyword when it is also a term or an acronym (`HTTP`,
+/// `PostgreSQL`), since "Open" or "Now" there is prose.
 fn is_keyword(token: &str, sentence_start: bool) -> bool {
     if !token.chars().any(char::is_alphanumeric) || is_stop_word(token) {
         return false;
     }
-    is_number(token)
-        || is_path(token)
-        || is_identifier(token)
+    ctxwin_core::terms::is_term(token)
         || is_acronym(token)
         || (!sentence_start && is_capitalized_name(token))
-}
-
-fn is_number(token: &str) -> bool {
-    let digits = token.chars().filter(char::is_ascii_digit).count();
-    digits >= 2
-        && token.chars().all(|c| c.is_ascii_digit() || c == '.')
-        && token.starts_with(|c: char| c.is_ascii_digit())
-}
-
-fn is_path(token: &str) -> bool {
-    if token.contains('/') {
-        return token.chars().filter(|c| c.is_alphanumeric()).count() >= 2;
-    }
-    // `name.ext`: a letter somewhere in the name and an extension of 1..=5 alphanumerics with a
-    // letter, so `3.14` and `e.g` are not paths.
-    match token.rsplit_once('.') {
-        Some((name, ext)) => {
-            !name.is_empty()
-                && name.chars().any(char::is_alphabetic)
-                && (1..=5).contains(&ext.chars().count())
-                && ext.chars().all(char::is_alphanumeric)
-                && ext.chars().any(char::is_alphabetic)
-        }
-        None => false,
-    }
-}
-
-fn is_identifier(token: &str) -> bool {
-    if token.chars().count() < 3 {
-        return false;
-    }
-    let has_letter = token.chars().any(char::is_alphabetic);
-    let snake = token.contains('_') && has_letter;
-    let path_sep = token.contains("::") && has_letter;
-    let letters_and_digits = has_letter && token.chars().any(|c| c.is_ascii_digit());
-    snake || path_sep || letters_and_digits || is_camel_case(token)
-}
-
-fn is_camel_case(token: &str) -> bool {
-    token.chars().zip(token.chars().skip(1)).any(|(a, b)| a.is_lowercase() && b.is_uppercase())
 }
 
 fn is_capitalized_name(token: &str) -> bool {
@@ -201,9 +138,9 @@ mod tests {
 
     #[test]
     fn stop_words_are_sorted_for_binary_search() {
-        let mut sorted = STOP_WORDS.to_vec();
+        let mut sorted = ctxwin_core::terms::STOP_WORDS.to_vec();
         sorted.sort_unstable();
-        assert_eq!(sorted, STOP_WORDS);
+        assert_eq!(sorted, ctxwin_core::terms::STOP_WORDS);
     }
 
     #[test]

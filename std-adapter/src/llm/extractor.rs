@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use ctxwin_core::{EntitiesMut, Extractor, Patterns};
+use ctxwin_core::{entities::EntitiesMut, entities::Extractor, entities::Patterns};
 
 use super::{CallTally, FallbackReason, LlmClient};
 
@@ -21,13 +21,13 @@ use super::{CallTally, FallbackReason, LlmClient};
 /// background worker instead.
 ///
 /// ```
-/// use ctxwin_core::{Builtin, Config, ContextManager, EntitySchema, Estimator, Extractive, Message, TinyCapacities};
+/// use ctxwin_core::{strategy::Builtin, Config, ContextManager, EntitySchema, estimator::Estimator, summarize::Extractive, Message, TinyCapacities};
 /// use ctxwin_std::llm::{LlmClientBuilder, LlmExtractor};
 ///
 /// let client = LlmClientBuilder::new("http://127.0.0.1:9").max_retries(0).build()?;
 /// let strategy = Builtin { summarizer: Extractive, extractor: LlmExtractor::new(client) };
 /// let config = Config { entity_schema: EntitySchema::new(&["branch"])?, ..Config::DEFAULT };
-/// let mut manager = ContextManager::<TinyCapacities, _, _>::with_strategy(config, Estimator::new(), strategy)?;
+/// let mut manager = ContextManager::<TinyCapacities>::builder().config(config).strategy(strategy).build()?;
 /// manager.push(Message::user("branch: fix-io"))?;
 /// // No server: the pattern extractor found the value.
 /// assert_eq!(manager.entities().get("branch"), Some("fix-io"));
@@ -103,13 +103,16 @@ mod tests {
         extractor: LlmExtractor,
     ) -> ContextManager<
         TinyCapacities,
-        ctxwin_core::Estimator,
-        ctxwin_core::Builtin<ctxwin_core::Extractive, LlmExtractor>,
+        ctxwin_core::estimator::Estimator,
+        ctxwin_core::strategy::Builtin<ctxwin_core::summarize::Extractive, LlmExtractor>,
     > {
         let schema = EntitySchema::new(&["branch", "owner"]).unwrap();
         let config = Config { entity_schema: schema, ..Config::DEFAULT };
-        let strategy = ctxwin_core::Builtin { summarizer: ctxwin_core::Extractive, extractor };
-        ContextManager::with_strategy(config, ctxwin_core::Estimator::new(), strategy).unwrap()
+        let strategy = ctxwin_core::strategy::Builtin {
+            summarizer: ctxwin_core::summarize::Extractive,
+            extractor,
+        };
+        ContextManager::builder().config(config).strategy(strategy).build().unwrap()
     }
 
     #[test]

@@ -3,7 +3,10 @@
 
 use std::time::Instant;
 
-use ctxwin_core::{Extractive, Role, SummarizeError, Summarizer, SummaryRequest, TextBuffer};
+use ctxwin_core::{
+    Role, summarize::Extractive, summarize::SummarizeError, summarize::Summarizer,
+    summarize::SummaryRequest, summarize::TextBuffer,
+};
 
 use super::{CallTally, FallbackReason, LlmClient};
 use crate::ChatMessage;
@@ -19,14 +22,14 @@ use crate::ChatMessage;
 /// background worker instead ([`SessionBuilder::llm`](crate::session::SessionBuilder::llm)).
 ///
 /// ```
-/// use ctxwin_core::{Builtin, Config, ContextManager, Estimator, Message, StrategyKind, TinyCapacities};
+/// use ctxwin_core::{strategy::Builtin, Config, ContextManager, estimator::Estimator, Message, StrategyKind, TinyCapacities};
 /// use ctxwin_std::llm::{LlmClientBuilder, LlmExtractor, LlmSummarizer};
 ///
 /// // No server listens on port 9: every summary falls back to the extractive one.
 /// let client = LlmClientBuilder::new("http://127.0.0.1:9").max_retries(0).build()?;
 /// let strategy = Builtin { summarizer: LlmSummarizer::new(client.clone()), extractor: LlmExtractor::new(client) };
 /// let config = Config { strategy: StrategyKind::Summarization, summarize_threshold: 2, summarize_batch: 1, locked_tail: 2, ..Config::DEFAULT };
-/// let mut manager = ContextManager::<TinyCapacities, _, _>::with_strategy(config, Estimator::new(), strategy)?;
+/// let mut manager = ContextManager::<TinyCapacities>::builder().config(config).strategy(strategy).build()?;
 /// for turn in 0..5 {
 ///     manager.push(Message::user(&format!("Step {turn}: edit src/step{turn}.rs")))?;
 /// }
@@ -124,7 +127,10 @@ mod tests {
     use super::*;
     use crate::llm::LlmClientBuilder;
     use crate::llm::mock::server;
-    use ctxwin_core::{ContextManager, Detail, Estimator, Message, TinyCapacities, TokenCounter};
+    use ctxwin_core::{
+        ContextManager, Message, TinyCapacities, counter::TokenCounter, estimator::Estimator,
+        summarize::Detail,
+    };
     use std::net::TcpListener;
 
     fn summarize(

@@ -2,7 +2,8 @@
 //! of that size on the heap.
 
 use ctxwin_core::{
-    Capacities, Config, ContextManager, EntityTable, Level, Ring, RingStorage, Scratch,
+    Capacities, Config, ContextManager, Level, capacity::Scratch, entities::EntityTable,
+    ring::Ring, ring::RingStorage,
 };
 
 use super::{Counter, SessionError};
@@ -80,7 +81,13 @@ pub(crate) fn boxed_manager(
     let worker = std::thread::Builder::new()
         .name("ctxwin-session-alloc".into())
         .stack_size(stack)
-        .spawn(move || SessionManager::with_counter(config, counter).map(Box::new))
+        .spawn(move || {
+            ContextManager::<ServerCapacities>::builder()
+                .config(config)
+                .counter(counter)
+                .build()
+                .map(Box::new)
+        })
         .map_err(|error| SessionError::Allocation(error.to_string()))?;
     let built = worker
         .join()
@@ -91,7 +98,7 @@ pub(crate) fn boxed_manager(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxwin_core::{Level, TokenCounter};
+    use ctxwin_core::{Level, counter::TokenCounter};
 
     #[test]
     fn builds_on_a_small_stack_thread() {

@@ -1,7 +1,9 @@
 //! Conversions between the std side's owned messages and the core's borrowed ones, and the
 //! rendering of a core payload as an owned [`Conversation`].
 
-use ctxwin_core::{ENTITIES_PREFIX, Entities, MessageRef, Payload, PayloadItem, Role};
+use ctxwin_core::{
+    MessageRef, Payload, PayloadItem, Role, entities::Entities, payload::ENTITIES_PREFIX,
+};
 use serde_json::value::RawValue;
 
 use super::SessionError;

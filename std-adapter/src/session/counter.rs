@@ -1,6 +1,6 @@
 //! [`Counter`]: the token counter a session's manager uses, picked at run time.
 
-use ctxwin_core::{Estimator, TokenCounter};
+use ctxwin_core::{counter::TokenCounter, estimator::Estimator};
 
 use crate::tokens::{CacheStats, ExactCounter};
 
@@ -9,7 +9,7 @@ use crate::tokens::{CacheStats, ExactCounter};
 /// threads.
 ///
 /// ```
-/// use ctxwin_core::TokenCounter;
+/// use ctxwin_core::counter::TokenCounter;
 /// use ctxwin_std::session::Counter;
 /// use ctxwin_std::tokens::ExactCounter;
 ///

@@ -217,7 +217,7 @@ impl SessionStats {
         let core = &self.core;
         let counters = &core.counters;
         let usages: Vec<_> = Level::ALL.iter().map(|&level| (level, core.level(level))).collect();
-        let width = |f: &dyn Fn(&ctxwin_core::LevelStats) -> u32| {
+        let width = |f: &dyn Fn(&ctxwin_core::stats::LevelStats) -> u32| {
             usages.iter().map(|(_, u)| thousands(f(u)).len()).max().unwrap_or(1)
         };
         let (tw, bw, mw) = (width(&|u| u.tokens), width(&|u| u.budget), width(&|u| u.messages));

@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use ctxwin_core::TokenCounter;
+use ctxwin_core::counter::TokenCounter;
 use flate2::read::GzDecoder;
 use tokenizers::Tokenizer;
 
@@ -86,7 +86,7 @@ pub enum TokenizerError {
 /// # Examples
 ///
 /// ```
-/// use ctxwin_core::TokenCounter;
+/// use ctxwin_core::counter::TokenCounter;
 /// use ctxwin_std::tokens::ExactCounter;
 ///
 /// let counter = ExactCounter::cl100k()?;
@@ -115,7 +115,7 @@ impl ExactCounter {
     /// # Examples
     ///
     /// ```
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     /// use ctxwin_std::tokens::ExactCounter;
     ///
     /// let counter = ExactCounter::cl100k()?;
@@ -138,7 +138,7 @@ impl ExactCounter {
     /// # Examples
     ///
     /// ```
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     /// use ctxwin_std::tokens::ExactCounter;
     ///
     /// let counter = ExactCounter::smollm2()?;
@@ -202,7 +202,7 @@ impl ExactCounter {
     /// The default is [`DEFAULT_CACHE_CAPACITY`](super::DEFAULT_CACHE_CAPACITY).
     ///
     /// ```
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     /// use ctxwin_std::tokens::ExactCounter;
     ///
     /// let counter = ExactCounter::cl100k()?.with_cache_capacity(0);
@@ -244,7 +244,7 @@ impl ExactCounter {
     /// Hits, misses and size of the cache (shared by all clones of this counter).
     ///
     /// ```
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     /// use ctxwin_std::tokens::ExactCounter;
     ///
     /// let counter = ExactCounter::cl100k()?;
@@ -261,7 +261,7 @@ impl ExactCounter {
     /// Drops every cached count (the hit and miss counters stay).
     ///
     /// ```
-    /// use ctxwin_core::TokenCounter;
+    /// use ctxwin_core::counter::TokenCounter;
     /// use ctxwin_std::tokens::ExactCounter;
     ///
     /// let counter = ExactCounter::cl100k()?;

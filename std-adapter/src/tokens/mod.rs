@@ -1,6 +1,6 @@
 //! Exact token counts, chat framing overheads, and calibration against provider usage.
 //!
-//! - [`ExactCounter`]: a [`TokenCounter`](ctxwin_core::TokenCounter) backed by a Hugging Face
+//! - [`ExactCounter`]: a [`TokenCounter`](ctxwin_core::counter::TokenCounter) backed by a Hugging Face
 //!   `tokenizer.json` (the pure-Rust `tokenizers` crate), with a bounded per-text cache.
 //!   `cl100k_base` and SmolLM2 ship inside the crate; any other file loads by path.
 //! - [`ChatFraming`]: per-message and per-request tokens a chat API adds around contents,
@@ -16,7 +16,7 @@
 //!
 //! let counter = ExactCounter::smollm2()?;
 //! let config = ChatFraming::chatml(&counter).apply(Config::DEFAULT);
-//! let mut manager = ContextManager::<TinyCapacities, _>::with_counter(config, counter)?;
+//! let mut manager = ContextManager::<TinyCapacities>::builder().config(config).counter(counter).build()?;
 //! manager.push(Message::system("You are terse."))?;
 //! manager.push(Message::user("Hi"))?;
 //! let estimated = manager.compose(&[])?.tokens();

@@ -5,7 +5,7 @@
 //! and adds [`Config::message_overhead`] per message and [`Config::request_overhead`] once;
 //! a `ChatFraming` supplies those two numbers for a given API or template.
 
-use ctxwin_core::{Config, TokenCounter};
+use ctxwin_core::{Config, counter::TokenCounter};
 
 use super::ExactCounter;
 

@@ -27,7 +27,7 @@ mod jobs;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use ctxwin_core::{Level, ReplaceError};
+use ctxwin_core::{Level, manager::ReplaceError};
 use serde::Serialize;
 
 use super::sync::fingerprint;

@@ -1,39 +1,40 @@
-//! Where strategies meet the mechanics: choosing victims, summarizing what leaves, running
-//! plans (folding turns, compressing by age, trimming to the tail), merging summaries when the
-//! session level overflows, and updating entities.
+//! Summaries: what a leaving unit becomes, the rolling summary, rewriting a summary to less
+//! detail, and merging summaries when the session level overflows.
 
-use super::evict::{Lock, UnitSpan, unit_end};
-use super::{ContextManager, LevelMessages, State};
+use super::evict::UnitSpan;
+use super::{ContextManager, State};
 use crate::capacity::{Capacities, ScratchStorage};
-use crate::entities::{EntitiesMut, EntityStorage};
+use crate::config::Config;
+use crate::counter::TokenCounter;
 use crate::header::{Header, flags};
-use crate::manager::History;
+use crate::level::Level;
 use crate::record::{self, SpanWriter};
 use crate::ring::{RingRef, RingStorage};
-use crate::strategy::{Env, Leave, Plan, Strategy, UnitView};
+use crate::role::Role;
+use crate::strategy::{Env, Strategy, UnitView};
 use crate::summarize::{Detail, SummarizeError, SummaryRequest, SummarySource, TextBuffer};
-use crate::{Config, Level, Role, TokenCounter};
+use crate::view::{History, LevelMessages};
 
 /// Most source ranges one summary keeps; more are coalesced (over-approximating).
 pub const MAX_SUMMARY_RANGES: usize = 16;
 /// Evictable units whose value a strategy is asked for, per eviction.
-const VALUE_WINDOW: usize = 32;
+pub(super) const VALUE_WINDOW: usize = 32;
 
 /// Disjoint borrows of a manager's parts, so a strategy can be asked while reading the rings.
-struct Parts<'a, S> {
-    permanent: RingRef<'a>,
-    session: RingRef<'a>,
-    working: RingRef<'a>,
-    volatile: RingRef<'a>,
-    config: &'a Config,
-    state: &'a State,
-    counter: &'a dyn TokenCounter,
-    strategy: &'a mut S,
-    scratch: &'a mut [u8],
+pub(super) struct Parts<'a, S> {
+    pub(super) permanent: RingRef<'a>,
+    pub(super) session: RingRef<'a>,
+    pub(super) working: RingRef<'a>,
+    pub(super) volatile: RingRef<'a>,
+    pub(super) config: &'a Config,
+    pub(super) state: &'a State,
+    pub(super) counter: &'a dyn TokenCounter,
+    pub(super) strategy: &'a mut S,
+    pub(super) scratch: &'a mut [u8],
 }
 
 impl<'a, S: Strategy> Parts<'a, S> {
-    fn ring(&self, level: Level) -> RingRef<'a> {
+    pub(super) fn ring(&self, level: Level) -> RingRef<'a> {
         match level {
             Level::Permanent => self.permanent,
             Level::Session => self.session,
@@ -42,21 +43,21 @@ impl<'a, S: Strategy> Parts<'a, S> {
         }
     }
 
-    fn history(&self) -> History<'a> {
+    pub(super) fn history(&self) -> History<'a> {
         History::new(self.ring(Level::Working), self.ring(Level::Volatile))
     }
 
-    fn env(&self) -> Env<'a> {
+    pub(super) fn env(&self) -> Env<'a> {
         Env::new(self.config, self.state.now, self.state.last_user_id, self.history())
     }
 
-    fn unit(&self, level: Level, span: UnitSpan) -> Option<UnitView<'a>> {
+    pub(super) fn unit(&self, level: Level, span: UnitSpan) -> Option<UnitView<'a>> {
         UnitView::new(level, LevelMessages::range(self.ring(level), level, span.start, span.end))
     }
 
     /// The text and source ranges of the session entry at `index` (the rolling summary a new
     /// one extends), or nothing.
-    fn previous_summary(&self, index: Option<usize>) -> (&'a str, Ranges) {
+    pub(super) fn previous_summary(&self, index: Option<usize>) -> (&'a str, Ranges) {
         let session = self.ring(Level::Session);
         let mut ranges = Ranges::new();
         let text = index.and_then(|i| session.get(i)).map_or("", |h| {
@@ -68,7 +69,7 @@ impl<'a, S: Strategy> Parts<'a, S> {
 
     /// The token budget of a new summary at `detail`: what the configuration allows, less the
     /// message framing the stored summary will also cost.
-    fn budget(&self, detail: Detail) -> u32 {
+    pub(super) fn budget(&self, detail: Detail) -> u32 {
         let cap = self.config.summary_tokens.min(self.config.session_budget);
         let cap = match detail {
             Detail::Paragraph => cap,
@@ -81,7 +82,7 @@ impl<'a, S: Strategy> Parts<'a, S> {
 
     /// Runs the summarizer into the scratch buffer within `budget` tokens; returns the bytes
     /// written.
-    fn summarize(
+    pub(super) fn summarize(
         &mut self,
         previous: &str,
         messages: SummarySource<'_>,
@@ -98,14 +99,11 @@ impl<'a, S: Strategy> Parts<'a, S> {
     }
 }
 
-/// Marks the entity-token cache as not filled yet.
-pub(crate) const ENTITIES_UNCOUNTED: u32 = u32::MAX;
-
 /// Smallest budget worth asking a summarizer for.
-const MIN_SUMMARY_TOKENS: u32 = 8;
+pub(super) const MIN_SUMMARY_TOKENS: u32 = 8;
 
 /// Tokens of a one-line summary.
-const LINE_TOKENS: u32 = 40;
+pub(super) const LINE_TOKENS: u32 = 40;
 
 /// Sorted, coalesced source ranges, at most [`MAX_SUMMARY_RANGES`].
 #[derive(Clone, Copy, Debug)]
@@ -152,7 +150,7 @@ impl Ranges {
     }
 
     /// Joins the closest neighbours until at most `max` ranges remain.
-    fn squeeze(&mut self, max: usize) {
+    pub(super) fn squeeze(&mut self, max: usize) {
         while self.len > max.max(1) {
             let live = self.items.get(..self.len).unwrap_or_default();
             let closest = (1..live.len()).min_by_key(|&i| {
@@ -188,7 +186,7 @@ impl Ranges {
 
 /// Where a new summary goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Target {
+pub(super) enum Target {
     /// A new session entry.
     Append,
     /// In place of the session entry at this index (keeping its order).
@@ -196,7 +194,7 @@ enum Target {
 }
 
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
-    fn parts(&mut self) -> Parts<'_, S> {
+    pub(super) fn parts(&mut self) -> Parts<'_, S> {
         Parts {
             permanent: self.permanent.view(),
             session: self.session.view(),
@@ -210,59 +208,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         }
     }
 
-    /// The unit of `level` to evict next: the oldest the lock allows, or the lowest-valued of
-    /// the oldest [`VALUE_WINDOW`] when the strategy scores units.
-    pub(crate) fn choose_victim(&mut self, level: Level, lock: &Lock) -> Option<UnitSpan> {
-        let oldest = self.oldest_evictable(level, lock)?;
-        if level == Level::Session {
-            return Some(oldest);
-        }
-        let parts = self.parts();
-        let env = parts.env();
-        if parts.strategy.oldest_first(&env) {
-            return Some(oldest);
-        }
-        let ring = parts.ring(level);
-        let mut best: Option<(u32, UnitSpan)> = None;
-        let mut start = oldest.start;
-        let mut seen = 0usize;
-        while start < ring.len() && seen < VALUE_WINDOW {
-            let span = UnitSpan { start, end: unit_end(&ring, start) };
-            start = span.end;
-            if !ring.get(span.start).is_some_and(|h| h.is_live()) || lock.covers(&ring, level, span)
-            {
-                continue;
-            }
-            seen += 1;
-            let Some(unit) = parts.unit(level, span) else { continue };
-            let value = parts.strategy.value(&unit, &env);
-            if best.is_none_or(|(v, _)| value < v) {
-                best = Some((value, span));
-            }
-        }
-        best.map(|(_, span)| span)
-    }
-
-    /// Evicts `unit`, first asking the strategy whether a summary of it should stay.
-    pub(crate) fn leave(&mut self, level: Level, unit: UnitSpan) {
-        if level.is_history() {
-            let decision = {
-                let parts = self.parts();
-                let env = parts.env();
-                match parts.unit(level, unit) {
-                    Some(view) => parts.strategy.on_leave(&view, &env),
-                    None => Leave::Drop,
-                }
-            };
-            if let Leave::Summarize { detail, rolling } = decision {
-                self.summarize_unit(level, unit, detail, rolling);
-            }
-        }
-        self.evict(level, unit);
-    }
-
     /// Index in the session ring of the rolling summary, if there is one.
-    fn rolling_index(&self) -> Option<usize> {
+    pub(super) fn rolling_index(&self) -> Option<usize> {
         let ring = self.ring(Level::Session);
         (0..ring.len())
             .rev()
@@ -272,7 +219,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Summarizes one unit into the session level (a summary of its own, or folded into the
     /// rolling summary); on failure the unit just leaves.
     #[inline(never)]
-    fn summarize_unit(&mut self, level: Level, unit: UnitSpan, detail: Detail, rolling: bool) {
+    pub(super) fn summarize_unit(
+        &mut self,
+        level: Level,
+        unit: UnitSpan,
+        detail: Detail,
+        rolling: bool,
+    ) {
         self.keep_session_in_budget();
         let rolling_at = if rolling { self.rolling_index() } else { None };
         let (written, ids, newest, ranges) = {
@@ -307,7 +260,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Merges the session level into a digest when it is over its budget (tokens, bytes or
     /// entries), so a new summary finds room without pushing an old one out.
-    fn keep_session_in_budget(&mut self) {
+    pub(super) fn keep_session_in_budget(&mut self) {
         if self.level_over(Level::Session) {
             self.shrink_session();
         }
@@ -315,7 +268,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Stores the summary in the scratch buffer's first `len` bytes into the session level.
     #[inline(never)]
-    fn store_summary(
+    pub(super) fn store_summary(
         &mut self,
         len: usize,
         ranges: &[(u64, u64)],
@@ -392,128 +345,22 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         }
     }
 
-    fn note_summary(&mut self) {
+    pub(super) fn note_summary(&mut self) {
         let counters = &mut self.state.counters;
         counters.messages_pushed = counters.messages_pushed.saturating_add(1);
         counters.summaries_added = counters.summaries_added.saturating_add(1);
         counters.last_compression_turn = Some(self.state.turn);
     }
 
-    /// Live history units (both levels), oldest first by first id.
-    fn history_units(&self) -> HistoryUnits<'_> {
-        HistoryUnits { rings: [self.ring(Level::Working), self.ring(Level::Volatile)], at: [0, 0] }
-    }
-
-    /// Runs what the strategy asks for after a push.
-    pub(crate) fn run_plan(&mut self, plan: Plan) {
-        match plan {
-            Plan::Nothing => {}
-            Plan::FoldOldestTurns { turns } => self.fold_oldest_turns(turns),
-            Plan::CompressByAge { history_age, session_age } => {
-                self.compress_by_age(history_age, session_age)
-            }
-            Plan::TrimToTail => {
-                let lock = self.lock();
-                while let Some((level, unit)) = [Level::Volatile, Level::Working]
-                    .into_iter()
-                    .find_map(|level| self.oldest_evictable(level, &lock).map(|unit| (level, unit)))
-                {
-                    self.evict(level, unit);
-                }
-            }
-        }
-    }
-
-    /// Folds the oldest `turns` user turns outside the locked tail into the rolling summary.
-    #[inline(never)]
-    fn fold_oldest_turns(&mut self, turns: u16) {
-        let lock = self.lock();
-        let mut users = 0u16;
-        let mut range = (u64::MAX, 0u64);
-        for (level, span, first, last) in self.history_units() {
-            let ring = self.ring(level);
-            if lock.covers(&ring, level, span) {
-                break;
-            }
-            if ring.get(span.start).is_some_and(|h| h.role == Role::User) {
-                users += 1;
-                if users > turns {
-                    break;
-                }
-            }
-            range = (range.0.min(first), range.1.max(last));
-        }
-        if range.0 > range.1 {
-            return;
-        }
-        self.keep_session_in_budget();
-        let rolling_at = self.rolling_index();
-        let (written, ranges, newest) = {
-            let mut parts = self.parts();
-            let (previous, mut ranges) = parts.previous_summary(rolling_at);
-            ranges.add(range);
-            let source = SummarySource::new(parts.history(), range.0, range.1);
-            let newest = source.clone().map(|m| m.timestamp()).max().unwrap_or(0);
-            // A running memory: as many statements as `summary_tokens` holds.
-            let budget = parts.budget(Detail::Paragraph);
-            (parts.summarize(previous, source, Detail::Digest, budget), ranges.finish(), newest)
-        };
-        if let Ok(written) = written {
-            let target = rolling_at.map_or(Target::Append, Target::Replace);
-            self.store_summary(written, ranges.as_slice(), Detail::Digest, newest, true, target);
-            self.keep_session_in_budget();
-        }
-        let in_range = |(_, _, first, last): &(Level, UnitSpan, u64, u64)| {
-            *first >= range.0 && *last <= range.1
-        };
-        while let Some((level, span, _, _)) = self.history_units().find(in_range) {
-            self.evict(level, span);
-        }
-    }
-
-    /// Hierarchical: history units older than `history_age` become paragraph summaries;
-    /// paragraph summaries older than `session_age` become one line.
-    #[inline(never)]
-    fn compress_by_age(&mut self, history_age: u64, session_age: u64) {
-        let now = self.state.now;
-        let lock = self.lock();
-        loop {
-            let old = self.history_units().find(|&(level, span, _, _)| {
-                let ring = self.ring(level);
-                let newest = (span.start..span.end)
-                    .filter_map(|i| ring.get(i))
-                    .map(|h| h.timestamp)
-                    .max()
-                    .unwrap_or(0);
-                newest.saturating_add(history_age) <= now && !lock.covers(&ring, level, span)
-            });
-            let Some((level, span, _, _)) = old else { break };
-            self.summarize_unit(level, span, Detail::Paragraph, false);
-            self.evict(level, span);
-        }
-        let mut index = 0;
-        while let Some(header) = self.ring(Level::Session).get(index).copied() {
-            let stale = header.timestamp.saturating_add(session_age) <= now;
-            if header.is_live()
-                && header.has(flags::SUMMARY)
-                && header.detail < Detail::Line.code()
-                && stale
-            {
-                let entries = self.ring(Level::Session).len();
-                self.rewrite_summary(index, Detail::Line, None);
-                if self.ring(Level::Session).len() < entries {
-                    // Dropped: the next entry moved into this index.
-                    continue;
-                }
-            }
-            index += 1;
-        }
-    }
-
     /// Rewrites the session summary at `index` at `detail` within `budget` tokens (the
     /// default budget for `detail` when `None`), in place. Returns whether it was rewritten.
     #[inline(never)]
-    fn rewrite_summary(&mut self, index: usize, detail: Detail, budget: Option<u32>) -> bool {
+    pub(super) fn rewrite_summary(
+        &mut self,
+        index: usize,
+        detail: Detail,
+        budget: Option<u32>,
+    ) -> bool {
         let (written, ranges, header) = {
             let mut parts = self.parts();
             let session = parts.ring(Level::Session);
@@ -565,12 +412,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         after.0 < before.0 || after.1 < before.1
     }
 
-    fn live_count(&self, level: Level) -> u32 {
+    pub(super) fn live_count(&self, level: Level) -> u32 {
         self.state.live.get(level.index()).copied().unwrap_or(0)
     }
 
     /// [`shrink_session`](Self::shrink_session)'s work.
-    fn merge_session(&mut self) {
+    pub(super) fn merge_session(&mut self) {
         let (written, ranges, newest, rolling) = {
             let mut parts = self.parts();
             let session = parts.ring(Level::Session);
@@ -623,121 +470,6 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.state.counters.summaries_merged =
             self.state.counters.summaries_merged.saturating_add(1);
     }
-
-    /// After a push: entities from a user message, then the strategy's plan.
-    pub(crate) fn after_push(&mut self, role: Role, level: Level, id: u64) {
-        if role == Role::User && level.is_history() && !self.config.entity_schema.is_empty() {
-            self.extract_entities(id);
-        }
-        let plan = {
-            let parts = self.parts();
-            let env = parts.env();
-            parts.strategy.after_push(&env)
-        };
-        self.run_plan(plan);
-    }
-
-    #[inline(never)]
-    fn extract_entities(&mut self, id: u64) {
-        let changed = {
-            let text = [self.working.view(), self.volatile.view()].into_iter().find_map(|ring| {
-                ring.iter().find(|h| h.id == id).map(|h| record::content(h, ring.record(h)))
-            });
-            let Some(text) = text else { return };
-            let mut entities =
-                EntitiesMut::new(&self.config.entity_schema, self.entities.parts_mut());
-            self.strategy.extractor().extract(text, &mut entities);
-            entities.changed()
-        };
-        if changed {
-            self.recount_entities();
-        }
-    }
-
-    /// Entity values in table order, for snapshots (independent of the schema).
-    pub(crate) fn entity_values(&self) -> crate::entities::Entities<'_> {
-        crate::entities::Entities::raw(self.entities.parts())
-    }
-
-    /// Stores a restored entity value (validated by the decoder).
-    pub(crate) fn load_entity(&mut self, index: usize, value: Option<&[u8]>) {
-        let parts = self.entities.parts_mut();
-        let start = index * parts.value_capacity;
-        let (Some(len), Some(value)) = (parts.lens.get_mut(index), value) else { return };
-        if let Some(target) = parts.bytes.get_mut(start..start + value.len()) {
-            target.copy_from_slice(value);
-            *len = value.len() as u16 + 1;
-        }
-    }
-
-    /// Tokens the entity block costs: its label, every key and known value, and framing.
-    pub(crate) fn count_entity_tokens(&self) -> u32 {
-        if self.config.entity_schema.is_empty() {
-            return 0;
-        }
-        let pairs = self.entities().iter().fold(0u32, |sum, (key, value)| {
-            sum.saturating_add(self.counter.count(key))
-                .saturating_add(value.map_or(1, |v| self.counter.count(v)))
-                .saturating_add(3)
-        });
-        (self.counter.count(crate::payload::ENTITIES_PREFIX) + 2)
-            .saturating_add(pairs)
-            .saturating_add(u32::from(self.config.message_overhead))
-    }
-
-    /// Caches [`count_entity_tokens`](Self::count_entity_tokens).
-    pub(crate) fn recount_entities(&mut self) {
-        self.state.entity_tokens = self.count_entity_tokens();
-    }
-
-    /// Fills the entity-token cache if it was never filled (a manager built in `const` context
-    /// with a schema cannot count yet).
-    pub(crate) fn refresh_entities(&mut self) {
-        if self.state.entity_tokens == ENTITIES_UNCOUNTED {
-            self.recount_entities();
-        }
-    }
-}
-
-/// Live history units of both levels in order of their first id.
-struct HistoryUnits<'a> {
-    rings: [RingRef<'a>; 2],
-    at: [usize; 2],
-}
-
-impl Iterator for HistoryUnits<'_> {
-    type Item = (Level, UnitSpan, u64, u64);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let mut heads = [None::<(u64, UnitSpan)>; 2];
-        for ((head, ring), at) in heads.iter_mut().zip(&self.rings).zip(&mut self.at) {
-            while *at < ring.len() {
-                let span = UnitSpan { start: *at, end: unit_end(ring, *at) };
-                match ring.get(*at) {
-                    Some(h) if h.is_live() => {
-                        *head = Some((h.id, span));
-                        break;
-                    }
-                    _ => *at = span.end,
-                }
-            }
-        }
-        let pick = match heads {
-            [Some(w), Some(v)] => usize::from(v.0 < w.0),
-            [Some(_), None] => 0,
-            [None, Some(_)] => 1,
-            [None, None] => return None,
-        };
-        let (_, span) = heads.get(pick).copied().flatten()?;
-        let ring = self.rings.get(pick)?;
-        if let Some(at) = self.at.get_mut(pick) {
-            *at = span.end;
-        }
-        let level = if pick == 0 { Level::Working } else { Level::Volatile };
-        let first = ring.get(span.start).map_or(0, |h| h.id);
-        let last = ring.get(span.end.saturating_sub(1)).map_or(first, |h| h.id);
-        Some((level, span, first, last))
-    }
 }
 
 #[cfg(test)]
@@ -745,7 +477,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// The working unit starting at logical index `start`, and the strategy environment.
     pub(crate) fn unit_and_env(&self, start: usize) -> Option<(UnitView<'_>, Env<'_>)> {
         let ring = self.ring(Level::Working);
-        let span = UnitSpan { start, end: unit_end(&ring, start) };
+        let span = UnitSpan { start, end: super::evict::unit_end(&ring, start) };
         let unit = UnitView::new(
             Level::Working,
             LevelMessages::range(ring, Level::Working, span.start, span.end),

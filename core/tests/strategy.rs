@@ -1,10 +1,14 @@
 //! Each built-in strategy's own behaviour; the shared invariants run for all five in the
 //! manager's property harness.
 
-use super::*;
-use crate::{
-    Capacities, ContextManager, EntitySchema, EntityTable, Extractive, Message, OpenAiRequest,
-    Patterns, Ring, Scratch, ToolCall,
+use ctxwin_core::config::{Config, StrategyKind};
+use ctxwin_core::entities::Extractor;
+use ctxwin_core::level::Level;
+use ctxwin_core::strategy::*;
+use ctxwin_core::summarize::Summarizer;
+use ctxwin_core::{
+    Capacities, ContextManager, EntitySchema, Message, OpenAiRequest, ToolCall, capacity::Scratch,
+    entities::EntityTable, entities::Patterns, ring::Ring, summarize::Extractive,
 };
 
 struct Roomy;
@@ -109,20 +113,6 @@ fn entity_extraction_keeps_state_and_only_the_tail() {
     let object: serde_json::Value =
         serde_json::from_str(block.strip_prefix("[Entities]\n").unwrap()).unwrap();
     assert_eq!(object, serde_json::json!({"destination": "Lisbon", "date": "3 May", "seats": "2"}));
-}
-
-#[test]
-fn importance_formula_in_fixed_point() {
-    let mut m = manager(StrategyKind::Importance, 6);
-    m.push(Message::assistant("Config lives in src/config.rs").at(0)).unwrap();
-    m.push(Message::user("open src/config.rs and fix the parser").at(2 * MINUTE)).unwrap();
-    let (unit, env) = m.unit_and_env(0).unwrap();
-    let score = importance(&unit, &env);
-    assert_eq!(score.recency, 333, "two minutes old: 1000 / 3");
-    assert_eq!(score.references, 200, "mentioned once later");
-    assert_eq!(score.task_relevance, 333, "one of the task's three: open, src/config.rs, parser");
-    assert_eq!(score.explicit, 0);
-    assert_eq!(score.total, (300 * 333 + 200 * 200 + 400 * 333) / 1000);
 }
 
 #[test]
@@ -250,12 +240,8 @@ impl Strategy for BiggestFirst {
 fn a_custom_strategy_decides_and_the_invariants_still_hold() {
     let config = Config { locked_tail: 1, working_budget: 200, ..Config::DEFAULT };
     let strategy = BiggestFirst { summarizer: Extractive, extractor: Patterns };
-    let mut m = ContextManager::<Roomy, crate::Estimator, BiggestFirst>::with_strategy(
-        config,
-        crate::Estimator::new(),
-        strategy,
-    )
-    .unwrap();
+    let mut m =
+        ContextManager::<Roomy>::builder().config(config).strategy(strategy).build().unwrap();
     m.push(Message::assistant("small one")).unwrap();
     m.push(Message::assistant(&"big ".repeat(120))).unwrap();
     m.push(Message::assistant("small two")).unwrap();

@@ -1,8 +1,8 @@
 //! Behaviour of the manager, one rule per test.
 
-use crate::{
+use ctxwin_core::{
     Capacities, Config, ContextManager, Error, Level, Message, OpenAiRequest, OutboxMode,
-    PayloadItem, Ring, TinyCapacities, ToolCall, UnansweredCalls,
+    PayloadItem, TinyCapacities, ToolCall, UnansweredCalls, ring::Ring,
 };
 
 struct Small;
@@ -11,8 +11,8 @@ impl Capacities for Small {
     type Session = Ring<4, 1024>;
     type Working = Ring<32, 8192>;
     type Volatile = Ring<8, 2048>;
-    type Scratch = crate::Scratch<512>;
-    type Entities = crate::EntityTable<4, 32>;
+    type Scratch = ctxwin_core::capacity::Scratch<512>;
+    type Entities = ctxwin_core::entities::EntityTable<4, 32>;
 }
 
 fn config(tail: u16, budget: u32) -> Config {
@@ -87,7 +87,7 @@ fn unanswered_calls_get_aborted_results_when_the_user_moves_on() {
     let history: Vec<_> =
         m.history().map(|h| (h.role(), h.tool_call_id(), h.is_synthetic())).collect();
     assert_eq!(history.len(), 4);
-    assert_eq!(history[2], (crate::Role::Tool, Some("a"), true));
+    assert_eq!(history[2], (ctxwin_core::Role::Tool, Some("a"), true));
     assert_eq!(m.stats().counters.calls_aborted, 1);
     assert!(m.compose(&[]).is_ok());
 }
@@ -179,7 +179,7 @@ fn dynamic_context_evicts_the_oldest_units_to_fit() {
     assert_eq!(m.outbox().count(), 0);
     // Dynamic context for about 90% of what is left after the newest message.
     let mut text = String::new();
-    while crate::TokenCounter::count(m.counter(), &text) < 800 {
+    while ctxwin_core::counter::TokenCounter::count(m.counter(), &text) < 800 {
         text.push_str("retrieved ");
     }
     let dynamic = [text.as_str()];
@@ -346,7 +346,7 @@ fn max_messages_caps_the_history() {
 
 #[test]
 fn invalid_messages_are_refused() {
-    use crate::InvalidMessage::*;
+    use ctxwin_core::InvalidMessage::*;
     let mut m = manager(6, 4000);
     let calls = [ToolCall::new("a", "f", "{}")];
     assert_eq!(
