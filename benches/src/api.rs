@@ -215,7 +215,8 @@ pub type QuarterManager = ContextManager<DefaultCapacities, QuarterLen>;
 /// What `ctxwin trim --budget N` configures, for the [`QuarterLen`] counter: the whole budget
 /// is the payload (no reply reserve), the permanent level gets exactly `pinned` tokens, the
 /// history the rest, eviction from 100%; 4 tokens per message, none per request, evicted
-/// units discarded, tool results never reduced below the level budget.
+/// units discarded; tool results over 1,000 tokens reduced to head and tail (the default,
+/// as the CLI does).
 pub fn cold_trim_config(budget: u32, pinned: u32) -> Config {
     Config {
         context_window: budget,
@@ -226,7 +227,6 @@ pub fn cold_trim_config(budget: u32, pinned: u32) -> Config {
         trigger_percent: 100,
         message_overhead: 4,
         request_overhead: 0,
-        observation_limit: u32::MAX,
         outbox: OutboxMode::Discard,
         strategy: StrategyKind::SlidingWindow,
         ..Config::DEFAULT
