@@ -51,7 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         header(false);
         let mut rows = Vec::new();
         for policy in Policy::all() {
-            let stats = replay(&messages, policy, config_8k(StrategyKind::SlidingWindow), &mut exact)?;
+            let stats =
+                replay(&messages, policy, config_8k(StrategyKind::SlidingWindow), &mut exact)?;
             row(&policy.label(), &stats, false);
             rows.push((policy, stats));
         }
@@ -83,7 +84,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn header(history: bool) {
     print!(
         "{:<30} {:>6} {:>8} {:>8} {:>10} {:>9} {:>9} {:>10} {:>7} {:>14}",
-        "row", "turns", "stable", "sum brk", "cacheable", "fill avg", "fill min", "fill max", "cost", "per 1k turns"
+        "row",
+        "turns",
+        "stable",
+        "sum brk",
+        "cacheable",
+        "fill avg",
+        "fill min",
+        "fill max",
+        "cost",
+        "per 1k turns"
     );
     if history {
         print!(" {:>13} {:>12}", "history avg", "history min");
@@ -120,7 +130,9 @@ fn mark(met: bool) -> &'static str {
 }
 
 fn targets_8k(rows: &[(Policy, CacheStats)]) {
-    println!("\ntargets (8,000 budget, conv_10000): stable ≥ 90%, cacheable ≥ 80%, mean fill ≥ 70%, max ≤ budget, cost ratio ≤ 0.30");
+    println!(
+        "\ntargets (8,000 budget, conv_10000): stable ≥ 90%, cacheable ≥ 80%, mean fill ≥ 70%, max ≤ budget, cost ratio ≤ 0.30"
+    );
     for kind in [StrategyKind::SlidingWindow, StrategyKind::Hierarchical] {
         let Some((_, s)) = rows.iter().find(|(p, _)| *p == Policy::Manager(kind)) else {
             continue;

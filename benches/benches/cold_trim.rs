@@ -73,7 +73,9 @@ fn ranges(indices: &[usize]) -> String {
 }
 
 fn compare(name: &str, kept: &[usize], other: &[usize]) {
-    let verdict = if kept == other { "equal".to_owned() } else {
+    let verdict = if kept == other {
+        "equal".to_owned()
+    } else {
         let missing: Vec<usize> = other.iter().filter(|i| !kept.contains(i)).copied().collect();
         let extra: Vec<usize> = kept.iter().filter(|i| !other.contains(i)).copied().collect();
         format!("DIFFERS: missing [{}], extra [{}]", ranges(&missing), ranges(&extra))
@@ -100,13 +102,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let estimator = time_us(RUNS, || {
         std::hint::black_box(estimate_all(std::hint::black_box(&messages)));
     });
-    let trim = core_trim(&messages, &core, BUDGET)
-        .map(|_| time_us(RUNS, || std::hint::black_box(core_trim(&messages, &core, BUDGET)).map_or((), |_| ())));
+    let trim = core_trim(&messages, &core, BUDGET).map(|_| {
+        time_us(RUNS, || {
+            std::hint::black_box(core_trim(&messages, &core, BUDGET)).map_or((), |_| ())
+        })
+    });
 
-    println!("cold_trim: conv_10000 ({} messages, parsed), budget {BUDGET}, len/4 (+4 per message) counter, median of {RUNS}", messages.len());
+    println!(
+        "cold_trim: conv_10000 ({} messages, parsed), budget {BUDGET}, len/4 (+4 per message) counter, median of {RUNS}",
+        messages.len()
+    );
     println!("{:<44} {:>12}", "cold push + compose (sliding window)", format!("{:.0} µs", cold));
     println!("{:<44} {:>12}", "push, per message", format!("{:.3} µs", push / n));
-    println!("{:<44} {:>12}", "default estimator alone, per message", format!("{:.3} µs", estimator / n));
+    println!(
+        "{:<44} {:>12}",
+        "default estimator alone, per message",
+        format!("{:.3} µs", estimator / n)
+    );
     match trim {
         Some(us) => println!("{:<44} {:>12}", "core trim", format!("{us:.0} µs")),
         None => println!("{:<44} {:>12}", "core trim (issue 15)", "not yet available"),

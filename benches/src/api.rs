@@ -273,7 +273,10 @@ pub fn compose_count(manager: &mut QuarterManager) -> Result<usize, Error> {
 /// # Errors
 ///
 /// What `compose` refuses.
-pub fn kept_indices(manager: &mut QuarterManager, messages: &[ChatMessage]) -> Result<Vec<usize>, Error> {
+pub fn kept_indices(
+    manager: &mut QuarterManager,
+    messages: &[ChatMessage],
+) -> Result<Vec<usize>, Error> {
     let payload = manager.compose(&[])?;
     let mut kept = Vec::new();
     let mut next = 0;
@@ -300,7 +303,11 @@ pub fn kept_indices(manager: &mut QuarterManager, messages: &[ChatMessage]) -> R
 /// The core's cold `trim` (issue 15), once it exists: kept indices of `messages` under
 /// `budget` with [`QuarterLen`]. `None` today: not yet available. Adding it is this one
 /// function.
-pub fn core_trim(_messages: &[ChatMessage], _core: &[Message<'_>], _budget: u32) -> Option<Vec<usize>> {
+pub fn core_trim(
+    _messages: &[ChatMessage],
+    _core: &[Message<'_>],
+    _budget: u32,
+) -> Option<Vec<usize>> {
     None
 }
 
@@ -314,9 +321,17 @@ pub fn estimate_all(messages: &[ChatMessage]) -> u64 {
             let calls: u32 = m
                 .tool_calls
                 .iter()
-                .map(|c| estimator.count(&c.id) + estimator.count(&c.name) + estimator.count(&c.arguments))
+                .map(|c| {
+                    estimator.count(&c.id)
+                        + estimator.count(&c.name)
+                        + estimator.count(&c.arguments)
+                })
                 .sum();
-            u64::from(estimator.count(&m.content) + calls + m.tool_call_id.as_deref().map_or(0, |i| estimator.count(i)))
+            u64::from(
+                estimator.count(&m.content)
+                    + calls
+                    + m.tool_call_id.as_deref().map_or(0, |i| estimator.count(i)),
+            )
         })
         .sum()
 }

@@ -25,7 +25,9 @@ use ctxwin_core::{Role, StrategyKind};
 use ctxwin_std::ChatMessage;
 use ctxwin_std::tokens::{ExactCounter, TokenizerError};
 
-use crate::api::{CALL_OVERHEAD, DYNAMIC, MESSAGE_OVERHEAD, Part, REQUEST_OVERHEAD, Replayer, Sent};
+use crate::api::{
+    CALL_OVERHEAD, DYNAMIC, MESSAGE_OVERHEAD, Part, REQUEST_OVERHEAD, Replayer, Sent,
+};
 
 /// Exact cl100k counts of payload messages, cached per text.
 pub struct ExactTokens {
@@ -63,7 +65,9 @@ impl ExactTokens {
         let calls: u32 = message
             .calls
             .iter()
-            .map(|(id, name, args)| self.text(id) + self.text(name) + self.text(args) + CALL_OVERHEAD)
+            .map(|(id, name, args)| {
+                self.text(id) + self.text(name) + self.text(args) + CALL_OVERHEAD
+            })
             .sum();
         let id = message.call_id.as_deref().map_or(0, |id| self.text(id));
         self.text(&message.content) + calls + id + MESSAGE_OVERHEAD
@@ -265,7 +269,9 @@ pub fn replay(
     let mut pushed = 0u64;
     let mut next_end = ends.iter().peekable();
     let mut manager = match policy {
-        Policy::Manager(kind) => Some(Replayer::new(ctxwin_core::Config { strategy: kind, ..config })?),
+        Policy::Manager(kind) => {
+            Some(Replayer::new(ctxwin_core::Config { strategy: kind, ..config })?)
+        }
         _ => None,
     };
     let mut model = PerPushModel::new(config);
@@ -419,10 +425,9 @@ impl PerPushModel {
             Role::Tool => {
                 let unit_tokens = self.units.back().map_or(0, ModelUnit::tokens);
                 let frame = estimated(&ChatMessage { content: String::new(), ..message.clone() });
-                let limit = self
-                    .config
-                    .observation_limit
-                    .min(self.config.working_budget.saturating_sub(unit_tokens).saturating_sub(frame));
+                let limit = self.config.observation_limit.min(
+                    self.config.working_budget.saturating_sub(unit_tokens).saturating_sub(frame),
+                );
                 let raw = tokens - frame;
                 let (tokens, reduced) = if raw > limit {
                     let text = reduce(&message.content, limit);
@@ -447,7 +452,8 @@ impl PerPushModel {
     }
 
     fn collect(&mut self) {
-        let trigger = u64::from(self.config.budget()) * u64::from(self.config.trigger_percent) / 100;
+        let trigger =
+            u64::from(self.config.budget()) * u64::from(self.config.trigger_percent) / 100;
         let locked_from = {
             let tail = usize::from(self.config.locked_tail);
             let mut seen = 0;
@@ -472,10 +478,8 @@ impl PerPushModel {
             let count = self.units.len();
             let victim = self.units.iter().enumerate().position(|(i, unit)| {
                 let pending = i + 1 == count && self.waiting > 0;
-                let locked = unit
-                    .messages
-                    .iter()
-                    .any(|m| m.0 >= locked_from || Some(m.0) == self.last_user);
+                let locked =
+                    unit.messages.iter().any(|m| m.0 >= locked_from || Some(m.0) == self.last_user);
                 !pending && !locked
             });
             match victim {
@@ -545,7 +549,10 @@ mod tests {
         let messages = vec![
             ChatMessage::text(Role::System, "s"),
             ChatMessage::text(Role::User, "u"),
-            ChatMessage::assistant_calls("", vec![ToolCall::new("a", "f", "{}"), ToolCall::new("b", "f", "{}")]),
+            ChatMessage::assistant_calls(
+                "",
+                vec![ToolCall::new("a", "f", "{}"), ToolCall::new("b", "f", "{}")],
+            ),
             ChatMessage::tool_result("a", "1"),
             ChatMessage::tool_result("b", "2"),
             ChatMessage::text(Role::Assistant, "done"),
