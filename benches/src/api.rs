@@ -4,19 +4,17 @@
 //! Everything else in [`crate::cache`], [`crate::conv10k`] and the two benches works on
 //! [`Sent`] messages and plain numbers, so porting these benches to a new core API means
 //! editing this file only. Core items used: `ContextManager::<DefaultCapacities>::with_config`,
-//! `ContextManager::<DefaultCapacities, K>::with_counter`, `Config` (fields and `DEFAULT`),
+//! `ContextManager::builder().config(..).counter(..).build()`, `Config` (fields and `DEFAULT`),
 //! `StrategyKind`, `OutboxMode::Discard`, `TokenCounter`, `Estimator::new`, `Message`
 //! (`new`, `tool_result`, `with_tool_calls`, `at`), `ToolCall::new`, `push`,
 //! `drain_outbox`, `compose`, `Payload::items`, `PayloadItem`, `MessageRef` (`role`,
 //! `content`, `tool_calls`, `tool_call_id`), `MemorySummary::parts`, `Role`.
 
 use ctxwin_core::{
-    Config, ContextManager, DefaultCapacities, Error, Estimator, Message, OutboxMode, PayloadItem,
-    Role, StrategyKind, TokenCounter, ToolCall,
+    Config, ContextManager, DefaultCapacities, Error, Message, OutboxMode, PayloadItem, Role,
+    StrategyKind, ToolCall, counter::TokenCounter, estimator::Estimator,
 };
 use ctxwin_std::ChatMessage;
-
-pub use ctxwin_core::Role as SentRole;
 
 use crate::replay::MESSAGE_INTERVAL_MS;
 
@@ -250,8 +248,12 @@ pub fn cold_manager(
         .filter(|m| m.role == Role::System)
         .map(|m| QuarterLen.count(&m.content) + 4)
         .sum();
-    let mut manager =
-        Box::new(QuarterManager::with_counter(cold_trim_config(budget, pinned), QuarterLen)?);
+    let mut manager = Box::new(
+        ContextManager::<DefaultCapacities>::builder()
+            .config(cold_trim_config(budget, pinned))
+            .counter(QuarterLen)
+            .build()?,
+    );
     for message in core {
         manager.push(*message)?;
     }
