@@ -8,6 +8,8 @@
 //! - [`sink`]: `embedded_io::Write` sinks for request bodies.
 //! - [`stack`] and [`bench`]: stack painting and instruction-count markers.
 //! - `snapshot` (cargo feature `snapshot`): the snapshot/restore round trip.
+//! - [`lean`] and [`report`]: the session of the `minimal` and `snapshot` binaries, reported
+//!   as plain semihosting text (no defmt).
 #![no_std]
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -16,6 +18,8 @@
 pub mod bench;
 pub mod check;
 pub mod edge;
+pub mod lean;
+pub mod report;
 pub mod scenario;
 pub mod sink;
 #[cfg(feature = "snapshot")]

@@ -15,10 +15,14 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use core::cell::RefCell;
+use core::mem::size_of;
 use cortex_m_rt::entry;
 use cortex_m_semihosting::debug;
 use critical_section::{CriticalSection, Mutex};
-use ctxwin_core::{Level, OpenAiRequest, Role, TRUNCATION_MARKER};
+use ctxwin_core::{
+    ContextManager, DefaultCapacities, Level, OpenAiRequest, Ring, Role, TRUNCATION_MARKER,
+    TinyCapacities,
+};
 use ctxwin_firmware_example::check::Checks;
 use ctxwin_firmware_example::edge::{EDGE_CONFIG, EDGE_MANAGER, EdgeManager};
 use ctxwin_firmware_example::scenario::{self, DYNAMIC, NoProbe, TurnOutcome};
@@ -87,6 +91,12 @@ fn run(cs: CriticalSection<'_>) -> Checks {
         "RAM: manager {=usize} B, payload buffer {=usize} B",
         core::mem::size_of::<EdgeManager>(),
         PAYLOAD_BYTES
+    );
+    info!(
+        "sizes: message header: {=usize} B, ContextManager<TinyCapacities> {=usize} B, ContextManager<DefaultCapacities> {=usize} B",
+        size_of::<Ring<2, 8>>() - size_of::<Ring<1, 8>>(),
+        size_of::<ContextManager<TinyCapacities>>(),
+        size_of::<ContextManager<DefaultCapacities>>()
     );
     if !checks.check(manager.configure(EDGE_CONFIG).is_ok(), "manager configured") {
         return checks;
