@@ -16,6 +16,7 @@ usage: stack.py ELF [--top N]   prints the worst path and its total in bytes, la
 import argparse
 import os
 import re
+import struct
 import subprocess
 import sys
 from functools import lru_cache
@@ -42,6 +43,31 @@ def stack_sizes(elf):
             sizes[name.strip()] = int(size, 16)
     return sizes
 
+
+def loaded_words(elf):
+    """Address -> 32-bit little-endian word of every allocated section with contents (ELF32),
+    and the set of those addresses inside `.text` (literal pools)."""
+    with open(elf, "rb") as f:
+        data = f.read()
+    shoff, = struct.unpack_from("<I", data, 0x20)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x2E)
+    shstrndx, = struct.unpack_from("<H", data, 0x32)
+    strtab = struct.unpack_from("<IIIIII", data, shoff + shstrndx * shentsize)[4]
+    words, text_words = {}, set()
+    for i in range(shnum):
+        name, kind, flags, addr, offset, size = struct.unpack_from("<IIIIII", data, shoff + i * shentsize)
+        section = data[strtab + name:data.index(b"\0", strtab + name)]
+        # The vector table's handlers are entered by the hardware, not through pointers.
+        if kind == 1 and flags & 2 and section != b".vector_table":  # SHT_PROGBITS, SHF_ALLOC
+            for at in range(0, size - size % 4, 4):
+                words[addr + at], = struct.unpack_from("<I", data, offset + at)
+                if section == b".text":
+                    text_words.add(addr + at)
+    return words, text_words
+
+
+# Condition suffixes: a `bleq` inside an IT block is a call too.
+COND = "eq|ne|cs|hs|cc|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le|al"
 
 REG_LIST = re.compile(r"\{([^}]*)\}")
 
@@ -83,6 +109,7 @@ def prologue_frame(lines):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("elf")
+    parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--top", type=int, default=12, help="frames of the worst path to print")
     args = parser.parse_args()
 
@@ -106,18 +133,69 @@ def main():
         else:
             frames[name], source[name] = prologue_frame(lines), "prologue"
 
+    # Indirect calls (`blx rN`, a tail call `bx rN`; opt-level "z" calls hot functions through
+    # a register loaded from a literal pool): the target is the literal loaded into rN earlier
+    # in the same function (or, for a machine-outlined fragment ending in `bx rN`, in its
+    # caller) if there is one. Otherwise it is any address-taken function: one whose address
+    # is stored in a data section (vtables, function-pointer tables) or loaded from a literal
+    # pool and not called right there (a function pointer handed on). That bounds every
+    # function pointer of the program.
+    words, text_words = loaded_words(args.elf)
+    by_start = {addr & ~1: name for addr, name in starts.items()}
+
+    def function_at(word):
+        return by_start.get(word & ~1) if word is not None and word & 1 else None
+
+    address_taken = {function_at(w) for a, w in words.items() if a not in text_words} - {None}
+    outlined_tail = {}  # outlined fragment -> register it tail-calls
+    for name, (_, lines) in funcs.items():
+        if name.startswith("OUTLINED_FUNCTION") and lines:
+            m = re.match(r"\s*bx(?:" + COND + r")?\s+(r\d+)", lines[-1])
+            if m:
+                outlined_tail[name] = m.group(1)
     calls, indirect = {}, {}
     for name, (_, lines) in funcs.items():
         targets = set()
+        literal = {}  # register -> function loaded from a literal pool
+        loaded, consumed = set(), set()
+        unresolved = []
         for ins in lines:
-            m = re.match(r"\s*(bl|blx|b(?:\.w|\.n)?|b[a-z]{2}(?:\.w|\.n)?|cbn?z\s+\w+,)\s+0x([0-9a-f]+)\b", ins)
+            m = re.match(r"\s*(blx?(?:" + COND + r")?|b(?:" + COND + r")?(?:\.w|\.n)?|cbn?z\s+\w+,)\s+0x([0-9a-f]+)\b", ins)
             if m:
                 target = starts.get(int(m.group(2), 16))
                 if target and target != name:
                     targets.add(target)
-            elif re.match(r"\s*blx\s+r\d+", ins) or re.match(r"\s*bx\s+r\d+", ins):
-                indirect.setdefault(name, []).append(ins.strip())
+                    reg = outlined_tail.get(target)
+                    if reg in literal:
+                        targets.add(literal[reg])
+                        consumed.add(literal[reg])
+                continue
+            m = re.match(r"\s*ldr(?:\.w)?\s+(r\d+|lr),\s*\[pc,.*@\s*0x([0-9a-f]+)", ins)
+            if m:
+                target = function_at(words.get(int(m.group(2), 16)))
+                if target:
+                    literal[m.group(1)] = target
+                    loaded.add(target)
+                else:
+                    literal.pop(m.group(1), None)
+                continue
+            m = re.match(r"\s*(?:blx|bx)(?:" + COND + r")?\s+(r\d+)", ins)
+            if m:
+                if m.group(1) in literal:
+                    targets.add(literal[m.group(1)])
+                    consumed.add(literal[m.group(1)])
+                elif not (name in outlined_tail and ins is lines[-1]):
+                    unresolved.append(ins.strip())
+                continue
+            m = re.match(r"\s*\w+(?:\.w)?\s+(r\d+|lr)\b", ins)
+            if m and not ins.strip().startswith(("str", "cmp", "tst", "push", "stm", "b")):
+                literal.pop(m.group(1), None)  # the register was overwritten
+        address_taken |= loaded - consumed
         calls[name] = targets
+        if unresolved:
+            indirect[name] = unresolved
+    for name in indirect:
+        calls[name] |= address_taken - {name}
 
     on_path = set()
     cycles = []
@@ -165,9 +243,12 @@ def main():
             stack.extend(calls.get(n, ()))
     ind = {n: v for n, v in indirect.items() if n in reachable}
     if ind:
-        bad = True
-        for n, v in ind.items():
-            print(f"  indirect call in {n}: {v[0]}")
+        print(f"  {sum(map(len, ind.values()))} indirect calls in {len(ind)} functions bounded by the "
+              f"{len(address_taken)} address-taken functions")
+        if args.verbose:
+            for n, v in ind.items():
+                print(f"    {n}: {v}")
+            print(f"    address-taken: {sorted(address_taken)}")
     if cycles:
         names = sorted(set(cycles))
         # A cycle through the panic machinery (the handler logging, which could panic again)
