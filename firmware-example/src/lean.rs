@@ -6,7 +6,7 @@ use crate::edge::EdgeManager;
 use crate::report::Report;
 use crate::scenario::{self, DYNAMIC};
 use crate::sink::contains;
-use ctxwin_core::{OpenAiRequest, Role, TRUNCATION_MARKER};
+use ctxwin_core::{OpenAiRequest, Payload, Role, TRUNCATION_MARKER};
 
 /// Turns of the session: enough to fill every ring several times over.
 pub const TURNS: u32 = 48;
@@ -69,10 +69,9 @@ fn check_reduced(manager: &EdgeManager, report: &mut Report) {
 #[inline(never)]
 pub fn compose(manager: &mut EdgeManager, payload: &mut [u8], report: &mut Report) -> usize {
     let budget = manager.budget();
-    let written = manager.compose(&DYNAMIC).and_then(|composed| {
-        let tokens = composed.tokens();
-        composed.write_openai(&mut payload[..], REQUEST).map(|len| (tokens, len))
-    });
+    let written = manager
+        .compose(&DYNAMIC)
+        .and_then(|composed| write(&composed, payload).map(|len| (composed.tokens(), len)));
     let Ok((tokens, len)) = written else {
         report.check(false, "payload composed and written");
         return 0;
@@ -90,6 +89,13 @@ pub fn compose(manager: &mut EdgeManager, payload: &mut [u8], report: &mut Repor
     report.check(contains(json, br#""tools":[{"type":"function""#), "tools written");
     report.check(contains(json, DYNAMIC[0].as_bytes()), "dynamic context written");
     len
+}
+
+/// Writes the request body of `composed` into `payload`. Out of line: the JSON writer's
+/// frame is not stacked on the compose path's.
+#[inline(never)]
+fn write(composed: &Payload<'_>, payload: &mut [u8]) -> Result<usize, ctxwin_core::Error> {
+    composed.write_openai(payload, REQUEST)
 }
 
 #[inline(never)]
