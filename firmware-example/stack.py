@@ -253,7 +253,7 @@ def main():
         names = sorted(set(cycles))
         # A cycle through the panic machinery (the handler logging, which could panic again)
         # runs only after a panic, which ends the program: cut there, counted once.
-        if all(re.search(r"panic|defmt|semihosting", n) for n in names):
+        if all(re.search(r"panic|fmt|defmt|semihosting", n) for n in names):
             print(f"  recursion cut (panic path only): {len(names)} functions")
         else:
             bad = True
