@@ -8,6 +8,9 @@ use std::{env, fs, path::PathBuf};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(env::var_os("OUT_DIR").ok_or("OUT_DIR not set")?);
     fs::write(out.join("memory.x"), include_bytes!("memory.x"))?;
+    // cortex-m-rt's `device` feature includes `device.x` for interrupt handler names; the
+    // vectors (src/vectors.rs) all point at `DefaultHandler`, so it declares nothing.
+    fs::write(out.join("device.x"), b"/* no device-specific handlers */\n")?;
     println!("cargo:rustc-link-search={}", out.display());
     println!("cargo:rerun-if-changed=memory.x");
     println!("cargo:rerun-if-changed=build.rs");

@@ -7,6 +7,7 @@
 //! - [`summary`]: a deterministic summary written from drained outbox units.
 //! - [`sink`]: `embedded_io::Write` sinks for request bodies.
 //! - [`stack`] and [`bench`]: stack painting and instruction-count markers.
+//! - [`vectors`]: the board's 32 interrupt vectors (cortex-m-rt's `device` feature).
 //! - `snapshot` (cargo feature `snapshot`): the snapshot/restore round trip.
 //! - [`lean`] and [`report`]: the session of the `minimal` and `snapshot` binaries, reported
 //!   as plain semihosting text (no defmt).
@@ -27,3 +28,4 @@ pub mod snapshot;
 pub mod stack;
 pub mod summary;
 pub mod text;
+pub mod vectors;
