@@ -94,7 +94,7 @@ pub fn compose(manager: &mut EdgeManager, payload: &mut [u8], report: &mut Repor
 /// Writes the request body of `composed` into `payload`. Out of line: the JSON writer's
 /// frame is not stacked on the compose path's.
 #[inline(never)]
-fn write(composed: &Payload<'_>, payload: &mut [u8]) -> Result<usize, ctxwin_core::Error> {
+pub fn write(composed: &Payload<'_>, payload: &mut [u8]) -> Result<usize, ctxwin_core::Error> {
     composed.write_openai(payload, REQUEST)
 }
 

@@ -5,7 +5,7 @@
 //! - [`scenario`]: a deterministic edge-agent session (sensor readings, tool calls, a huge
 //!   log) played one turn at a time through a [`scenario::Probe`].
 //! - [`summary`]: a deterministic summary written from drained outbox units.
-//! - [`sink`]: `embedded_io::Write` sinks for request bodies.
+//! - [`sink`]: byte-slice helpers for checking request bodies.
 //! - [`stack`] and [`bench`]: stack painting and instruction-count markers.
 //! - [`vectors`]: the board's 32 interrupt vectors (cortex-m-rt's `device` feature).
 //! - `snapshot` (cargo feature `snapshot`): the snapshot/restore round trip.

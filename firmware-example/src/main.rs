@@ -93,8 +93,9 @@ fn run(cs: CriticalSection<'_>) -> Checks {
         PAYLOAD_BYTES
     );
     info!(
-        "sizes: message header: {=usize} B, ContextManager<TinyCapacities> {=usize} B, ContextManager<DefaultCapacities> {=usize} B",
+        "sizes: message header: {=usize} B, Payload {=usize} B, ContextManager<TinyCapacities> {=usize} B, ContextManager<DefaultCapacities> {=usize} B",
         size_of::<Ring<2, 8>>() - size_of::<Ring<1, 8>>(),
+        size_of::<ctxwin_core::Payload<'_>>(),
         size_of::<ContextManager<TinyCapacities>>(),
         size_of::<ContextManager<DefaultCapacities>>()
     );
