@@ -1,6 +1,9 @@
 //! The device: how much RAM each level gets and the budgets of a small model's window.
 
-use ctxwin_core::{Capacities, Config, ContextManager, entities::EntityTable, estimator::Estimator, ring::Ring, capacity::Scratch, strategy::SlidingWindow};
+use ctxwin_core::{
+    Capacities, Config, ContextManager, OutboxMode, capacity::Scratch, entities::EntityTable,
+    estimator::Estimator, ring::Ring, strategy::SlidingWindow,
+};
 
 /// Level capacities of a 64 KiB-RAM part: 8,760 B per manager.
 #[derive(Clone, Copy, Debug, Default)]
@@ -38,3 +41,9 @@ const _: () = assert!(EDGE_CONFIG.validate().is_ok(), "EDGE_CONFIG is invalid");
 /// initialised manager's image would cost its whole size in flash too). Call
 /// `configure(EDGE_CONFIG)` before use; an unconfigured manager refuses work with an error.
 pub const EDGE_MANAGER: EdgeManager = EdgeManager::UNCONFIGURED;
+
+/// [`EDGE_CONFIG`] for the `minimal` and `snapshot` binaries: evicted units are released at
+/// once (no outbox to drain, no summaries written).
+pub const LEAN_CONFIG: Config = Config { outbox: OutboxMode::Discard, ..EDGE_CONFIG };
+
+const _: () = assert!(LEAN_CONFIG.validate().is_ok(), "LEAN_CONFIG is invalid");

@@ -5,9 +5,12 @@
 //! - [`scenario`]: a deterministic edge-agent session (sensor readings, tool calls, a huge
 //!   log) played one turn at a time through a [`scenario::Probe`].
 //! - [`summary`]: a deterministic summary written from drained outbox units.
-//! - [`sink`]: `embedded_io::Write` sinks for request bodies.
+//! - [`sink`]: byte-slice helpers for checking request bodies.
 //! - [`stack`] and [`bench`]: stack painting and instruction-count markers.
+//! - [`vectors`]: the board's 32 interrupt vectors (cortex-m-rt's `device` feature).
 //! - `snapshot` (cargo feature `snapshot`): the snapshot/restore round trip.
+//! - [`lean`] and [`report`]: the session of the `minimal` and `snapshot` binaries, reported
+//!   as plain semihosting text (no defmt).
 #![no_std]
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -16,6 +19,8 @@
 pub mod bench;
 pub mod check;
 pub mod edge;
+pub mod lean;
+pub mod report;
 pub mod scenario;
 pub mod sink;
 #[cfg(feature = "snapshot")]
@@ -23,3 +28,4 @@ pub mod snapshot;
 pub mod stack;
 pub mod summary;
 pub mod text;
+pub mod vectors;

@@ -205,6 +205,57 @@ pub fn play_turn<P: Probe>(
     Ok(outcome)
 }
 
+/// Plays turn `turn` without an outbox: the same messages as [`play_turn`] (a reading, a
+/// tool call, its result, every fourth turn a volatile note, the answer), pushed with nothing
+/// to drain (for a manager configured with [`OutboxMode::Discard`](ctxwin_core::OutboxMode)).
+/// Returns the messages stored.
+pub fn play_plain_turn(
+    manager: &mut EdgeManager,
+    turn: u32,
+    huge_result: Option<&str>,
+) -> Result<u32, Error> {
+    let clock = START_MS + u64::from(turn) * TURN_MS;
+    let reading = Reading::of(turn);
+    let mut text = TextBuf::<64>::new();
+    reading.write(turn, &mut text);
+    manager.push(Message::user(text.as_str()).at(clock))?;
+
+    let mut call_id = TextBuf::<16>::new();
+    call_id.push_str("c").push_u64(turn.into());
+    let call = if reading.alarm() {
+        ToolCall::new(call_id.as_str(), "set_fan", r#"{"percent":80}"#)
+    } else {
+        ToolCall::new(call_id.as_str(), "read_log", r#"{"minutes":10}"#)
+    };
+    let calls = [call];
+    manager.push(Message::assistant("").with_tool_calls(&calls).at(clock + 500))?;
+
+    text.clear();
+    if reading.alarm() {
+        text.push_str("fan=80% rpm=2400");
+    } else {
+        text.push_str("ok n=10 mean=").push_tenths(reading.tenths_c);
+        text.push_str("C max=").push_tenths(reading.tenths_c + 6).push_str("C");
+    }
+    let content = huge_result.unwrap_or(text.as_str());
+    manager.push(Message::tool_result(call_id.as_str(), content).at(clock + 1_500))?;
+    let mut pushed = 3;
+
+    if turn % 4 == 3 {
+        text.clear();
+        text.push_str("Trend t=").push_u64(turn.into()).push_str(": vibration flat, no action.");
+        manager
+            .push(Message::assistant(text.as_str()).in_level(Level::Volatile).at(clock + 1_800))?;
+        pushed += 1;
+    }
+
+    text.clear();
+    text.push_str("Turn ").push_u64(turn.into());
+    text.push_str(if reading.alarm() { ": vibration high, fan at 80%." } else { ": nominal." });
+    manager.push(Message::assistant(text.as_str()).at(clock + 2_000))?;
+    Ok(pushed + 1)
+}
+
 /// Adds a summary of `digest` and resets it. Not inlined: its text buffer should not sit in
 /// the caller's frame while messages are pushed.
 #[inline(never)]

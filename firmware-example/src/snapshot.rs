@@ -1,11 +1,10 @@
 //! Snapshot round trip (cargo feature `snapshot`): the manager is written into a static
 //! buffer, restored into a second manager, and both must compose byte-identical request
-//! bodies and equal stats.
+//! bodies (the second written into the then free snapshot buffer) and equal stats.
 
 use crate::check::Checks;
 use crate::edge::EdgeManager;
 use crate::scenario::DYNAMIC;
-use crate::sink::CompareSink;
 use ctxwin_core::OpenAiRequest;
 use defmt::{error, info};
 
@@ -39,7 +38,10 @@ pub fn round_trip(
         checks.check(false, "original composes after the snapshot");
         return;
     };
-    let same = same_payload(restored, payload.get(..written).unwrap_or_default(), request);
+    // The snapshot buffer is free again: the restored manager's body is written there, by the
+    // same (one) instance of `write_openai` as the original's.
+    let same =
+        same_payload(restored, snapshot, payload.get(..written).unwrap_or_default(), request);
     info!("restored manager composes {=usize} B of JSON, identical: {=bool}", written, same);
     checks.check(same, "restored manager composes the identical payload");
 }
@@ -57,15 +59,15 @@ fn write_payload(
     manager.compose(&DYNAMIC).and_then(|composed| composed.write_openai(out, request))
 }
 
-/// Whether `manager` composes exactly `expected`.
+/// Whether `manager` composes exactly `expected`, written into `scratch`.
 #[inline(never)]
-fn same_payload(manager: &mut EdgeManager, expected: &[u8], request: OpenAiRequest<'_>) -> bool {
-    let mut compare = CompareSink::new(expected);
-    manager
-        .compose(&DYNAMIC)
-        .and_then(|composed| composed.write_openai(&mut compare, request))
-        .is_ok_and(|len| len == expected.len())
-        && compare.matched()
+fn same_payload(
+    manager: &mut EdgeManager,
+    scratch: &mut [u8],
+    expected: &[u8],
+    request: OpenAiRequest<'_>,
+) -> bool {
+    write_payload(manager, scratch, request).is_ok_and(|len| scratch.get(..len) == Some(expected))
 }
 
 /// Whether both managers report the same stats.

@@ -4,7 +4,7 @@
 //! so the id ranges never lose a message.
 
 use crate::text::TextBuf;
-use ctxwin_core::{manager::EvictedUnit, Level, Role};
+use ctxwin_core::{Level, Role, manager::EvictedUnit};
 
 /// Longest summary text, in bytes.
 pub const SUMMARY_BYTES: usize = 160;

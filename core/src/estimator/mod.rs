@@ -44,6 +44,8 @@ mod weights;
 
 pub use weights::Weights;
 
+use core::num::NonZeroU32;
+
 use crate::counter::TokenCounter;
 use classes::Features;
 
@@ -264,12 +266,33 @@ impl TokenCounter for Estimator {
         let margin = self.margin();
         let raw = self.weights().cost(&features);
         let scaled = raw.saturating_mul(u64::from(margin.num));
-        // `max(1)`: `Margin` never holds 0, but only this lets the compiler drop the
-        // division-by-zero panic path.
-        let tokens = scaled.div_ceil(u64::from(margin.den.max(1)) * 256);
-        let bytes = u64::try_from(text.len()).unwrap_or(u64::MAX);
-        u32::try_from(tokens.min(bytes)).unwrap_or(u32::MAX)
+        // `Margin` never holds 0; `max(1)` keeps the old result even if it did.
+        let divisor =
+            NonZeroU32::new(u32::from(margin.den.max(1)) * 256).unwrap_or(NonZeroU32::MIN);
+        let bytes = u32::try_from(text.len()).unwrap_or(u32::MAX);
+        div_ceil_capped(scaled, divisor, bytes)
     }
+}
+
+/// `min(⌈x / d⌉, cap)`, exactly, in 32-bit arithmetic: no call to the 64-bit division helper
+/// (~0.9 KiB of flash on a 32-bit MCU). `d` must be below 2²⁴ (a margin denominator × 256).
+fn div_ceil_capped(x: u64, d: NonZeroU32, cap: u32) -> u32 {
+    let Some(below_cap) = cap.checked_sub(1) else { return 0 };
+    // ⌈x / d⌉ ≥ cap exactly when x > (cap − 1)·d.
+    if x > u64::from(below_cap) * u64::from(d.get()) {
+        return cap;
+    }
+    // Now the quotient fits in 32 bits, so the high word is below d: long division one byte
+    // at a time keeps every partial remainder below d·2⁸ < 2³².
+    let mut remainder = (x >> 32) as u32;
+    let low = x as u32;
+    let mut quotient = 0u32;
+    for shift in [24u32, 16, 8, 0] {
+        remainder = (remainder << 8) | ((low >> shift) & 0xFF);
+        quotient = (quotient << 8) | (remainder / d);
+        remainder %= d;
+    }
+    quotient + u32::from(remainder != 0)
 }
 
 /// Estimated `cl100k_base` tokens of `text`, with the [`Margin::SAFE`] factor.
@@ -289,6 +312,38 @@ mod tests {
 
     const TIGHT: Estimator = Estimator::with(Weights::CL100K, Margin::TIGHT);
     const SAFE: Estimator = Estimator::new();
+
+    proptest! {
+        /// The 32-bit division equals the 64-bit one it replaces, for every divisor a margin
+        /// can make.
+        #[test]
+        fn div_ceil_capped_matches_u64_division(
+            x in any::<u64>(),
+            den in 1u16..,
+            cap in any::<u32>(),
+            small in any::<bool>(),
+        ) {
+            let x = if small { x >> 40 } else { x };
+            let d = u32::from(den) * 256;
+            let expected = x.div_ceil(u64::from(d)).min(u64::from(cap)) as u32;
+            let d = NonZeroU32::new(d).unwrap();
+            prop_assert_eq!(div_ceil_capped(x, d, cap), expected);
+        }
+    }
+
+    #[test]
+    fn div_ceil_capped_edges() {
+        let d = NonZeroU32::new(256).unwrap();
+        assert_eq!(div_ceil_capped(0, d, 0), 0);
+        assert_eq!(div_ceil_capped(1, d, 5), 1);
+        assert_eq!(div_ceil_capped(256, d, 5), 1);
+        assert_eq!(div_ceil_capped(257, d, 5), 2);
+        assert_eq!(div_ceil_capped(u64::MAX, d, u32::MAX), u32::MAX);
+        let big = NonZeroU32::new(u32::from(u16::MAX) * 256).unwrap();
+        let x = u64::from(u32::MAX - 1) * u64::from(big.get());
+        assert_eq!(div_ceil_capped(x, big, u32::MAX), u32::MAX - 1);
+        assert_eq!(div_ceil_capped(x + 1, big, u32::MAX), u32::MAX);
+    }
 
     #[test]
     fn empty_text_costs_nothing() {

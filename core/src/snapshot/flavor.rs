@@ -1,28 +1,21 @@
-//! postcard output flavors: count, fill a slice, or stream to an `embedded_io::Write`, all
-//! without panicking (postcard's own `Slice` flavor asserts on its index).
-
-use postcard::ser_flavors::Flavor;
+//! Where an encoded snapshot goes: counted, written into a slice, or streamed to an
+//! `embedded_io::Write` with a running CRC. One small trait object, so the encoder is compiled
+//! once for all three (and for every manager type), and none of them can panic.
 
 use super::crc::Crc32;
+
+/// A byte sink; `put` returns `false` once the bytes do not fit or could not be written.
+pub(crate) trait Out {
+    fn put(&mut self, data: &[u8]) -> bool;
+}
 
 /// Counts bytes.
 pub(crate) struct Count(pub usize);
 
-impl Flavor for Count {
-    type Output = Self;
-
-    fn try_push(&mut self, _: u8) -> postcard::Result<()> {
-        self.0 += 1;
-        Ok(())
-    }
-
-    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+impl Out for Count {
+    fn put(&mut self, data: &[u8]) -> bool {
         self.0 += data.len();
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<Self> {
-        Ok(self)
+        true
     }
 }
 
@@ -32,28 +25,18 @@ pub(crate) struct Fill<'a> {
     pub at: usize,
 }
 
-impl Flavor for Fill<'_> {
-    type Output = Self;
-
-    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
-        self.try_extend(&[data])
-    }
-
-    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+impl Out for Fill<'_> {
+    fn put(&mut self, data: &[u8]) -> bool {
         let end = self.at + data.len();
-        let target = self.buf.get_mut(self.at..end).ok_or(postcard::Error::SerializeBufferFull)?;
+        let Some(target) = self.buf.get_mut(self.at..end) else { return false };
         target.copy_from_slice(data);
         self.at = end;
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<Self> {
-        Ok(self)
+        true
     }
 }
 
 /// Streams to a writer, keeping a CRC of everything written; an I/O failure is kept in
-/// `error` (postcard's error type cannot carry it).
+/// `error`.
 pub(crate) struct Stream<W> {
     pub out: W,
     pub crc: Crc32,
@@ -74,21 +57,14 @@ impl<W: embedded_io::Write> Stream<W> {
     }
 }
 
-impl<W: embedded_io::Write> Flavor for Stream<W> {
-    type Output = Self;
-
-    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
-        self.try_extend(&[data])
-    }
-
-    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
-        self.write(data).map_err(|kind| {
-            self.error = Some(kind);
-            postcard::Error::SerializeBufferFull
-        })
-    }
-
-    fn finalize(self) -> postcard::Result<Self> {
-        Ok(self)
+impl<W: embedded_io::Write> Out for Stream<W> {
+    fn put(&mut self, data: &[u8]) -> bool {
+        match self.write(data) {
+            Ok(()) => true,
+            Err(kind) => {
+                self.error = Some(kind);
+                false
+            }
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Snapshots: a manager's whole state as bytes (postcard body, versioned, CRC-checked),
-//! restorable after a restart. The layout is specified in `core/SNAPSHOT.md`.
+//! restorable after a restart. The layout is specified in `core/SNAPSHOT.md`. The body is
+//! encoded and decoded by hand (`wire`, `decode`), in postcard's wire format, byte for byte.
 //!
 //! ```
 //! use ctxwin_core::{ContextManager, Message, TinyCapacities};
@@ -24,8 +25,6 @@ mod wire;
 
 pub use error::{Invariant, SnapshotError};
 
-use postcard::ser_flavors::Flavor;
-
 use crate::capacity::{Capacities, capacities_of};
 use crate::config::Config;
 use crate::counter::TokenCounter;
@@ -33,26 +32,25 @@ use crate::entities::EntityStorage;
 use crate::level::Level;
 use crate::manager::ContextManager;
 use crate::manager::State;
-use crate::ring::RingRef;
 use crate::strategy::Strategy;
 use crc::Crc32;
 use decode::{Sink, Validate, decode};
-use flavor::{Count, Fill, Stream};
-use wire::{ConfigWire, FORMAT_VERSION, HEADER_LEN, MAGIC, RecordWire, StateWire, TRAILER_LEN};
+use flavor::{Count, Fill, Out, Stream};
+use wire::{FORMAT_VERSION, HEADER_LEN, MAGIC, TRAILER_LEN};
 
 /// Loads decoded records into a manager.
 struct Load<'m, C: Capacities, K: TokenCounter, S: Strategy>(&'m mut ContextManager<C, K, S>);
 
 impl<'a, C: Capacities, K: TokenCounter, S: Strategy> Sink<'a> for Load<'_, C, K, S> {
-    fn begin(&mut self, config: Config, state: State) {
-        self.0.reset_to(config, state);
+    fn begin(&mut self, config: &Config, state: &State) {
+        self.0.reset_to(*config, *state);
     }
 
-    fn record(&mut self, level: Level, header: crate::header::Header, bytes: &'a [u8]) {
+    fn record(&mut self, level: Level, header: &crate::header::Header, bytes: &'a [u8]) {
         let _ = self
             .0
             .ring_mut(level)
-            .push_back(header, bytes.len(), |span| span.copy_from_slice(bytes));
+            .push_back(*header, bytes.len(), |span| span.copy_from_slice(bytes));
     }
 
     fn entity(&mut self, index: usize, value: Option<&'a [u8]>) {
@@ -73,15 +71,15 @@ fn header_bytes(
 ) -> [u8; HEADER_LEN] {
     let mut header = [0u8; HEADER_LEN];
     let mut out = Fill { buf: &mut header, at: 0 };
-    let _ = out.try_extend(&MAGIC);
-    let _ = out.try_extend(&FORMAT_VERSION.to_le_bytes());
-    let _ = out.try_extend(&0u16.to_le_bytes());
-    let _ = out.try_extend(&fingerprint.to_le_bytes());
+    out.put(&MAGIC);
+    out.put(&FORMAT_VERSION.to_le_bytes());
+    out.put(&0u16.to_le_bytes());
+    out.put(&fingerprint.to_le_bytes());
     for (messages, bytes) in capacities {
-        let _ = out.try_extend(&(messages as u32).to_le_bytes());
-        let _ = out.try_extend(&(bytes as u32).to_le_bytes());
+        out.put(&(messages as u32).to_le_bytes());
+        out.put(&(bytes as u32).to_le_bytes());
     }
-    let _ = out.try_extend(&(body_len as u32).to_le_bytes());
+    out.put(&(body_len as u32).to_le_bytes());
     header
 }
 
@@ -148,33 +146,17 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub const SNAPSHOT_MAX_SIZE: usize =
         wire::max_size(capacities_of::<C>(), C::Entities::KEYS, C::Entities::VALUE_BYTES);
 
-    /// Encodes the body into `flavor`, piece by piece (out of line, for the same reason as
-    /// `decode`).
-    #[inline(never)]
-    fn encode_body<F: Flavor<Output = F>>(&self, flavor: F) -> postcard::Result<F> {
-        let mut flavor = postcard::serialize_with_flavor(&ConfigWire::from(self.config()), flavor)?;
-        flavor = postcard::serialize_with_flavor(&StateWire::from(self.state()), flavor)?;
-        for level in Level::ALL {
-            let ring: RingRef<'_> = self.ring(level);
-            flavor = postcard::serialize_with_flavor(&(ring.len() as u32), flavor)?;
-            for header in ring.iter() {
-                flavor = postcard::serialize_with_flavor(
-                    &RecordWire::new(header, ring.record(header)),
-                    flavor,
-                )?;
-            }
-        }
-        let values = self.entity_values();
-        flavor = postcard::serialize_with_flavor(&(C::Entities::KEYS as u32), flavor)?;
-        for index in 0..C::Entities::KEYS {
-            flavor =
-                postcard::serialize_with_flavor(&values.value(index).map(str::as_bytes), flavor)?;
-        }
-        Ok(flavor)
+    /// Encodes the body into `out`; whether every byte was written.
+    fn encode_body(&self, out: &mut dyn Out) -> bool {
+        let rings = Level::ALL.map(|level| self.ring(level));
+        let keys = C::Entities::KEYS;
+        wire::encode_body(out, self.config(), self.state(), rings, self.entity_values(), keys)
     }
 
-    fn body_len(&self) -> Result<usize, SnapshotError> {
-        self.encode_body(Count(0)).map(|count| count.0).map_err(|_| SnapshotError::Malformed)
+    fn body_len(&self) -> usize {
+        let mut count = Count(0);
+        self.encode_body(&mut count);
+        count.0
     }
 
     /// Exact size of the snapshot [`snapshot_into`](Self::snapshot_into) would write now.
@@ -185,7 +167,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// assert!(manager.snapshot_len() <= ContextManager::<TinyCapacities>::SNAPSHOT_MAX_SIZE);
     /// ```
     pub fn snapshot_len(&self) -> usize {
-        HEADER_LEN + self.body_len().unwrap_or(0) + TRAILER_LEN
+        HEADER_LEN + self.body_len() + TRAILER_LEN
     }
 
     /// Writes the whole state into `buf` and returns the bytes written. No allocation.
@@ -200,7 +182,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// # Ok::<(), SnapshotError>(())
     /// ```
     pub fn snapshot_into<'b>(&self, buf: &'b mut [u8]) -> Result<&'b [u8], SnapshotError> {
-        let body_len = self.body_len()?;
+        let body_len = self.body_len();
         let needed = HEADER_LEN + body_len + TRAILER_LEN;
         if buf.len() < needed {
             return Err(SnapshotError::BufferTooSmall { needed });
@@ -209,8 +191,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let (head, rest) =
             buf.split_at_mut_checked(HEADER_LEN).ok_or(SnapshotError::BufferTooSmall { needed })?;
         head.copy_from_slice(&header);
-        let written =
-            self.encode_body(Fill { buf: rest, at: 0 }).map_err(|_| SnapshotError::Malformed)?.at;
+        let mut fill = Fill { buf: rest, at: 0 };
+        if !self.encode_body(&mut fill) {
+            return Err(SnapshotError::BufferTooSmall { needed });
+        }
+        let written = fill.at;
         let end = HEADER_LEN + written;
         let crc = crc::crc32(buf.get(..end).unwrap_or_default());
         let trailer = buf.get_mut(end..end + TRAILER_LEN).ok_or(SnapshotError::Malformed)?;
@@ -230,16 +215,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// # Ok::<(), Box<dyn core::error::Error>>(())
     /// ```
     pub fn snapshot_to<W: embedded_io::Write>(&self, out: W) -> Result<usize, SnapshotError> {
-        let body_len = self.body_len()?;
+        let body_len = self.body_len();
         let header = header_bytes(self.config().fingerprint(), capacities_of::<C>(), body_len);
         let mut stream = Stream { out, crc: Crc32::new(), error: None };
         stream.write(&header).map_err(SnapshotError::Io)?;
-        let mut stream = match self.encode_body(stream) {
-            Ok(stream) => stream,
-            Err(_) => return Err(SnapshotError::Io(embedded_io::ErrorKind::Other)),
-        };
-        if let Some(kind) = stream.error {
-            return Err(SnapshotError::Io(kind));
+        if !self.encode_body(&mut stream) {
+            return Err(SnapshotError::Io(stream.error.unwrap_or(embedded_io::ErrorKind::Other)));
         }
         let crc = stream.crc.finish();
         stream.write(&crc.to_le_bytes()).map_err(SnapshotError::Io)?;

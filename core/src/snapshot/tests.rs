@@ -1,6 +1,6 @@
 use proptest::prelude::*;
 
-use super::wire::{ConfigWire, RecordWire, StateWire};
+use super::wire::{ConfigWire, HEADER_LEN, RecordWire, StateWire, TRAILER_LEN};
 use super::*;
 use crate::header::{Header, flags};
 use crate::manager::properties::{Model, Tight, config as any_config, op};
@@ -137,6 +137,107 @@ fn a_full_manager_fits_the_declared_maximum() {
     assert!(max - default.snapshot_len() < max / 10, "{} vs {max}", default.snapshot_len());
 }
 
+/// The body of `manager`'s snapshot as postcard itself writes it, from the serde mirrors.
+fn postcard_body<C: Capacities>(manager: &ContextManager<C>) -> Vec<u8> {
+    use crate::entities::EntityStorage;
+    let mut body = vec![0u8; ContextManager::<C>::SNAPSHOT_MAX_SIZE];
+    let mut len = 0;
+    let mut put = |value: &dyn erased::Encode| len += value.encode(&mut body[len..]);
+    put(&ConfigWire::from(manager.config()));
+    put(&StateWire::from(manager.state()));
+    for level in Level::ALL {
+        let ring = manager.ring(level);
+        put(&(ring.len() as u32));
+        for header in ring.iter() {
+            put(&RecordWire::new(header, ring.record(header)));
+        }
+    }
+    let keys = <C::Entities as EntityStorage>::KEYS;
+    put(&(keys as u32));
+    let values = manager.entity_values();
+    for index in 0..keys {
+        put(&values.value(index).map(str::as_bytes));
+    }
+    body.truncate(len);
+    body
+}
+
+fn body(snapshot: &[u8]) -> &[u8] {
+    &snapshot[HEADER_LEN..snapshot.len() - TRAILER_LEN]
+}
+
+/// A manager with an entity schema and values.
+fn with_entities() -> Tiny {
+    let schema = crate::EntitySchema::new(&["city", "date"]).unwrap();
+    let config = Config { entity_schema: schema, ..Config::DEFAULT };
+    let mut m = Tiny::with_config(config).unwrap();
+    m.push(Message::user("hi")).unwrap();
+    m.load_entity(1, Some(b"May"));
+    m.recount_entities();
+    m
+}
+
+#[test]
+fn the_hand_written_encoder_writes_postcards_bytes() {
+    for manager in [busy(), full::<TinyCapacities>(), Tiny::new(), with_entities()] {
+        let bytes = snapshot(&manager);
+        assert_eq!(body(&bytes), &postcard_body(&manager)[..]);
+    }
+    let default = full::<DefaultCapacities>();
+    assert_eq!(body(&snapshot(&default)), &postcard_body(&default)[..]);
+}
+
+#[test]
+fn postcard_reads_what_the_hand_written_encoder_writes() {
+    let manager = busy();
+    let bytes = snapshot(&manager);
+    let (config, mut rest) = postcard::take_from_bytes::<ConfigWire>(body(&bytes)).unwrap();
+    assert_eq!(config.to_config().as_ref(), Some(manager.config()));
+    let (state, after) = postcard::take_from_bytes::<StateWire>(rest).unwrap();
+    rest = after;
+    let state = state.to_state().unwrap();
+    assert_eq!(state.next_id(), manager.state().next_id());
+    assert_eq!(state.counters, manager.state().counters);
+    assert_eq!(state.pending(), manager.state().pending());
+    for level in Level::ALL {
+        let (count, after) = postcard::take_from_bytes::<u32>(rest).unwrap();
+        rest = after;
+        let ring = manager.ring(level);
+        assert_eq!(count as usize, ring.len());
+        for stored in ring.iter() {
+            let (record, after) = postcard::take_from_bytes::<RecordWire<'_>>(rest).unwrap();
+            rest = after;
+            let header = record.header(stored.role);
+            assert_eq!(header, Header { start: 0, ..*stored });
+            assert_eq!(record.bytes, ring.record(stored));
+        }
+    }
+}
+
+#[test]
+fn non_minimal_and_overlong_varints_are_read_as_postcard_reads_them() {
+    use super::decode::Reader;
+    // 5 as a two-byte varint is accepted (postcard does), a u16 with a too-large last byte or
+    // a u32 of six bytes is not.
+    let mut r = Reader::new(&[0x85, 0x00]);
+    assert_eq!(r.u32(), Ok(5));
+    assert_eq!(postcard::from_bytes::<u32>(&[0x85, 0x00]), Ok(5));
+    for (bytes, u16_ok) in [(&[0xff, 0xff, 0x03][..], true), (&[0xff, 0xff, 0x04][..], false)] {
+        assert_eq!(Reader::new(bytes).u16().is_ok(), u16_ok);
+        assert_eq!(postcard::from_bytes::<u16>(bytes).is_ok(), u16_ok);
+    }
+    let six = [0x80, 0x80, 0x80, 0x80, 0x80, 0x01];
+    assert!(Reader::new(&six).u32().is_err());
+    assert!(postcard::from_bytes::<u32>(&six).is_err());
+    let u64_max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+    assert_eq!(Reader::new(&u64_max).u64(), Ok(u64::MAX));
+    let too_big = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
+    assert!(Reader::new(&too_big).u64().is_err());
+    assert!(postcard::from_bytes::<u64>(&too_big).is_err());
+    assert_eq!(Reader::new(&[2]).u8(), Ok(2));
+    assert!(Reader::new(&[3, b'a']).bytes().is_err(), "a byte string longer than the input");
+}
+
 /// The bytes of a small fixed state. A change here is a format change: bump
 /// `FORMAT_VERSION` and update `core/SNAPSHOT.md` rather than the expectation alone.
 #[test]
@@ -258,17 +359,17 @@ fn header_errors_are_typed() {
 /// Assembles a snapshot from hand-made parts, with a correct header and CRC.
 fn assemble(config: &Config, state: &StateWire, levels: [&[RecordWire<'_>]; 4]) -> Vec<u8> {
     let mut body = vec![0u8; 8192];
-    let mut out = Fill { buf: &mut body, at: 0 };
-    out = postcard::serialize_with_flavor(&ConfigWire::from(config), out).unwrap();
-    out = postcard::serialize_with_flavor(state, out).unwrap();
+    let mut len = 0;
+    let mut put = |value: &dyn erased::Encode| len += value.encode(&mut body[len..]);
+    put(&ConfigWire::from(config));
+    put(state);
     for records in levels {
-        out = postcard::serialize_with_flavor(&(records.len() as u32), out).unwrap();
+        put(&(records.len() as u32));
         for record in records {
-            out = postcard::serialize_with_flavor(record, out).unwrap();
+            put(record);
         }
     }
-    out = postcard::serialize_with_flavor(&0u32, out).unwrap();
-    let len = out.at;
+    put(&0u32);
     body.truncate(len);
     let capacities = crate::capacity::capacities_of::<TinyCapacities>();
     let mut bytes = header_bytes(config.fingerprint(), capacities, len).to_vec();
@@ -276,6 +377,18 @@ fn assemble(config: &Config, state: &StateWire, levels: [&[RecordWire<'_>]; 4]) 
     let crc = crc::crc32(&bytes);
     bytes.extend_from_slice(&crc.to_le_bytes());
     bytes
+}
+
+/// postcard encoding through a trait object, so `assemble` can take mixed parts.
+mod erased {
+    pub trait Encode {
+        fn encode(&self, out: &mut [u8]) -> usize;
+    }
+    impl<T: serde::Serialize> Encode for T {
+        fn encode(&self, out: &mut [u8]) -> usize {
+            postcard::to_slice(self, out).unwrap().len()
+        }
+    }
 }
 
 fn record<'a>(id: u64, role: Role, content: &'a [u8], tokens: u32) -> RecordWire<'a> {
@@ -439,7 +552,8 @@ proptest! {
         let mut restored = ContextManager::<Tight>::new();
         restored.restore_from(&bytes).unwrap();
         prop_assert_eq!(restored.stats(), original.stats());
-        prop_assert_eq!(snapshot(&restored), bytes);
+        prop_assert_eq!(snapshot(&restored), bytes.clone());
+        prop_assert_eq!(body(&bytes), &postcard_body(&original)[..]);
         let mut twin = model.clone();
         let mut model_after = model;
         for (step, op) in after.iter().enumerate() {

@@ -1,15 +1,31 @@
-//! What the snapshot body is made of: postcard-encoded mirrors of the manager's state, kept
-//! apart from the public types so that changing those never changes the format by accident.
+//! What the snapshot body is made of, field by field, and its encoder: postcard's wire format
+//! (LEB128 varints for `u16`/`u32`/`u64`, `u8` raw, `Option` as a 0/1 tag, byte strings as a
+//! varint length then the bytes) written by hand, straight from the manager's own types, so
+//! the format never changes with them by accident and no serde code reaches the firmware.
+//!
+//! The `*Wire` mirrors below (tests only) derive serde: the tests encode them with postcard
+//! itself and check that both encoders write the same bytes and the decoder reads postcard's.
 
+#[cfg(test)]
 use serde::{Deserialize, Serialize};
 
+use super::flavor::Out;
+use crate::config::Config;
+#[cfg(test)]
 use crate::config::StrategyKind;
-use crate::config::{Config, OutboxMode, UnansweredCalls};
-use crate::entities::{EntitySchema, MAX_ENTITY_KEY_LEN, MAX_ENTITY_KEYS};
+#[cfg(test)]
+use crate::config::{OutboxMode, UnansweredCalls};
+#[cfg(test)]
+use crate::entities::EntitySchema;
+use crate::entities::{Entities, MAX_ENTITY_KEY_LEN, MAX_ENTITY_KEYS};
 use crate::header::Header;
 use crate::level::Level;
-use crate::manager::{Pending, State};
+#[cfg(test)]
+use crate::manager::Pending;
+use crate::manager::State;
+use crate::ring::RingRef;
 use crate::role::Role;
+#[cfg(test)]
 use crate::stats::Counters;
 
 /// `"CWSN"`: ctxwin snapshot.
@@ -22,13 +38,15 @@ pub(crate) const HEADER_LEN: usize = 4 + 2 + 2 + 4 + 4 * 8 + 4;
 pub(crate) const TRAILER_LEN: usize = 4;
 
 /// Largest postcard varint of a `u16`, `u32`, `u64`.
-const V16: usize = 3;
-const V32: usize = 5;
-const V64: usize = 10;
+pub(crate) const V16: usize = 3;
+pub(crate) const V32: usize = 5;
+pub(crate) const V64: usize = 10;
 
 /// An entity schema on the wire: a sequence of key strings.
+#[cfg(test)]
 pub(crate) struct SchemaWire(pub EntitySchema);
 
+#[cfg(test)]
 impl Serialize for SchemaWire {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
@@ -41,6 +59,7 @@ impl Serialize for SchemaWire {
     }
 }
 
+#[cfg(test)]
 impl<'de> Deserialize<'de> for SchemaWire {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Keys;
@@ -64,6 +83,7 @@ impl<'de> Deserialize<'de> for SchemaWire {
     }
 }
 
+#[cfg(test)]
 #[derive(Serialize, Deserialize)]
 pub(crate) struct ConfigWire {
     context_window: u32,
@@ -93,6 +113,7 @@ pub(crate) struct ConfigWire {
 const SCHEMA_MAX: usize = V32 + MAX_ENTITY_KEYS * (V32 + MAX_ENTITY_KEY_LEN);
 pub(crate) const CONFIG_MAX: usize = 9 * V32 + 6 * V16 + 4 + 2 * V64 + SCHEMA_MAX;
 
+#[cfg(test)]
 impl From<&Config> for ConfigWire {
     fn from(c: &Config) -> Self {
         ConfigWire {
@@ -122,6 +143,7 @@ impl From<&Config> for ConfigWire {
     }
 }
 
+#[cfg(test)]
 impl ConfigWire {
     /// The configuration, or `None` for an unknown enum value.
     pub(crate) fn to_config(&self) -> Option<Config> {
@@ -160,6 +182,7 @@ impl ConfigWire {
     }
 }
 
+#[cfg(test)]
 #[derive(Serialize, Deserialize)]
 pub(crate) struct PendingWire {
     pub level: u8,
@@ -167,6 +190,7 @@ pub(crate) struct PendingWire {
     pub answered: u64,
 }
 
+#[cfg(test)]
 #[derive(Serialize, Deserialize)]
 pub(crate) struct CountersWire {
     messages_pushed: u64,
@@ -189,6 +213,7 @@ pub(crate) struct CountersWire {
 
 const COUNTERS_MAX: usize = 15 * V64 + 1 + V64;
 
+#[cfg(test)]
 impl From<&Counters> for CountersWire {
     fn from(c: &Counters) -> Self {
         CountersWire {
@@ -212,6 +237,7 @@ impl From<&Counters> for CountersWire {
     }
 }
 
+#[cfg(test)]
 impl From<&CountersWire> for Counters {
     fn from(c: &CountersWire) -> Self {
         Counters {
@@ -235,6 +261,7 @@ impl From<&CountersWire> for Counters {
     }
 }
 
+#[cfg(test)]
 #[derive(Serialize, Deserialize)]
 pub(crate) struct StateWire {
     pub next_id: u64,
@@ -250,6 +277,7 @@ pub(crate) struct StateWire {
 
 pub(crate) const STATE_MAX: usize = 3 * V64 + (1 + V64) + (1 + 2 + V64) + COUNTERS_MAX + 4 * V32;
 
+#[cfg(test)]
 impl From<&State> for StateWire {
     fn from(s: &State) -> Self {
         StateWire {
@@ -268,6 +296,7 @@ impl From<&State> for StateWire {
     }
 }
 
+#[cfg(test)]
 impl StateWire {
     /// The state (per-level live counts and bytes are recomputed after loading).
     pub(crate) fn to_state(&self) -> Option<State> {
@@ -298,6 +327,7 @@ pub(crate) fn role_from(code: u8) -> Option<Role> {
 }
 
 /// One stored message: its header fields and its record bytes.
+#[cfg(test)]
 #[derive(Serialize, Deserialize)]
 pub(crate) struct RecordWire<'a> {
     pub id: u64,
@@ -317,6 +347,7 @@ pub(crate) struct RecordWire<'a> {
 /// Largest encoding of a record's fields besides its bytes.
 pub(crate) const RECORD_OVERHEAD_MAX: usize = 2 * V64 + 3 * V32 + 4 + 4 * V16 + V32;
 
+#[cfg(test)]
 impl<'a> RecordWire<'a> {
     pub(crate) fn new(header: &Header, bytes: &'a [u8]) -> Self {
         RecordWire {
@@ -374,4 +405,186 @@ pub(crate) const fn max_size(
         + level(m2, b2)
         + level(m3, b3)
         + entity_table
+}
+
+/// Writes postcard's encoding of each field into an [`Out`]; stops writing at the first
+/// failure, which [`finish`](Enc::finish) reports.
+pub(crate) struct Enc<'o> {
+    out: &'o mut dyn Out,
+    ok: bool,
+}
+
+impl<'o> Enc<'o> {
+    pub(crate) fn new(out: &'o mut dyn Out) -> Self {
+        Enc { out, ok: true }
+    }
+
+    /// Whether every byte was written.
+    pub(crate) fn finish(self) -> bool {
+        self.ok
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        if self.ok {
+            self.ok = self.out.put(bytes);
+        }
+    }
+
+    /// A `u8`: one raw byte.
+    fn u8(&mut self, value: u8) {
+        self.put(&[value]);
+    }
+
+    /// A `u16`, `u32` or `u64`: LEB128, 7 bits a byte, low first.
+    pub(crate) fn varint(&mut self, value: u64) {
+        let mut buf = [0u8; V64];
+        let mut len = 0;
+        let mut rest = value;
+        for slot in buf.iter_mut() {
+            let low = (rest & 0x7F) as u8;
+            rest >>= 7;
+            len += 1;
+            if rest == 0 {
+                *slot = low;
+                break;
+            }
+            *slot = low | 0x80;
+        }
+        self.put(buf.get(..len).unwrap_or_default());
+    }
+
+    /// A byte string: varint length, then the bytes.
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.varint(bytes.len() as u64);
+        self.put(bytes);
+    }
+
+    fn option_u64(&mut self, value: Option<u64>) {
+        match value {
+            None => self.u8(0),
+            Some(value) => {
+                self.u8(1);
+                self.varint(value);
+            }
+        }
+    }
+}
+
+/// The configuration, in `ConfigWire` order.
+fn encode_config(e: &mut Enc<'_>, c: &Config) {
+    for value in [c.context_window, c.reserved_for_reply] {
+        e.varint(value.into());
+    }
+    for value in [c.permanent_budget, c.session_budget, c.working_budget] {
+        e.varint(value.into());
+    }
+    e.u8(c.trigger_percent);
+    e.varint(c.locked_tail.into());
+    e.varint(c.max_messages.into());
+    e.varint(c.observation_limit.into());
+    e.varint(c.message_overhead.into());
+    e.varint(c.request_overhead.into());
+    e.u8(c.unanswered_calls as u8);
+    e.u8(c.outbox as u8);
+    e.u8(c.strategy as u8);
+    e.varint(c.summarize_threshold.into());
+    e.varint(c.summarize_batch.into());
+    e.varint(c.summary_tokens.into());
+    e.varint(c.importance_threshold.into());
+    e.varint(c.working_age_ms);
+    e.varint(c.session_age_ms);
+    e.varint(c.checkpoint_interval_messages.into());
+    e.varint(c.entity_schema.len() as u64);
+    for key in c.entity_schema.keys() {
+        e.bytes(key.as_bytes());
+    }
+}
+
+/// The state, in `StateWire` order.
+fn encode_state(e: &mut Enc<'_>, s: &State) {
+    e.varint(s.next_id());
+    e.varint(s.turn);
+    e.option_u64(s.last_user_id);
+    match s.pending() {
+        None => e.u8(0),
+        Some(p) => {
+            e.u8(1);
+            e.u8(p.level as u8);
+            e.u8(p.calls);
+            e.varint(p.answered);
+        }
+    }
+    let c = &s.counters;
+    for value in [
+        c.messages_pushed,
+        c.tokens_ingested,
+        c.units_evicted,
+        c.messages_evicted,
+        c.tokens_evicted,
+        c.units_discarded,
+        c.units_drained,
+        c.observations_reduced,
+        c.tokens_saved_by_reduction,
+        c.calls_aborted,
+        c.calls_dropped,
+        c.summaries_added,
+        c.summaries_merged,
+        c.summaries_failed,
+        c.summaries_replaced,
+    ] {
+        e.varint(value);
+    }
+    e.option_u64(c.last_compression_turn);
+    for tokens in s.tokens {
+        e.varint(tokens.into());
+    }
+    e.varint(s.now);
+}
+
+/// One stored message, in `RecordWire` order.
+fn encode_record(e: &mut Enc<'_>, h: &Header, bytes: &[u8]) {
+    e.varint(h.id);
+    e.varint(h.timestamp);
+    for value in [h.content_len, h.tokens, h.original_tokens] {
+        e.varint(value.into());
+    }
+    e.put(&[h.role as u8, h.flags, h.items, h.detail]);
+    for term in h.terms {
+        e.varint(term.into());
+    }
+    e.bytes(bytes);
+}
+
+/// Encodes a whole body into `out`: configuration, state, the four levels, the entity table
+/// of `keys` values. Returns whether every byte was written. Not generic: one copy serves
+/// every manager type and every output.
+#[inline(never)]
+pub(crate) fn encode_body(
+    out: &mut dyn Out,
+    config: &Config,
+    state: &State,
+    rings: [RingRef<'_>; 4],
+    entities: Entities<'_>,
+    keys: usize,
+) -> bool {
+    let mut e = Enc::new(out);
+    encode_config(&mut e, config);
+    encode_state(&mut e, state);
+    for ring in rings {
+        e.varint(ring.len() as u64);
+        for header in ring.iter() {
+            encode_record(&mut e, header, ring.record(header));
+        }
+    }
+    e.varint(keys as u64);
+    for index in 0..keys {
+        match entities.value(index) {
+            None => e.u8(0),
+            Some(value) => {
+                e.u8(1);
+                e.bytes(value.as_bytes());
+            }
+        }
+    }
+    e.finish()
 }

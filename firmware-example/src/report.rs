@@ -1,0 +1,70 @@
+//! Checks and log lines without defmt or `core::fmt`: plain text over semihosting stdout,
+//! for the `minimal` and `snapshot` binaries (defmt and its logger would cost flash they are
+//! measured without). QEMU prints the text as is; no decoder needed.
+
+use crate::text::TextBuf;
+use cortex_m_semihosting::hio::{self, HostStream};
+
+/// Named pass/fail checks and log lines, written to the host's stdout.
+#[allow(missing_debug_implementations)]
+pub struct Report {
+    out: Option<HostStream>,
+    passed: u32,
+    failed: u32,
+}
+
+impl Report {
+    /// Opens semihosting stdout (nothing is printed if the host refuses).
+    pub fn new() -> Self {
+        Self { out: hio::hstdout().ok(), passed: 0, failed: 0 }
+    }
+
+    /// Writes `text` and a newline.
+    pub fn line(&mut self, text: &str) {
+        if let Some(out) = self.out.as_mut() {
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.write_all(b"\n");
+        }
+    }
+
+    /// Writes `label` followed by `value` in decimal and `unit`.
+    pub fn value(&mut self, label: &str, value: u64, unit: &str) {
+        let mut text = TextBuf::<96>::new();
+        text.push_str(label).push_u64(value).push_str(unit);
+        self.line(text.as_str());
+    }
+
+    /// Records `ok` for the check `what`; a failure is printed.
+    pub fn check(&mut self, ok: bool, what: &str) -> bool {
+        if ok {
+            self.passed += 1;
+        } else {
+            self.failed += 1;
+            let mut text = TextBuf::<96>::new();
+            text.push_str("CHECK FAILED: ").push_str(what);
+            self.line(text.as_str());
+        }
+        ok
+    }
+
+    /// Prints `ALL OK: <n> checks passed` or `FAILED: ...` and returns whether every check
+    /// held (and at least one ran).
+    pub fn finish(&mut self) -> bool {
+        let ok = self.failed == 0 && self.passed > 0;
+        let mut text = TextBuf::<96>::new();
+        if ok {
+            text.push_str("ALL OK: ").push_u64(self.passed.into()).push_str(" checks passed");
+        } else {
+            text.push_str("FAILED: ").push_u64(self.failed.into()).push_str(" of ");
+            text.push_u64((self.passed + self.failed).into()).push_str(" checks");
+        }
+        self.line(text.as_str());
+        ok
+    }
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Self::new()
+    }
+}
