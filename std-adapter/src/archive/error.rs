@@ -45,6 +45,10 @@ pub enum ArchiveError {
         /// Summary id asked for.
         id: u64,
     },
+    /// The archive is not the one the checkpoints were written with, or lacks messages they
+    /// cover.
+    #[error("{0}")]
+    Mismatch(String),
     /// A stored row cannot be decoded (written by another program, or damaged).
     #[error("corrupt archive row: {0}")]
     Corrupt(String),

@@ -9,6 +9,7 @@ use ctxwin_core::Error as CoreError;
 use crate::archive::ArchiveError;
 use crate::checkpoint::CheckpointError;
 use crate::session::SessionError;
+use crate::statefs::StateFsError;
 
 /// The exit codes of `ctxwin`, one per kind of failure.
 ///
@@ -180,6 +181,26 @@ impl From<CheckpointError> for CliError {
     }
 }
 
+impl From<StateFsError> for CliError {
+    fn from(error: StateFsError) -> Self {
+        match error {
+            StateFsError::TooLarge { .. } => CliError::BadInput(format!(
+                "{error}; raise [limits] max_input_bytes in ctxwin.toml if it is meant to be read"
+            )),
+            StateFsError::NotUtf8 { .. } => CliError::BadInput(format!(
+                "{error}; messages and conversations must be UTF-8 text"
+            )),
+            StateFsError::Unsafe { .. } => CliError::Corrupt(format!(
+                "{error}; remove it (the state directory holds only ctxwin's own files)"
+            )),
+            StateFsError::LockTimeout { .. } => CliError::Io(format!(
+                "the state directory is busy: {error}; wait for that command, or raise [limits] lock_wait_secs"
+            )),
+            StateFsError::Io { ref source, ref path, action } => CliError::io(action, path, source),
+        }
+    }
+}
+
 impl From<ArchiveError> for CliError {
     fn from(error: ArchiveError) -> Self {
         from_archive(error)
@@ -282,6 +303,11 @@ fn from_archive(error: ArchiveError) -> CliError {
                     "archive.db is damaged ({error}); the checkpoints still hold the context, but the archive needs restoring from a backup"
                 ))
             }
+            // SQLite's generic error: ctxwin's own statements are fixed, so one of them
+            // failing (no such table, a schema that does not parse) means a damaged file.
+            Some(rusqlite::ErrorCode::Unknown) => CliError::Corrupt(format!(
+                "archive.db is damaged or not ctxwin's ({error}); restore it from a backup, or `ctxwin recover` rebuilds what the checkpoints miss"
+            )),
             Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
                 CliError::Io(format!(
                     "archive.db is locked by another process ({error}); wait for the other ctxwin command to finish"
@@ -290,9 +316,13 @@ fn from_archive(error: ArchiveError) -> CliError {
             Some(_) => CliError::Io(format!(
                 "archive.db: {error}; check the disk and the file's permissions"
             )),
-            None => CliError::Internal(format!("archive: {error}")),
+            // A value of the wrong type or out of range in a row.
+            None => CliError::Corrupt(format!("archive.db holds a damaged row ({error})")),
         },
-        ArchiveError::Corrupt(_) | ArchiveError::SchemaTooNew { .. } => CliError::Corrupt(format!(
+        ArchiveError::Corrupt(_)
+        | ArchiveError::SchemaTooNew { .. }
+        | ArchiveError::Json(_)
+        | ArchiveError::Mismatch(_) => CliError::Corrupt(format!(
             "archive.db: {error}; it was damaged or written by a newer ctxwin"
         )),
         ArchiveError::SummaryNotFound { id, .. } => CliError::BadInput(format!(

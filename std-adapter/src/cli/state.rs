@@ -10,7 +10,7 @@
 //!   lock            locked while a command runs, so concurrent commands take turns
 //! ```
 
-use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ctxwin_core::{Config, Counters};
@@ -24,6 +24,7 @@ use std::time::Duration;
 use crate::checkpoint::{CheckpointError, CheckpointStore};
 use crate::llm::LlmClient;
 use crate::session::{Counter, Session, SessionBuilder};
+use crate::statefs::{self, StateLock};
 use crate::tokens::ExactCounter;
 
 /// The flags every command shares.
@@ -35,6 +36,8 @@ pub(crate) struct Globals<'a> {
     pub tokenizer: Option<&'a str>,
     /// `--llm-url` (or `CTXWIN_LLM_URL`).
     pub llm_url: Option<&'a str>,
+    /// The command's name, written into the lock file for those who wait on it.
+    pub command: &'a str,
 }
 
 /// Paths inside a state directory.
@@ -68,18 +71,44 @@ impl StateDir {
         self.root.join("cli.json")
     }
 
-    /// Waits until no other command works on this directory, and keeps it so until the
-    /// returned file is dropped (the operating system releases it if the process dies).
-    pub(crate) fn lock(&self) -> Result<File, CliError> {
-        let path = self.root.join("lock");
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| CliError::io("create", &path, &e))?;
-        file.lock().map_err(|e| CliError::io("lock", &path, &e))?;
-        Ok(file)
+    pub(crate) fn lock_path(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+
+    /// Waits up to `wait` until no other command works on this directory (saying once on
+    /// standard error who holds it), and keeps it so until the returned lock is dropped (the
+    /// operating system releases it if the process dies).
+    pub(crate) fn lock(&self, wait: Duration, command: &str) -> Result<StateLock, CliError> {
+        let path = self.lock_path();
+        let root = self.root.display().to_string();
+        Ok(StateLock::acquire(&path, wait, &format!("ctxwin {command}"), |holder| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "waiting for {root}: {holder} holds its lock (up to {} s)",
+                wait.as_secs()
+            );
+        })?)
+    }
+
+    /// Refuses a state directory where one of ctxwin's files is a symlink (or not the kind of
+    /// file it should be): nothing is ever written outside the directory.
+    pub(crate) fn refuse_symlinks(&self) -> Result<(), CliError> {
+        let archive = self.archive();
+        let sidecar = |suffix: &str| {
+            let mut name = archive.clone().into_os_string();
+            name.push(suffix);
+            PathBuf::from(name)
+        };
+        let files = [
+            self.config(),
+            self.lock_path(),
+            self.notes(),
+            sidecar("-wal"),
+            sidecar("-shm"),
+            sidecar("-journal"),
+            archive.clone(),
+        ];
+        Ok(statefs::refuse_symlinks(&files, &[self.checkpoints()])?)
     }
 
     /// The directory relative paths in the configuration start from: the one holding the
@@ -116,6 +145,15 @@ impl StateDir {
     }
 }
 
+/// The input cap of the state directory `globals` names (`[limits] max_input_bytes`), read
+/// before anything is locked; the default when the configuration cannot be read (the command
+/// then reports that).
+pub(crate) fn input_limit(globals: &Globals<'_>) -> u64 {
+    let dir = StateDir::new(globals.dir);
+    FileConfig::load(&dir.config())
+        .map_or(statefs::DEFAULT_MAX_INPUT_BYTES, |config| config.limits.max_input_bytes)
+}
+
 /// The token counter: `--tokenizer` (relative to the working directory), else the file's
 /// `[tokenizer] path`, else the estimator.
 pub(crate) fn counter(flag: Option<&str>, file: Option<PathBuf>) -> Result<Counter, CliError> {
@@ -148,7 +186,7 @@ pub(crate) struct Workspace {
     pub notes: Notes,
     counter: Counter,
     /// Held while the command runs.
-    _lock: File,
+    _lock: StateLock,
 }
 
 impl Workspace {
@@ -156,8 +194,10 @@ impl Workspace {
     pub(crate) fn load(globals: &Globals<'_>) -> Result<Workspace, CliError> {
         let dir = StateDir::new(globals.dir);
         dir.require()?;
-        let lock = dir.lock()?;
+        dir.refuse_symlinks()?;
+        // Read-only and never written by a command: read before the lock, for its wait.
         let config = FileConfig::load(&dir.config())?;
+        let lock = dir.lock(config.limits.lock_wait, globals.command)?;
         let counter = counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
         let llm = llm::client(globals.llm_url, &config.llm)?;
         let notes = Notes::load(&dir.notes())?;
