@@ -420,3 +420,76 @@ fn init_is_atomic() {
         }
     }
 }
+
+/// Case 11: with every checkpoint damaged, `recover` rebuilds the context from the archive;
+/// a swapped archive is refused until `recover` rebuilds from it.
+#[test]
+fn recover_rebuilds_the_context_from_the_archive() {
+    let work = Workdir::init();
+    let big = "a long tool output line\n".repeat(2_000);
+    work.ok(&["add", "user", "first question"]);
+    work.ok(&["add", "assistant", "", "--tool-calls", r#"[{"id":"c1","name":"cat"}]"#]);
+    work.ok(&["add", "tool", &big, "--tool-call-id", "c1"]);
+    work.ok(&["add", "user", "second question"]);
+    let before = work.ok(&["build", "--format", "text"]).stdout;
+    for entry in fs::read_dir(work.state().join("checkpoints")).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = fs::read(&path).unwrap();
+        fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    }
+    work.fails(&["stats"], CORRUPT, "restore latest");
+    work.fails(&["restore", "latest"], CORRUPT, "ctxwin recover");
+    let report = work.json(&["recover"]);
+    assert_eq!(report["messages"], 4, "{report}");
+    assert!(report["kept_in"].as_str().unwrap().starts_with("main@recovered-"));
+    assert_eq!(work.ok(&["build", "--format", "text"]).stdout, before);
+    assert_eq!(archive_contents(&work.state()).len(), 4);
+    let conn = rusqlite::Connection::open(work.state().join("archive.db")).unwrap();
+    let full: String = conn
+        .query_row(
+            "SELECT coalesce(m.original, m.content) FROM messages m
+             JOIN sessions s ON s.id = m.session_id WHERE s.name = 'main' AND m.role = 'tool'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    drop(conn);
+    assert_eq!(full, big, "the full text is back");
+    work.ok(&["add", "user", "third question"]);
+    assert_eq!((in_context(&work), archived(&work)), (5, 5));
+    // A second recover changes nothing that was acknowledged.
+    work.ok(&["recover"]);
+    assert_eq!(archive_contents(&work.state()).len(), 5);
+}
+
+/// Case 6: a model server that accepts and never answers holds the state no longer than
+/// `[llm] wait_secs` in all.
+#[test]
+fn a_silent_llm_server_is_waited_on_within_wait_secs() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming().take(16) {
+            open.push(stream);
+        }
+        std::thread::sleep(Duration::from_secs(60));
+    });
+    let work = Workdir::init();
+    let config = work.state().join("ctxwin.toml");
+    let text = fs::read_to_string(&config).unwrap().replace(
+        "# wait_secs = 120",
+        &format!("wait_secs = 4\nurl = \"{url}\"\ntimeout_secs = 60"),
+    );
+    fs::write(&config, text).unwrap();
+    for n in 0..40 {
+        work.ok(&["add", "user", &format!("message {n} for the summary ").repeat(10)]);
+    }
+    let start = Instant::now();
+    let run = work.run(&["summarize", "--keep", "4"]);
+    let took = start.elapsed();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // One wait for the whole command (it used to wait once per pass, then again at the end).
+    assert!(took < Duration::from_millis(7_000), "summarize took {took:?} with wait_secs = 4");
+    drop(held);
+}

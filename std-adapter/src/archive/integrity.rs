@@ -184,6 +184,18 @@ impl Archive {
         collect_messages(&mut stmt, [session])
     }
 
+    /// The names of the archive's sessions that start with `prefix`, sorted.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn session_names(&self, prefix: &str) -> Result<Vec<String>, ArchiveError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT name FROM sessions WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name",
+        )?;
+        let names = stmt.query_map([prefix], |row| row.get(0))?.collect::<Result<_, _>>()?;
+        Ok(names)
+    }
+
     /// Deletes the messages and summaries of `session` with ids from `first` on, in one
     /// transaction; returns how many messages went. A session rewound to a checkpoint calls
     /// this after copying them aside, so its archive holds exactly what its checkpoint covers.

@@ -288,7 +288,7 @@ fn from_checkpoint(error: CheckpointError) -> CliError {
         }
         CheckpointError::Corrupt { .. } | CheckpointError::NoValidCheckpoint { .. } => {
             CliError::Corrupt(format!(
-                "{error}; the archive still holds every message: `ctxwin checkpoints` shows what is left"
+                "{error}; the archive still holds every message: `ctxwin checkpoints` shows what is left, `ctxwin recover` rebuilds the context from the archive"
             ))
         }
         other => CliError::Internal(other.to_string()),
@@ -319,12 +319,14 @@ fn from_archive(error: ArchiveError) -> CliError {
             // A value of the wrong type or out of range in a row.
             None => CliError::Corrupt(format!("archive.db holds a damaged row ({error})")),
         },
-        ArchiveError::Corrupt(_)
-        | ArchiveError::SchemaTooNew { .. }
-        | ArchiveError::Json(_)
-        | ArchiveError::Mismatch(_) => CliError::Corrupt(format!(
-            "archive.db: {error}; it was damaged or written by a newer ctxwin"
+        ArchiveError::Mismatch(_) => CliError::Corrupt(format!(
+            "archive.db: {error}; put the right archive.db back, or `ctxwin recover` rebuilds the context from this one"
         )),
+        ArchiveError::Corrupt(_) | ArchiveError::SchemaTooNew { .. } | ArchiveError::Json(_) => {
+            CliError::Corrupt(format!(
+                "archive.db: {error}; it was damaged or written by a newer ctxwin"
+            ))
+        }
         ArchiveError::SummaryNotFound { id, .. } => CliError::BadInput(format!(
             "no summary {id} in the archive; `ctxwin search <words>` lists summaries with their ids"
         )),

@@ -19,7 +19,7 @@ use super::config_file::{self, FileConfig};
 use super::error::CliError;
 use super::llm;
 use super::notes::{Compression, Notes};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::checkpoint::{CheckpointError, CheckpointStore};
 use crate::llm::LlmClient;
@@ -181,8 +181,9 @@ pub(crate) struct Workspace {
     pub dir: StateDir,
     pub config: FileConfig,
     pub llm: Option<LlmClient>,
-    /// How long a command waits for the model's answers (`[llm] wait_secs`).
-    pub llm_wait: Duration,
+    /// Until when the command waits for the model's answers: `[llm] wait_secs` from the
+    /// moment the state was locked, for all waits of the command together.
+    llm_deadline: Option<Instant>,
     pub notes: Notes,
     counter: Counter,
     /// Held while the command runs.
@@ -201,8 +202,8 @@ impl Workspace {
         let counter = counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
         let llm = llm::client(globals.llm_url, &config.llm)?;
         let notes = Notes::load(&dir.notes())?;
-        let llm_wait = llm::wait(&config.llm);
-        Ok(Workspace { dir, config, llm, llm_wait, notes, counter, _lock: lock })
+        let llm_deadline = Instant::now().checked_add(llm::wait(&config.llm));
+        Ok(Workspace { dir, config, llm, llm_deadline, notes, counter, _lock: lock })
     }
 
     /// A session builder over this directory with `config`, restoring the latest checkpoint.
@@ -254,6 +255,12 @@ impl Workspace {
         Ok(session)
     }
 
+    /// How much of the command's wait for the model's answers is left.
+    pub(crate) fn llm_wait(&self) -> Duration {
+        self.llm_deadline
+            .map_or(Duration::ZERO, |deadline| deadline.saturating_duration_since(Instant::now()))
+    }
+
     /// Where the LLM stands, for reports.
     pub(crate) fn llm_description(&self) -> String {
         llm::describe(self.llm.as_ref())
@@ -301,7 +308,7 @@ pub(crate) fn run<T>(
     let before = Mark::of(&session);
     let result = command(&mut session, workspace);
     // The model's answers are applied before the checkpoint: the worker dies with the process.
-    llm::settle(&mut session, workspace.llm_wait);
+    llm::settle(&mut session, workspace.llm_wait());
     let after = Mark::of(&session);
     if after != before
         && checkpointing == Checkpointing::WhenChanged

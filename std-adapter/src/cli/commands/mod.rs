@@ -72,6 +72,7 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
             on_session(&globals, "checkpoint", same, Checkpointing::Never, checkpoints::write)
         }
         Command::Restore(args) => checkpoints::restore(&globals, args),
+        Command::Recover => checkpoints::recover(&globals),
         Command::Search(args) => {
             on_session(&globals, "search", same, Checkpointing::Never, |s, w| {
                 search::run(s, w, args)
@@ -93,6 +94,7 @@ fn name(command: &Command) -> &'static str {
         Command::Checkpoint => "checkpoint",
         Command::Checkpoints => "checkpoints",
         Command::Restore(_) => "restore",
+        Command::Recover => "recover",
         Command::Search(_) => "search",
         Command::Trim(_) => "trim",
     }
