@@ -46,7 +46,10 @@ pub enum StateFsError {
         what: String,
     },
     /// A path inside the state directory is a symlink (or not the kind of file expected).
-    #[error("{} is a symlink or not a regular file; ctxwin never writes through it", path.display())]
+    #[error(
+        "{} is a symlink, a hard link or not a regular file; ctxwin never writes through it",
+        path.display()
+    )]
     Unsafe {
         /// The path refused.
         path: PathBuf,
@@ -158,8 +161,23 @@ pub fn utf8(bytes: Vec<u8>, what: &str) -> Result<String, StateFsError> {
     String::from_utf8(bytes).map_err(|_| StateFsError::NotUtf8 { what: what.to_string() })
 }
 
+/// Whether a regular file has other hard links: writing it in place would write them too.
+fn shares_inode(meta: &fs::Metadata, is_dir: bool) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        !is_dir && meta.nlink() > 1
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (meta, is_dir);
+        false
+    }
+}
+
 /// Fails with [`StateFsError::Unsafe`] for each of `paths` that exists as a symlink (or, for
-/// `files`, as anything but a regular file; for `dirs`, anything but a directory).
+/// `files`, as anything but a regular file with a single link; for `dirs`, anything but a
+/// directory).
 ///
 /// # Errors
 /// [`StateFsError::Unsafe`] naming the first such path.
@@ -169,7 +187,7 @@ pub fn refuse_symlinks(files: &[PathBuf], dirs: &[PathBuf]) -> Result<(), StateF
             Ok(meta) => {
                 let kind = meta.file_type();
                 let fits = if want_dir { kind.is_dir() } else { kind.is_file() };
-                if kind.is_symlink() || !fits {
+                if kind.is_symlink() || !fits || shares_inode(&meta, want_dir) {
                     return Err(StateFsError::Unsafe { path: path.clone() });
                 }
             }

@@ -3,7 +3,7 @@
 //! message (its command exited 0) is in the session's archive exactly once, and in the
 //! context or archived, never twice.
 //!
-//! Bounded to about two minutes in a debug build; run it alone with
+//! Bounded to under three minutes (about 90 s alone in a debug build); run it alone with
 //! `cargo test -p ctxwin-std --test fault_injection -- --nocapture` to see the figures.
 
 use std::collections::BTreeMap;
@@ -57,7 +57,7 @@ enum Op {
 #[test]
 fn sigkill_at_random_points_loses_and_duplicates_nothing() {
     const KILLS: u32 = 200;
-    let budget = Duration::from_secs(150);
+    let budget = Duration::from_secs(170);
     let seed =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
             as u64
@@ -118,8 +118,8 @@ fn sigkill_at_random_points_loses_and_duplicates_nothing() {
         }
         let began = Instant::now();
         let mut child = command.spawn().unwrap();
-        // Three in four runs are killed somewhere inside the command's usual run time.
-        let kill_at = (rng.below(4) > 0).then(|| Duration::from_millis(rng.below(slowest_ms)));
+        // Seven in eight runs are killed somewhere inside the command's usual run time.
+        let kill_at = (rng.below(8) > 0).then(|| Duration::from_millis(rng.below(slowest_ms)));
         let status = match kill_at {
             Some(delay) => {
                 std::thread::sleep(delay);
@@ -138,7 +138,7 @@ fn sigkill_at_random_points_loses_and_duplicates_nothing() {
         runs += 1;
         if let Some(status) = status {
             let elapsed = began.elapsed().as_millis() as u64;
-            slowest_ms = slowest_ms.max(elapsed.min(2_000));
+            slowest_ms = slowest_ms.max(elapsed.min(400));
             let mut stderr = String::new();
             if let Some(mut pipe) = child.stderr.take() {
                 use std::io::Read;

@@ -243,6 +243,14 @@ fn symlinks_in_the_state_directory_are_never_followed() {
     symlink(&outside, work.state().join("cli.json")).unwrap();
     let run = work.run(&["stats"]);
     assert_eq!(run.code, CORRUPT, "{}", run.stderr);
+    fs::remove_file(work.state().join("cli.json")).unwrap();
+
+    // A hard link is refused too: writing the lock in place would write the other file.
+    fs::hard_link(&outside, work.state().join("lock")).unwrap();
+    work.fails(&["stats"], CORRUPT, "hard link");
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "precious");
+    fs::remove_file(work.state().join("lock")).unwrap();
+    work.ok(&["stats"]);
 }
 
 /// Case 6: input is read before the lock; a held lock is waited on with a bounded wait that

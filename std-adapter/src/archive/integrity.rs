@@ -14,6 +14,10 @@ use super::{Archive, ArchivedMessage, MESSAGE_COLUMNS, collect_messages};
 /// milliseconds per megabyte); larger ones are checked by [`Archive::quick_check`] on demand.
 pub const QUICK_CHECK_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
+/// Archives up to this size get the full `PRAGMA integrity_check` instead, which also checks
+/// every index against its table.
+const INTEGRITY_CHECK_MAX_BYTES: u64 = 8 * 1024 * 1024;
+
 /// Checks the 100-byte SQLite header of an archive file that exists and is not empty, then
 /// runs the quick check when the file is small enough.
 pub(super) fn check_file(conn: &Connection, path: &Path) -> Result<(), ArchiveError> {
@@ -39,10 +43,13 @@ pub(super) fn check_file(conn: &Connection, path: &Path) -> Result<(), ArchiveEr
             return Err(ArchiveError::Corrupt(format!("the file header cannot be read: {error}")));
         }
     }
-    if size > QUICK_CHECK_MAX_BYTES {
-        return Ok(());
+    if size <= INTEGRITY_CHECK_MAX_BYTES {
+        check(conn, "integrity_check")
+    } else if size <= QUICK_CHECK_MAX_BYTES {
+        check(conn, "quick_check")
+    } else {
+        Ok(())
     }
-    quick_check(conn)
 }
 
 /// The fields of a SQLite database header (sqlite.org/fileformat.html, 1.3) that a file
@@ -83,14 +90,14 @@ fn check_header(header: &[u8; 100]) -> Result<(), String> {
     Ok(())
 }
 
-fn quick_check(conn: &Connection) -> Result<(), ArchiveError> {
-    let mut stmt = conn.prepare("PRAGMA quick_check")?;
+fn check(conn: &Connection, pragma: &str) -> Result<(), ArchiveError> {
+    let mut stmt = conn.prepare(&format!("PRAGMA {pragma}"))?;
     let findings: Vec<String> =
         stmt.query_map([], |row| row.get(0))?.collect::<Result<_, rusqlite::Error>>()?;
     match findings.as_slice() {
         [ok] if ok == "ok" => Ok(()),
         _ => Err(ArchiveError::Corrupt(format!(
-            "SQLite's quick check failed: {}",
+            "SQLite's {pragma} failed: {}",
             findings.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
         ))),
     }
@@ -146,7 +153,7 @@ impl Archive {
     /// # Errors
     /// [`ArchiveError::Corrupt`] naming the first problems found.
     pub fn quick_check(&self) -> Result<(), ArchiveError> {
-        quick_check(&self.conn)
+        check(&self.conn, "quick_check")
     }
 
     /// The highest message id archived for `session`, if any.

@@ -18,10 +18,10 @@ use crate::statefs::StateFsError;
 /// | 0 | success |
 /// | 1 | internal error (a bug: please report it) |
 /// | 2 | usage: unknown command, flag or value |
-/// | 3 | bad input: a conversation file, message, JSON value or id that does not parse or that the context refuses |
-/// | 4 | I/O: a file or the state directory cannot be read or written |
+/// | 3 | bad input: a conversation file, message, JSON value or id that does not parse or that the context refuses; input that is not UTF-8 or over `[limits] max_input_bytes` |
+/// | 4 | I/O: a file or the state directory cannot be read or written, or stayed locked past `[limits] lock_wait_secs` |
 /// | 5 | budget impossible: what must stay in the context does not fit the token budget |
-/// | 6 | state corrupt: damaged checkpoints or archive (reported, never reset) |
+/// | 6 | state corrupt: damaged checkpoints or archive, an archive that is not the checkpoints' own, a symlink in the state directory (reported, never reset) |
 /// | 7 | no state: the state directory is missing (run `ctxwin init`), or `init` found one already |
 /// | 8 | configuration: `ctxwin.toml`, `--tokenizer` or `--llm-url` is invalid |
 ///
