@@ -13,7 +13,7 @@
 //! statefs::replace_file(&path, b"{}")?;
 //! assert_eq!(statefs::read_bounded_file(&path, 16, "notes")?, b"{}");
 //! assert!(statefs::read_bounded_file(&path, 1, "notes").is_err());
-//! # Ok::<(), statefs::StateFsError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::fs::{self, File, OpenOptions};
@@ -259,7 +259,7 @@ impl StateLock {
     /// assert!(matches!(refused, Err(StateFsError::LockTimeout { ref holder, .. }) if holder.contains("test one")));
     /// drop(held);
     /// StateLock::acquire(&path, Duration::ZERO, "test two", |_| {})?;
-    /// # Ok::<(), StateFsError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire(
         path: &Path,
