@@ -162,32 +162,46 @@ pub fn utf8(bytes: Vec<u8>, what: &str) -> Result<String, StateFsError> {
 }
 
 /// Whether a regular file has other hard links: writing it in place would write them too.
-fn shares_inode(meta: &fs::Metadata, is_dir: bool) -> bool {
+fn shares_inode(meta: &fs::Metadata) -> bool {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        !is_dir && meta.nlink() > 1
+        meta.nlink() > 1
     }
     #[cfg(not(unix))]
     {
-        let _ = (meta, is_dir);
+        let _ = meta;
         false
     }
 }
 
-/// Fails with [`StateFsError::Unsafe`] for each of `paths` that exists as a symlink (or, for
-/// `files`, as anything but a regular file with a single link; for `dirs`, anything but a
-/// directory).
+/// Fails with [`StateFsError::Unsafe`] for each path that exists as a symlink or as the wrong
+/// kind of file: `in_place` are files written in place (which must also have a single link, or
+/// the write would reach the other names), `replaced` files only ever replaced by a rename or
+/// read, `dirs` directories.
 ///
 /// # Errors
 /// [`StateFsError::Unsafe`] naming the first such path.
-pub fn refuse_symlinks(files: &[PathBuf], dirs: &[PathBuf]) -> Result<(), StateFsError> {
-    for (path, want_dir) in files.iter().map(|p| (p, false)).chain(dirs.iter().map(|p| (p, true))) {
+pub fn refuse_symlinks(
+    in_place: &[PathBuf],
+    replaced: &[PathBuf],
+    dirs: &[PathBuf],
+) -> Result<(), StateFsError> {
+    let kinds = in_place
+        .iter()
+        .map(|p| (p, Kind::InPlace))
+        .chain(replaced.iter().map(|p| (p, Kind::Replaced)))
+        .chain(dirs.iter().map(|p| (p, Kind::Dir)));
+    for (path, want) in kinds {
         match fs::symlink_metadata(path) {
             Ok(meta) => {
                 let kind = meta.file_type();
-                let fits = if want_dir { kind.is_dir() } else { kind.is_file() };
-                if kind.is_symlink() || !fits || shares_inode(&meta, want_dir) {
+                let fits = match want {
+                    Kind::Dir => kind.is_dir(),
+                    Kind::Replaced => kind.is_file(),
+                    Kind::InPlace => kind.is_file() && !shares_inode(&meta),
+                };
+                if kind.is_symlink() || !fits {
                     return Err(StateFsError::Unsafe { path: path.clone() });
                 }
             }
@@ -196,6 +210,13 @@ pub fn refuse_symlinks(files: &[PathBuf], dirs: &[PathBuf]) -> Result<(), StateF
         }
     }
     Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    InPlace,
+    Replaced,
+    Dir,
 }
 
 /// Replaces the file at `path` with `bytes` atomically: a fresh temp file beside it created
@@ -379,8 +400,9 @@ fn move_into(from: &Path, to: &Path, marker: &str) -> Result<(), StateFsError> {
     for name in names {
         let (source, dest) = (from.join(&name), to.join(&name));
         let moved = if name == marker {
-            // link(2) never replaces: of two racing callers, one gets EEXIST.
-            fs::hard_link(&source, &dest)
+            // link(2) never replaces: of two racing callers, one gets EEXIST. The temporary
+            // name goes at once, leaving the file a single link.
+            fs::hard_link(&source, &dest).and_then(|()| fs::remove_file(&source))
         } else if fs::symlink_metadata(&dest).is_ok() {
             Err(io::Error::new(io::ErrorKind::AlreadyExists, "it exists"))
         } else {

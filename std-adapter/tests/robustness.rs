@@ -407,6 +407,15 @@ fn init_is_atomic() {
         work.ok(&["add", "user", "the winner's state works"]);
         assert_eq!(archived(&work), 1);
     }
+    // An existing directory with other files in it is initialized in place, its files kept.
+    let work = Workdir::new();
+    fs::create_dir(work.state()).unwrap();
+    fs::write(work.state().join("README"), "mine").unwrap();
+    work.ok(&["init"]);
+    assert_eq!(fs::read_to_string(work.state().join("README")).unwrap(), "mine");
+    work.ok(&["add", "user", "in place"]);
+    work.fails(&["init"], NO_STATE, "already holds");
+
     for delay in [0u64, 2, 5, 10, 20, 40] {
         let work = Workdir::new();
         let mut child = Command::new(env!("CARGO_BIN_EXE_ctxwin"))

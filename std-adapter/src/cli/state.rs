@@ -99,16 +99,15 @@ impl StateDir {
             name.push(suffix);
             PathBuf::from(name)
         };
-        let files = [
-            self.config(),
+        let in_place = [
             self.lock_path(),
-            self.notes(),
             sidecar("-wal"),
             sidecar("-shm"),
             sidecar("-journal"),
             archive.clone(),
         ];
-        Ok(statefs::refuse_symlinks(&files, &[self.checkpoints()])?)
+        let replaced = [self.config(), self.notes()];
+        Ok(statefs::refuse_symlinks(&in_place, &replaced, &[self.checkpoints()])?)
     }
 
     /// The directory relative paths in the configuration start from: the one holding the

@@ -211,8 +211,12 @@ impl Session {
     /// Goes back to a checkpoint: the core's state, calibration and id tracking as they were.
     /// The configuration stays the one the session was built with.
     ///
-    /// Archived messages newer than the checkpoint are copied to the session
-    /// `"<name>@rewound-<checkpoint id>"` first, since new messages will reuse their ids.
+    /// Archived messages newer than the checkpoint are moved to the session
+    /// `"<name>@rewound-<checkpoint id>"` first, since new messages will reuse their ids: the
+    /// session's own rows then hold exactly what the checkpoint covers, and nothing is kept
+    /// twice. The checkpoint must have been written with this archive (it records the
+    /// archive's identity and the highest message id it covers; a mismatch is
+    /// [`ArchiveError::Mismatch`]).
     /// (Summaries recorded after the checkpoint are derived data: they are replaced as their
     /// ids are reused.)
     ///
