@@ -416,7 +416,7 @@ fn init_is_atomic() {
     work.ok(&["add", "user", "in place"]);
     work.fails(&["init"], NO_STATE, "already holds");
 
-    for delay in [0u64, 2, 5, 10, 20, 40] {
+    for delay in [0u64, 2, 5, 8, 12, 16, 20, 30, 40, 60, 80] {
         let work = Workdir::new();
         let mut child = Command::new(env!("CARGO_BIN_EXE_ctxwin"))
             .arg("--dir")
@@ -429,7 +429,11 @@ fn init_is_atomic() {
         std::thread::sleep(Duration::from_millis(delay));
         let _ = child.kill();
         let _ = child.wait();
-        if work.state().join("ctxwin.toml").exists() {
+        if work.state().exists() {
+            // The state appeared whole: configuration, archive and the first checkpoint.
+            let listed = work.json(&["checkpoints"]);
+            assert_eq!(listed.as_array().map(Vec::len), Some(1), "killed after {delay} ms");
+            assert!(work.state().join("archive.db").is_file());
             work.ok(&["stats"]);
         } else {
             work.ok(&["init"]);
