@@ -361,6 +361,7 @@ pub fn create_dir_atomically<E: From<StateFsError>>(
     };
     fs::create_dir_all(&parent).map_err(|e| StateFsError::io("create", &parent, e))?;
     let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    remove_stale_temps(&parent, &format!(".{name}.init-"));
     let temp = parent.join(format!(".{name}.init-{}", std::process::id()));
     if fs::symlink_metadata(&temp).is_ok() {
         let _ = fs::remove_dir_all(&temp);
@@ -380,6 +381,31 @@ pub fn create_dir_atomically<E: From<StateFsError>>(
     });
     let _ = fs::remove_dir_all(&temp);
     result
+}
+
+/// How old the temporary directory of a killed `create_dir_atomically` must be before another
+/// call removes it (far longer than any creation takes).
+const STALE_TEMP_DIR_AGE: Duration = Duration::from_secs(600);
+
+/// Removes the directories in `parent` named `<prefix><digits>` (real directories, not
+/// symlinks) last modified more than [`STALE_TEMP_DIR_AGE`] ago: what killed callers left.
+fn remove_stale_temps(parent: &Path, prefix: &str) {
+    let Ok(entries) = fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|name| name.strip_prefix(prefix)) else {
+            continue;
+        };
+        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let stale = entry.metadata().ok().filter(|meta| meta.is_dir()).and_then(|meta| {
+            meta.modified().ok()?.elapsed().ok().map(|age| age > STALE_TEMP_DIR_AGE)
+        });
+        if stale == Some(true) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Moves the entries of `from` into the existing directory `to`, none replacing anything,
@@ -498,5 +524,20 @@ mod tests {
             matches!(again, Err(StateFsError::Io { ref source, .. }) if source.kind() == io::ErrorKind::AlreadyExists)
         );
         assert!(target.join("whole").is_file(), "an existing directory is never touched");
+
+        // What a killed caller left long ago goes; a fresh one (a concurrent caller's) stays.
+        let old = dir.path().join(".other.init-12345");
+        let fresh = dir.path().join(".other.init-12346");
+        let foreign = dir.path().join(".other.init-backup");
+        for path in [&old, &fresh, &foreign] {
+            fs::create_dir(path).unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - STALE_TEMP_DIR_AGE * 2;
+        for path in [&old, &foreign] {
+            File::open(path).unwrap().set_modified(long_ago).unwrap();
+        }
+        create_dir_atomically::<StateFsError>(&dir.path().join("other"), "m", |_| Ok(())).unwrap();
+        assert!(!old.exists());
+        assert!(fresh.exists() && foreign.exists());
     }
 }
