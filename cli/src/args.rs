@@ -73,6 +73,9 @@ pub(crate) enum Command {
     Checkpoints,
     /// Go back to a checkpoint.
     Restore(RestoreArgs),
+    /// Rebuild the context from the archive (when no checkpoint restores, or they disagree
+    /// with the archive): one new checkpoint.
+    Recover,
     /// Search the archive by keywords, or drill down into a summary.
     Search(SearchArgs),
     /// Trim a conversation to a token budget without any state: print what ctxwin would send.

@@ -5,14 +5,19 @@
 //! is optional; unknown keys are refused so a typo never goes unnoticed.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use ctxwin_core::{Config, OutboxMode, StrategyKind, UnansweredCalls};
 use serde::Deserialize;
 
 use super::error::CliError;
+use ctxwin_std::statefs;
 
 /// The file name inside the state directory.
 pub(crate) const FILE_NAME: &str = "ctxwin.toml";
+
+/// The largest configuration file read.
+const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 /// The session name when the file sets none.
 const DEFAULT_SESSION: &str = "main";
@@ -33,7 +38,38 @@ pub(crate) struct FileConfig {
     pub tokenizer: Option<String>,
     /// `[llm]`.
     pub llm: LlmSection,
+    /// `[limits]`.
+    pub limits: Limits,
 }
+
+/// The `[limits]` section, checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Largest message or conversation file read, in bytes.
+    pub max_input_bytes: u64,
+    /// How long a command waits for another's lock on the state directory.
+    pub lock_wait: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_input_bytes: statefs::DEFAULT_MAX_INPUT_BYTES,
+            lock_wait: statefs::DEFAULT_LOCK_WAIT,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsSection {
+    max_input_bytes: Option<u64>,
+    lock_wait_secs: Option<u64>,
+}
+
+/// The longest duration any setting may name: a day. Longer ones are refused, so that no
+/// deadline computed from them can overflow.
+pub(crate) const MAX_SECS: u64 = 86_400;
 
 /// The `[llm]` section: an OpenAI-compatible server for summaries and entity extraction.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -76,6 +112,8 @@ struct Sections {
     tokenizer: TokenizerSection,
     #[serde(default)]
     llm: LlmSection,
+    #[serde(default)]
+    limits: LimitsSection,
 }
 
 impl Default for FileConfig {
@@ -86,6 +124,7 @@ impl Default for FileConfig {
             keep_checkpoints: DEFAULT_KEEP,
             tokenizer: None,
             llm: LlmSection::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -132,18 +171,48 @@ impl FileConfig {
         if keep_checkpoints == 0 {
             return Err(bad("[checkpoints] keep must be at least 1".into()));
         }
+        for (key, value) in [
+            ("[llm] timeout_secs", sections.llm.timeout_secs),
+            ("[llm] wait_secs", sections.llm.wait_secs),
+            ("[limits] lock_wait_secs", sections.limits.lock_wait_secs),
+        ] {
+            if value.is_some_and(|secs| secs > MAX_SECS) {
+                return Err(bad(format!("{key} must be at most {MAX_SECS} (a day)")));
+            }
+        }
+        let defaults = Limits::default();
+        let limits = Limits {
+            max_input_bytes: sections.limits.max_input_bytes.unwrap_or(defaults.max_input_bytes),
+            lock_wait: sections
+                .limits
+                .lock_wait_secs
+                .map_or(defaults.lock_wait, Duration::from_secs),
+        };
+        if limits.max_input_bytes == 0 {
+            return Err(bad("[limits] max_input_bytes must be at least 1".into()));
+        }
         Ok(FileConfig {
             session,
             context,
             keep_checkpoints,
             tokenizer: sections.tokenizer.path,
             llm: sections.llm,
+            limits,
         })
     }
 
     /// Reads and validates the file at `path`.
     pub(crate) fn load(path: &Path) -> Result<FileConfig, CliError> {
-        let text = std::fs::read_to_string(path).map_err(|e| CliError::io("read", path, &e))?;
+        let what = path.display().to_string();
+        let bytes =
+            statefs::read_bounded_file(path, MAX_CONFIG_BYTES, &what).map_err(
+                |error| match error {
+                    statefs::StateFsError::Io { source, .. } => CliError::io("read", path, &source),
+                    other => CliError::Config(format!("{other}; fix or rewrite the configuration")),
+                },
+            )?;
+        let text = statefs::utf8(bytes, &what)
+            .map_err(|e| CliError::Config(format!("{e}; the configuration must be UTF-8 TOML")))?;
         FileConfig::parse(&text, path)
     }
 
@@ -331,7 +400,15 @@ pub(crate) fn default_toml() -> String {
          # api_key_env = \"OPENAI_API_KEY\"\n\
          # timeout_secs = 60\n\
          # Seconds a command waits for the model's answers before it saves and exits.\n\
-         # wait_secs = 120\n"
+         # wait_secs = 120\n\n\
+         [limits]\n\
+         # The largest message (`@FILE`, `-`) or conversation file a command reads, in bytes;\n\
+         # input is read whole before the state is locked.\n\
+         # max_input_bytes = {max_input}\n\
+         # Seconds a command waits for another command's lock on this directory.\n\
+         # lock_wait_secs = {lock_wait}\n",
+        max_input = statefs::DEFAULT_MAX_INPUT_BYTES,
+        lock_wait = statefs::DEFAULT_LOCK_WAIT.as_secs(),
     ));
     text
 }

@@ -9,6 +9,7 @@ use ctxwin_core::Error as CoreError;
 use ctxwin_std::archive::{ArchiveError, SqliteFailure};
 use ctxwin_std::checkpoint::CheckpointError;
 use ctxwin_std::session::SessionError;
+use ctxwin_std::statefs::StateFsError;
 
 /// The exit codes of `ctxwin`, one per kind of failure.
 ///
@@ -17,10 +18,10 @@ use ctxwin_std::session::SessionError;
 /// | 0 | success |
 /// | 1 | internal error (a bug: please report it) |
 /// | 2 | usage: unknown command, flag or value |
-/// | 3 | bad input: a conversation file, message, JSON value or id that does not parse or that the context refuses |
-/// | 4 | I/O: a file or the state directory cannot be read or written |
+/// | 3 | bad input: a conversation file, message, JSON value or id that does not parse or that the context refuses; input that is not UTF-8 or over `[limits] max_input_bytes` |
+/// | 4 | I/O: a file or the state directory cannot be read or written, or stayed locked past `[limits] lock_wait_secs` |
 /// | 5 | budget impossible: what must stay in the context does not fit the token budget |
-/// | 6 | state corrupt: damaged checkpoints or archive (reported, never reset) |
+/// | 6 | state corrupt: damaged checkpoints or archive, an archive that is not the checkpoints' own, a symlink in the state directory (reported, never reset) |
 /// | 7 | no state: the state directory is missing (run `ctxwin init`), or `init` found one already |
 /// | 8 | configuration: `ctxwin.toml`, `--tokenizer` or `--llm-url` is invalid |
 ///
@@ -180,6 +181,27 @@ impl From<CheckpointError> for CliError {
     }
 }
 
+impl From<StateFsError> for CliError {
+    fn from(error: StateFsError) -> Self {
+        match error {
+            StateFsError::TooLarge { .. } => CliError::BadInput(format!(
+                "{error}; raise [limits] max_input_bytes in ctxwin.toml if it is meant to be read"
+            )),
+            StateFsError::NotUtf8 { .. } => CliError::BadInput(format!(
+                "{error}; messages and conversations must be UTF-8 text"
+            )),
+            StateFsError::Unsafe { .. } => CliError::Corrupt(format!(
+                "{error}; remove it (the state directory holds only ctxwin's own files)"
+            )),
+            StateFsError::LockTimeout { .. } => CliError::Io(format!(
+                "the state directory is busy: {error}; wait for that command, or raise [limits] lock_wait_secs"
+            )),
+            StateFsError::Io { ref source, ref path, action } => CliError::io(action, path, source),
+            _ => CliError::Io(error.to_string()),
+        }
+    }
+}
+
 impl From<ArchiveError> for CliError {
     fn from(error: ArchiveError) -> Self {
         from_archive(error)
@@ -267,7 +289,7 @@ fn from_checkpoint(error: CheckpointError) -> CliError {
         }
         CheckpointError::Corrupt { .. } | CheckpointError::NoValidCheckpoint { .. } => {
             CliError::Corrupt(format!(
-                "{error}; the archive still holds every message: `ctxwin checkpoints` shows what is left"
+                "{error}; the archive still holds every message: `ctxwin checkpoints` shows what is left, `ctxwin recover` rebuilds the context from the archive"
             ))
         }
         other => CliError::Internal(other.to_string()),
@@ -280,17 +302,28 @@ fn from_archive(error: ArchiveError) -> CliError {
             Some(SqliteFailure::Damaged) => CliError::Corrupt(format!(
                 "archive.db is damaged ({error}); the checkpoints still hold the context, but the archive needs restoring from a backup"
             )),
+            // SQLite's generic error: ctxwin's own statements are fixed, so one of them
+            // failing (no such table, a schema that does not parse) means a damaged file.
+            Some(SqliteFailure::Generic) => CliError::Corrupt(format!(
+                "archive.db is damaged or not ctxwin's ({error}); restore it from a backup, or `ctxwin recover` rebuilds what the checkpoints miss"
+            )),
             Some(SqliteFailure::Locked) => CliError::Io(format!(
                 "archive.db is locked by another process ({error}); wait for the other ctxwin command to finish"
             )),
             Some(SqliteFailure::Other) => CliError::Io(format!(
                 "archive.db: {error}; check the disk and the file's permissions"
             )),
-            _ => CliError::Internal(format!("archive: {error}")),
+            // A value of the wrong type or out of range in a row.
+            _ => CliError::Corrupt(format!("archive.db holds a damaged row ({error})")),
         },
-        ArchiveError::Corrupt(_) | ArchiveError::SchemaTooNew { .. } => CliError::Corrupt(format!(
-            "archive.db: {error}; it was damaged or written by a newer ctxwin"
+        ArchiveError::Mismatch(_) => CliError::Corrupt(format!(
+            "archive.db: {error}; put the right archive.db back, or `ctxwin recover` rebuilds the context from this one"
         )),
+        ArchiveError::Corrupt(_) | ArchiveError::SchemaTooNew { .. } | ArchiveError::Json(_) => {
+            CliError::Corrupt(format!(
+                "archive.db: {error}; it was damaged or written by a newer ctxwin"
+            ))
+        }
         ArchiveError::SummaryNotFound { id, .. } => CliError::BadInput(format!(
             "no summary {id} in the archive; `ctxwin search <words>` lists summaries with their ids"
         )),

@@ -1,32 +1,37 @@
 //! Reading what commands take: text arguments (`@FILE`, `-`), conversation files in any
 //! supported format, and tool calls given as JSON.
 
-use std::io::Read;
 use std::path::Path;
 
 use serde_json::Value;
 
 use super::error::CliError;
 use ctxwin_std::format::{self, Format};
+use ctxwin_std::statefs;
 use ctxwin_std::{Conversation, ToolCall};
 
-/// The whole of `path` as text, or standard input for `-`.
-pub(crate) fn read_text(path: &Path) -> Result<String, CliError> {
-    if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| CliError::io("read", Path::new("standard input"), &e))?;
-        return Ok(text);
-    }
-    std::fs::read_to_string(path).map_err(|e| CliError::io("read", path, &e))
+/// The whole of `path` as text, or standard input for `-`, at most `cap` bytes.
+pub(crate) fn read_text(path: &Path, cap: u64) -> Result<String, CliError> {
+    let (bytes, what) = if path == Path::new("-") {
+        let what = "standard input";
+        (statefs::read_bounded(std::io::stdin().lock(), cap, what), what.to_string())
+    } else {
+        let what = path.display().to_string();
+        (statefs::read_bounded_file(path, cap, &what), what)
+    };
+    let bytes = bytes.map_err(|error| match error {
+        statefs::StateFsError::Io { source, .. } => CliError::io("read", Path::new(&what), &source),
+        other => CliError::from(other),
+    })?;
+    Ok(statefs::utf8(bytes, &what)?)
 }
 
-/// A text argument: `@FILE` is the file's content, `-` standard input, anything else itself.
-pub(crate) fn text_argument(argument: &str) -> Result<String, CliError> {
+/// A text argument: `@FILE` is the file's content, `-` standard input, anything else itself;
+/// files and standard input hold at most `cap` bytes.
+pub(crate) fn text_argument(argument: &str, cap: u64) -> Result<String, CliError> {
     match argument.strip_prefix('@') {
-        Some(path) if !path.is_empty() => read_text(Path::new(path)),
-        _ if argument == "-" => read_text(Path::new("-")),
+        Some(path) if !path.is_empty() => read_text(Path::new(path), cap),
+        _ if argument == "-" => read_text(Path::new("-"), cap),
         _ => Ok(argument.to_string()),
     }
 }
@@ -36,8 +41,9 @@ pub(crate) fn text_argument(argument: &str) -> Result<String, CliError> {
 pub(crate) fn read_conversation(
     path: &Path,
     format: Option<Format>,
+    cap: u64,
 ) -> Result<(Conversation, Format), CliError> {
-    let text = read_text(path)?;
+    let text = read_text(path, cap)?;
     let name =
         if path == Path::new("-") { "standard input".into() } else { path.display().to_string() };
     let format = match format {
@@ -126,11 +132,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("note.txt");
         std::fs::write(&path, "from a file").unwrap();
-        assert_eq!(text_argument(&format!("@{}", path.display())).unwrap(), "from a file");
-        assert_eq!(text_argument("plain").unwrap(), "plain");
-        assert_eq!(text_argument("@").unwrap(), "@");
-        let missing = text_argument(&format!("@{}", dir.path().join("no").display())).unwrap_err();
-        assert_eq!(missing.exit(), crate::Exit::Io);
+        assert_eq!(text_argument(&format!("@{}", path.display()), 100).unwrap(), "from a file");
+        assert_eq!(text_argument("plain", 100).unwrap(), "plain");
+        assert_eq!(text_argument("@", 100).unwrap(), "@");
+        let missing =
+            text_argument(&format!("@{}", dir.path().join("no").display()), 100).unwrap_err();
+        assert_eq!(missing.exit(), super::super::Exit::Io);
     }
 
     #[test]
@@ -138,13 +145,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.jsonl");
         std::fs::write(&path, "{\"role\":\"user\",\"content\":\"hi\"}\n").unwrap();
-        let (conversation, format) = read_conversation(&path, None).unwrap();
+        let (conversation, format) = read_conversation(&path, None, 1 << 20).unwrap();
         assert_eq!((conversation.messages.len(), format), (1, Format::OpenAiJsonl));
         std::fs::write(&path, "hello").unwrap();
-        let error = read_conversation(&path, None).unwrap_err();
+        let error = read_conversation(&path, None, 1 << 20).unwrap_err();
         assert!(error.to_string().contains("pass --format"), "{error}");
         std::fs::write(&path, "{\"role\":\"user\",\"content\":42}\n").unwrap();
-        let error = read_conversation(&path, Some(Format::OpenAiJsonl)).unwrap_err();
+        let error = read_conversation(&path, Some(Format::OpenAiJsonl), 1 << 20).unwrap_err();
         assert!(error.to_string().contains("line 1"), "{error}");
     }
 }

@@ -23,6 +23,7 @@
 //! | `stats` | tokens used per level, messages, summaries, compression, retrieved items |
 //! | `compress` / `summarize` | compression now (`--target PERCENT`) / a summary now (`--keep N`) |
 //! | `checkpoint`, `checkpoints`, `restore <id\|latest>` | checkpoints by hand |
+//! | `recover` | rebuild the context from the archive (every checkpoint damaged, or not its archive's) |
 //! | `search <query>` / `search --summary ID` | archive search, drill-down into a summary |
 //! | `trim --budget N <file\|->` | stateless: the payload ctxwin would send for a conversation |
 //!

@@ -55,7 +55,9 @@ pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(120);
 
 /// `[llm] wait_secs`, or [`DEFAULT_WAIT`].
 pub(crate) fn wait(file: &LlmSection) -> Duration {
-    file.wait_secs.map_or(DEFAULT_WAIT, Duration::from_secs)
+    // Checked when the file is read; clamped again so that no deadline can overflow.
+    file.wait_secs
+        .map_or(DEFAULT_WAIT, |secs| Duration::from_secs(secs.min(super::config_file::MAX_SECS)))
 }
 
 /// Connects the LLM client to the session being built — the only place the command line hands

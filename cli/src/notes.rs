@@ -69,9 +69,7 @@ impl Notes {
         }
         let json = serde_json::to_string_pretty(&current)
             .map_err(|e| CliError::Internal(format!("notes do not serialize: {e}")))?;
-        let temp = path.with_extension("json.tmp");
-        std::fs::write(&temp, json + "\n").map_err(|e| CliError::io("write", &temp, &e))?;
-        std::fs::rename(&temp, path).map_err(|e| CliError::io("replace", path, &e))?;
+        ctxwin_std::statefs::replace_file(path, (json + "\n").as_bytes())?;
         self.loaded = Some(Box::new(current));
         Ok(())
     }

@@ -10,7 +10,7 @@
 //!   lock            locked while a command runs, so concurrent commands take turns
 //! ```
 
-use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ctxwin_core::{Config, stats::Counters};
@@ -19,11 +19,12 @@ use super::config_file::{self, FileConfig};
 use super::error::CliError;
 use super::llm;
 use super::notes::{Compression, Notes};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ctxwin_std::checkpoint::{CheckpointError, CheckpointStore};
 use ctxwin_std::llm::LlmClient;
 use ctxwin_std::session::{Counter, Session, SessionBuilder};
+use ctxwin_std::statefs::{self, StateLock};
 use ctxwin_std::tokens::ExactCounter;
 
 /// The flags every command shares.
@@ -35,6 +36,8 @@ pub(crate) struct Globals<'a> {
     pub tokenizer: Option<&'a str>,
     /// `--llm-url` (or `CTXWIN_LLM_URL`).
     pub llm_url: Option<&'a str>,
+    /// The command's name, written into the lock file for those who wait on it.
+    pub command: &'a str,
 }
 
 /// Paths inside a state directory.
@@ -68,18 +71,43 @@ impl StateDir {
         self.root.join("cli.json")
     }
 
-    /// Waits until no other command works on this directory, and keeps it so until the
-    /// returned file is dropped (the operating system releases it if the process dies).
-    pub(crate) fn lock(&self) -> Result<File, CliError> {
-        let path = self.root.join("lock");
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| CliError::io("create", &path, &e))?;
-        file.lock().map_err(|e| CliError::io("lock", &path, &e))?;
-        Ok(file)
+    pub(crate) fn lock_path(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+
+    /// Waits up to `wait` until no other command works on this directory (saying once on
+    /// standard error who holds it), and keeps it so until the returned lock is dropped (the
+    /// operating system releases it if the process dies).
+    pub(crate) fn lock(&self, wait: Duration, command: &str) -> Result<StateLock, CliError> {
+        let path = self.lock_path();
+        let root = self.root.display().to_string();
+        Ok(StateLock::acquire(&path, wait, &format!("ctxwin {command}"), |holder| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "waiting for {root}: {holder} holds its lock (up to {} s)",
+                wait.as_secs()
+            );
+        })?)
+    }
+
+    /// Refuses a state directory where one of ctxwin's files is a symlink (or not the kind of
+    /// file it should be): nothing is ever written outside the directory.
+    pub(crate) fn refuse_symlinks(&self) -> Result<(), CliError> {
+        let archive = self.archive();
+        let sidecar = |suffix: &str| {
+            let mut name = archive.clone().into_os_string();
+            name.push(suffix);
+            PathBuf::from(name)
+        };
+        let in_place = [
+            self.lock_path(),
+            sidecar("-wal"),
+            sidecar("-shm"),
+            sidecar("-journal"),
+            archive.clone(),
+        ];
+        let replaced = [self.config(), self.notes()];
+        Ok(statefs::refuse_symlinks(&in_place, &replaced, &[self.checkpoints()])?)
     }
 
     /// The directory relative paths in the configuration start from: the one holding the
@@ -116,6 +144,15 @@ impl StateDir {
     }
 }
 
+/// The input cap of the state directory `globals` names (`[limits] max_input_bytes`), read
+/// before anything is locked; the default when the configuration cannot be read (the command
+/// then reports that).
+pub(crate) fn input_limit(globals: &Globals<'_>) -> u64 {
+    let dir = StateDir::new(globals.dir);
+    FileConfig::load(&dir.config())
+        .map_or(statefs::DEFAULT_MAX_INPUT_BYTES, |config| config.limits.max_input_bytes)
+}
+
 /// The token counter: `--tokenizer` (relative to the working directory), else the file's
 /// `[tokenizer] path`, else the estimator.
 pub(crate) fn counter(flag: Option<&str>, file: Option<PathBuf>) -> Result<Counter, CliError> {
@@ -143,12 +180,13 @@ pub(crate) struct Workspace {
     pub dir: StateDir,
     pub config: FileConfig,
     pub llm: Option<LlmClient>,
-    /// How long a command waits for the model's answers (`[llm] wait_secs`).
-    pub llm_wait: Duration,
+    /// Until when the command waits for the model's answers: `[llm] wait_secs` from the
+    /// moment the state was locked, for all waits of the command together.
+    llm_deadline: Option<Instant>,
     pub notes: Notes,
     counter: Counter,
     /// Held while the command runs.
-    _lock: File,
+    _lock: StateLock,
 }
 
 impl Workspace {
@@ -156,13 +194,15 @@ impl Workspace {
     pub(crate) fn load(globals: &Globals<'_>) -> Result<Workspace, CliError> {
         let dir = StateDir::new(globals.dir);
         dir.require()?;
-        let lock = dir.lock()?;
+        dir.refuse_symlinks()?;
+        // Read-only and never written by a command: read before the lock, for its wait.
         let config = FileConfig::load(&dir.config())?;
+        let lock = dir.lock(config.limits.lock_wait, globals.command)?;
         let counter = counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
         let llm = llm::client(globals.llm_url, &config.llm)?;
         let notes = Notes::load(&dir.notes())?;
-        let llm_wait = llm::wait(&config.llm);
-        Ok(Workspace { dir, config, llm, llm_wait, notes, counter, _lock: lock })
+        let llm_deadline = Instant::now().checked_add(llm::wait(&config.llm));
+        Ok(Workspace { dir, config, llm, llm_deadline, notes, counter, _lock: lock })
     }
 
     /// A session builder over this directory with `config`, restoring the latest checkpoint.
@@ -214,6 +254,12 @@ impl Workspace {
         Ok(session)
     }
 
+    /// How much of the command's wait for the model's answers is left.
+    pub(crate) fn llm_wait(&self) -> Duration {
+        self.llm_deadline
+            .map_or(Duration::ZERO, |deadline| deadline.saturating_duration_since(Instant::now()))
+    }
+
     /// Where the LLM stands, for reports.
     pub(crate) fn llm_description(&self) -> String {
         llm::describe(self.llm.as_ref())
@@ -261,7 +307,7 @@ pub(crate) fn run<T>(
     let before = Mark::of(&session);
     let result = command(&mut session, workspace);
     // The model's answers are applied before the checkpoint: the worker dies with the process.
-    llm::settle(&mut session, workspace.llm_wait);
+    llm::settle(&mut session, workspace.llm_wait());
     let after = Mark::of(&session);
     if after != before
         && checkpointing == Checkpointing::WhenChanged

@@ -9,6 +9,7 @@ pub mod format;
 pub mod llm;
 pub mod message;
 pub mod session;
+pub mod statefs;
 pub mod tokens;
 
 pub use message::{ChatMessage, Conversation, ToolCall, ToolDefinition};

@@ -15,14 +15,14 @@ pub(crate) fn run(
     session: &mut Session,
     _: &mut Workspace,
     args: &AddArgs,
+    message: &ChatMessage,
 ) -> Result<Output, CliError> {
-    let message = message(args)?;
     let options = PushOptions {
         level: args.level.map(Into::into),
         important: args.important,
         timestamp: None,
     };
-    let report = session.push_with(&message, options)?;
+    let report = session.push_with(message, options)?;
     let manager = session.manager();
     let stored = manager.get(report.id);
     let tokens = stored.map(|m| m.tokens());
@@ -72,10 +72,10 @@ pub(crate) fn run(
     Ok(Output::report(text, json))
 }
 
-/// The message the arguments describe.
-fn message(args: &AddArgs) -> Result<ChatMessage, CliError> {
+/// The message the arguments describe (`@FILE` and `-` read, at most `limit` bytes).
+pub(crate) fn message(args: &AddArgs, limit: u64) -> Result<ChatMessage, CliError> {
     let role = Role::from(args.role);
-    let mut message = ChatMessage::text(role, input::text_argument(&args.content)?);
+    let mut message = ChatMessage::text(role, input::text_argument(&args.content, limit)?);
     if let Some(json) = &args.tool_calls {
         if role != Role::Assistant {
             return Err(CliError::BadInput(

@@ -20,7 +20,7 @@ pub(crate) fn run(
     let mut dynamic = args
         .dynamic
         .iter()
-        .map(|text| input::text_argument(text))
+        .map(|text| input::text_argument(text, workspace.config.limits.max_input_bytes))
         .collect::<Result<Vec<String>, CliError>>()?;
     if let Some(query) = &args.retrieve {
         let (block, items) = retrieve(session, query, args.retrieve_limit)?;

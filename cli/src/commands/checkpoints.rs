@@ -1,4 +1,4 @@
-//! `ctxwin checkpoint`, `ctxwin checkpoints` and `ctxwin restore <id|latest>`.
+//! `ctxwin checkpoint`, `ctxwin checkpoints`, `ctxwin restore <id|latest>` and `ctxwin recover`.
 
 use serde_json::json;
 
@@ -7,7 +7,7 @@ use crate::error::CliError;
 use crate::output::{Output, Table, thousands};
 use crate::state::{self, Checkpointing, Globals, StateDir, Workspace};
 use ctxwin_std::checkpoint::{CheckpointId, CheckpointStatus, CheckpointStore};
-use ctxwin_std::session::{RestorePoint, Session};
+use ctxwin_std::session::{RestorePoint, Session, take_for_recovery};
 
 /// `checkpoint`: one now, whatever changed.
 pub(crate) fn write(session: &mut Session, _: &mut Workspace) -> Result<Output, CliError> {
@@ -94,6 +94,43 @@ pub(crate) fn restore(globals: &Globals<'_>, args: &RestoreArgs) -> Result<Outpu
             "checkpoint": checkpoint,
             "used": manager.used(),
             "messages": manager.stats().messages(),
+        });
+        Ok(Output::report(text, json))
+    })
+}
+
+/// `recover`: rebuilds the context from the archive when no checkpoint restores (or the
+/// archive and checkpoints disagree): the session's archived messages are kept aside as they
+/// were, pushed again into an empty context, and one new checkpoint is written.
+pub(crate) fn recover(globals: &Globals<'_>) -> Result<Output, CliError> {
+    let mut workspace = Workspace::load(globals)?;
+    let name = workspace.config.session.clone();
+    let source = {
+        let mut archive = ctxwin_std::archive::Archive::open(workspace.dir.archive())?;
+        take_for_recovery(&mut archive, &name)?
+    };
+    let session = workspace.builder(workspace.config.context).restore_latest(false).build()?;
+    state::run(&mut workspace, session, "recover", Checkpointing::Never, |session, _| {
+        let checkpoint = session.recover_from(&source.messages)?.to_string();
+        let manager = session.manager();
+        let (count, used, in_context) =
+            (source.messages.len(), manager.used(), manager.stats().messages());
+        let text = format!(
+            "rebuilt session {name:?} from {count} archived messages (kept as they were in session {:?})
+             context {} / {} tokens, {in_context} messages; new checkpoint {checkpoint}
+",
+            source.kept_in,
+            thousands(used),
+            thousands(manager.budget()),
+        );
+        let json = json!({
+            "session": name,
+            "messages": count,
+            "from": source.from,
+            "kept_in": source.kept_in,
+            "checkpoint": checkpoint,
+            "used": used,
+            "in_context": in_context,
         });
         Ok(Output::report(text, json))
     })

@@ -94,7 +94,7 @@ pub(crate) fn compress(
     let before = Before::of(session);
     let config = *session.configured();
     let target = config.trigger_tokens();
-    let done = pass(session, before, workspace.llm_wait)?;
+    let done = pass(session, before, workspace.llm_wait())?;
     let headline = if done.units_evicted == 0 && done.summaries == 0 {
         format!(
             "nothing to compress: {} tokens used, target {} ({}% of {})",
@@ -125,7 +125,7 @@ pub(crate) fn summarize(
 ) -> Result<Output, CliError> {
     let before = Before::of(session);
     let keep = session.configured().max_messages;
-    let done = pass(session, before, workspace.llm_wait)?;
+    let done = pass(session, before, workspace.llm_wait())?;
     let headline = if done.units_evicted == 0 {
         format!(
             "nothing to summarize: {} messages in the history, the newest {keep} are kept (and the locked tail)",

@@ -1,5 +1,6 @@
-//! `ctxwin import <file>`: a whole conversation into the context, in chunks so a progress bar
-//! can follow long files.
+//! `ctxwin import <file>`: a whole conversation into the context, all or nothing (one
+//! checkpoint at the end; a refused message or a killed process leaves the state as it was
+//! before), in chunks so a progress bar can follow long files.
 
 use std::io::IsTerminal;
 
@@ -8,11 +9,11 @@ use serde_json::json;
 
 use crate::args::ImportArgs;
 use crate::error::CliError;
-use crate::input;
 use crate::output::{Output, pairs, thousands};
 use crate::state::Workspace;
+use ctxwin_std::Conversation;
+use ctxwin_std::format::Format;
 use ctxwin_std::session::{ImportReport, Session, SessionError};
-use ctxwin_std::{ChatMessage, Conversation};
 
 /// Messages per [`Session::import`] call: large enough to keep the archive's batched writes,
 /// small enough for the bar to move.
@@ -53,8 +54,8 @@ pub(crate) fn run(
     session: &mut Session,
     _: &mut Workspace,
     args: &ImportArgs,
+    (conversation, format): (Conversation, Format),
 ) -> Result<Output, CliError> {
-    let (conversation, format) = input::read_conversation(&args.file, args.format.map(Into::into))?;
     let count = conversation.messages.len();
     let bar = progress_bar(count);
     let result = import_chunks(session, conversation, &bar);
@@ -138,32 +139,22 @@ fn progress_bar(messages: usize) -> ProgressBar {
     bar
 }
 
-/// Imports `conversation` [`CHUNK`] messages at a time (system prompt and tools with the
-/// first), advancing `bar`.
+/// Imports `conversation` all or nothing, [`CHUNK`] messages at a time, advancing `bar`.
 fn import_chunks(
     session: &mut Session,
     conversation: Conversation,
     bar: &ProgressBar,
 ) -> Result<Totals, CliError> {
-    let Conversation { system, tools, messages } = conversation;
-    let total = messages.len();
+    let total = conversation.messages.len();
     let mut totals = Totals::default();
-    let mut head = Some((system, tools));
-    let mut messages = messages.into_iter().peekable();
-    let mut offset = 0usize;
-    while head.is_some() || messages.peek().is_some() {
-        let chunk: Vec<ChatMessage> = messages.by_ref().take(CHUNK).collect();
-        let taken = chunk.len();
-        let (system, tools) = head.take().unwrap_or_default();
-        let part = Conversation { system, tools, messages: chunk };
-        match session.import(&part) {
-            Ok(report) => totals.add(&report),
-            Err(error) => return Err(stopped(error, offset, total)),
-        }
-        offset += taken;
+    let done = session.import_atomic(&conversation, CHUNK, |report, offset| {
+        totals.add(report);
         bar.set_position(offset as u64);
+    });
+    match done {
+        Ok(_) => Ok(totals),
+        Err(error) => Err(stopped(error, 0, total)),
     }
-    Ok(totals)
 }
 
 /// An import error with the message index counted over the whole file.
@@ -174,11 +165,11 @@ pub(crate) fn stopped(error: SessionError, offset: usize, total: usize) -> CliEr
                 Some(index) => {
                     let index = index + offset;
                     format!(
-                        "import stopped at message {} of {total} (the {index} before it are stored)",
+                        "import stopped at message {} of {total} (nothing of the file was kept)",
                         index + 1
                     )
                 }
-                None => format!("import stopped at the {item} (nothing after it is stored)"),
+                None => format!("import stopped at the {item} (nothing of the file was kept)"),
             };
             CliError::from(*source).context(&item)
         }
@@ -201,7 +192,7 @@ mod tests {
         assert_eq!(error.exit(), crate::Exit::BadInput);
         assert!(
             error.to_string().starts_with(
-                "import stopped at message 1004 of 2000 (the 1003 before it are stored): "
+                "import stopped at message 1004 of 2000 (nothing of the file was kept): "
             ),
             "{error}"
         );

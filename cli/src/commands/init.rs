@@ -13,6 +13,7 @@ use crate::llm;
 use crate::output::{Output, pairs, thousands};
 use crate::state::{self, Globals, StateDir, Workspace};
 use ctxwin_std::archive::Archive;
+use ctxwin_std::statefs;
 
 pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliError> {
     let dir = StateDir::new(globals.dir);
@@ -28,14 +29,21 @@ pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliE
     let config = FileConfig::parse(&text, &origin)?;
     state::counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
     llm::client(globals.llm_url, &config.llm)?;
-    let created_root = !dir.root().exists();
-    let made = create(&dir, &text, globals);
+    // Built in a temporary directory and renamed into place: a killed `init` leaves nothing
+    // behind that looks like a state, and of two concurrent ones exactly one wins while the
+    // other touches nothing of its.
+    let mut checkpoint = String::new();
+    let made = statefs::create_dir_atomically(dir.root(), config_file::FILE_NAME, |temp| {
+        checkpoint = create(temp, &text, globals)?;
+        Ok::<(), CliError>(())
+    });
     match made {
-        Ok(checkpoint) => Ok(report(&dir, &config, &checkpoint, globals)),
-        Err(error) => {
-            undo(&dir, created_root);
-            Err(error)
-        }
+        Ok(()) => Ok(report(&dir, &config, &checkpoint, globals)),
+        Err(_) if dir.config().exists() => Err(CliError::NoState(format!(
+            "{} already holds a ctxwin state (another `ctxwin init` made it just now)",
+            dir.root().display()
+        ))),
+        Err(error) => Err(error),
     }
 }
 
@@ -58,39 +66,26 @@ fn refuse_existing(dir: &StateDir) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Writes the configuration, opens the archive and writes the first checkpoint.
-fn create(dir: &StateDir, text: &str, globals: &Globals<'_>) -> Result<String, CliError> {
-    fs::create_dir_all(dir.root()).map_err(|e| CliError::io("create", dir.root(), &e))?;
+/// Writes the configuration, opens the archive and writes the first checkpoint in `root` (a
+/// temporary directory that becomes the state directory).
+fn create(root: &Path, text: &str, globals: &Globals<'_>) -> Result<String, CliError> {
+    let dir = StateDir::new(root);
     let path = dir.config();
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&path)
         .map_err(|e| CliError::io("create", &path, &e))?;
-    file.write_all(text.as_bytes()).map_err(|e| CliError::io("write", &path, &e))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| CliError::io("write", &path, &e))?;
     fs::create_dir_all(dir.checkpoints())
         .map_err(|e| CliError::io("create", &dir.checkpoints(), &e))?;
     drop(Archive::open(dir.archive())?);
-    let workspace = Workspace::load(globals)?;
+    let globals = Globals { dir: root, ..*globals };
+    let workspace = Workspace::load(&globals)?;
     let mut session = workspace.builder(workspace.config.context).build()?;
     Ok(session.checkpoint()?.to_string())
-}
-
-/// Removes what a failed `init` created (best effort: the error already names the cause).
-fn undo(dir: &StateDir, created_root: bool) {
-    let archive = dir.archive();
-    let sidecars = ["-wal", "-shm", "-journal"].map(|suffix| {
-        let mut name = archive.clone().into_os_string();
-        name.push(suffix);
-        std::path::PathBuf::from(name)
-    });
-    for file in [dir.config(), archive].iter().chain(&sidecars) {
-        let _ = fs::remove_file(file);
-    }
-    let _ = fs::remove_dir_all(dir.checkpoints());
-    if created_root {
-        let _ = fs::remove_dir(dir.root());
-    }
 }
 
 fn report(dir: &StateDir, config: &FileConfig, checkpoint: &str, globals: &Globals<'_>) -> Output {

@@ -14,6 +14,7 @@ use ctxwin_core::Config;
 
 use super::args::{Cli, Command};
 use super::error::CliError;
+use super::input;
 use super::output::Output;
 use super::state::{self, Checkpointing, Globals, Workspace};
 use ctxwin_std::session::Session;
@@ -24,6 +25,7 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
         dir: &cli.dir,
         tokenizer: cli.tokenizer.as_deref(),
         llm_url: cli.llm_url.as_deref(),
+        command: name(&cli.command),
     };
     let same = |config: Config| config;
     match &cli.command {
@@ -31,13 +33,19 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
         Command::Trim(args) => trim::run(&globals, args),
         Command::Checkpoints => checkpoints::list(&globals),
         Command::Add(args) => {
+            // Input is read (bounded) before the state is locked: a slow pipe blocks no one.
+            state::StateDir::new(globals.dir).require()?;
+            let message = add::message(args, state::input_limit(&globals))?;
             on_session(&globals, "add", same, Checkpointing::WhenChanged, |s, w| {
-                add::run(s, w, args)
+                add::run(s, w, args, &message)
             })
         }
         Command::Import(args) => {
+            state::StateDir::new(globals.dir).require()?;
+            let limit = state::input_limit(&globals);
+            let read = input::read_conversation(&args.file, args.format.map(Into::into), limit)?;
             on_session(&globals, "import", same, Checkpointing::WhenChanged, |s, w| {
-                import::run(s, w, args)
+                import::run(s, w, args, read)
             })
         }
         Command::Build(args) => {
@@ -64,11 +72,31 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
             on_session(&globals, "checkpoint", same, Checkpointing::Never, checkpoints::write)
         }
         Command::Restore(args) => checkpoints::restore(&globals, args),
+        Command::Recover => checkpoints::recover(&globals),
         Command::Search(args) => {
             on_session(&globals, "search", same, Checkpointing::Never, |s, w| {
                 search::run(s, w, args)
             })
         }
+    }
+}
+
+/// The command's name, as the command line spells it.
+fn name(command: &Command) -> &'static str {
+    match command {
+        Command::Init(_) => "init",
+        Command::Add(_) => "add",
+        Command::Import(_) => "import",
+        Command::Build(_) => "build",
+        Command::Stats => "stats",
+        Command::Compress(_) => "compress",
+        Command::Summarize(_) => "summarize",
+        Command::Checkpoint => "checkpoint",
+        Command::Checkpoints => "checkpoints",
+        Command::Restore(_) => "restore",
+        Command::Recover => "recover",
+        Command::Search(_) => "search",
+        Command::Trim(_) => "trim",
     }
 }
 

@@ -23,8 +23,11 @@ use ctxwin_std::session::{Counter, SessionBuilder, SessionError};
 use super::import::stopped;
 
 pub(crate) fn run(globals: &state::Globals<'_>, args: &TrimArgs) -> Result<Output, CliError> {
-    let (conversation, format) =
-        input::read_conversation(&args.file, args.input_format.map(Into::into))?;
+    let (conversation, format) = input::read_conversation(
+        &args.file,
+        args.input_format.map(Into::into),
+        ctxwin_std::statefs::DEFAULT_MAX_INPUT_BYTES,
+    )?;
     let file = match &args.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),

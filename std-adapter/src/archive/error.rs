@@ -45,6 +45,10 @@ pub enum ArchiveError {
         /// Summary id asked for.
         id: u64,
     },
+    /// The archive is not the one the checkpoints were written with, or lacks messages they
+    /// cover.
+    #[error("{0}")]
+    Mismatch(String),
     /// A stored row cannot be decoded (written by another program, or damaged).
     #[error("corrupt archive row: {0}")]
     Corrupt(String),
@@ -72,6 +76,9 @@ pub enum SqliteFailure {
     Damaged,
     /// Another connection holds a lock (busy or locked).
     Locked,
+    /// SQLite's generic error on one of ctxwin's fixed statements (no such table, a schema
+    /// that does not parse): the file is damaged or is not ctxwin's archive.
+    Generic,
     /// Any other error SQLite reported (I/O, permissions, a full disk, ...).
     Other,
     /// The error came from the `rusqlite` layer, not from SQLite (a type conversion, ...).
@@ -95,6 +102,7 @@ impl ArchiveError {
             Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
                 SqliteFailure::Locked
             }
+            Some(rusqlite::ErrorCode::Unknown) => SqliteFailure::Generic,
             Some(_) => SqliteFailure::Other,
             None => SqliteFailure::NotFromSqlite,
         })

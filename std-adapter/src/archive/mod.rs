@@ -34,6 +34,7 @@ use ctxwin_core::Role;
 
 mod context;
 mod error;
+mod integrity;
 pub mod keywords;
 mod metrics;
 pub mod schema;
@@ -44,6 +45,7 @@ mod types;
 
 pub use context::{as_dynamic_context, messages_as_dynamic_context};
 pub use error::{ArchiveError, SqliteFailure};
+pub use integrity::QUICK_CHECK_MAX_BYTES;
 pub use metrics::{ArchiveStats, MetricsSummary, StrategyMetrics};
 pub use search::{KeywordCount, KeywordHit, SearchHit, SummaryHit};
 pub use types::{ArchivedMessage, CompressionRecord, SummaryRecord};
@@ -76,8 +78,10 @@ impl Archive {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ArchiveError> {
         let path = path.as_ref();
         let mut conn = Connection::open(path)?;
+        integrity::check_file(&conn, path)?;
         schema::configure(&conn, true)?;
         schema::migrate(&mut conn)?;
+        integrity::ensure_identity(&conn)?;
         tracing::debug!(path = %path.display(), "archive: opened");
         Ok(Self { conn })
     }
@@ -93,6 +97,7 @@ impl Archive {
         let mut conn = Connection::open_in_memory()?;
         schema::configure(&conn, false)?;
         schema::migrate(&mut conn)?;
+        integrity::ensure_identity(&conn)?;
         Ok(Self { conn })
     }
 

@@ -9,12 +9,12 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::ArchiveError;
 
 /// Migration scripts, oldest first. Never edit a published entry: append a new one.
-pub const MIGRATIONS: &[&str] = &[V1];
+pub const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The schema version this build writes.
 ///
 /// ```
-/// assert_eq!(ctxwin_std::archive::schema::SCHEMA_VERSION, 1);
+/// assert_eq!(ctxwin_std::archive::schema::SCHEMA_VERSION, 2);
 /// ```
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -124,6 +124,15 @@ CREATE TABLE compression_metrics (
 CREATE INDEX compression_metrics_session ON compression_metrics(session_id, timestamp);
 "#;
 
+/// Version 2: the archive's own facts, above all its identity (a random id written once, on
+/// creation), which checkpoints record to tell their archive from any other.
+const V2: &str = r#"
+CREATE TABLE archive_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+"#;
+
 /// Applies the connection settings: foreign keys, a busy timeout, and for files WAL with
 /// `synchronous = NORMAL` (a commit survives a crash of the process; the last commits may be
 /// lost on power failure, never corrupted).
@@ -189,6 +198,6 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
         let err = migrate(&mut conn).unwrap_err();
-        assert!(matches!(err, ArchiveError::SchemaTooNew { found: 2, supported: 1 }));
+        assert!(matches!(err, ArchiveError::SchemaTooNew { found: 3, supported: 2 }));
     }
 }

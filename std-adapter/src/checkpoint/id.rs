@@ -214,9 +214,20 @@ impl CheckpointId {
     ///
     /// Ids of one process strictly increase even when the clock stands still or steps
     /// back; `None` when `now` lies before 1970 or after 9999.
+    #[cfg(test)]
     pub(crate) fn next(now: SystemTime) -> Option<Self> {
+        Self::next_after(now, None)
+    }
+
+    /// As [`next`](Self::next), but also later than `floor` (the newest id in a store), so a
+    /// clock that stepped back never produces an id that sorts before an existing one.
+    pub(crate) fn next_after(now: SystemTime, floor: Option<&CheckpointId>) -> Option<Self> {
         static LAST: Mutex<Option<(u64, u32)>> = Mutex::new(None);
         let micros = u64::try_from(now.duration_since(UNIX_EPOCH).ok()?.as_micros()).ok()?;
+        let micros = match floor {
+            Some(floor) => micros.max(floor.unix_micros().checked_add(1)?),
+            None => micros,
+        };
         // A panic elsewhere while holding the lock leaves a consistent pair behind.
         let mut last = LAST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (micros, sequence) = advance(*last, micros);

@@ -9,7 +9,10 @@
 //! - **Self-checking files**: magic `CTXWCKPT`, format version, payload length and a CRC-32
 //!   trailer ([`frame`] documents the layout). A torn or damaged file is reported and
 //!   skipped; [`CheckpointStore::load_latest`] falls back to the newest intact one.
-//! - **Ids that sort by time** and cannot name a path outside the store ([`CheckpointId`]).
+//! - **An order no clock can break**: every save raises a sequence number kept inside the
+//!   file (under its CRC); the newest checkpoint is the one with the highest, whatever the
+//!   clock said or a file is named. Ids sort by time too and never fall behind an existing
+//!   one, and cannot name a path outside the store ([`CheckpointId`]).
 //! - **Retention** of the newest N ([`CheckpointStore::with_keep`]) and a
 //!   [`PeriodicCheckpointer`] that says when `checkpoint_interval_messages` have passed.
 //!
@@ -31,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod clock;
 mod error;
 pub mod frame;
 mod id;
@@ -38,7 +42,7 @@ mod periodic;
 mod store;
 
 pub use error::{CheckpointError, SkipReason, Skipped};
-pub use frame::{FORMAT_VERSION, FrameError, MAGIC};
+pub use frame::{FLAG_SEQUENCE, FORMAT_VERSION, FrameError, MAGIC};
 pub use id::{CheckpointId, IdError};
 pub use periodic::{CheckpointPolicy, PeriodicCheckpointer};
 pub use store::{

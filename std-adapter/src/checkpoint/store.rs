@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::frame::{self, FrameError};
-use super::{CheckpointError, CheckpointId, SkipReason, Skipped};
+use super::{CheckpointError, CheckpointId, SkipReason, Skipped, clock};
 
 /// Where a session keeps its checkpoints unless configured otherwise (relative to its
 /// working directory).
@@ -199,15 +199,26 @@ impl CheckpointStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, payload: &[u8]) -> Result<CheckpointId, CheckpointError> {
-        let (id, temp, file) = self.create_temp()?;
+        let ordered = self.ordered()?;
+        let sequence = ordered.iter().map(|(seq, _)| *seq).max().unwrap_or(0).saturating_add(1);
+        let floor = ordered.iter().map(|(_, id)| id).max();
+        let now = clock::now();
+        if let Some(floor) = floor.filter(|floor| floor.timestamp() > now) {
+            tracing::warn!(
+                newest = %floor,
+                "checkpoint: the newest checkpoint is dated after the clock; the new one is numbered after it"
+            );
+        }
+        let (id, temp, file) = self.create_temp(now, floor)?;
         let path = self.path_of(&id);
-        if let Err(error) = write_and_publish(file, &temp, &path, payload) {
+        let framed = frame::sequenced(sequence, payload);
+        if let Err(error) = write_and_publish(file, &temp, &path, &framed) {
             // Best effort: a leftover is ignored by readers and removed by a later open.
             let _ = fs::remove_file(&temp);
             return Err(error);
         }
         sync_dir(&self.dir).map_err(|e| CheckpointError::io("fsync directory", &self.dir, e))?;
-        tracing::debug!(%id, bytes = payload.len(), "checkpoint saved");
+        tracing::debug!(%id, sequence, bytes = payload.len(), "checkpoint saved");
         if let Err(error) = self.prune() {
             tracing::warn!(%error, dir = %self.dir.display(), "pruning old checkpoints failed");
         }
@@ -219,10 +230,14 @@ impl CheckpointStore {
     /// Another process may have picked the same id: exclusive creation of the temp file
     /// settles who owns it, and the check for an existing `.ckpt` catches a writer that
     /// already renamed its temp file away. Either way we move on to a newer id.
-    fn create_temp(&self) -> Result<(CheckpointId, PathBuf, File), CheckpointError> {
+    fn create_temp(
+        &self,
+        now: SystemTime,
+        floor: Option<&CheckpointId>,
+    ) -> Result<(CheckpointId, PathBuf, File), CheckpointError> {
         for _ in 0..MAX_ID_ATTEMPTS {
-            let now = SystemTime::now();
-            let id = CheckpointId::next(now).ok_or(CheckpointError::ClockOutOfRange { now })?;
+            let id = CheckpointId::next_after(now, floor)
+                .ok_or(CheckpointError::ClockOutOfRange { now })?;
             let temp = self.temp_path_of(&id);
             let file = match OpenOptions::new().write(true).create_new(true).open(&temp) {
                 Ok(file) => file,
@@ -250,14 +265,66 @@ impl CheckpointStore {
     /// assert_eq!(store.ids()?, [b, a]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// "Newest" is the highest sequence number, which every save raises by one whatever the
+    /// clock says: a checkpoint written while the clock ran ahead, or a file renamed to a
+    /// later id, never passes one saved after it. Ids break ties (files of older builds,
+    /// without a sequence number, all count as 0).
     pub fn ids(&self) -> Result<Vec<CheckpointId>, CheckpointError> {
-        let mut ids: Vec<_> = self
+        Ok(self.ordered()?.into_iter().map(|(_, id)| id).collect())
+    }
+
+    /// Every checkpoint file's (sequence, id), newest first. The sequence is read from the
+    /// file's first bytes, unverified: a damaged file is found out when it is loaded.
+    fn ordered(&self) -> Result<Vec<(u64, CheckpointId)>, CheckpointError> {
+        let peeked: Vec<(Option<u64>, CheckpointId)> = self
             .scan()?
             .into_iter()
             .filter_map(|(kind, id)| (kind == FileKind::Checkpoint).then_some(id))
+            .map(|id| (self.peek_sequence(&id), id))
             .collect();
-        ids.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(ids)
+        // A file whose header cannot be read goes where its id puts it among the readable
+        // ones: a damaged newest file is still the newest (and reported as such).
+        let mut ordered: Vec<(u64, CheckpointId)> = peeked
+            .iter()
+            .map(|(sequence, id)| {
+                let placed = sequence.unwrap_or_else(|| {
+                    peeked
+                        .iter()
+                        .filter(|(known, other)| known.is_some() && other <= id)
+                        .filter_map(|(known, _)| *known)
+                        .max()
+                        .unwrap_or(0)
+                });
+                (placed, id.clone())
+            })
+            .collect();
+        ordered.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(ordered)
+    }
+
+    /// The sequence number file `id` claims; `None` when it cannot be read.
+    fn peek_sequence(&self, id: &CheckpointId) -> Option<u64> {
+        let mut start = [0u8; frame::HEADER_LEN + frame::SEQUENCE_LEN];
+        let read = File::open(self.path_of(id)).and_then(|mut file| {
+            let mut filled = 0;
+            while filled < start.len() {
+                match io::Read::read(&mut file, &mut start[filled..])? {
+                    0 => break,
+                    n => filled += n,
+                }
+            }
+            Ok(filled)
+        });
+        read.ok().and_then(|filled| frame::peek_sequence(&start[..filled]))
+    }
+
+    /// The sequence number of checkpoint `id`, verified with the rest of the file.
+    ///
+    /// # Errors
+    /// As [`load`](Self::load).
+    pub fn sequence(&self, id: &CheckpointId) -> Result<u64, CheckpointError> {
+        Ok(self.load_framed(id)?.0)
     }
 
     /// All checkpoint files, newest first, each read and verified.
@@ -307,6 +374,10 @@ impl CheckpointStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn load(&self, id: &CheckpointId) -> Result<Vec<u8>, CheckpointError> {
+        Ok(self.load_framed(id)?.1)
+    }
+
+    fn load_framed(&self, id: &CheckpointId) -> Result<(u64, Vec<u8>), CheckpointError> {
         let path = self.path_of(id);
         let mut bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
@@ -315,14 +386,14 @@ impl CheckpointStore {
             }
             Err(e) => return Err(CheckpointError::io("read", path, e)),
         };
-        let range = frame::payload_range(&bytes).map_err(|source| CheckpointError::Corrupt {
+        let (sequence, range) = frame::open(&bytes).map_err(|source| CheckpointError::Corrupt {
             id: id.clone(),
             path,
             source,
         })?;
         bytes.truncate(range.end);
         bytes.drain(..range.start);
-        Ok(bytes)
+        Ok((sequence, bytes))
     }
 
     /// The newest intact checkpoint, or `None` when the store holds no checkpoint file.
@@ -493,14 +564,9 @@ fn write_and_publish(
     mut file: File,
     temp: &Path,
     path: &Path,
-    payload: &[u8],
+    framed: &[u8],
 ) -> Result<(), CheckpointError> {
-    let write = |file: &mut File| {
-        file.write_all(&frame::header(payload))?;
-        file.write_all(payload)?;
-        file.write_all(&frame::trailer(payload))
-    };
-    write(&mut file).map_err(|e| CheckpointError::io("write", temp, e))?;
+    file.write_all(framed).map_err(|e| CheckpointError::io("write", temp, e))?;
     file.sync_all().map_err(|e| CheckpointError::io("fsync", temp, e))?;
     drop(file);
     fs::rename(temp, path).map_err(|e| CheckpointError::io("rename into place", temp, e))
@@ -554,11 +620,8 @@ mod tests {
         expected.reverse();
         assert_eq!(listed_ids, expected);
         assert!(listed.iter().all(|info| info.status == CheckpointStatus::Ok));
-        assert!(
-            listed
-                .iter()
-                .all(|info| info.size == (frame::HEADER_LEN + 4 + frame::TRAILER_LEN) as u64)
-        );
+        assert!(listed.iter().all(|info| info.size
+            == (frame::HEADER_LEN + frame::SEQUENCE_LEN + 4 + frame::TRAILER_LEN) as u64));
         for (n, id) in saved.iter().enumerate() {
             assert_eq!(store.load(id).unwrap(), (n as u32).to_le_bytes());
         }
@@ -585,7 +648,7 @@ mod tests {
         let cut = store.save(b"cut short").unwrap();
 
         let mut bytes = fs::read(store.path_of(&flipped)).unwrap();
-        bytes[frame::HEADER_LEN + 2] ^= 0x40;
+        bytes[frame::HEADER_LEN + frame::SEQUENCE_LEN + 2] ^= 0x40;
         fs::write(store.path_of(&flipped), bytes).unwrap();
         fs::write(store.path_of(&torn), b"CTXWCK").unwrap();
         let bytes = fs::read(store.path_of(&cut)).unwrap();

@@ -7,8 +7,9 @@ use ctxwin_core::{Error as CoreError, Role};
 use super::convert::{row_from_ref, tool_definition_from_json};
 use super::push::PushOptions;
 use super::report::ImportReport;
-use super::{Session, SessionError, now_ms};
+use super::{RestorePoint, Session, SessionError, now_ms};
 use crate::archive::{ArchivedMessage, CompressionRecord};
+use crate::checkpoint::{CheckpointId, CheckpointPolicy, PeriodicCheckpointer};
 use crate::message::{ChatMessage, Conversation};
 
 /// Rows buffered before one archive transaction.
@@ -76,6 +77,105 @@ impl Session {
             "session: import done"
         );
         Ok(report)
+    }
+
+    /// Imports a whole conversation all or nothing, `chunk` messages per [`import`](Self::import)
+    /// call (`progress` hears each chunk's report and how many messages are done).
+    ///
+    /// No periodic checkpoint is written while it runs, and one checkpoint is written at the
+    /// end: a process killed half-way leaves the newest checkpoint from before the import,
+    /// so the next session continues from there (the rows written meanwhile are moved to the
+    /// side session `<name>@rewound-<id>`, never kept twice). When an item is refused, the
+    /// session goes back to that checkpoint the same way before the error is returned: a
+    /// retry imports everything once.
+    ///
+    /// # Errors
+    /// [`SessionError::NoCheckpoints`] without a checkpoint store; [`SessionError::Import`]
+    /// naming the first refused item, its index counted over the whole conversation.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, Conversation, core::Role};
+    /// let dir = tempfile::tempdir()?;
+    /// let mut session = SessionBuilder::new("s")
+    ///     .archive(dir.path().join("a.db"))
+    ///     .checkpoints(dir.path().join("ckpt"))
+    ///     .build()?;
+    /// let mut messages: Vec<_> = (0..5).map(|n| ChatMessage::text(Role::User, format!("m{n}"))).collect();
+    /// messages.push(ChatMessage::tool_result("nobody-called", "orphan"));
+    /// let bad = Conversation { messages, ..Default::default() };
+    /// assert!(session.import_atomic(&bad, 2, |_, _| {}).is_err());
+    /// assert_eq!(session.manager().history().count(), 0, "nothing of it stays");
+    /// assert_eq!(session.archive().unwrap().message_count(Some("s"))?, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn import_atomic(
+        &mut self,
+        conversation: &Conversation,
+        chunk: usize,
+        mut progress: impl FnMut(&ImportReport, usize),
+    ) -> Result<CheckpointId, SessionError> {
+        if self.store.is_none() {
+            return Err(SessionError::NoCheckpoints { operation: "import_atomic" });
+        }
+        let start = match self.last_checkpoint.clone() {
+            Some(id) => id,
+            None => self.checkpoint()?,
+        };
+        let policy = self.periodic.policy();
+        self.periodic = PeriodicCheckpointer::new(CheckpointPolicy::DISABLED);
+        let result = self.import_chunks(conversation, chunk.max(1), &mut progress);
+        let result = match result {
+            Ok(()) => {
+                self.periodic = PeriodicCheckpointer::new(policy);
+                self.checkpoint()
+            }
+            Err(error) => Err(error),
+        };
+        match result {
+            Ok(id) => Ok(id),
+            Err(error) => {
+                if let Err(undo) = self.restore(RestorePoint::Id(start.clone())) {
+                    tracing::warn!(%undo, %start, "session: cannot go back to the checkpoint before the import");
+                }
+                self.periodic = PeriodicCheckpointer::new(policy);
+                Err(error)
+            }
+        }
+    }
+
+    fn import_chunks(
+        &mut self,
+        conversation: &Conversation,
+        chunk: usize,
+        progress: &mut impl FnMut(&ImportReport, usize),
+    ) -> Result<(), SessionError> {
+        let mut head = Some((conversation.system.clone(), conversation.tools.clone()));
+        let mut offset = 0usize;
+        let total = conversation.messages.len();
+        while head.is_some() || offset < total {
+            let end = offset.saturating_add(chunk).min(total);
+            let (system, tools) = head.take().unwrap_or_default();
+            let part = Conversation {
+                system,
+                tools,
+                messages: conversation.messages[offset..end].to_vec(),
+            };
+            let report = self.import(&part).map_err(|error| match error {
+                SessionError::Import { item, source } => {
+                    let item =
+                        match item.strip_prefix("message ").and_then(|n| n.parse::<usize>().ok()) {
+                            Some(index) => format!("message {}", index.saturating_add(offset)),
+                            None => item,
+                        };
+                    SessionError::Import { item, source }
+                }
+                other => other,
+            })?;
+            offset = end;
+            progress(&report, offset);
+        }
+        Ok(())
     }
 
     fn import_items(

@@ -71,6 +71,7 @@ mod import;
 mod llm;
 mod persist;
 mod push;
+mod recover;
 mod report;
 mod stats;
 mod sync;
@@ -92,6 +93,7 @@ pub use error::SessionError;
 pub use llm::{LlmOptions, LlmStats, LlmWait};
 pub use persist::RestorePoint;
 pub use push::PushOptions;
+pub use recover::{RecoverySource, take_for_recovery};
 pub use report::{ImportReport, PushReport, Reduction, RestoreReport};
 pub use stats::{ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats};
 

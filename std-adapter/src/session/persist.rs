@@ -19,6 +19,7 @@ use super::report::RestoreReport;
 use super::stats::SessionCounters;
 use super::sync::Tracker;
 use super::{Session, SessionError};
+use crate::archive::ArchiveError;
 use crate::checkpoint::{CheckpointId, CheckpointInfo};
 use crate::tokens::Calibrator;
 
@@ -48,6 +49,18 @@ struct SessionState {
     tracker: Tracker,
     calibrator: Calibrator,
     counters: SessionCounters,
+    /// The archive the checkpoint was written with (absent in checkpoints of older builds and
+    /// of sessions without an archive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    archive: Option<ArchiveBinding>,
+}
+
+/// What a checkpoint knows of its archive: which one it is, and the highest message id the
+/// checkpoint covers (every id up to it that the session archived must be there).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct ArchiveBinding {
+    identity: String,
+    covered: u64,
 }
 
 fn encode(core: &[u8], state: &SessionState) -> Result<Vec<u8>, SessionError> {
@@ -114,12 +127,14 @@ impl Session {
             );
             self.tracker.next_id = next;
         }
+        let archive = self.archive_binding()?;
         self.counters.checkpoints_written += 1;
         let state = SessionState {
             session: self.name.clone(),
             tracker: self.tracker.clone(),
             calibrator: self.calibrator.clone(),
             counters: self.counters.clone(),
+            archive,
         };
         let saved = encode(&core, &state).and_then(|payload| match self.store.as_ref() {
             Some(store) => Ok(store.save(&payload)?),
@@ -137,6 +152,43 @@ impl Session {
                 Err(error)
             }
         }
+    }
+
+    /// The archive's identity and the highest archived message id below the next id.
+    fn archive_binding(&self) -> Result<Option<ArchiveBinding>, SessionError> {
+        let Some(archive) = self.archive.as_ref() else { return Ok(None) };
+        let newest = archive.max_message_id(&self.name)?.unwrap_or(0);
+        let covered = newest.min(self.tracker.next_id.saturating_sub(1));
+        Ok(Some(ArchiveBinding { identity: archive.identity()?, covered }))
+    }
+
+    /// Checks the archive is the one checkpoint `id` was written with and holds what it
+    /// covers.
+    fn verify_archive(
+        &self,
+        id: &CheckpointId,
+        binding: Option<&ArchiveBinding>,
+    ) -> Result<(), SessionError> {
+        let (Some(archive), Some(binding)) = (self.archive.as_ref(), binding) else {
+            return Ok(());
+        };
+        let identity = archive.identity()?;
+        if identity != binding.identity {
+            return Err(ArchiveError::Mismatch(format!(
+                "the archive ({identity}) is not the one checkpoint {id} was written with ({}): it was replaced, recreated or emptied",
+                binding.identity
+            ))
+            .into());
+        }
+        let newest = archive.max_message_id(&self.name)?.unwrap_or(0);
+        if newest < binding.covered {
+            return Err(ArchiveError::Mismatch(format!(
+                "the archive holds messages of session {:?} up to id {newest}, but checkpoint {id} covers up to {}: messages are missing",
+                self.name, binding.covered
+            ))
+            .into());
+        }
+        Ok(())
     }
 
     /// The checkpoints in the store, newest first, with their health.
@@ -159,8 +211,12 @@ impl Session {
     /// Goes back to a checkpoint: the core's state, calibration and id tracking as they were.
     /// The configuration stays the one the session was built with.
     ///
-    /// Archived messages newer than the checkpoint are copied to the session
-    /// `"<name>@rewound-<checkpoint id>"` first, since new messages will reuse their ids.
+    /// Archived messages newer than the checkpoint are moved to the session
+    /// `"<name>@rewound-<checkpoint id>"` first, since new messages will reuse their ids: the
+    /// session's own rows then hold exactly what the checkpoint covers, and nothing is kept
+    /// twice. The checkpoint must have been written with this archive (it records the
+    /// archive's identity and the highest message id it covers; a mismatch is
+    /// [`ArchiveError::Mismatch`]).
     /// (Summaries recorded after the checkpoint are derived data: they are replaced as their
     /// ids are reused.)
     ///
@@ -231,6 +287,7 @@ impl Session {
         skipped: Vec<crate::checkpoint::Skipped>,
     ) -> Result<RestoreReport, SessionError> {
         let Restored { state } = restored;
+        self.verify_archive(&id, state.archive.as_ref())?;
         self.tracker = state.tracker;
         self.tracker.next_id = self.manager.next_id();
         self.trusted_from = self.tracker.next_id;
@@ -269,6 +326,9 @@ impl Session {
         }
         let side = format!("{}@rewound-{id}", self.name);
         archive.store_messages(&side, &newer)?;
+        // The session's own rows now hold exactly what the checkpoint covers: the timeline
+        // left behind lives on in the side session only, never twice.
+        archive.delete_from(&self.name, next)?;
         tracing::warn!(
             session = %self.name,
             messages = newer.len(),
@@ -329,6 +389,7 @@ mod tests {
             tracker: Tracker::new(),
             calibrator: Calibrator::new(),
             counters: SessionCounters::default(),
+            archive: None,
         };
         let payload = encode(b"core bytes", &state).unwrap();
         let (core, decoded) = decode(&payload).unwrap();

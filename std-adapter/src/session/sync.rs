@@ -158,6 +158,13 @@ impl Session {
         }
         for unit in self.manager.outbox() {
             newest = unit.messages().fold(newest, |max, m| max.max(m.id()));
+            // What the core wrote in this operation and evicted in the same one (a synthetic
+            // result closing an unanswered call, say) is in no level any more: archive it
+            // from the outbox, before the drain can release it. Summaries are recorded apart.
+            let fresh = unit.messages().filter(|m| {
+                m.id() >= since && !known(m.id()) && !m.is_summary() && m.level().is_history()
+            });
+            rows.extend(fresh.map(|m| row_from_ref(&m, unit.first_id())));
         }
         self.saw_id(newest);
         if !rows.is_empty() {
