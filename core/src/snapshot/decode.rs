@@ -187,8 +187,8 @@ pub(crate) fn decode<'a, S: Sink<'a>>(
     runs: Option<StrategyKind>,
     sink: &mut S,
 ) -> Result<(), SnapshotError> {
-    let (config, rest) = take::<ConfigWire>(body)?;
-    let config = config.to_config().ok_or(SnapshotError::Invalid(Invariant::Config))?;
+    let (wire, rest) = take::<ConfigWire>(body)?;
+    let config = wire.to_config().ok_or(SnapshotError::Invalid(Invariant::Config))?;
     if config.validate().is_err() {
         return Err(SnapshotError::Invalid(Invariant::Config));
     }
@@ -196,7 +196,8 @@ pub(crate) fn decode<'a, S: Sink<'a>>(
     if runs.is_some_and(|kind| kind != config.strategy) {
         return Err(SnapshotError::Invalid(Invariant::Config));
     }
-    if config.fingerprint() != fingerprint {
+    // The retired checkpoint interval is hashed as written, so older snapshots still verify.
+    if config.fingerprint_with(wire.checkpoint_interval_messages) != fingerprint {
         return Err(SnapshotError::Invalid(Invariant::Fingerprint));
     }
     let (state, mut rest) = take::<StateWire>(rest)?;

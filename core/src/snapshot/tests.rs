@@ -391,6 +391,39 @@ fn an_unanswered_call_must_be_the_pending_unit() {
     );
 }
 
+/// Snapshots from before `checkpoint_interval_messages` left `Config` carry whatever value was
+/// configured, hashed into their fingerprint: they still restore, and the value is ignored.
+#[test]
+fn a_retired_checkpoint_interval_of_any_value_still_verifies() {
+    let mut m = Tiny::new();
+    m.push(Message::user("ok").at(2)).unwrap();
+    let bytes = snapshot(&m);
+    let body = &bytes[HEADER_LEN..bytes.len() - TRAILER_LEN];
+    let (mut wire, rest) = postcard::take_from_bytes::<ConfigWire>(body).unwrap();
+    assert_eq!(wire.checkpoint_interval_messages, 50, "written as the old default");
+    wire.checkpoint_interval_messages = 20;
+    let mut old_body = vec![0u8; body.len() + 8];
+    let len = postcard::to_slice(&wire, &mut old_body).unwrap().len();
+    old_body.truncate(len);
+    old_body.extend_from_slice(rest);
+    let old = |fingerprint: u32| {
+        let capacities = crate::capacity::capacities_of::<TinyCapacities>();
+        let mut old = header_bytes(fingerprint, capacities, old_body.len()).to_vec();
+        old.extend_from_slice(&old_body);
+        let crc = crc::crc32(&old);
+        old.extend_from_slice(&crc.to_le_bytes());
+        old
+    };
+    let mut restored = Tiny::new();
+    restored.restore_from(&old(m.config().fingerprint_with(20))).unwrap();
+    assert_eq!(restored.config(), m.config());
+    assert_eq!(snapshot(&restored), bytes, "written back with the old default");
+    assert_eq!(
+        Tiny::new().restore_from(&old(m.config().fingerprint())),
+        Err(SnapshotError::Invalid(Invariant::Fingerprint))
+    );
+}
+
 struct Odd;
 impl Capacities for Odd {
     type Permanent = Ring<3, 700>;

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::StrategyKind;
-use crate::config::{Config, OutboxMode, UnansweredCalls};
+use crate::config::{Config, OutboxMode, RETIRED_CHECKPOINT_INTERVAL, UnansweredCalls};
 use crate::entities::{EntitySchema, MAX_ENTITY_KEY_LEN, MAX_ENTITY_KEYS};
 use crate::header::Header;
 use crate::level::Level;
@@ -86,7 +86,9 @@ pub(crate) struct ConfigWire {
     importance_threshold: u16,
     working_age_ms: u64,
     session_age_ms: u64,
-    checkpoint_interval_messages: u32,
+    /// Retired (a std-side setting now): written as the old default, read only to verify the
+    /// fingerprint, which hashed it.
+    pub checkpoint_interval_messages: u32,
     entity_schema: SchemaWire,
 }
 
@@ -116,7 +118,7 @@ impl From<&Config> for ConfigWire {
             importance_threshold: c.importance_threshold,
             working_age_ms: c.working_age_ms,
             session_age_ms: c.session_age_ms,
-            checkpoint_interval_messages: c.checkpoint_interval_messages,
+            checkpoint_interval_messages: RETIRED_CHECKPOINT_INTERVAL,
             entity_schema: SchemaWire(c.entity_schema),
         }
     }
@@ -154,7 +156,6 @@ impl ConfigWire {
             importance_threshold: self.importance_threshold,
             working_age_ms: self.working_age_ms,
             session_age_ms: self.session_age_ms,
-            checkpoint_interval_messages: self.checkpoint_interval_messages,
             entity_schema: self.entity_schema.0,
         })
     }

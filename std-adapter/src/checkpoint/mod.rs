@@ -11,7 +11,8 @@
 //!   skipped; [`CheckpointStore::load_latest`] falls back to the newest intact one.
 //! - **Ids that sort by time** and cannot name a path outside the store ([`CheckpointId`]).
 //! - **Retention** of the newest N ([`CheckpointStore::with_keep`]) and a
-//!   [`PeriodicCheckpointer`] that says when `checkpoint_interval_messages` have passed.
+//!   [`PeriodicCheckpointer`] that says when a [`CheckpointPolicy`]'s interval of messages
+//!   has passed.
 //!
 //! # Examples
 //!
