@@ -259,3 +259,251 @@ pub(crate) fn decode<'a, S: Sink<'a>>(
     sink.end();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The decoder against hand-made bodies (the private wire structs); round trips and golden
+    //! bytes are in `core/tests/snapshot.rs`.
+    use super::super::flavor::Fill;
+    use super::super::wire::{ConfigWire, HEADER_LEN, RecordWire, StateWire, TRAILER_LEN};
+    use super::super::{crc, header_bytes};
+    use super::*;
+    use crate::capacity::Capacities;
+    use crate::config::Config;
+    use crate::header::{Header, flags};
+    use crate::manager::ContextManager;
+    use crate::{Message, OpenAiRequest, Role, TinyCapacities, ToolCall};
+
+    type Tiny = ContextManager<TinyCapacities>;
+
+    fn snapshot<C: Capacities>(manager: &ContextManager<C>) -> Vec<u8> {
+        let mut buffer = vec![0u8; ContextManager::<C>::SNAPSHOT_MAX_SIZE];
+        let len = manager.snapshot_into(&mut buffer).unwrap().len();
+        buffer.truncate(len);
+        buffer
+    }
+
+    /// Restores `bytes` into a fresh manager; if it is accepted, the manager must be usable.
+    fn restore_any(bytes: &[u8]) -> Result<(), SnapshotError> {
+        let mut m = Tiny::new();
+        let result = m.restore_from(bytes);
+        if result.is_ok() {
+            let _ = m.stats();
+            let mut body = vec![0u8; 256 * 1024];
+            let _ = m
+                .compose(&["dynamic"])
+                .and_then(|p| p.write_openai(&mut body[..], OpenAiRequest::default()));
+            let _ = m.push(Message::user("after"));
+            m.drain_outbox(|_| {});
+        }
+        result
+    }
+
+    /// Assembles a snapshot from hand-made parts, with a correct header and CRC.
+    fn assemble(config: &Config, state: &StateWire, levels: [&[RecordWire<'_>]; 4]) -> Vec<u8> {
+        let mut body = vec![0u8; 8192];
+        let mut out = Fill { buf: &mut body, at: 0 };
+        out = postcard::serialize_with_flavor(&ConfigWire::from(config), out).unwrap();
+        out = postcard::serialize_with_flavor(state, out).unwrap();
+        for records in levels {
+            out = postcard::serialize_with_flavor(&(records.len() as u32), out).unwrap();
+            for record in records {
+                out = postcard::serialize_with_flavor(record, out).unwrap();
+            }
+        }
+        out = postcard::serialize_with_flavor(&0u32, out).unwrap();
+        let len = out.at;
+        body.truncate(len);
+        let capacities = crate::capacity::capacities_of::<TinyCapacities>();
+        let mut bytes = header_bytes(config.fingerprint(), capacities, len).to_vec();
+        bytes.extend_from_slice(&body);
+        let crc = crc::crc32(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    fn record<'a>(id: u64, role: Role, content: &'a [u8], tokens: u32) -> RecordWire<'a> {
+        let header = Header {
+            id,
+            role,
+            content_len: content.len() as u32,
+            tokens,
+            original_tokens: tokens,
+            ..Header::EMPTY
+        };
+        RecordWire::new(&header, content)
+    }
+
+    fn state(next_id: u64, tokens: [u32; 4]) -> StateWire {
+        let mut state = crate::manager::State::NEW;
+        state.issued = next_id - 1;
+        state.tokens = tokens;
+        StateWire::from(&state)
+    }
+
+    #[test]
+    fn decoded_state_that_breaks_an_invariant_is_refused() {
+        let config = Config::DEFAULT;
+        let invalid = |bytes: Vec<u8>| match restore_any(&bytes) {
+            Err(SnapshotError::Invalid(why)) => why,
+            other => panic!("expected an invariant error, got {other:?}"),
+        };
+        let user = record(1, Role::User, b"hi", 5);
+        assert!(
+            restore_any(&assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[user], &[]]))
+                .is_ok()
+        );
+
+        let result = [0x61u8, 0x61];
+        let mut orphan = record(1, Role::Tool, &result, 5);
+        orphan.content_len = 1;
+        let working = Level::Working;
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[orphan], &[]])),
+            Invariant::OrphanToolResult { level: working }
+        );
+        let not_utf8 = record(1, Role::User, &[0xff, 0xfe], 5);
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[not_utf8], &[]])),
+            Invariant::Text { level: working }
+        );
+        let mut outside = record(1, Role::User, b"hi", 5);
+        outside.content_len = 40;
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[outside], &[]])),
+            Invariant::Span { level: working }
+        );
+        assert_eq!(
+            invalid(assemble(
+                &config,
+                &state(2, [0, 0, 6, 0]),
+                [&[], &[], &[record(1, Role::User, b"hi", 5)], &[]]
+            )),
+            Invariant::TokenTotals { level: working }
+        );
+        let twice = [record(1, Role::User, b"a", 5), record(1, Role::User, b"b", 5)];
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 10, 0]), [&[], &[], &twice, &[]])),
+            Invariant::Order { level: working }
+        );
+        let mut tool_in_permanent = record(1, Role::Tool, b"xy", 5);
+        tool_in_permanent.content_len = 1;
+        assert_eq!(
+            invalid(assemble(
+                &config,
+                &state(2, [5, 0, 0, 0]),
+                [&[tool_in_permanent], &[], &[], &[]]
+            )),
+            Invariant::Role { level: Level::Permanent }
+        );
+        let mut evicted_rule = record(1, Role::System, b"rule", 5);
+        evicted_rule.flags = flags::EVICTED;
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 0, 0]), [&[evicted_rule], &[], &[], &[]])),
+            Invariant::Role { level: Level::Permanent }
+        );
+        let mut unknown_flag = record(1, Role::User, b"hi", 5);
+        unknown_flag.flags = 0x80;
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[unknown_flag], &[]])),
+            Invariant::Flags { level: working }
+        );
+        let mut last_user = state(2, [0, 0, 5, 0]);
+        last_user.last_user_id = Some(7);
+        assert_eq!(
+            invalid(assemble(
+                &config,
+                &last_user,
+                [&[], &[], &[record(1, Role::User, b"hi", 5)], &[]]
+            )),
+            Invariant::LastUser
+        );
+        let bad_config = Config { trigger_percent: 0, ..config };
+        let bytes = assemble(&bad_config, &state(1, [0; 4]), [&[], &[], &[], &[]]);
+        assert_eq!(invalid(bytes), Invariant::Config);
+    }
+
+    #[test]
+    fn an_unanswered_call_must_be_the_pending_unit() {
+        let mut m = Tiny::new();
+        let calls = [ToolCall::new("a", "ls", "{}")];
+        m.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+        let bytes = snapshot(&m);
+        assert!(restore_any(&bytes).is_ok());
+        // Forge the state so the unit is no longer marked pending: the decoder must notice.
+        let body = &bytes[HEADER_LEN..bytes.len() - TRAILER_LEN];
+        let (config, rest) = postcard::take_from_bytes::<ConfigWire>(body).unwrap();
+        let (mut state, _) = postcard::take_from_bytes::<StateWire>(rest).unwrap();
+        state.pending = None;
+        let header = *m.ring(Level::Working).first().unwrap();
+        let record = RecordWire::new(&header, m.ring(Level::Working).record(&header));
+        let forged = assemble(&config.to_config().unwrap(), &state, [&[], &[], &[record], &[]]);
+        assert_eq!(
+            restore_any(&forged),
+            Err(SnapshotError::Invalid(Invariant::IncompleteUnit { level: Level::Working }))
+        );
+    }
+
+    /// Snapshots from before `checkpoint_interval_messages` left `Config` carry whatever value was
+    /// configured, hashed into their fingerprint: they still restore, and the value is ignored.
+    #[test]
+    fn a_retired_checkpoint_interval_of_any_value_still_verifies() {
+        let mut m = Tiny::new();
+        m.push(Message::user("ok").at(2)).unwrap();
+        let bytes = snapshot(&m);
+        let body = &bytes[HEADER_LEN..bytes.len() - TRAILER_LEN];
+        let (mut wire, rest) = postcard::take_from_bytes::<ConfigWire>(body).unwrap();
+        assert_eq!(wire.checkpoint_interval_messages, 50, "written as the old default");
+        wire.checkpoint_interval_messages = 20;
+        let mut old_body = vec![0u8; body.len() + 8];
+        let len = postcard::to_slice(&wire, &mut old_body).unwrap().len();
+        old_body.truncate(len);
+        old_body.extend_from_slice(rest);
+        let old = |fingerprint: u32| {
+            let capacities = crate::capacity::capacities_of::<TinyCapacities>();
+            let mut old = header_bytes(fingerprint, capacities, old_body.len()).to_vec();
+            old.extend_from_slice(&old_body);
+            let crc = crc::crc32(&old);
+            old.extend_from_slice(&crc.to_le_bytes());
+            old
+        };
+        let mut restored = Tiny::new();
+        restored.restore_from(&old(m.config().fingerprint_with(20))).unwrap();
+        assert_eq!(restored.config(), m.config());
+        assert_eq!(snapshot(&restored), bytes, "written back with the old default");
+        assert_eq!(
+            Tiny::new().restore_from(&old(m.config().fingerprint())),
+            Err(SnapshotError::Invalid(Invariant::Fingerprint))
+        );
+    }
+
+    /// Found by `cargo fuzz`: counters restored at their maximum must not overflow on the next
+    /// push (they saturate).
+    #[test]
+    fn counters_at_their_maximum_saturate() {
+        let mut state = crate::manager::State::NEW;
+        state.issued = 4;
+        state.turn = u64::MAX;
+        state.counters = crate::stats::Counters {
+            messages_pushed: u64::MAX,
+            tokens_ingested: u64::MAX,
+            units_evicted: u64::MAX,
+            messages_evicted: u64::MAX,
+            tokens_evicted: u64::MAX,
+            ..crate::stats::Counters::default()
+        };
+        let bytes = assemble(&Config::DEFAULT, &StateWire::from(&state), [&[], &[], &[], &[]]);
+        let mut m = Tiny::new();
+        m.restore_from(&bytes).unwrap();
+        m.push(Message::user("hi")).unwrap();
+        assert_eq!(m.stats().counters.messages_pushed, u64::MAX);
+        assert_eq!(m.turn(), u64::MAX);
+        let mut too_far = state;
+        too_far.issued = u64::MAX - 1;
+        let bytes = assemble(&Config::DEFAULT, &StateWire::from(&too_far), [&[], &[], &[], &[]]);
+        assert!(matches!(
+            m.restore_from(&bytes),
+            Err(SnapshotError::Invalid(Invariant::Order { .. }))
+        ));
+    }
+}
