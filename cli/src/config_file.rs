@@ -1,13 +1,15 @@
 //! `ctxwin.toml`: the state directory's configuration, written commented by `ctxwin init`.
 //!
 //! Sections: top-level `session` (the archive key), `[context]` (every
-//! [`ctxwin_core::Config`] field, by its name), `[checkpoints]`, `[tokenizer]`, `[llm]`. Every key
-//! is optional; unknown keys are refused so a typo never goes unnoticed.
+//! [`ctxwin_core::Config`] field, by its name, and `checkpoint_interval_messages`),
+//! `[checkpoints]`, `[tokenizer]`, `[llm]`. Every key is optional; unknown keys are refused so
+//! a typo never goes unnoticed.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ctxwin_core::{Config, OutboxMode, StrategyKind, UnansweredCalls};
+use ctxwin_std::checkpoint::CheckpointPolicy;
 use serde::Deserialize;
 
 use super::error::CliError;
@@ -25,6 +27,10 @@ const DEFAULT_SESSION: &str = "main";
 /// Checkpoints kept when the file sets no `[checkpoints] keep`.
 const DEFAULT_KEEP: usize = 10;
 
+/// The `[context]` key of the session's periodic checkpoints: a std-side setting, no longer a
+/// core [`Config`] field, read from where configuration files have always had it.
+const CHECKPOINT_INTERVAL_KEY: &str = "checkpoint_interval_messages";
+
 /// A parsed, validated `ctxwin.toml`.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct FileConfig {
@@ -32,6 +38,8 @@ pub(crate) struct FileConfig {
     pub session: String,
     /// The core's configuration.
     pub context: Config,
+    /// `[context] checkpoint_interval_messages`: messages between periodic checkpoints.
+    pub checkpoint_interval_messages: u32,
     /// Checkpoints kept.
     pub keep_checkpoints: usize,
     /// `[tokenizer] path`, as written.
@@ -121,6 +129,7 @@ impl Default for FileConfig {
         FileConfig {
             session: DEFAULT_SESSION.into(),
             context: Config::DEFAULT,
+            checkpoint_interval_messages: CheckpointPolicy::DEFAULT.interval_messages,
             keep_checkpoints: DEFAULT_KEEP,
             tokenizer: None,
             llm: LlmSection::default(),
@@ -142,6 +151,14 @@ impl FileConfig {
             )));
         }
         let mut table = sections.context;
+        let checkpoint_interval_messages = match table.remove(CHECKPOINT_INTERVAL_KEY) {
+            None => CheckpointPolicy::DEFAULT.interval_messages,
+            Some(value) => value.try_into::<u32>().map_err(|_| {
+                bad(format!(
+                    "[context] {CHECKPOINT_INTERVAL_KEY} must be a number of messages (0 disables)"
+                ))
+            })?,
+        };
         // The core's schema deserializer borrows its keys, which an owned TOML value cannot
         // lend: the keys are read here and declared one by one.
         let keys = match table.remove("entity_schema") {
@@ -194,6 +211,7 @@ impl FileConfig {
         Ok(FileConfig {
             session,
             context,
+            checkpoint_interval_messages,
             keep_checkpoints,
             tokenizer: sections.tokenizer.path,
             llm: sections.llm,
@@ -241,12 +259,14 @@ fn one_line(message: &str) -> String {
     if last.is_empty() || last == first { first } else { format!("{first}: {last}") }
 }
 
-/// The names of [`Config`]'s fields, from its serialized form.
+/// The names of [`Config`]'s fields, from its serialized form, and the checkpoint interval.
 fn known_context_keys() -> Vec<String> {
-    match toml::Value::try_from(Config::DEFAULT) {
+    let mut keys = match toml::Value::try_from(Config::DEFAULT) {
         Ok(toml::Value::Table(table)) => table.keys().cloned().collect(),
         _ => Vec::new(),
-    }
+    };
+    keys.push(CHECKPOINT_INTERVAL_KEY.into());
+    keys
 }
 
 /// One documented key of the `[context]` section.
@@ -361,8 +381,8 @@ pub(crate) fn default_toml() -> String {
             doc: "hierarchical: age after which a paragraph becomes one line.",
         },
         Key {
-            name: "checkpoint_interval_messages",
-            value: d.checkpoint_interval_messages.to_string(),
+            name: CHECKPOINT_INTERVAL_KEY,
+            value: CheckpointPolicy::DEFAULT.interval_messages.to_string(),
             doc: "Messages between checkpoints inside one command (each command also checkpoints at its end); 0 disables.",
         },
         Key {
@@ -437,7 +457,7 @@ mod tests {
     fn values_are_read() {
         let config = parse(
             "session = \"agent\"\n[context]\nstrategy = \"summarization\"\nlocked_tail = 2\n\
-             entity_schema = [\"file\"]\n[checkpoints]\nkeep = 3\n[tokenizer]\npath = \"t.json\"\n\
+             entity_schema = [\"file\"]\ncheckpoint_interval_messages = 7\n[checkpoints]\nkeep = 3\n[tokenizer]\npath = \"t.json\"\n\
              [llm]\nurl = \"http://127.0.0.1:1\"\n",
         )
         .unwrap();
@@ -445,6 +465,7 @@ mod tests {
         assert_eq!(config.context.strategy, StrategyKind::Summarization);
         assert_eq!(config.context.locked_tail, 2);
         assert_eq!(config.context.entity_schema.keys().collect::<Vec<_>>(), ["file"]);
+        assert_eq!(config.checkpoint_interval_messages, 7);
         assert_eq!(config.keep_checkpoints, 3);
         assert_eq!(config.tokenizer_path(Path::new("/p")), Some(PathBuf::from("/p/t.json")));
         assert_eq!(config.llm.url.as_deref(), Some("http://127.0.0.1:1"));
@@ -470,6 +491,11 @@ mod tests {
         let schema = parse("[context]\nentity_schema = [\"a b\"]\n").unwrap_err();
         assert!(schema.to_string().contains("entity_schema \"a b\""), "{schema}");
         assert!(parse("[context]\nentity_schema = 3\n").is_err());
+        let interval = parse("[context]\ncheckpoint_interval_messages = -1\n").unwrap_err();
+        assert!(
+            interval.to_string().contains("checkpoint_interval_messages must be"),
+            "{interval}"
+        );
     }
 
     #[test]

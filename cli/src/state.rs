@@ -212,6 +212,7 @@ impl Workspace {
             .counter(self.counter.clone())
             .archive(self.dir.archive())
             .checkpoints(self.dir.checkpoints())
+            .checkpoint_interval_messages(self.config.checkpoint_interval_messages)
             .keep_checkpoints(self.config.keep_checkpoints)
             .restore_latest(true);
         llm::attach_llm(builder, self.llm.as_ref())

@@ -101,8 +101,6 @@ pub struct Config {
     pub working_age_ms: u64,
     /// Hierarchical: age after which a paragraph summary becomes one line.
     pub session_age_ms: u64,
-    /// Messages between periodic checkpoints (used by the std adapter; 0 disables).
-    pub checkpoint_interval_messages: u32,
     /// Declared entity keys; extraction runs on user messages when there is at least one.
     pub entity_schema: EntitySchema,
 }
@@ -133,7 +131,6 @@ impl Config {
         importance_threshold: 600,
         working_age_ms: 5 * 60 * 1000,
         session_age_ms: 30 * 60 * 1000,
-        checkpoint_interval_messages: 50,
         entity_schema: EntitySchema::EMPTY,
     };
 
@@ -220,6 +217,12 @@ impl Config {
     /// assert_ne!(Config::DEFAULT.fingerprint(), other.fingerprint());
     /// ```
     pub fn fingerprint(&self) -> u32 {
+        self.fingerprint_with(RETIRED_CHECKPOINT_INTERVAL)
+    }
+
+    /// [`fingerprint`](Self::fingerprint) with `checkpoint_interval` in the place of the
+    /// retired `checkpoint_interval_messages` setting: a snapshot verifies the value it carries.
+    pub(crate) fn fingerprint_with(&self, checkpoint_interval: u32) -> u32 {
         let words = [
             self.context_window,
             self.reserved_for_reply,
@@ -243,7 +246,7 @@ impl Config {
             (self.working_age_ms >> 32) as u32,
             self.session_age_ms as u32,
             (self.session_age_ms >> 32) as u32,
-            self.checkpoint_interval_messages,
+            checkpoint_interval,
         ];
         let keys = self.entity_schema.keys().flat_map(|key| key.bytes().chain([0]));
         words
@@ -253,6 +256,10 @@ impl Config {
             .fold(0x811c_9dc5u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193))
     }
 }
+
+/// What the retired `checkpoint_interval_messages` setting (now the std adapter's) defaulted
+/// to: snapshots still carry it and fingerprints still hash it, so their bytes stay the same.
+pub(crate) const RETIRED_CHECKPOINT_INTERVAL: u32 = 50;
 
 impl Config {
     /// Every field zero: the configuration of [`ContextManager::UNCONFIGURED`]
@@ -278,7 +285,6 @@ impl Config {
         importance_threshold: 0,
         working_age_ms: 0,
         session_age_ms: 0,
-        checkpoint_interval_messages: 0,
         entity_schema: EntitySchema::EMPTY,
     };
 }

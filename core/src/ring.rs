@@ -194,7 +194,8 @@ impl<'a> RingRef<'a> {
             (first.start as usize, last.start as usize, last.end() as usize);
         let wrapped = start_of_last < first;
         if wrapped {
-            return (end.saturating_add(len) <= first).then_some(end);
+            // `end < first`: a record starting at `first` (an empty one) would hide the wrap.
+            return (end < first && end.saturating_add(len) <= first).then_some(end);
         }
         if end.saturating_add(len) <= capacity {
             Some(end)
@@ -486,6 +487,23 @@ mod tests {
         view.retain(|h| h.id == 1 || h.id == 4);
         assert_eq!(push(&mut view, 9, 8), Some(2), "needs the two holes packed together");
         check(&view.as_ref(), &VecDeque::from([(1, 4), (4, 4), (9, 8)]));
+    }
+
+    /// Regression (proptest, "record 41 overwritten"): an empty record appended where the
+    /// wrapped tail meets the oldest record started at the oldest record's start, so the ring
+    /// no longer looked wrapped and the next record was written over the oldest one.
+    #[test]
+    fn an_empty_record_closing_the_wrapped_gap_keeps_the_wrap() {
+        let mut ring = Ring::<8, 16>::new();
+        let mut view = ring.view_mut();
+        push(&mut view, 1, 6);
+        push(&mut view, 2, 6);
+        view.retain(|h| h.id != 1);
+        assert_eq!(push(&mut view, 3, 6), Some(1));
+        assert_eq!(view.as_ref().get(1).map(|h| h.start), Some(0), "wrapped");
+        assert_eq!(push(&mut view, 4, 0), Some(2), "closes the gap before record 2");
+        assert_eq!(push(&mut view, 5, 4), Some(3));
+        check(&view.as_ref(), &VecDeque::from([(2, 6), (3, 6), (4, 0), (5, 4)]));
     }
 
     #[test]

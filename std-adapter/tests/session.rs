@@ -22,7 +22,6 @@ fn agent_config() -> Config {
         strategy: StrategyKind::Summarization,
         summarize_threshold: 4,
         summarize_batch: 2,
-        checkpoint_interval_messages: 0,
         ..Config::DEFAULT
     }
 }
@@ -213,7 +212,8 @@ fn zero_copy_body_matches_the_rendered_conversation() {
 
 fn restartable(dir: &Path, restore: bool) -> Result<Session, SessionError> {
     SessionBuilder::new("restart")
-        .config(Config { checkpoint_interval_messages: 25, ..agent_config() })
+        .config(agent_config())
+        .checkpoint_interval_messages(25)
         .archive(dir.join("archive.db"))
         .checkpoints(dir.join("snapshots"))
         .keep_checkpoints(3)

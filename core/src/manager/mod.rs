@@ -608,6 +608,3 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         }
     }
 }
-
-#[cfg(test)]
-pub(crate) mod properties;

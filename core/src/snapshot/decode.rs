@@ -131,7 +131,8 @@ struct Head {
 }
 
 /// Reads the configuration (in `ConfigWire` order) into `config`.
-fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<(), SnapshotError> {
+/// Returns the retired checkpoint interval the snapshot carries (hashed into its fingerprint).
+fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError> {
     c.context_window = r.u32()?;
     c.reserved_for_reply = r.u32()?;
     c.permanent_budget = r.u32()?;
@@ -150,7 +151,7 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<(), SnapshotError> 
     c.importance_threshold = r.u16()?;
     c.working_age_ms = r.u64()?;
     c.session_age_ms = r.u64()?;
-    c.checkpoint_interval_messages = r.u32()?;
+    let retired_checkpoint_interval = r.u32()?;
     let keys = r.len()?;
     for _ in 0..keys {
         let key = core::str::from_utf8(r.bytes()?).map_err(|_| SnapshotError::Malformed)?;
@@ -168,7 +169,7 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<(), SnapshotError> 
         _ => return Err(invalid),
     };
     c.strategy = *StrategyKind::ALL.get(usize::from(strategy)).ok_or(invalid)?;
-    Ok(())
+    Ok(retired_checkpoint_interval)
 }
 
 /// Reads the state (in `StateWire` order) into `state`.
@@ -225,7 +226,7 @@ fn head(
 ) -> Result<Head, SnapshotError> {
     let mut config = Config::DEFAULT;
     config.entity_schema = crate::entities::EntitySchema::EMPTY;
-    read_config(r, &mut config)?;
+    let retired_checkpoint_interval = read_config(r, &mut config)?;
     if config.validate().is_err() {
         return Err(SnapshotError::Invalid(Invariant::Config));
     }
@@ -233,7 +234,8 @@ fn head(
     if runs.is_some_and(|kind| kind != config.strategy) {
         return Err(SnapshotError::Invalid(Invariant::Config));
     }
-    if config.fingerprint() != fingerprint {
+    // The retired checkpoint interval is hashed as written, so older snapshots still verify.
+    if config.fingerprint_with(retired_checkpoint_interval) != fingerprint {
         return Err(SnapshotError::Invalid(Invariant::Fingerprint));
     }
     let mut state = State::NEW;
@@ -466,4 +468,393 @@ pub(crate) fn decode<'a>(
     }
     sink.end();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The decoder against hand-made bodies (the private wire structs); round trips and golden
+    //! bytes are in `core/tests/snapshot.rs`.
+    use super::super::wire::{ConfigWire, HEADER_LEN, RecordWire, StateWire, TRAILER_LEN};
+    use super::super::{crc, header_bytes};
+    use super::*;
+    use crate::capacity::Capacities;
+    use crate::config::Config;
+    use crate::header::{Header, flags};
+    use crate::manager::ContextManager;
+    use crate::{Message, OpenAiRequest, Role, TinyCapacities, ToolCall};
+
+    type Tiny = ContextManager<TinyCapacities>;
+
+    fn snapshot<C: Capacities>(manager: &ContextManager<C>) -> Vec<u8> {
+        let mut buffer = vec![0u8; ContextManager::<C>::SNAPSHOT_MAX_SIZE];
+        let len = manager.snapshot_into(&mut buffer).unwrap().len();
+        buffer.truncate(len);
+        buffer
+    }
+
+    /// Restores `bytes` into a fresh manager; if it is accepted, the manager must be usable.
+    fn restore_any(bytes: &[u8]) -> Result<(), SnapshotError> {
+        let mut m = Tiny::new();
+        let result = m.restore_from(bytes);
+        if result.is_ok() {
+            let _ = m.stats();
+            let mut body = vec![0u8; 256 * 1024];
+            let _ = m
+                .compose(&["dynamic"])
+                .and_then(|p| p.write_openai(&mut body[..], OpenAiRequest::default()));
+            let _ = m.push(Message::user("after"));
+            m.drain_outbox(|_| {});
+        }
+        result
+    }
+
+    /// Assembles a snapshot from hand-made parts, with a correct header and CRC.
+    fn assemble(config: &Config, state: &StateWire, levels: [&[RecordWire<'_>]; 4]) -> Vec<u8> {
+        let mut body = vec![0u8; 8192];
+        let mut len = 0;
+        let mut put = |value: &dyn erased::Encode| len += value.encode(&mut body[len..]);
+        put(&ConfigWire::from(config));
+        put(state);
+        for records in levels {
+            put(&(records.len() as u32));
+            for record in records {
+                put(record);
+            }
+        }
+        put(&0u32);
+        body.truncate(len);
+        let capacities = crate::capacity::capacities_of::<TinyCapacities>();
+        let mut bytes = header_bytes(config.fingerprint(), capacities, len).to_vec();
+        bytes.extend_from_slice(&body);
+        let crc = crc::crc32(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    /// postcard encoding through a trait object, so `assemble` can take mixed parts.
+    mod erased {
+        pub trait Encode {
+            fn encode(&self, out: &mut [u8]) -> usize;
+        }
+        impl<T: serde::Serialize> Encode for T {
+            fn encode(&self, out: &mut [u8]) -> usize {
+                postcard::to_slice(self, out).unwrap().len()
+            }
+        }
+    }
+
+    fn record<'a>(id: u64, role: Role, content: &'a [u8], tokens: u32) -> RecordWire<'a> {
+        let header = Header {
+            id,
+            role,
+            content_len: content.len() as u32,
+            tokens,
+            original_tokens: tokens,
+            ..Header::EMPTY
+        };
+        RecordWire::new(&header, content)
+    }
+
+    fn state(next_id: u64, tokens: [u32; 4]) -> StateWire {
+        let mut state = crate::manager::State::NEW;
+        state.issued = next_id - 1;
+        state.tokens = tokens;
+        StateWire::from(&state)
+    }
+
+    #[test]
+    fn decoded_state_that_breaks_an_invariant_is_refused() {
+        let config = Config::DEFAULT;
+        let invalid = |bytes: Vec<u8>| match restore_any(&bytes) {
+            Err(SnapshotError::Invalid(why)) => why,
+            other => panic!("expected an invariant error, got {other:?}"),
+        };
+        let user = record(1, Role::User, b"hi", 5);
+        assert!(
+            restore_any(&assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[user], &[]]))
+                .is_ok()
+        );
+
+        let result = [0x61u8, 0x61];
+        let mut orphan = record(1, Role::Tool, &result, 5);
+        orphan.content_len = 1;
+        let working = Level::Working;
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[orphan], &[]])),
+            Invariant::OrphanToolResult { level: working }
+        );
+        let not_utf8 = record(1, Role::User, &[0xff, 0xfe], 5);
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[not_utf8], &[]])),
+            Invariant::Text { level: working }
+        );
+        let mut outside = record(1, Role::User, b"hi", 5);
+        outside.content_len = 40;
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[outside], &[]])),
+            Invariant::Span { level: working }
+        );
+        assert_eq!(
+            invalid(assemble(
+                &config,
+                &state(2, [0, 0, 6, 0]),
+                [&[], &[], &[record(1, Role::User, b"hi", 5)], &[]]
+            )),
+            Invariant::TokenTotals { level: working }
+        );
+        let twice = [record(1, Role::User, b"a", 5), record(1, Role::User, b"b", 5)];
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 10, 0]), [&[], &[], &twice, &[]])),
+            Invariant::Order { level: working }
+        );
+        let mut tool_in_permanent = record(1, Role::Tool, b"xy", 5);
+        tool_in_permanent.content_len = 1;
+        assert_eq!(
+            invalid(assemble(
+                &config,
+                &state(2, [5, 0, 0, 0]),
+                [&[tool_in_permanent], &[], &[], &[]]
+            )),
+            Invariant::Role { level: Level::Permanent }
+        );
+        let mut evicted_rule = record(1, Role::System, b"rule", 5);
+        evicted_rule.flags = flags::EVICTED;
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 0, 0]), [&[evicted_rule], &[], &[], &[]])),
+            Invariant::Role { level: Level::Permanent }
+        );
+        let mut unknown_flag = record(1, Role::User, b"hi", 5);
+        unknown_flag.flags = 0x80;
+        assert_eq!(
+            invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[unknown_flag], &[]])),
+            Invariant::Flags { level: working }
+        );
+        let mut last_user = state(2, [0, 0, 5, 0]);
+        last_user.last_user_id = Some(7);
+        assert_eq!(
+            invalid(assemble(
+                &config,
+                &last_user,
+                [&[], &[], &[record(1, Role::User, b"hi", 5)], &[]]
+            )),
+            Invariant::LastUser
+        );
+        let bad_config = Config { trigger_percent: 0, ..config };
+        let bytes = assemble(&bad_config, &state(1, [0; 4]), [&[], &[], &[], &[]]);
+        assert_eq!(invalid(bytes), Invariant::Config);
+    }
+
+    #[test]
+    fn an_unanswered_call_must_be_the_pending_unit() {
+        let mut m = Tiny::new();
+        let calls = [ToolCall::new("a", "ls", "{}")];
+        m.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+        let bytes = snapshot(&m);
+        assert!(restore_any(&bytes).is_ok());
+        // Forge the state so the unit is no longer marked pending: the decoder must notice.
+        let body = &bytes[HEADER_LEN..bytes.len() - TRAILER_LEN];
+        let (config, rest) = postcard::take_from_bytes::<ConfigWire>(body).unwrap();
+        let (mut state, _) = postcard::take_from_bytes::<StateWire>(rest).unwrap();
+        state.pending = None;
+        let header = *m.ring(Level::Working).first().unwrap();
+        let record = RecordWire::new(&header, m.ring(Level::Working).record(&header));
+        let forged = assemble(&config.to_config().unwrap(), &state, [&[], &[], &[record], &[]]);
+        assert_eq!(
+            restore_any(&forged),
+            Err(SnapshotError::Invalid(Invariant::IncompleteUnit { level: Level::Working }))
+        );
+    }
+
+    /// Snapshots from before `checkpoint_interval_messages` left `Config` carry whatever value was
+    /// configured, hashed into their fingerprint: they still restore, and the value is ignored.
+    #[test]
+    fn a_retired_checkpoint_interval_of_any_value_still_verifies() {
+        let mut m = Tiny::new();
+        m.push(Message::user("ok").at(2)).unwrap();
+        let bytes = snapshot(&m);
+        let body = &bytes[HEADER_LEN..bytes.len() - TRAILER_LEN];
+        let (mut wire, rest) = postcard::take_from_bytes::<ConfigWire>(body).unwrap();
+        assert_eq!(wire.checkpoint_interval_messages, 50, "written as the old default");
+        wire.checkpoint_interval_messages = 20;
+        let mut old_body = vec![0u8; body.len() + 8];
+        let len = postcard::to_slice(&wire, &mut old_body).unwrap().len();
+        old_body.truncate(len);
+        old_body.extend_from_slice(rest);
+        let old = |fingerprint: u32| {
+            let capacities = crate::capacity::capacities_of::<TinyCapacities>();
+            let mut old = header_bytes(fingerprint, capacities, old_body.len()).to_vec();
+            old.extend_from_slice(&old_body);
+            let crc = crc::crc32(&old);
+            old.extend_from_slice(&crc.to_le_bytes());
+            old
+        };
+        let mut restored = Tiny::new();
+        restored.restore_from(&old(m.config().fingerprint_with(20))).unwrap();
+        assert_eq!(restored.config(), m.config());
+        assert_eq!(snapshot(&restored), bytes, "written back with the old default");
+        assert_eq!(
+            Tiny::new().restore_from(&old(m.config().fingerprint())),
+            Err(SnapshotError::Invalid(Invariant::Fingerprint))
+        );
+    }
+
+    /// Found by `cargo fuzz`: counters restored at their maximum must not overflow on the next
+    /// push (they saturate).
+    #[test]
+    fn counters_at_their_maximum_saturate() {
+        let mut state = crate::manager::State::NEW;
+        state.issued = 4;
+        state.turn = u64::MAX;
+        state.counters = crate::stats::Counters {
+            messages_pushed: u64::MAX,
+            tokens_ingested: u64::MAX,
+            units_evicted: u64::MAX,
+            messages_evicted: u64::MAX,
+            tokens_evicted: u64::MAX,
+            ..crate::stats::Counters::default()
+        };
+        let bytes = assemble(&Config::DEFAULT, &StateWire::from(&state), [&[], &[], &[], &[]]);
+        let mut m = Tiny::new();
+        m.restore_from(&bytes).unwrap();
+        m.push(Message::user("hi")).unwrap();
+        assert_eq!(m.stats().counters.messages_pushed, u64::MAX);
+        assert_eq!(m.turn(), u64::MAX);
+        let mut too_far = state;
+        too_far.issued = u64::MAX - 1;
+        let bytes = assemble(&Config::DEFAULT, &StateWire::from(&too_far), [&[], &[], &[], &[]]);
+        assert!(matches!(
+            m.restore_from(&bytes),
+            Err(SnapshotError::Invalid(Invariant::Order { .. }))
+        ));
+    }
+
+    /// A manager holding every kind of record: pinned, a summary with sources, a tool unit
+    /// with a reduced result, locked and volatile messages, evicted units and a pending call.
+    fn busy() -> Tiny {
+        let mut m = Tiny::new();
+        m.push(Message::system("Be terse.")).unwrap();
+        m.add_tool_definition(r#"{"name":"ls","parameters":{}}"#).unwrap();
+        m.add_summary("Earlier: chose Rust.", &[(1, 3)], 5).unwrap();
+        m.push(Message::user("go").at(10)).unwrap();
+        let calls = [ToolCall::new("a", "ls", "{}")];
+        m.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+        let long: String = (0..400).map(|i| format!("line {i}\n")).collect();
+        m.push(Message::tool_result("a", &long)).unwrap();
+        for i in 0..12 {
+            let _ = m.push(Message::assistant(&format!("step {i} {}", "x".repeat(150))).at(20 + i));
+        }
+        m.push(Message::assistant("noise").in_level(Level::Volatile).important()).unwrap();
+        let calls = [ToolCall::new("b", "cat", "{}"), ToolCall::new("c", "cat", "{}")];
+        m.push(Message::assistant("two reads").with_tool_calls(&calls)).unwrap();
+        m.push(Message::tool_result("c", "done")).unwrap();
+        m
+    }
+
+    /// A manager that has evicted many units (large ids and counters on the wire).
+    fn many() -> Tiny {
+        let config = Config { outbox: crate::config::OutboxMode::Discard, ..Config::DEFAULT };
+        let mut m = Tiny::with_config(config).unwrap();
+        for i in 0..300u64 {
+            m.push(Message::user(&format!("message {i}")).at(i * 1_000_000)).unwrap();
+        }
+        m
+    }
+
+    /// The body of `manager`'s snapshot as postcard itself writes it, from the serde mirrors.
+    fn postcard_body<C: Capacities>(manager: &ContextManager<C>) -> Vec<u8> {
+        use crate::entities::EntityStorage;
+        let mut body = vec![0u8; ContextManager::<C>::SNAPSHOT_MAX_SIZE];
+        let mut len = 0;
+        let mut put = |value: &dyn erased::Encode| len += value.encode(&mut body[len..]);
+        put(&ConfigWire::from(manager.config()));
+        put(&StateWire::from(manager.state()));
+        for level in Level::ALL {
+            let ring = manager.ring(level);
+            put(&(ring.len() as u32));
+            for header in ring.iter() {
+                put(&RecordWire::new(header, ring.record(header)));
+            }
+        }
+        let keys = <C::Entities as EntityStorage>::KEYS;
+        put(&(keys as u32));
+        let values = manager.entity_values();
+        for index in 0..keys {
+            put(&values.value(index).map(str::as_bytes));
+        }
+        body.truncate(len);
+        body
+    }
+
+    fn body(snapshot: &[u8]) -> &[u8] {
+        &snapshot[HEADER_LEN..snapshot.len() - TRAILER_LEN]
+    }
+
+    /// A manager with an entity schema and values.
+    fn with_entities() -> Tiny {
+        let schema = crate::entities::EntitySchema::new(&["city", "date"]).unwrap();
+        let config = Config { entity_schema: schema, ..Config::DEFAULT };
+        let mut m = Tiny::with_config(config).unwrap();
+        m.push(Message::user("hi")).unwrap();
+        m.load_entity(1, Some(b"May"));
+        m.recount_entities();
+        m
+    }
+
+    #[test]
+    fn the_hand_written_encoder_writes_postcards_bytes() {
+        for manager in [busy(), many(), Tiny::new(), with_entities()] {
+            let bytes = snapshot(&manager);
+            assert_eq!(body(&bytes), &postcard_body(&manager)[..]);
+        }
+    }
+
+    #[test]
+    fn postcard_reads_what_the_hand_written_encoder_writes() {
+        let manager = busy();
+        let bytes = snapshot(&manager);
+        let (config, mut rest) = postcard::take_from_bytes::<ConfigWire>(body(&bytes)).unwrap();
+        assert_eq!(config.to_config().as_ref(), Some(manager.config()));
+        let (state, after) = postcard::take_from_bytes::<StateWire>(rest).unwrap();
+        rest = after;
+        let state = state.to_state().unwrap();
+        assert_eq!(state.next_id(), manager.state().next_id());
+        assert_eq!(state.counters, manager.state().counters);
+        assert_eq!(state.pending(), manager.state().pending());
+        for level in Level::ALL {
+            let (count, after) = postcard::take_from_bytes::<u32>(rest).unwrap();
+            rest = after;
+            let ring = manager.ring(level);
+            assert_eq!(count as usize, ring.len());
+            for stored in ring.iter() {
+                let (record, after) = postcard::take_from_bytes::<RecordWire<'_>>(rest).unwrap();
+                rest = after;
+                let header = record.header(stored.role);
+                assert_eq!(header, Header { start: 0, ..*stored });
+                assert_eq!(record.bytes, ring.record(stored));
+            }
+        }
+    }
+
+    #[test]
+    fn non_minimal_and_overlong_varints_are_read_as_postcard_reads_them() {
+        // 5 as a two-byte varint is accepted (postcard does), a u16 with a too-large last byte or
+        // a u32 of six bytes is not.
+        let mut r = Reader::new(&[0x85, 0x00]);
+        assert_eq!(r.u32(), Ok(5));
+        assert_eq!(postcard::from_bytes::<u32>(&[0x85, 0x00]), Ok(5));
+        for (bytes, u16_ok) in [(&[0xff, 0xff, 0x03][..], true), (&[0xff, 0xff, 0x04][..], false)] {
+            assert_eq!(Reader::new(bytes).u16().is_ok(), u16_ok);
+            assert_eq!(postcard::from_bytes::<u16>(bytes).is_ok(), u16_ok);
+        }
+        let six = [0x80, 0x80, 0x80, 0x80, 0x80, 0x01];
+        assert!(Reader::new(&six).u32().is_err());
+        assert!(postcard::from_bytes::<u32>(&six).is_err());
+        let u64_max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        assert_eq!(Reader::new(&u64_max).u64(), Ok(u64::MAX));
+        let too_big = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
+        assert!(Reader::new(&too_big).u64().is_err());
+        assert!(postcard::from_bytes::<u64>(&too_big).is_err());
+        assert_eq!(Reader::new(&[2]).u8(), Ok(2));
+        assert!(Reader::new(&[3, b'a']).bytes().is_err(), "a byte string longer than the input");
+    }
 }

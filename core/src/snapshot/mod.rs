@@ -304,6 +304,3 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.restore_from(scratch.get(..total).unwrap_or_default())
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::flavor::Out;
 use crate::config::Config;
+use crate::config::RETIRED_CHECKPOINT_INTERVAL;
 #[cfg(test)]
 use crate::config::StrategyKind;
 #[cfg(test)]
@@ -106,7 +107,9 @@ pub(crate) struct ConfigWire {
     importance_threshold: u16,
     working_age_ms: u64,
     session_age_ms: u64,
-    checkpoint_interval_messages: u32,
+    /// Retired (a std-side setting now): written as the old default, read only to verify the
+    /// fingerprint, which hashed it.
+    pub checkpoint_interval_messages: u32,
     entity_schema: SchemaWire,
 }
 
@@ -137,7 +140,7 @@ impl From<&Config> for ConfigWire {
             importance_threshold: c.importance_threshold,
             working_age_ms: c.working_age_ms,
             session_age_ms: c.session_age_ms,
-            checkpoint_interval_messages: c.checkpoint_interval_messages,
+            checkpoint_interval_messages: RETIRED_CHECKPOINT_INTERVAL,
             entity_schema: SchemaWire(c.entity_schema),
         }
     }
@@ -176,7 +179,6 @@ impl ConfigWire {
             importance_threshold: self.importance_threshold,
             working_age_ms: self.working_age_ms,
             session_age_ms: self.session_age_ms,
-            checkpoint_interval_messages: self.checkpoint_interval_messages,
             entity_schema: self.entity_schema.0,
         })
     }
@@ -493,7 +495,7 @@ fn encode_config(e: &mut Enc<'_>, c: &Config) {
     e.varint(c.importance_threshold.into());
     e.varint(c.working_age_ms);
     e.varint(c.session_age_ms);
-    e.varint(c.checkpoint_interval_messages.into());
+    e.varint(RETIRED_CHECKPOINT_INTERVAL.into());
     e.varint(c.entity_schema.len() as u64);
     for key in c.entity_schema.keys() {
         e.bytes(key.as_bytes());

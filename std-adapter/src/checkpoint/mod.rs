@@ -14,7 +14,8 @@
 //!   clock said or a file is named. Ids sort by time too and never fall behind an existing
 //!   one, and cannot name a path outside the store ([`CheckpointId`]).
 //! - **Retention** of the newest N ([`CheckpointStore::with_keep`]) and a
-//!   [`PeriodicCheckpointer`] that says when `checkpoint_interval_messages` have passed.
+//!   [`PeriodicCheckpointer`] that says when a [`CheckpointPolicy`]'s interval of messages
+//!   has passed.
 //!
 //! # Examples
 //!

@@ -1,4 +1,5 @@
-//! When to checkpoint: every `checkpoint_interval_messages` messages.
+//! When to checkpoint: every `checkpoint_interval_messages` messages (set with
+//! [`SessionBuilder::checkpoint_interval_messages`](crate::session::SessionBuilder::checkpoint_interval_messages)).
 
 /// How often a session checkpoints.
 ///
@@ -6,6 +7,7 @@
 /// use ctxwin_std::checkpoint::CheckpointPolicy;
 /// assert!(CheckpointPolicy::every(20).is_enabled());
 /// assert!(!CheckpointPolicy::DISABLED.is_enabled());
+/// assert_eq!(CheckpointPolicy::default(), CheckpointPolicy::every(50));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CheckpointPolicy {
@@ -16,6 +18,9 @@ pub struct CheckpointPolicy {
 impl CheckpointPolicy {
     /// Never checkpoint on a message count.
     pub const DISABLED: Self = Self { interval_messages: 0 };
+
+    /// Every 50 messages: a [`Session`](crate::session::Session)'s default.
+    pub const DEFAULT: Self = Self { interval_messages: 50 };
 
     /// Checkpoint after every `interval_messages` messages (0 disables).
     ///
@@ -35,6 +40,12 @@ impl CheckpointPolicy {
     /// ```
     pub const fn is_enabled(self) -> bool {
         self.interval_messages > 0
+    }
+}
+
+impl Default for CheckpointPolicy {
+    fn default() -> Self {
+        Self::DEFAULT
     }
 }
 

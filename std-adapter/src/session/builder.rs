@@ -39,6 +39,7 @@ enum ArchiveAt {
 ///     .framing(ChatFraming::OPENAI)
 ///     .archive(dir.path().join("archive.db"))
 ///     .checkpoints(dir.path().join("snapshots"))
+///     .checkpoint_interval_messages(20)
 ///     .keep_checkpoints(5)
 ///     .restore_latest(true)
 ///     .build()?;
@@ -54,6 +55,7 @@ pub struct SessionBuilder {
     framing: Option<ChatFraming>,
     archive: ArchiveAt,
     checkpoints: Option<PathBuf>,
+    checkpoint_policy: CheckpointPolicy,
     keep: usize,
     restore_latest: bool,
     calibrator: CalibratorConfig,
@@ -78,6 +80,7 @@ impl SessionBuilder {
             framing: None,
             archive: ArchiveAt::Nowhere,
             checkpoints: None,
+            checkpoint_policy: CheckpointPolicy::DEFAULT,
             keep: DEFAULT_KEEP.get(),
             restore_latest: false,
             calibrator: CalibratorConfig::DEFAULT,
@@ -86,9 +89,8 @@ impl SessionBuilder {
         }
     }
 
-    /// The core's budgets and policies; `checkpoint_interval_messages` sets the periodic
-    /// checkpoints. With an archive, `outbox` must be [`OutboxMode::Hold`] (the default): the
-    /// session drains the outbox itself.
+    /// The core's budgets and policies. With an archive, `outbox` must be
+    /// [`OutboxMode::Hold`] (the default): the session drains the outbox itself.
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
         self
@@ -130,6 +132,24 @@ impl SessionBuilder {
     /// directory: a restore skips checkpoints of other sessions, and retention counts them all.
     pub fn checkpoints(mut self, dir: impl Into<PathBuf>) -> Self {
         self.checkpoints = Some(dir.into());
+        self
+    }
+
+    /// Messages between periodic checkpoints (50 by default; 0 disables them). They are taken
+    /// only with a checkpoint store ([`checkpoints`](Self::checkpoints)).
+    ///
+    /// ```
+    /// use ctxwin_std::{ChatMessage, core::Role, session::SessionBuilder};
+    /// let dir = tempfile::tempdir()?;
+    /// let mut session =
+    ///     SessionBuilder::new("s").checkpoints(dir.path()).checkpoint_interval_messages(2).build()?;
+    /// session.push(&ChatMessage::text(Role::User, "one"))?;
+    /// let report = session.push(&ChatMessage::text(Role::User, "two"))?;
+    /// assert!(report.checkpoint.is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn checkpoint_interval_messages(mut self, messages: u32) -> Self {
+        self.checkpoint_policy = CheckpointPolicy::every(messages);
         self
     }
 
@@ -228,14 +248,13 @@ impl SessionBuilder {
             Some(dir) => Some(CheckpointStore::open(dir)?.with_keep(keep)),
             None => None,
         };
-        let policy = CheckpointPolicy::every(configured.checkpoint_interval_messages);
         let mut session = Session {
             name: self.name,
             manager,
             configured,
             archive,
             store,
-            periodic: PeriodicCheckpointer::new(policy),
+            periodic: PeriodicCheckpointer::new(self.checkpoint_policy),
             calibrator,
             tracker: Tracker::new(),
             counters: SessionCounters::default(),

@@ -17,7 +17,7 @@
 //!   (calibration, id tracking); a session built with
 //!   [`restore_latest`](SessionBuilder::restore_latest) continues where the newest intact
 //!   checkpoint left off, skipping damaged files. Checkpoints are taken every
-//!   `Config::checkpoint_interval_messages` pushes.
+//!   [`checkpoint_interval_messages`](SessionBuilder::checkpoint_interval_messages) pushes.
 //! * **Calibration.** [`record_usage`](Session::record_usage) feeds the provider's
 //!   `usage.prompt_tokens` to the calibrator and shrinks the core's effective window so that a
 //!   composed payload, scaled by the worst ratio seen, still fits the real window: the

@@ -96,8 +96,10 @@ impl Session {
     ///    full text as original.
     /// 5. Archives what the core wrote itself, records new or changed summaries with their
     ///    sources, writes evicted units to the archive and only then releases them.
-    /// 6. Writes a checkpoint when `checkpoint_interval_messages` pushes have passed (a failed
-    ///    periodic checkpoint is logged and retried on the next push).
+    /// 6. Writes a checkpoint when
+    ///    [`checkpoint_interval_messages`](super::SessionBuilder::checkpoint_interval_messages)
+    ///    pushes have passed (a failed periodic checkpoint is logged and retried on the next
+    ///    push).
     ///
     /// # Errors
     /// [`SessionError::Core`] when the core refuses the message (nothing is stored);

@@ -1,30 +1,34 @@
-//! Invariants over random operation sequences, configurations and capacities:
+//! The property model shared by `properties.rs` and `snapshot.rs`: random operations and
+//! configurations, and a harness that checks invariants over random operation sequences,
+//! configurations and capacities:
 //! (a) a payload never exceeds the budget; (b) never holds a result without its call or a call
 //! without all its results; (c) permanent content is never evicted; (d) the newest K messages
 //! are always live; (e) every message is live, waiting in the outbox, or drained exactly once;
 //! and a refused operation changes nothing but (for `OutboxFull`) evictions.
+// Each test file uses a subset of these.
+#![allow(dead_code)]
 
 use std::collections::{BTreeSet, HashSet};
 
 use proptest::prelude::*;
 
-use crate::{
+use ctxwin_core::{
     Capacities, Config, ContextManager, Error, Level, Message, OpenAiRequest, OutboxMode,
     PayloadItem, Role, StrategyKind, ToolCall, UnansweredCalls, counter::TokenCounter, ring::Ring,
 };
 
-pub(crate) struct Tight;
+pub struct Tight;
 impl Capacities for Tight {
     type Permanent = Ring<4, 1024>;
     type Session = Ring<4, 1024>;
     type Working = Ring<24, 4096>;
     type Volatile = Ring<8, 2048>;
-    type Scratch = crate::capacity::Scratch<512>;
-    type Entities = crate::entities::EntityTable<4, 32>;
+    type Scratch = ctxwin_core::capacity::Scratch<512>;
+    type Entities = ctxwin_core::entities::EntityTable<4, 32>;
 }
 
 #[derive(Clone, Debug)]
-pub(crate) enum Op {
+pub enum Op {
     User { len: usize, volatile: bool },
     Assistant { len: usize, volatile: bool },
     Calls { count: u8, args: usize, volatile: bool, empty: bool },
@@ -37,7 +41,7 @@ pub(crate) enum Op {
     Abort,
 }
 
-pub(crate) fn op() -> impl Strategy<Value = Op> {
+pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0usize..400, prop::bool::weighted(0.2)).prop_map(|(len, volatile)| Op::User { len, volatile }),
         5 => (0usize..600, prop::bool::weighted(0.2)).prop_map(|(len, volatile)| Op::Assistant { len, volatile }),
@@ -54,7 +58,7 @@ pub(crate) fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-pub(crate) fn config() -> impl Strategy<Value = Config> {
+pub fn config() -> impl Strategy<Value = Config> {
     let policies =
         (any::<bool>(), prop::bool::weighted(0.2), prop_oneof![Just(0u32), 3u32..30], 32u32..600);
     let strategy = (0usize..5, 1u16..6, 1u16..4, 1u64..4, any::<bool>());
@@ -92,9 +96,9 @@ pub(crate) fn config() -> impl Strategy<Value = Config> {
                 working_age_ms: minutes,
                 session_age_ms: minutes * 3,
                 entity_schema: if entities {
-                    crate::EntitySchema::new(&["value", "decision", "k"]).unwrap_or_default()
+                    ctxwin_core::EntitySchema::new(&["value", "decision", "k"]).unwrap_or_default()
                 } else {
-                    crate::EntitySchema::EMPTY
+                    ctxwin_core::EntitySchema::EMPTY
                 },
                 ..Config::DEFAULT
             }
@@ -119,7 +123,7 @@ const WORDS: [&str; 14] = [
     "decision = ship friday;",
 ];
 
-pub(crate) fn text(seed: usize, len: usize) -> String {
+pub fn text(seed: usize, len: usize) -> String {
     let mut out = String::new();
     let mut i = seed;
     while out.len() < len {
@@ -132,7 +136,7 @@ pub(crate) fn text(seed: usize, len: usize) -> String {
 
 /// What the harness knows independently of the manager.
 #[derive(Clone, Default)]
-pub(crate) struct Model {
+pub struct Model {
     /// Call ids of the unit waiting for results.
     pending: Vec<String>,
     /// Whether the pending unit's assistant message is empty (DropCalls may remove it).
@@ -153,8 +157,8 @@ pub(crate) struct Model {
 
 /// Checks that `history` pairs every call with all its results and nothing else; with
 /// `open_end`, the last unit may still wait for results.
-pub(crate) fn assert_pairs<'a>(
-    history: impl Iterator<Item = crate::MessageRef<'a>>,
+pub fn assert_pairs<'a>(
+    history: impl Iterator<Item = ctxwin_core::MessageRef<'a>>,
     open_end: bool,
 ) {
     let mut open: Option<Vec<&str>> = None;
@@ -177,14 +181,14 @@ pub(crate) fn assert_pairs<'a>(
     );
 }
 
-pub(crate) struct Snapshot {
+pub struct Snapshot {
     used: u32,
     pushed: u64,
     summaries: u64,
     ids: Vec<u64>,
 }
 
-pub(crate) fn observe<C: Capacities, K: TokenCounter>(manager: &ContextManager<C, K>) -> Snapshot {
+pub fn observe<C: Capacities, K: TokenCounter>(manager: &ContextManager<C, K>) -> Snapshot {
     Snapshot {
         used: manager.used(),
         pushed: manager.stats().counters.messages_pushed,
@@ -204,12 +208,7 @@ impl Model {
     }
 
     /// Applies `op`, checking what the op itself promises.
-    pub(crate) fn apply<C: Capacities>(
-        &mut self,
-        manager: &mut ContextManager<C>,
-        op: &Op,
-        step: usize,
-    ) {
+    pub fn apply<C: Capacities>(&mut self, manager: &mut ContextManager<C>, op: &Op, step: usize) {
         let before = observe(manager);
         let drop_calls = manager.config().unanswered_calls == UnansweredCalls::DropCalls;
         let result: Result<u64, Error> = match op {
@@ -375,13 +374,13 @@ impl Model {
                             let pairs = entities.iter().map(|(k, v)| {
                                 counter.count(k) + v.map_or(1, |v| counter.count(v)) + 3
                             });
-                            counter.count(crate::payload::ENTITIES_PREFIX)
+                            counter.count(ctxwin_core::payload::ENTITIES_PREFIX)
                                 + 2
                                 + pairs.sum::<u32>()
                                 + overhead
                         }
                         PayloadItem::MemorySummary(summary) => {
-                            counter.count(crate::payload::MEMORY_SUMMARY_PREFIX)
+                            counter.count(ctxwin_core::payload::MEMORY_SUMMARY_PREFIX)
                                 + overhead
                                 + summary.entries().map(|e| e.tokens()).sum::<u32>()
                         }
@@ -429,7 +428,7 @@ impl Model {
     }
 
     /// Checks the invariants that hold between operations.
-    pub(crate) fn check<C: Capacities>(&mut self, manager: &ContextManager<C>) {
+    pub fn check<C: Capacities>(&mut self, manager: &ContextManager<C>) {
         let stats = manager.stats();
         let hold = manager.config().outbox == OutboxMode::Hold;
         let live: u64 = stats.levels.iter().map(|l| u64::from(l.messages)).sum();
@@ -501,49 +500,4 @@ impl Model {
         let history: Vec<u64> = manager.history().map(|m| m.id()).collect();
         assert!(history.windows(2).all(|w| w[0] < w[1]), "history out of order");
     }
-}
-
-proptest! {
-
-    #[test]
-    fn invariants_hold_over_random_sessions(config in config(), ops in prop::collection::vec(op(), 1..150)) {
-        let mut manager = ContextManager::<Tight>::with_config(config).unwrap();
-        let mut model = Model::default();
-        for (step, op) in ops.iter().enumerate() {
-            model.apply(&mut manager, op, step);
-            model.check(&manager);
-        }
-    }
-}
-
-/// The harness must reach what it claims to cover: summaries made by every summarizing
-/// strategy, merges, entities, drops and reductions.
-#[test]
-fn random_sessions_exercise_every_strategy() {
-    use proptest::strategy::ValueTree;
-    use proptest::test_runner::TestRunner;
-    let mut runner = TestRunner::deterministic();
-    let mut summaries = [0u64; 5];
-    let (mut merged, mut replaced, mut entities_seen) = (0u64, 0u64, 0usize);
-    for _ in 0..300 {
-        let config = config().new_tree(&mut runner).unwrap().current();
-        let ops = prop::collection::vec(op(), 100..150).new_tree(&mut runner).unwrap().current();
-        let kind = config.strategy as usize;
-        let mut manager = ContextManager::<Tight>::with_config(config).unwrap();
-        let mut model = Model::default();
-        for (step, op) in ops.iter().enumerate() {
-            model.apply(&mut manager, op, step);
-        }
-        let counters = manager.stats().counters;
-        summaries[kind] += counters.summaries_added;
-        merged += counters.summaries_merged;
-        replaced += counters.summaries_replaced;
-        entities_seen += manager.entities().iter().filter(|(_, v)| v.is_some()).count();
-    }
-    // Summarization, importance and hierarchical all summarize (sliding and entity only drop,
-    // but random sessions also push summaries directly).
-    for kind in [1, 3, 4] {
-        assert!(summaries[kind] > summaries[0], "{summaries:?}");
-    }
-    assert!(merged > 0 && replaced > 0 && entities_seen > 0, "{merged} {replaced} {entities_seen}");
 }

@@ -1,17 +1,51 @@
+//! Snapshots through the public API: round trips (also over random sessions of the property
+//! model), streaming, the size bound, golden bytes, and damage that must be refused.
+
+use ctxwin_core::ring::{Ring, RingStorage};
+use ctxwin_core::{
+    Capacities, Config, ContextManager, DefaultCapacities, Level, Message, OpenAiRequest, Role,
+    SnapshotError, TinyCapacities, ToolCall,
+};
 use proptest::prelude::*;
 
-use super::wire::{ConfigWire, HEADER_LEN, RecordWire, StateWire, TRAILER_LEN};
-use super::*;
-use crate::header::{Header, flags};
-use crate::manager::properties::{Model, Tight, config as any_config, op};
-use crate::{
-    Capacities, ContextManager, DefaultCapacities, Message, OpenAiRequest, Role, TinyCapacities,
-    ToolCall, ring::Ring,
-};
+mod properties_support;
+use properties_support::{Model, Tight, config as any_config, op};
+
+/// Bytes before the body and after it (`core/SNAPSHOT.md`).
+const HEADER_LEN: usize = 48;
+const TRAILER_LEN: usize = 4;
+
+/// CRC-32/ISO-HDLC, as the format uses, bit by bit.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+fn le_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+/// `(messages, bytes)` of `level` in capacities `C`.
+fn capacity<C: Capacities>(level: Level) -> (usize, usize) {
+    match level {
+        Level::Permanent => (C::Permanent::MESSAGES, C::Permanent::BYTES),
+        Level::Session => (C::Session::MESSAGES, C::Session::BYTES),
+        Level::Working => (C::Working::MESSAGES, C::Working::BYTES),
+        _ => (C::Volatile::MESSAGES, C::Volatile::BYTES),
+    }
+}
 
 type Tiny = ContextManager<TinyCapacities>;
 
-fn payload_json<C: Capacities>(manager: &mut ContextManager<C>) -> Result<Vec<u8>, crate::Error> {
+fn payload_json<C: Capacities>(
+    manager: &mut ContextManager<C>,
+) -> Result<Vec<u8>, ctxwin_core::Error> {
     let mut body = vec![0u8; 256 * 1024];
     let len =
         manager.compose(&["dynamic"])?.write_openai(&mut body[..], OpenAiRequest::default())?;
@@ -102,7 +136,7 @@ fn full<C: Capacities>() -> ContextManager<C> {
     };
     let mut m = ContextManager::<C>::with_config(config).unwrap();
     let fill = |m: &mut ContextManager<C>, level: Level| {
-        let (messages, bytes) = crate::capacity::capacities_of::<C>()[level.index()];
+        let (messages, bytes) = capacity::<C>(level);
         let per = bytes / messages;
         for i in 0..messages {
             let len = if i + 1 == messages { bytes - per * (messages - 1) } else { per };
@@ -135,107 +169,6 @@ fn a_full_manager_fits_the_declared_maximum() {
     assert!(default.snapshot_len() <= max);
     // The bound is tight enough to be useful: within a tenth of a full snapshot.
     assert!(max - default.snapshot_len() < max / 10, "{} vs {max}", default.snapshot_len());
-}
-
-/// The body of `manager`'s snapshot as postcard itself writes it, from the serde mirrors.
-fn postcard_body<C: Capacities>(manager: &ContextManager<C>) -> Vec<u8> {
-    use crate::entities::EntityStorage;
-    let mut body = vec![0u8; ContextManager::<C>::SNAPSHOT_MAX_SIZE];
-    let mut len = 0;
-    let mut put = |value: &dyn erased::Encode| len += value.encode(&mut body[len..]);
-    put(&ConfigWire::from(manager.config()));
-    put(&StateWire::from(manager.state()));
-    for level in Level::ALL {
-        let ring = manager.ring(level);
-        put(&(ring.len() as u32));
-        for header in ring.iter() {
-            put(&RecordWire::new(header, ring.record(header)));
-        }
-    }
-    let keys = <C::Entities as EntityStorage>::KEYS;
-    put(&(keys as u32));
-    let values = manager.entity_values();
-    for index in 0..keys {
-        put(&values.value(index).map(str::as_bytes));
-    }
-    body.truncate(len);
-    body
-}
-
-fn body(snapshot: &[u8]) -> &[u8] {
-    &snapshot[HEADER_LEN..snapshot.len() - TRAILER_LEN]
-}
-
-/// A manager with an entity schema and values.
-fn with_entities() -> Tiny {
-    let schema = crate::EntitySchema::new(&["city", "date"]).unwrap();
-    let config = Config { entity_schema: schema, ..Config::DEFAULT };
-    let mut m = Tiny::with_config(config).unwrap();
-    m.push(Message::user("hi")).unwrap();
-    m.load_entity(1, Some(b"May"));
-    m.recount_entities();
-    m
-}
-
-#[test]
-fn the_hand_written_encoder_writes_postcards_bytes() {
-    for manager in [busy(), full::<TinyCapacities>(), Tiny::new(), with_entities()] {
-        let bytes = snapshot(&manager);
-        assert_eq!(body(&bytes), &postcard_body(&manager)[..]);
-    }
-    let default = full::<DefaultCapacities>();
-    assert_eq!(body(&snapshot(&default)), &postcard_body(&default)[..]);
-}
-
-#[test]
-fn postcard_reads_what_the_hand_written_encoder_writes() {
-    let manager = busy();
-    let bytes = snapshot(&manager);
-    let (config, mut rest) = postcard::take_from_bytes::<ConfigWire>(body(&bytes)).unwrap();
-    assert_eq!(config.to_config().as_ref(), Some(manager.config()));
-    let (state, after) = postcard::take_from_bytes::<StateWire>(rest).unwrap();
-    rest = after;
-    let state = state.to_state().unwrap();
-    assert_eq!(state.next_id(), manager.state().next_id());
-    assert_eq!(state.counters, manager.state().counters);
-    assert_eq!(state.pending(), manager.state().pending());
-    for level in Level::ALL {
-        let (count, after) = postcard::take_from_bytes::<u32>(rest).unwrap();
-        rest = after;
-        let ring = manager.ring(level);
-        assert_eq!(count as usize, ring.len());
-        for stored in ring.iter() {
-            let (record, after) = postcard::take_from_bytes::<RecordWire<'_>>(rest).unwrap();
-            rest = after;
-            let header = record.header(stored.role);
-            assert_eq!(header, Header { start: 0, ..*stored });
-            assert_eq!(record.bytes, ring.record(stored));
-        }
-    }
-}
-
-#[test]
-fn non_minimal_and_overlong_varints_are_read_as_postcard_reads_them() {
-    use super::decode::Reader;
-    // 5 as a two-byte varint is accepted (postcard does), a u16 with a too-large last byte or
-    // a u32 of six bytes is not.
-    let mut r = Reader::new(&[0x85, 0x00]);
-    assert_eq!(r.u32(), Ok(5));
-    assert_eq!(postcard::from_bytes::<u32>(&[0x85, 0x00]), Ok(5));
-    for (bytes, u16_ok) in [(&[0xff, 0xff, 0x03][..], true), (&[0xff, 0xff, 0x04][..], false)] {
-        assert_eq!(Reader::new(bytes).u16().is_ok(), u16_ok);
-        assert_eq!(postcard::from_bytes::<u16>(bytes).is_ok(), u16_ok);
-    }
-    let six = [0x80, 0x80, 0x80, 0x80, 0x80, 0x01];
-    assert!(Reader::new(&six).u32().is_err());
-    assert!(postcard::from_bytes::<u32>(&six).is_err());
-    let u64_max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
-    assert_eq!(Reader::new(&u64_max).u64(), Ok(u64::MAX));
-    let too_big = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
-    assert!(Reader::new(&too_big).u64().is_err());
-    assert!(postcard::from_bytes::<u64>(&too_big).is_err());
-    assert_eq!(Reader::new(&[2]).u8(), Ok(2));
-    assert!(Reader::new(&[3, b'a']).bytes().is_err(), "a byte string longer than the input");
 }
 
 /// The bytes of a small fixed state. A change here is a format change: bump
@@ -296,7 +229,7 @@ fn restore_any(bytes: &[u8]) -> Result<(), SnapshotError> {
 fn with_fixed_crc(mut bytes: Vec<u8>) -> Vec<u8> {
     let body_len = le_u32(&bytes, HEADER_LEN - 4) as usize;
     let end = (HEADER_LEN + body_len).min(bytes.len());
-    let crc = crc::crc32(&bytes[..end]);
+    let crc = crc32(&bytes[..end]);
     if let Some(trailer) = bytes.get_mut(end..end + 4) {
         trailer.copy_from_slice(&crc.to_le_bytes());
     }
@@ -356,162 +289,14 @@ fn header_errors_are_typed() {
     assert_eq!(restore_any(&padded), Ok(()), "flash padding after the snapshot is ignored");
 }
 
-/// Assembles a snapshot from hand-made parts, with a correct header and CRC.
-fn assemble(config: &Config, state: &StateWire, levels: [&[RecordWire<'_>]; 4]) -> Vec<u8> {
-    let mut body = vec![0u8; 8192];
-    let mut len = 0;
-    let mut put = |value: &dyn erased::Encode| len += value.encode(&mut body[len..]);
-    put(&ConfigWire::from(config));
-    put(state);
-    for records in levels {
-        put(&(records.len() as u32));
-        for record in records {
-            put(record);
-        }
-    }
-    put(&0u32);
-    body.truncate(len);
-    let capacities = crate::capacity::capacities_of::<TinyCapacities>();
-    let mut bytes = header_bytes(config.fingerprint(), capacities, len).to_vec();
-    bytes.extend_from_slice(&body);
-    let crc = crc::crc32(&bytes);
-    bytes.extend_from_slice(&crc.to_le_bytes());
-    bytes
-}
-
-/// postcard encoding through a trait object, so `assemble` can take mixed parts.
-mod erased {
-    pub trait Encode {
-        fn encode(&self, out: &mut [u8]) -> usize;
-    }
-    impl<T: serde::Serialize> Encode for T {
-        fn encode(&self, out: &mut [u8]) -> usize {
-            postcard::to_slice(self, out).unwrap().len()
-        }
-    }
-}
-
-fn record<'a>(id: u64, role: Role, content: &'a [u8], tokens: u32) -> RecordWire<'a> {
-    let header = Header {
-        id,
-        role,
-        content_len: content.len() as u32,
-        tokens,
-        original_tokens: tokens,
-        ..Header::EMPTY
-    };
-    RecordWire::new(&header, content)
-}
-
-fn state(next_id: u64, tokens: [u32; 4]) -> StateWire {
-    let mut state = crate::manager::State::NEW;
-    state.issued = next_id - 1;
-    state.tokens = tokens;
-    StateWire::from(&state)
-}
-
-#[test]
-fn decoded_state_that_breaks_an_invariant_is_refused() {
-    let config = Config::DEFAULT;
-    let invalid = |bytes: Vec<u8>| match restore_any(&bytes) {
-        Err(SnapshotError::Invalid(why)) => why,
-        other => panic!("expected an invariant error, got {other:?}"),
-    };
-    let user = record(1, Role::User, b"hi", 5);
-    assert!(
-        restore_any(&assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[user], &[]])).is_ok()
-    );
-
-    let result = [0x61u8, 0x61];
-    let mut orphan = record(1, Role::Tool, &result, 5);
-    orphan.content_len = 1;
-    let working = Level::Working;
-    assert_eq!(
-        invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[orphan], &[]])),
-        Invariant::OrphanToolResult { level: working }
-    );
-    let not_utf8 = record(1, Role::User, &[0xff, 0xfe], 5);
-    assert_eq!(
-        invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[not_utf8], &[]])),
-        Invariant::Text { level: working }
-    );
-    let mut outside = record(1, Role::User, b"hi", 5);
-    outside.content_len = 40;
-    assert_eq!(
-        invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[outside], &[]])),
-        Invariant::Span { level: working }
-    );
-    assert_eq!(
-        invalid(assemble(
-            &config,
-            &state(2, [0, 0, 6, 0]),
-            [&[], &[], &[record(1, Role::User, b"hi", 5)], &[]]
-        )),
-        Invariant::TokenTotals { level: working }
-    );
-    let twice = [record(1, Role::User, b"a", 5), record(1, Role::User, b"b", 5)];
-    assert_eq!(
-        invalid(assemble(&config, &state(2, [0, 0, 10, 0]), [&[], &[], &twice, &[]])),
-        Invariant::Order { level: working }
-    );
-    let mut tool_in_permanent = record(1, Role::Tool, b"xy", 5);
-    tool_in_permanent.content_len = 1;
-    assert_eq!(
-        invalid(assemble(&config, &state(2, [5, 0, 0, 0]), [&[tool_in_permanent], &[], &[], &[]])),
-        Invariant::Role { level: Level::Permanent }
-    );
-    let mut evicted_rule = record(1, Role::System, b"rule", 5);
-    evicted_rule.flags = flags::EVICTED;
-    assert_eq!(
-        invalid(assemble(&config, &state(2, [0, 0, 0, 0]), [&[evicted_rule], &[], &[], &[]])),
-        Invariant::Role { level: Level::Permanent }
-    );
-    let mut unknown_flag = record(1, Role::User, b"hi", 5);
-    unknown_flag.flags = 0x80;
-    assert_eq!(
-        invalid(assemble(&config, &state(2, [0, 0, 5, 0]), [&[], &[], &[unknown_flag], &[]])),
-        Invariant::Flags { level: working }
-    );
-    let mut last_user = state(2, [0, 0, 5, 0]);
-    last_user.last_user_id = Some(7);
-    assert_eq!(
-        invalid(assemble(&config, &last_user, [&[], &[], &[record(1, Role::User, b"hi", 5)], &[]])),
-        Invariant::LastUser
-    );
-    let bad_config = Config { trigger_percent: 0, ..config };
-    let bytes = assemble(&bad_config, &state(1, [0; 4]), [&[], &[], &[], &[]]);
-    assert_eq!(invalid(bytes), Invariant::Config);
-}
-
-#[test]
-fn an_unanswered_call_must_be_the_pending_unit() {
-    let mut m = Tiny::new();
-    let calls = [ToolCall::new("a", "ls", "{}")];
-    m.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
-    let bytes = snapshot(&m);
-    assert!(restore_any(&bytes).is_ok());
-    // Forge the state so the unit is no longer marked pending: the decoder must notice.
-    let body = &bytes[HEADER_LEN..bytes.len() - TRAILER_LEN];
-    let (config, rest) = postcard::take_from_bytes::<ConfigWire>(body).unwrap();
-    let (mut state, _) = postcard::take_from_bytes::<StateWire>(rest).unwrap();
-    state.pending = None;
-    let header = *m.ring(Level::Working).first().unwrap();
-    let record = RecordWire::new(&header, m.ring(Level::Working).record(&header));
-    let forged = assemble(&config.to_config().unwrap(), &state, [&[], &[], &[record], &[]]);
-    assert_eq!(
-        restore_any(&forged),
-        Err(SnapshotError::Invalid(Invariant::IncompleteUnit { level: Level::Working }))
-    );
-}
-
 struct Odd;
 impl Capacities for Odd {
     type Permanent = Ring<3, 700>;
     type Session = Ring<2, 300>;
     type Working = Ring<24, 4096>;
     type Volatile = Ring<8, 2048>;
-    type Scratch = crate::capacity::Scratch<512>;
-    type Entities = crate::entities::EntityTable<4, 32>;
+    type Scratch = ctxwin_core::capacity::Scratch<512>;
+    type Entities = ctxwin_core::entities::EntityTable<4, 32>;
 }
 
 #[test]
@@ -553,7 +338,6 @@ proptest! {
         restored.restore_from(&bytes).unwrap();
         prop_assert_eq!(restored.stats(), original.stats());
         prop_assert_eq!(snapshot(&restored), bytes.clone());
-        prop_assert_eq!(body(&bytes), &postcard_body(&original)[..]);
         let mut twin = model.clone();
         let mut model_after = model;
         for (step, op) in after.iter().enumerate() {
@@ -583,31 +367,4 @@ fn write_fuzz_seeds() {
         std::fs::write(format!("{dir}/{name}.body"), &bytes[HEADER_LEN..bytes.len() - TRAILER_LEN])
             .unwrap();
     }
-}
-
-/// Found by `cargo fuzz`: counters restored at their maximum must not overflow on the next
-/// push (they saturate).
-#[test]
-fn counters_at_their_maximum_saturate() {
-    let mut state = crate::manager::State::NEW;
-    state.issued = 4;
-    state.turn = u64::MAX;
-    state.counters = crate::stats::Counters {
-        messages_pushed: u64::MAX,
-        tokens_ingested: u64::MAX,
-        units_evicted: u64::MAX,
-        messages_evicted: u64::MAX,
-        tokens_evicted: u64::MAX,
-        ..crate::stats::Counters::default()
-    };
-    let bytes = assemble(&Config::DEFAULT, &StateWire::from(&state), [&[], &[], &[], &[]]);
-    let mut m = Tiny::new();
-    m.restore_from(&bytes).unwrap();
-    m.push(Message::user("hi")).unwrap();
-    assert_eq!(m.stats().counters.messages_pushed, u64::MAX);
-    assert_eq!(m.turn(), u64::MAX);
-    let mut too_far = state;
-    too_far.issued = u64::MAX - 1;
-    let bytes = assemble(&Config::DEFAULT, &StateWire::from(&too_far), [&[], &[], &[], &[]]);
-    assert!(matches!(m.restore_from(&bytes), Err(SnapshotError::Invalid(Invariant::Order { .. }))));
 }
