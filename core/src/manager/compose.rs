@@ -6,6 +6,7 @@ use crate::counter::TokenCounter;
 use crate::error::Error;
 use crate::level::Level;
 use crate::payload::Payload;
+use crate::stats::Counters;
 use crate::strategy::Strategy;
 
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
@@ -51,6 +52,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if tokens > 0 && self.used() == 0 {
             tokens = tokens.saturating_add(u32::from(self.config().request_overhead));
         }
+        self.account_compose(dynamic, tokens);
         let this: &'a Self = self;
         Ok(Payload::new(
             this.messages(Level::Permanent),
@@ -60,5 +62,41 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             this.entities(),
             tokens,
         ))
+    }
+
+    /// The cache accounting of one compose, in O(1) besides hashing `dynamic`: whether this
+    /// payload begins with the whole previous one (nothing in it changed since, see
+    /// [`Counters::prefix_changes`]), and how many of its tokens a provider's prompt cache
+    /// could serve.
+    fn account_compose(&mut self, dynamic: &[&str], tokens: u32) {
+        let digest = dynamic.iter().fold(0x811c_9dc5u32, |hash, text| {
+            text.bytes()
+                .chain([0xff])
+                .fold(hash, |h, byte| (h ^ u32::from(byte)).wrapping_mul(0x0100_0193))
+        });
+        let permanent = self.level_tokens(Level::Permanent);
+        let counters = &mut self.state.counters;
+        let changes = counters.prefix_changes;
+        let composed = changes & Counters::COMPOSED != 0;
+        let same_dynamic = digest == counters.last_dynamic_digest;
+        let extends = composed && changes & Counters::CHANGED == 0 && same_dynamic;
+        let cached = if extends {
+            counters.last_prefix_tokens
+        } else if composed && changes & Counters::PERMANENT_CHANGED == 0 {
+            permanent
+        } else {
+            0
+        }
+        .min(tokens);
+        counters.composes = counters.composes.saturating_add(1);
+        counters.composes_extending =
+            counters.composes_extending.saturating_add(u64::from(extends));
+        counters.prompt_tokens_cached =
+            counters.prompt_tokens_cached.saturating_add(u64::from(cached));
+        counters.prompt_tokens_new =
+            counters.prompt_tokens_new.saturating_add(u64::from(tokens - cached));
+        counters.last_prefix_tokens = tokens;
+        counters.last_dynamic_digest = digest;
+        counters.prefix_changes = Counters::COMPOSED;
     }
 }

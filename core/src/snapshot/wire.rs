@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::StrategyKind;
-use crate::config::{Config, OutboxMode, UnansweredCalls};
+use crate::config::{Config, DynamicPlacement, OutboxMode, UnansweredCalls};
 use crate::entities::{EntitySchema, MAX_ENTITY_KEY_LEN, MAX_ENTITY_KEYS};
 use crate::header::Header;
 use crate::level::Level;
@@ -15,7 +15,8 @@ use crate::stats::Counters;
 /// `"CWSN"`: ctxwin snapshot.
 pub(crate) const MAGIC: [u8; 4] = *b"CWSN";
 /// The one format version this build reads and writes.
-pub(crate) const FORMAT_VERSION: u16 = 1;
+/// Version 2 added the water marks, `fit_budgets`, `dynamic_placement` and the cache counters.
+pub(crate) const FORMAT_VERSION: u16 = 2;
 /// Bytes before the body: magic, version, flags, fingerprint, 4 × capacities, body length.
 pub(crate) const HEADER_LEN: usize = 4 + 2 + 2 + 4 + 4 * 8 + 4;
 /// Bytes after the body: the CRC.
@@ -88,10 +89,13 @@ pub(crate) struct ConfigWire {
     session_age_ms: u64,
     checkpoint_interval_messages: u32,
     entity_schema: SchemaWire,
+    low_water_percent: u8,
+    fit_budgets: bool,
+    dynamic_placement: u8,
 }
 
 const SCHEMA_MAX: usize = V32 + MAX_ENTITY_KEYS * (V32 + MAX_ENTITY_KEY_LEN);
-pub(crate) const CONFIG_MAX: usize = 9 * V32 + 6 * V16 + 4 + 2 * V64 + SCHEMA_MAX;
+pub(crate) const CONFIG_MAX: usize = 9 * V32 + 6 * V16 + 4 + 2 * V64 + SCHEMA_MAX + 3;
 
 impl From<&Config> for ConfigWire {
     fn from(c: &Config) -> Self {
@@ -118,6 +122,9 @@ impl From<&Config> for ConfigWire {
             session_age_ms: c.session_age_ms,
             checkpoint_interval_messages: c.checkpoint_interval_messages,
             entity_schema: SchemaWire(c.entity_schema),
+            low_water_percent: c.low_water_percent,
+            fit_budgets: c.fit_budgets,
+            dynamic_placement: c.dynamic_placement as u8,
         }
     }
 }
@@ -156,6 +163,13 @@ impl ConfigWire {
             session_age_ms: self.session_age_ms,
             checkpoint_interval_messages: self.checkpoint_interval_messages,
             entity_schema: self.entity_schema.0,
+            low_water_percent: self.low_water_percent,
+            fit_budgets: self.fit_budgets,
+            dynamic_placement: match self.dynamic_placement {
+                0 => DynamicPlacement::AfterTools,
+                1 => DynamicPlacement::BeforeNewestUser,
+                _ => return None,
+            },
         })
     }
 }
@@ -185,9 +199,17 @@ pub(crate) struct CountersWire {
     summaries_failed: u64,
     summaries_replaced: u64,
     last_compression_turn: Option<u64>,
+    compactions: u64,
+    composes: u64,
+    composes_extending: u64,
+    prompt_tokens_cached: u64,
+    prompt_tokens_new: u64,
+    last_prefix_tokens: u32,
+    prefix_changes: u8,
+    last_dynamic_digest: u32,
 }
 
-const COUNTERS_MAX: usize = 15 * V64 + 1 + V64;
+const COUNTERS_MAX: usize = 15 * V64 + 1 + V64 + 5 * V64 + 2 * V32 + 1;
 
 impl From<&Counters> for CountersWire {
     fn from(c: &Counters) -> Self {
@@ -208,6 +230,14 @@ impl From<&Counters> for CountersWire {
             summaries_failed: c.summaries_failed,
             summaries_replaced: c.summaries_replaced,
             last_compression_turn: c.last_compression_turn,
+            compactions: c.compactions,
+            composes: c.composes,
+            composes_extending: c.composes_extending,
+            prompt_tokens_cached: c.prompt_tokens_cached,
+            prompt_tokens_new: c.prompt_tokens_new,
+            last_prefix_tokens: c.last_prefix_tokens,
+            prefix_changes: c.prefix_changes,
+            last_dynamic_digest: c.last_dynamic_digest,
         }
     }
 }
@@ -231,6 +261,14 @@ impl From<&CountersWire> for Counters {
             summaries_failed: c.summaries_failed,
             summaries_replaced: c.summaries_replaced,
             last_compression_turn: c.last_compression_turn,
+            compactions: c.compactions,
+            composes: c.composes,
+            composes_extending: c.composes_extending,
+            prompt_tokens_cached: c.prompt_tokens_cached,
+            prompt_tokens_new: c.prompt_tokens_new,
+            last_prefix_tokens: c.last_prefix_tokens,
+            prefix_changes: c.prefix_changes,
+            last_dynamic_digest: c.last_dynamic_digest,
         }
     }
 }
