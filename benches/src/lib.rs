@@ -20,6 +20,9 @@
 #![deny(missing_docs)]
 
 pub mod accuracy;
+pub mod api;
+pub mod cache;
+pub mod conv10k;
 pub mod corpus;
 mod error;
 pub mod replay;
