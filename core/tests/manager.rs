@@ -408,3 +408,95 @@ fn a_tool_result_joins_its_call_in_the_volatile_level() {
     assert_eq!(m.messages(Level::Volatile).count(), 2);
     assert_eq!(m.messages(Level::Working).count(), 0);
 }
+
+#[test]
+fn between_compactions_every_payload_extends_the_previous_one() {
+    let cfg = Config { trigger_percent: 90, low_water_percent: 50, ..config(2, 2000) };
+    let mut m = manager_with(cfg);
+    m.push(Message::system("rules")).unwrap();
+    let mut previous: Vec<String> = Vec::new();
+    let (mut compactions, mut extended) = (0, 0);
+    for i in 0..120 {
+        let before = m.stats().counters.compactions;
+        m.push(Message::user(&format!("question {i} {}", "word ".repeat(15)))).unwrap();
+        m.push(Message::assistant(&format!("answer {i} {}", "text ".repeat(15)))).unwrap();
+        m.drain_outbox(|_| {});
+        let payload = m.compose(&["task: answer"]).unwrap();
+        assert!(payload.tokens() <= 2000);
+        let now: Vec<String> = payload.history().map(|h| h.content().to_string()).collect();
+        let grew = now.len() >= previous.len() && now[..previous.len()] == previous[..];
+        let compacted = m.stats().counters.compactions > before;
+        assert!(grew || compacted, "turn {i}: the history changed without a compaction");
+        if compacted {
+            compactions += 1;
+            assert!(m.used() <= 1000 + 200, "compacted to the low-water mark: {}", m.used());
+        } else if i > 0 {
+            extended += 1;
+        }
+        previous = now;
+    }
+    let counters = m.stats().counters;
+    assert_eq!(counters.composes, 120);
+    assert_eq!(counters.composes_extending, extended);
+    assert!(compactions > 3 && extended > 100, "{compactions} compactions, {extended} extended");
+    assert!(counters.cached_permille() > 700, "{counters:?}");
+}
+
+#[test]
+fn per_push_eviction_breaks_the_prefix_at_every_push_once_full() {
+    let cfg = Config { trigger_percent: 80, low_water_percent: 80, ..config(2, 2000) };
+    let mut m = manager_with(cfg);
+    for i in 0..120 {
+        m.push(Message::user(&format!("question {i} {}", "word ".repeat(15)))).unwrap();
+        m.push(Message::assistant(&format!("answer {i} {}", "text ".repeat(15)))).unwrap();
+        m.drain_outbox(|_| {});
+        m.compose(&[]).unwrap();
+    }
+    assert!(m.stats().counters.extending_permille() < 300, "{:?}", m.stats().counters);
+}
+
+#[test]
+fn dynamic_context_can_sit_before_the_newest_user_message() {
+    let cfg = Config {
+        dynamic_placement: ctxwin_core::DynamicPlacement::BeforeNewestUser,
+        ..config(2, 4000)
+    };
+    let mut m = manager_with(cfg);
+    m.push(Message::system("rules")).unwrap();
+    m.push(Message::user("first")).unwrap();
+    m.push(Message::assistant("one")).unwrap();
+    m.push(Message::user("second")).unwrap();
+    let kinds: Vec<String> = m
+        .compose(&["task"])
+        .unwrap()
+        .items()
+        .map(|item| match item {
+            PayloadItem::System(s) => s.content().to_string(),
+            PayloadItem::Dynamic(d) => format!("dynamic {d}"),
+            PayloadItem::Message(h) => h.content().to_string(),
+            _ => "other".to_string(),
+        })
+        .collect();
+    assert_eq!(kinds, ["rules", "first", "one", "dynamic task", "second"]);
+    // A new dynamic text each turn: the history before the newest user message stays cached.
+    m.push(Message::assistant("two")).unwrap();
+    m.push(Message::user("third")).unwrap();
+    m.compose(&["another task"]).unwrap();
+    assert_eq!(m.stats().counters.composes_extending, 1);
+}
+
+#[test]
+fn small_windows_are_valid_by_default_and_impossible_ones_name_the_numbers() {
+    for window in [2_048, 4_096, 8_000, 128_000] {
+        let cfg = Config { context_window: window, ..Config::DEFAULT };
+        assert!(cfg.validate().is_ok(), "{window}");
+        assert!(cfg.budget() >= window / 2);
+    }
+    let fixed = Config { context_window: 8_000, fit_budgets: false, ..Config::DEFAULT };
+    let message = fixed.validate().unwrap_err().to_string();
+    assert!(message.contains("2000") && message.contains("3904"), "{message}");
+}
+
+fn manager_with(cfg: Config) -> ContextManager<Small> {
+    ContextManager::with_config(cfg).unwrap()
+}
