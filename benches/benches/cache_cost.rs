@@ -41,6 +41,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let messages = conv10k::load()?;
     let mut exact = ExactTokens::cl100k()?;
+    if let Ok(pairs) = std::env::var("CACHE_COST_SWEEP") {
+        return sweep(&messages, &pairs, &mut exact);
+    }
     println!(
         "cache_cost: conv_10000 ({} messages, {} turns), exact cl100k_base tokens",
         messages.len(),
@@ -152,4 +155,29 @@ fn targets_8k(rows: &[(Policy, CacheStats)]) {
             mark(s.cost_ratio() <= 0.30),
         );
     }
+}
+
+/// `CACHE_COST_SWEEP="95:60,90:50"`: the 8,000-token rows of the sliding window and the
+/// hierarchical strategy for each (high, low) water-mark pair, in percent of the budget.
+fn sweep(
+    messages: &[ctxwin_std::ChatMessage],
+    pairs: &str,
+    exact: &mut ExactTokens,
+) -> Result<(), Box<dyn std::error::Error>> {
+    println!("\nwater-mark sweep, budget 8,000 (benches' level split, default estimator)");
+    header(false);
+    for pair in pairs.split(',') {
+        let (high, low) = pair.split_once(':').ok_or("CACHE_COST_SWEEP: high:low,…")?;
+        let (high, low): (u8, u8) = (high.trim().parse()?, low.trim().parse()?);
+        for kind in [StrategyKind::SlidingWindow, StrategyKind::Hierarchical] {
+            let config = ctxwin_core::Config {
+                trigger_percent: high,
+                low_water_percent: low,
+                ..config_8k(kind)
+            };
+            let stats = replay(messages, Policy::Manager(kind), config, exact)?;
+            row(&format!("{high}/{low} {}", kind.as_str()), &stats, false);
+        }
+    }
+    Ok(())
 }

@@ -396,10 +396,11 @@ impl ModelUnit {
 }
 
 impl PerPushModel {
-    /// An empty model for `config`'s budgets.
+    /// An empty model for `config`'s budgets, with today's 80% trigger whatever `config`
+    /// says (the core's default trigger is now the high-water mark of compactions).
     pub fn new(config: ctxwin_core::Config) -> PerPushModel {
         PerPushModel {
-            config,
+            config: ctxwin_core::Config { trigger_percent: 80, ..config },
             units: Default::default(),
             system: Vec::new(),
             system_tokens: 0,

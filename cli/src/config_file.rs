@@ -293,7 +293,7 @@ pub(crate) fn default_toml() -> String {
         Key {
             name: "reserved_for_reply",
             value: d.reserved_for_reply.to_string(),
-            doc: "Tokens kept free for the reply; the budget is context_window minus this.",
+            doc: "Tokens kept free for the reply; the budget is context_window minus this (with fit_budgets, at most a quarter of the window).",
         },
         Key {
             name: "permanent_budget",
@@ -308,12 +308,27 @@ pub(crate) fn default_toml() -> String {
         Key {
             name: "working_budget",
             value: d.working_budget.to_string(),
-            doc: "Budget of the working level: recent turns. The volatile level gets the rest.",
+            doc: "Budget of the working level: recent turns. The volatile level gets the rest. Level budgets are quotas: what a level leaves unused, the history may use.",
+        },
+        Key {
+            name: "fit_budgets",
+            value: d.fit_budgets.to_string(),
+            doc: "Cap the reply reserve (1/4 of the window) and the level budgets (1/4, 1/4, 1/2 of the budget) so any window from 2,048 fits; false takes them as written.",
         },
         Key {
             name: "trigger_percent",
             value: d.trigger_percent.to_string(),
-            doc: "Eviction starts above this share of the budget (1-100).",
+            doc: "High-water mark: a compaction starts above this share of the budget (1-100).",
+        },
+        Key {
+            name: "low_water_percent",
+            value: d.low_water_percent.to_string(),
+            doc: "Low-water mark: a compaction evicts (and summarizes) down to this share in one step; between compactions payloads only grow, so the provider's prompt cache holds. At or above trigger_percent: evict just enough at every push.",
+        },
+        Key {
+            name: "dynamic_placement",
+            value: "\"after_tools\"".into(),
+            doc: "Where `build --dynamic` text goes: \"after_tools\" (reads as standing instructions; a change breaks the cache after the tools) or \"before_newest_user\" (a change costs only the newest turn).",
         },
         Key {
             name: "locked_tail",

@@ -45,14 +45,21 @@ pub enum OutboxMode {
 /// with 4k reserved for the reply (see it for every value).
 ///
 /// The total budget is `context_window - reserved_for_reply`. The permanent, session and working
-/// levels have their own budgets; the volatile level gets the rest.
+/// levels have their own budgets; the volatile level gets the rest. Level budgets are quotas:
+/// they bound what a level may hold when the window is contended, and what a level does not use
+/// is available to the history. With [`fit_budgets`](Config::fit_budgets) (the default) the
+/// reply reserve and the level budgets are ceilings, capped to shares of the window so that any
+/// window from 2,048 tokens up is valid as it is.
 ///
 /// ```
 /// use ctxwin_core::Config;
 /// let config = Config { context_window: 16_384, reserved_for_reply: 2_048, ..Config::DEFAULT };
 /// assert_eq!(config.budget(), 14_336);
-/// assert_eq!(config.volatile_budget(), 14_336 - 2_000 - 4_000 - 8_000);
+/// assert_eq!(config.volatile_budget(), 14_336 - 2_000 - 3_584 - 7_168);
 /// assert!(config.validate().is_ok());
+/// let small = Config { context_window: 8_000, ..Config::DEFAULT };
+/// assert_eq!(small.budget(), 6_000);
+/// assert!(small.validate().is_ok());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -69,8 +76,11 @@ pub struct Config {
     pub session_budget: u32,
     /// Budget of the working level (recent turns).
     pub working_budget: u32,
-    /// Usage, in percent of the total budget (and of each level's byte and message
-    /// capacity), above which eviction starts.
+    /// High-water mark: usage, in percent of the total budget (and of each level's byte and
+    /// message capacity), above which a compaction starts. A compaction evicts (and
+    /// summarizes, per strategy) down to [`low_water_percent`](Config::low_water_percent) in
+    /// one step; between compactions pushes only append, so each payload extends the previous
+    /// one and the provider's prompt cache holds.
     pub trigger_percent: u8,
     /// The newest messages that are never evicted.
     pub locked_tail: u16,
@@ -103,20 +113,56 @@ pub struct Config {
     pub session_age_ms: u64,
     /// Declared entity keys; extraction runs on user messages when there is at least one.
     pub entity_schema: EntitySchema,
+    /// Low-water mark: a compaction evicts down to this share of the budget (and of each
+    /// level's byte and message capacity). At or above `trigger_percent`, eviction evicts just
+    /// enough at every push and the strategy's plans run on every push (ctxwin before 0.2).
+    pub low_water_percent: u8,
+    /// The reply reserve and the level budgets are ceilings, capped to fit the window: the
+    /// reserve to a quarter of the window, the permanent and session budgets to a quarter of
+    /// the total budget each, the working budget to half. `false` takes them as given and
+    /// refuses a window they do not fit ([`ConfigError::LevelBudgetsExceedTotal`]).
+    pub fit_budgets: bool,
+    /// Where dynamic context (task, retrieved text) goes in the payload.
+    pub dynamic_placement: DynamicPlacement,
+}
+
+/// Where [`compose`](crate::manager::ContextManager::compose)'s dynamic context goes.
+///
+/// Providers cache the longest prompt prefix they have seen: text that changes every turn
+/// breaks the cache for everything after it.
+///
+/// ```
+/// use ctxwin_core::DynamicPlacement;
+/// assert_eq!(DynamicPlacement::default(), DynamicPlacement::AfterTools);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum DynamicPlacement {
+    /// system → tools → dynamic → summary → history: the dynamic text reads as standing
+    /// instructions, but when it changes the cache holds only the system prompt and tools.
+    #[default]
+    AfterTools,
+    /// system → tools → summary → history up to the newest user message → dynamic → the
+    /// newest user message and what follows: a change of the dynamic text costs only the
+    /// newest turn's tokens, the history before it stays cached.
+    BeforeNewestUser,
 }
 
 impl Config {
     /// The defaults: a 32k window with 4k reserved for the reply, level budgets
-    /// 2,000 / 4,000 / 8,000 / the rest, eviction from 80%, the newest 6 messages locked, tool
-    /// results reduced above 1,000 tokens, the sliding window; summarization folds 5 turns past
-    /// 10; importance summarizes from 0.6; hierarchical compresses after 5 and 30 minutes.
+    /// 2,000 / 4,000 / 8,000 / the rest (capped to fit smaller windows), compaction from 95% of
+    /// the budget down to 60%, the newest 6 messages locked, tool results reduced above 1,000
+    /// tokens, the sliding window; summarization folds 5 turns past 10; importance summarizes
+    /// from 0.6; hierarchical compresses after 5 and 30 minutes; dynamic context after the tools.
     pub const DEFAULT: Config = Config {
         context_window: 32_768,
         reserved_for_reply: 4_096,
         permanent_budget: 2_000,
         session_budget: 4_000,
         working_budget: 8_000,
-        trigger_percent: 80,
+        trigger_percent: 95,
         locked_tail: 6,
         max_messages: 0,
         observation_limit: 1_000,
@@ -132,6 +178,9 @@ impl Config {
         working_age_ms: 5 * 60 * 1000,
         session_age_ms: 30 * 60 * 1000,
         entity_schema: EntitySchema::EMPTY,
+        low_water_percent: 60,
+        fit_budgets: true,
+        dynamic_placement: DynamicPlacement::AfterTools,
     };
 
     /// Total token budget of a payload: the window minus the reply reserve.
@@ -140,7 +189,23 @@ impl Config {
     /// assert_eq!(ctxwin_core::Config::DEFAULT.budget(), 28_672);
     /// ```
     pub const fn budget(&self) -> u32 {
-        self.context_window.saturating_sub(self.reserved_for_reply)
+        self.context_window.saturating_sub(self.reply_reserve())
+    }
+
+    /// Tokens kept free for the reply: `reserved_for_reply`, capped to a quarter of the
+    /// window with [`fit_budgets`](Config::fit_budgets).
+    ///
+    /// ```
+    /// use ctxwin_core::Config;
+    /// assert_eq!(Config::DEFAULT.reply_reserve(), 4_096);
+    /// assert_eq!(Config { context_window: 2_048, ..Config::DEFAULT }.reply_reserve(), 512);
+    /// ```
+    pub const fn reply_reserve(&self) -> u32 {
+        if self.fit_budgets {
+            min(self.reserved_for_reply, self.context_window / 4)
+        } else {
+            self.reserved_for_reply
+        }
     }
 
     /// The volatile level's budget: what the other levels leave of the total.
@@ -149,54 +214,104 @@ impl Config {
     /// assert_eq!(ctxwin_core::Config::DEFAULT.volatile_budget(), 14_672);
     /// ```
     pub const fn volatile_budget(&self) -> u32 {
+        use crate::level::Level;
         self.budget()
-            .saturating_sub(self.permanent_budget)
-            .saturating_sub(self.session_budget)
-            .saturating_sub(self.working_budget)
+            .saturating_sub(self.level_budget(Level::Permanent))
+            .saturating_sub(self.level_budget(Level::Session))
+            .saturating_sub(self.level_budget(Level::Working))
     }
 
-    /// Budget of `level`.
+    /// Budget of `level`, as capped by [`fit_budgets`](Config::fit_budgets).
     ///
     /// ```
     /// use ctxwin_core::{Config, Level};
     /// assert_eq!(Config::DEFAULT.level_budget(Level::Working), 8_000);
+    /// let small = Config { context_window: 8_000, ..Config::DEFAULT };
+    /// assert_eq!(small.level_budget(Level::Working), 3_000);
     /// ```
     pub const fn level_budget(&self, level: crate::level::Level) -> u32 {
-        match level {
-            crate::level::Level::Permanent => self.permanent_budget,
-            crate::level::Level::Session => self.session_budget,
-            crate::level::Level::Working => self.working_budget,
-            crate::level::Level::Volatile => self.volatile_budget(),
-        }
+        let budget = self.budget();
+        let (given, cap) = match level {
+            crate::level::Level::Permanent => (self.permanent_budget, budget / 4),
+            crate::level::Level::Session => (self.session_budget, budget / 4),
+            crate::level::Level::Working => (self.working_budget, budget / 2),
+            crate::level::Level::Volatile => return self.volatile_budget(),
+        };
+        if self.fit_budgets { min(given, cap) } else { given }
     }
 
-    /// Usage above which eviction starts: `trigger_percent` of the budget.
+    /// Usage above which a compaction starts (the high-water mark): `trigger_percent` of the
+    /// budget.
     ///
     /// ```
-    /// assert_eq!(ctxwin_core::Config::DEFAULT.trigger_tokens(), 22_937);
+    /// assert_eq!(ctxwin_core::Config::DEFAULT.trigger_tokens(), 27_238);
     /// ```
     pub const fn trigger_tokens(&self) -> u32 {
         percent_of(self.budget(), self.trigger_percent)
+    }
+
+    /// Usage a compaction evicts down to (the low-water mark): `low_water_percent` of the
+    /// budget, never above the high-water mark.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_core::Config::DEFAULT.low_water_tokens(), 17_203);
+    /// ```
+    pub const fn low_water_tokens(&self) -> u32 {
+        percent_of(self.budget(), self.low_water())
+    }
+
+    /// The low-water mark in percent, never above `trigger_percent`.
+    pub(crate) const fn low_water(&self) -> u8 {
+        if self.low_water_percent < self.trigger_percent {
+            self.low_water_percent
+        } else {
+            self.trigger_percent
+        }
+    }
+
+    /// Whether compactions cut down to a low-water mark below the trigger (`false`: evict
+    /// just enough at every push, and run the strategy's plans on every push).
+    ///
+    /// ```
+    /// use ctxwin_core::Config;
+    /// assert!(Config::DEFAULT.compacts());
+    /// assert!(!Config { trigger_percent: 80, low_water_percent: 80, ..Config::DEFAULT }.compacts());
+    /// ```
+    pub const fn compacts(&self) -> bool {
+        self.low_water_percent < self.trigger_percent
     }
 
     /// Checks the settings make sense together.
     ///
     /// ```
     /// use ctxwin_core::{Config, ConfigError};
-    /// let bad = Config { reserved_for_reply: 40_000, ..Config::DEFAULT };
+    /// let bad = Config { reserved_for_reply: 40_000, fit_budgets: false, ..Config::DEFAULT };
     /// assert_eq!(bad.validate(), Err(ConfigError::NoBudget));
+    /// let tight = Config { context_window: 8_000, fit_budgets: false, ..Config::DEFAULT };
+    /// assert!(tight.validate().unwrap_err().to_string().starts_with(
+    ///     "permanent_budget 2000 + session_budget 4000 + working_budget 8000 = 14000 exceed the total budget 3904"
+    /// ));
     /// ```
     pub const fn validate(&self) -> Result<(), ConfigError> {
         if self.budget() == 0 {
             return Err(ConfigError::NoBudget);
         }
-        if self.trigger_percent == 0 || self.trigger_percent > 100 {
+        if self.trigger_percent == 0 || self.trigger_percent > 100 || self.low_water_percent > 100 {
             return Err(ConfigError::TriggerOutOfRange);
         }
-        let levels =
-            self.permanent_budget as u64 + self.session_budget as u64 + self.working_budget as u64;
-        if levels > self.budget() as u64 {
-            return Err(ConfigError::LevelBudgetsExceedTotal);
+        use crate::level::Level;
+        let (permanent, session, working) = (
+            self.level_budget(Level::Permanent),
+            self.level_budget(Level::Session),
+            self.level_budget(Level::Working),
+        );
+        if permanent as u64 + session as u64 + working as u64 > self.budget() as u64 {
+            return Err(ConfigError::LevelBudgetsExceedTotal {
+                permanent,
+                session,
+                working,
+                budget: self.budget(),
+            });
         }
         if self.observation_limit < 32 {
             return Err(ConfigError::ObservationLimitTooSmall);
@@ -247,6 +362,9 @@ impl Config {
             self.session_age_ms as u32,
             (self.session_age_ms >> 32) as u32,
             checkpoint_interval,
+            u32::from(self.low_water_percent),
+            u32::from(self.fit_budgets),
+            self.dynamic_placement as u32,
         ];
         let keys = self.entity_schema.keys().flat_map(|key| key.bytes().chain([0]));
         words
@@ -286,6 +404,9 @@ impl Config {
         working_age_ms: 0,
         session_age_ms: 0,
         entity_schema: EntitySchema::EMPTY,
+        low_water_percent: 0,
+        fit_budgets: false,
+        dynamic_placement: DynamicPlacement::AfterTools,
     };
 }
 
@@ -293,6 +414,10 @@ impl Default for Config {
     fn default() -> Self {
         Self::DEFAULT
     }
+}
+
+const fn min(a: u32, b: u32) -> u32 {
+    if a < b { a } else { b }
 }
 
 pub(crate) const fn percent_of(value: u32, percent: u8) -> u32 {
@@ -312,10 +437,20 @@ pub(crate) const fn percent_of(value: u32, percent: u8) -> u32 {
 pub enum ConfigError {
     /// `reserved_for_reply` leaves no tokens of the window.
     NoBudget,
-    /// `trigger_percent` is not in 1..=100.
+    /// `trigger_percent` is not in 1..=100, or `low_water_percent` is over 100.
     TriggerOutOfRange,
-    /// Permanent + session + working budgets exceed the total budget.
-    LevelBudgetsExceedTotal,
+    /// Permanent + session + working budgets exceed the total budget (with `fit_budgets`
+    /// off: the numbers are taken as given).
+    LevelBudgetsExceedTotal {
+        /// The permanent level's budget.
+        permanent: u32,
+        /// The session level's budget.
+        session: u32,
+        /// The working level's budget.
+        working: u32,
+        /// The total budget: context window minus the reply reserve.
+        budget: u32,
+    },
     /// `observation_limit` is below 32 tokens: no room for head, marker and tail.
     ObservationLimitTooSmall,
     /// `summarize_batch` is 0, `summary_tokens` below 16, or `importance_threshold` over 1000.
@@ -336,9 +471,15 @@ impl core::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(match self {
             ConfigError::NoBudget => "reserved_for_reply leaves no room in context_window",
-            ConfigError::TriggerOutOfRange => "trigger_percent must be between 1 and 100",
-            ConfigError::LevelBudgetsExceedTotal => {
-                "permanent + session + working budgets exceed the total budget"
+            ConfigError::TriggerOutOfRange => {
+                "trigger_percent must be between 1 and 100, low_water_percent at most 100"
+            }
+            ConfigError::LevelBudgetsExceedTotal { permanent, session, working, budget } => {
+                return write!(
+                    f,
+                    "permanent_budget {permanent} + session_budget {session} + working_budget {working} = {} exceed the total budget {budget} (context_window minus reserved_for_reply); lower them or set fit_budgets = true",
+                    u64::from(*permanent) + u64::from(*session) + u64::from(*working)
+                );
             }
             ConfigError::ObservationLimitTooSmall => "observation_limit must be at least 32 tokens",
             ConfigError::StrategySettings => {

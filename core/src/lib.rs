@@ -66,7 +66,9 @@ pub mod view;
 // What a user needs to push, compose, write, snapshot and configure; everything else is
 // reachable through its module (the strategy and summarizer seams, custom capacities, views).
 pub use capacity::{Capacities, DefaultCapacities, TinyCapacities};
-pub use config::{Config, ConfigError, OutboxMode, StrategyKind, UnansweredCalls};
+pub use config::{
+    Config, ConfigError, DynamicPlacement, OutboxMode, StrategyKind, UnansweredCalls,
+};
 pub use entities::EntitySchema;
 pub use error::{Error, InvalidMessage};
 pub use level::Level;

@@ -1,8 +1,11 @@
 //! The composed payload: what the model sees this turn, borrowed from the manager.
 //!
 //! Order: system block → tool definitions → dynamic context → entities → memory summary →
-//! recent history, oldest to newest.
+//! recent history, oldest to newest; with
+//! [`DynamicPlacement::BeforeNewestUser`] the dynamic context moves in front of the newest
+//! user message instead, so a change of it leaves the cached prefix (everything before) whole.
 
+use crate::config::DynamicPlacement;
 use crate::entities::Entities;
 use crate::error::Error;
 use crate::json::JsonWriter;
@@ -119,6 +122,8 @@ pub struct Payload<'a> {
     dynamic: &'a [&'a str],
     entities: Entities<'a>,
     tokens: u32,
+    /// The history message the dynamic context goes before (`None`: after the tools).
+    dynamic_before: Option<u64>,
 }
 
 impl<'a> Payload<'a> {
@@ -130,7 +135,17 @@ impl<'a> Payload<'a> {
         entities: Entities<'a>,
         tokens: u32,
     ) -> Self {
-        Self { permanent, session, history, dynamic, entities, tokens }
+        Self { permanent, session, history, dynamic, entities, tokens, dynamic_before: None }
+    }
+
+    /// Places the dynamic context as `placement` says, `newest_user` being the id of the
+    /// newest user message (without one it goes after the history).
+    pub(crate) fn placed(mut self, placement: DynamicPlacement, newest_user: Option<u64>) -> Self {
+        self.dynamic_before = match placement {
+            DynamicPlacement::AfterTools => None,
+            DynamicPlacement::BeforeNewestUser => Some(newest_user.unwrap_or(u64::MAX)),
+        };
+        self
     }
 
     /// The entity table, when a schema is declared.
@@ -172,13 +187,21 @@ impl<'a> Payload<'a> {
 
     /// Every item in payload order.
     pub fn items(&self) -> impl Iterator<Item = PayloadItem<'a>> + 'a {
+        let dynamic = |at_head: bool| {
+            let dynamic: &'a [&'a str] =
+                if self.dynamic_before.is_none() == at_head { self.dynamic } else { &[] };
+            dynamic.iter().map(|text| PayloadItem::Dynamic(text))
+        };
+        let split = self.dynamic_before.unwrap_or(0);
         self.system()
             .map(PayloadItem::System)
             .chain(self.tools().map(PayloadItem::ToolDefinition))
-            .chain(self.dynamic.iter().map(|text| PayloadItem::Dynamic(text)))
+            .chain(dynamic(true))
             .chain(self.entities().map(PayloadItem::Entities))
             .chain(self.memory_summary().map(PayloadItem::MemorySummary))
-            .chain(self.history().map(PayloadItem::Message))
+            .chain(self.history().filter(move |m| m.id() < split).map(PayloadItem::Message))
+            .chain(dynamic(false))
+            .chain(self.history().filter(move |m| m.id() >= split).map(PayloadItem::Message))
     }
 
     /// Writes an OpenAI chat-completions request body (`model`, `messages`, `tools`) to `out`,

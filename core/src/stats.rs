@@ -49,6 +49,30 @@ pub struct Counters {
     pub summaries_replaced: u64,
     /// Turn of the last eviction or summary (`None` before the first).
     pub last_compression_turn: Option<u64>,
+    /// Compactions: pushes or composes that went over the high-water mark (or a level's
+    /// capacity trigger) and evicted down to the low-water mark in one step.
+    pub compactions: u64,
+    /// Payloads composed. Each [`compose`](crate::manager::ContextManager::compose) counts
+    /// as one turn of the cache accounting: a caller that composes several times per model
+    /// call should compose once per call.
+    pub composes: u64,
+    /// Composes whose payload began with the whole previous payload, message by message (its
+    /// trailing dynamic context excepted when that is placed before the newest user message):
+    /// a provider's prompt cache holds all of it.
+    pub composes_extending: u64,
+    /// Prompt tokens of those payloads a provider could read from its cache: the previous
+    /// payload when it is extended, else the system prompt and tools when they did not change.
+    pub prompt_tokens_cached: u64,
+    /// Prompt tokens of those payloads not in the cache (written to it).
+    pub prompt_tokens_new: u64,
+    /// Tokens of the previous payload's cacheable part (0 before the first compose).
+    pub last_prefix_tokens: u32,
+    /// Bit 0: something in the previous payload changed since it was composed (an eviction,
+    /// a summary or entity update, a rewrite of a stored message). Bit 1: the permanent level
+    /// changed. Bit 2: a payload was composed.
+    pub prefix_changes: u8,
+    /// Digest of the previous compose's dynamic context.
+    pub last_dynamic_digest: u32,
 }
 
 impl Counters {
@@ -69,7 +93,61 @@ impl Counters {
         summaries_failed: 0,
         summaries_replaced: 0,
         last_compression_turn: None,
+        compactions: 0,
+        composes: 0,
+        composes_extending: 0,
+        prompt_tokens_cached: 0,
+        prompt_tokens_new: 0,
+        last_prefix_tokens: 0,
+        prefix_changes: 0,
+        last_dynamic_digest: 0,
     };
+
+    /// `prefix_changes`: the previous payload changed.
+    pub(crate) const CHANGED: u8 = 1;
+    /// `prefix_changes`: the permanent level changed.
+    pub(crate) const PERMANENT_CHANGED: u8 = 2;
+    /// `prefix_changes`: a payload was composed.
+    pub(crate) const COMPOSED: u8 = 4;
+
+    /// Share of composes, in thousandths, whose payload extended the previous one (the first
+    /// compose never does).
+    ///
+    /// ```
+    /// let counters = ctxwin_core::stats::Counters { composes: 4, composes_extending: 3, ..Default::default() };
+    /// assert_eq!(counters.extending_permille(), 750);
+    /// ```
+    pub fn extending_permille(&self) -> u64 {
+        self.composes_extending.saturating_mul(1000) / self.composes.max(1)
+    }
+
+    /// Share of prompt tokens, in thousandths, a provider could read from its cache.
+    ///
+    /// ```
+    /// let counters = ctxwin_core::stats::Counters { prompt_tokens_cached: 9, prompt_tokens_new: 1, ..Default::default() };
+    /// assert_eq!(counters.cached_permille(), 900);
+    /// ```
+    pub fn cached_permille(&self) -> u64 {
+        let total = self.prompt_tokens_cached.saturating_add(self.prompt_tokens_new);
+        self.prompt_tokens_cached.saturating_mul(1000) / total.max(1)
+    }
+
+    /// Input cost under a provider cache model, in thousandths of sending the same prompts
+    /// uncached: cached tokens at `read_permille`, new tokens at `write_permille` (Anthropic:
+    /// 100 and 1,250; OpenAI: 500 and 1,000).
+    ///
+    /// ```
+    /// let counters = ctxwin_core::stats::Counters { prompt_tokens_cached: 900, prompt_tokens_new: 100, ..Default::default() };
+    /// assert_eq!(counters.cost_permille(100, 1_250), 215);
+    /// ```
+    pub fn cost_permille(&self, read_permille: u64, write_permille: u64) -> u64 {
+        let total = self.prompt_tokens_cached.saturating_add(self.prompt_tokens_new);
+        let cost = self
+            .prompt_tokens_cached
+            .saturating_mul(read_permille)
+            .saturating_add(self.prompt_tokens_new.saturating_mul(write_permille));
+        cost / total.max(1)
+    }
 }
 
 /// Usage of one level.
@@ -216,6 +294,18 @@ impl core::fmt::Display for Stats {
         writeln!(f, "evicted     {:>7} units", self.counters.units_evicted)?;
         writeln!(f, "reduced     {:>7} tool outputs", self.counters.observations_reduced)?;
         writeln!(f, "compression {:>4}.{:02}x", ratio / 1000, (ratio % 1000) / 10)?;
+        let c = &self.counters;
+        writeln!(f, "compactions {:>7}", c.compactions)?;
+        let (extending, cached) = (c.extending_permille(), c.cached_permille());
+        writeln!(
+            f,
+            "cache       {:>3}.{}% of {} composes extended the previous, {}.{}% of prompt tokens cached",
+            extending / 10,
+            extending % 10,
+            c.composes,
+            cached / 10,
+            cached % 10
+        )?;
         match self.counters.last_compression_turn {
             Some(turn) => writeln!(f, "last compression  turn {turn} (now {})", self.turn),
             None => writeln!(f, "last compression  never (turn {})", self.turn),

@@ -259,3 +259,84 @@ fn full_corpus_report() {
         bytes as f64 / best / 1e6
     );
 }
+
+/// Whether some run of `WINDOW` or more consecutive messages of `pairs` (estimate, exact) sums
+/// under its exact count: with prefix sums `d` of estimate − exact, a run `i..j` is under when
+/// `d[j] < d[i]`, so each `j` is checked against the largest `d[i]` with `i ≤ j − WINDOW`.
+fn any_run_under(pairs: &[(u32, u32)]) -> bool {
+    let mut d = vec![0i64];
+    for &(est, exact) in pairs {
+        d.push(d[d.len() - 1] + i64::from(est) - i64::from(exact));
+    }
+    let mut best = i64::MIN;
+    (WINDOW..d.len()).any(|j| {
+        best = best.max(d[j - WINDOW]);
+        d[j] < best
+    })
+}
+
+/// The smallest margin `num/100` (from 1.00 up) with no run of `WINDOW` or more consecutive
+/// messages under, for the cl100k weights.
+fn smallest_margin(messages: &[&Message]) -> u16 {
+    (100u16..=200)
+        .find(|&num| {
+            let e = Estimator::with(Weights::CL100K, Margin::new(num, 100).unwrap());
+            let pairs: Vec<(u32, u32)> =
+                messages.iter().map(|m| (e.count(&m.text), m.exact["cl100k"])).collect();
+            !any_run_under(&pairs)
+        })
+        .unwrap_or(u16::MAX)
+}
+
+#[test]
+fn the_default_margin_keeps_the_promise_on_the_sample() {
+    let messages = sample();
+    let all: Vec<&Message> = messages.iter().collect();
+    let e = Estimator::new();
+    let pairs: Vec<(u32, u32)> =
+        all.iter().map(|m| (e.count(&m.text), m.exact["cl100k"])).collect();
+    assert!(!any_run_under(&pairs), "a run of {WINDOW}+ messages under at the default margin");
+    println!("sample: smallest margin {}/100", smallest_margin(&all));
+}
+
+/// The margin search on the full corpus and a held-out split (messages whose source name has
+/// an odd byte sum, against the rest):
+/// `CTXWIN_ESTIMATOR_CORPUS=/work/shared/data/estimator-corpus.jsonl cargo test --release \
+///  -p ctxwin-core --test estimator_accuracy margin -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs CTXWIN_ESTIMATOR_CORPUS"]
+fn margin_search_on_the_full_corpus() {
+    let Ok(path) = std::env::var("CTXWIN_ESTIMATOR_CORPUS") else {
+        println!("set CTXWIN_ESTIMATOR_CORPUS to a JSONL corpus");
+        return;
+    };
+    let corpus = std::fs::read_to_string(path).unwrap();
+    let rows: Vec<(String, Message)> = corpus
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let exact =
+                [("cl100k".to_owned(), u32::try_from(v["cl100k"].as_u64().unwrap()).unwrap())]
+                    .into_iter()
+                    .collect();
+            let message = Message {
+                kind: v["type"].as_str().unwrap().to_owned(),
+                text: v["text"].as_str().unwrap().to_owned(),
+                exact,
+            };
+            (v["source"].as_str().unwrap_or("").to_owned(), message)
+        })
+        .collect();
+    let odd = |s: &str| s.bytes().map(u32::from).sum::<u32>() % 2 == 1;
+    let all: Vec<&Message> = rows.iter().map(|(_, m)| m).collect();
+    let held_out: Vec<&Message> = rows.iter().filter(|(s, _)| odd(s)).map(|(_, m)| m).collect();
+    let rest: Vec<&Message> = rows.iter().filter(|(s, _)| !odd(s)).map(|(_, m)| m).collect();
+    // The worst order: every type on its own, as an agent reading one kind of text would.
+    let mut by_type: Vec<&Message> = all.clone();
+    by_type.sort_by(|a, b| a.kind.cmp(&b.kind));
+    for (name, set) in
+        [("corpus", &all), ("held-out", &held_out), ("rest", &rest), ("by type", &by_type)]
+    {
+        println!("{name}: {} messages, smallest margin {}/100", set.len(), smallest_margin(set));
+    }
+}

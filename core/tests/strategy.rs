@@ -22,10 +22,15 @@ impl Capacities for Roomy {
 }
 
 type Manager = ContextManager<Roomy>;
+
+/// Per-push eviction and plans (both water marks at 80%, level budgets as caps): these tests
+/// watch a strategy's choices one push at a time. Compactions make the same choices, many at
+/// once; the property harness runs every strategy under both policies.
+const PER_PUSH: Config = Config { trigger_percent: 80, low_water_percent: 80, ..Config::DEFAULT };
 const MINUTE: u64 = 60_000;
 
 fn manager(strategy: StrategyKind, tail: u16) -> Manager {
-    let config = Config { strategy, locked_tail: tail, ..Config::DEFAULT };
+    let config = Config { strategy, locked_tail: tail, ..PER_PUSH };
     Manager::with_config(config).unwrap()
 }
 
@@ -49,7 +54,7 @@ fn summarization_folds_the_oldest_turns_into_one_rolling_summary() {
         summarize_threshold: 3,
         summarize_batch: 2,
         locked_tail: 2,
-        ..Config::DEFAULT
+        ..PER_PUSH
     };
     let mut m = Manager::with_config(config).unwrap();
     let turns = [
@@ -91,7 +96,7 @@ fn entity_extraction_keeps_state_and_only_the_tail() {
         strategy: StrategyKind::EntityExtraction,
         locked_tail: 2,
         entity_schema: schema,
-        ..Config::DEFAULT
+        ..PER_PUSH
     };
     let mut m = Manager::with_config(config).unwrap();
     m.push(Message::user("Book a flight. My destination is Lisbon.")).unwrap();
@@ -122,7 +127,7 @@ fn importance_evicts_the_least_valuable_first_and_summarizes_the_important() {
         locked_tail: 1,
         working_budget: 400,
         importance_threshold: 250,
-        ..Config::DEFAULT
+        ..PER_PUSH
     };
     let mut m = Manager::with_config(config).unwrap();
     m.push(Message::assistant("Chatter about the weather, nothing to keep here at all.").at(0))
@@ -190,7 +195,7 @@ fn hierarchical_compresses_by_age_paragraph_then_line() {
 
 #[test]
 fn session_overflow_merges_summaries_keeping_the_informative_statements() {
-    let config = Config { session_budget: 80, ..Config::DEFAULT };
+    let config = Config { session_budget: 80, ..PER_PUSH };
     let mut m = Manager::with_config(config).unwrap();
     let facts = [
         "Decided: ship on Friday 14 June.",
@@ -238,7 +243,7 @@ impl Strategy for BiggestFirst {
 
 #[test]
 fn a_custom_strategy_decides_and_the_invariants_still_hold() {
-    let config = Config { locked_tail: 1, working_budget: 200, ..Config::DEFAULT };
+    let config = Config { locked_tail: 1, working_budget: 200, ..PER_PUSH };
     let strategy = BiggestFirst { summarizer: Extractive, extractor: Patterns };
     let mut m =
         ContextManager::<Roomy>::builder().config(config).strategy(strategy).build().unwrap();
@@ -259,7 +264,7 @@ fn importance_keeps_a_line_of_an_unimportant_unit_only_when_it_states_something(
         strategy: StrategyKind::Importance,
         locked_tail: 1,
         working_budget: 300,
-        ..Config::DEFAULT
+        ..PER_PUSH
     };
     let mut m = Manager::with_config(config).unwrap();
     m.push(Message::assistant("Sure, that makes sense, I will keep going with it.").at(0)).unwrap();
@@ -291,7 +296,7 @@ fn an_overflowing_session_becomes_one_digest_that_keeps_its_facts() {
         locked_tail: 1,
         session_budget: 600,
         working_budget: 200,
-        ..Config::DEFAULT
+        ..PER_PUSH
     };
     let mut m = Manager::with_config(config).unwrap();
     for i in 0..40u64 {

@@ -2,10 +2,12 @@
 
 use super::ContextManager;
 use crate::capacity::Capacities;
+use crate::config::DynamicPlacement;
 use crate::counter::TokenCounter;
 use crate::error::Error;
 use crate::level::Level;
 use crate::payload::Payload;
+use crate::stats::Counters;
 use crate::strategy::Strategy;
 
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
@@ -51,7 +53,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if tokens > 0 && self.used() == 0 {
             tokens = tokens.saturating_add(u32::from(self.config().request_overhead));
         }
+        self.account_compose(dynamic, tokens, dynamic_tokens);
         let this: &'a Self = self;
+        let placement = this.config().dynamic_placement;
         Ok(Payload::new(
             this.messages(Level::Permanent),
             this.session(),
@@ -59,6 +63,54 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             dynamic,
             this.entities(),
             tokens,
-        ))
+        )
+        .placed(placement, this.state().last_user_id))
+    }
+
+    /// The cache accounting of one compose, in O(1) besides hashing `dynamic`: whether this
+    /// payload begins with the whole previous one (nothing in it changed since, see
+    /// [`Counters::prefix_changes`]), and how many of its tokens a provider's prompt cache
+    /// could serve.
+    fn account_compose(&mut self, dynamic: &[&str], tokens: u32, dynamic_tokens: u32) {
+        // With the dynamic context before the newest user message, what the next payload can
+        // reuse ends before it; what follows (the newest turn) is paid for again.
+        let tail = match (self.config.dynamic_placement, dynamic.is_empty()) {
+            (DynamicPlacement::BeforeNewestUser, false) => {
+                let user = self.state.last_user_id.unwrap_or(u64::MAX);
+                let after: u32 =
+                    self.history().rev().take_while(|m| m.id() >= user).map(|m| m.tokens()).sum();
+                Some(dynamic_tokens.saturating_add(after))
+            }
+            _ => None,
+        };
+        let digest = dynamic.iter().fold(0x811c_9dc5u32, |hash, text| {
+            text.bytes()
+                .chain([0xff])
+                .fold(hash, |h, byte| (h ^ u32::from(byte)).wrapping_mul(0x0100_0193))
+        });
+        let permanent = self.level_tokens(Level::Permanent);
+        let counters = &mut self.state.counters;
+        let changes = counters.prefix_changes;
+        let composed = changes & Counters::COMPOSED != 0;
+        let same_dynamic = tail.is_some() || digest == counters.last_dynamic_digest;
+        let extends = composed && changes & Counters::CHANGED == 0 && same_dynamic;
+        let cached = if extends {
+            counters.last_prefix_tokens
+        } else if composed && changes & Counters::PERMANENT_CHANGED == 0 {
+            permanent
+        } else {
+            0
+        }
+        .min(tokens);
+        counters.composes = counters.composes.saturating_add(1);
+        counters.composes_extending =
+            counters.composes_extending.saturating_add(u64::from(extends));
+        counters.prompt_tokens_cached =
+            counters.prompt_tokens_cached.saturating_add(u64::from(cached));
+        counters.prompt_tokens_new =
+            counters.prompt_tokens_new.saturating_add(u64::from(tokens - cached));
+        counters.last_prefix_tokens = tokens.saturating_sub(tail.unwrap_or(0));
+        counters.last_dynamic_digest = digest;
+        counters.prefix_changes = Counters::COMPOSED;
     }
 }

@@ -38,6 +38,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         };
         if changed {
             self.recount_entities();
+            self.mark_changed(Level::Session);
         }
     }
 

@@ -128,12 +128,19 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Whether `level` is over its token budget or its byte/message trigger.
     pub(crate) fn level_over(&self, level: Level) -> bool {
+        self.level_over_at(level, self.config.trigger_percent)
+    }
+
+    /// Whether `level` is over its token budget (the session level, the permanent one, and
+    /// every level when eviction is per push; otherwise history levels share the budget), or
+    /// over `percent` of its byte or message capacity.
+    fn level_over_at(&self, level: Level, percent: u8) -> bool {
         let ring = self.ring(level);
-        let trigger = self.config.trigger_percent;
         let live_messages = self.state.live.get(level.index()).copied().unwrap_or(0);
-        self.level_tokens(level) > self.config.level_budget(level)
-            || self.level_bytes(level) > percent_of(ring.arena_capacity() as u32, trigger)
-            || live_messages > percent_of(ring.capacity() as u32, trigger)
+        let quota = !level.is_history() || !self.config.compacts();
+        (quota && self.level_tokens(level) > self.config.level_budget(level))
+            || self.level_bytes(level) > percent_of(ring.arena_capacity() as u32, percent)
+            || live_messages > percent_of(ring.capacity() as u32, percent)
             || (level == Level::Working && self.over_max_messages())
     }
 
@@ -144,16 +151,36 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         max != 0 && history > max
     }
 
-    /// Garbage collection after a push: evicts until usage is under the trigger and every
-    /// level under its budget, or nothing more may go.
+    /// Whether usage, the history's levels or the message limit are over the high-water mark.
+    fn over_high_water(&self) -> bool {
+        let trigger = self.config.trigger_percent;
+        self.used() > self.config.trigger_tokens()
+            || self.over_max_messages()
+            || self.level_over_at(Level::Volatile, trigger)
+            || self.level_over_at(Level::Working, trigger)
+    }
+
+    /// Garbage collection after a push. Below the high-water mark it does nothing (the
+    /// payload only grows at its end); above it, a compaction runs the strategy's deferred
+    /// plan and evicts down to the low-water mark in one step (with
+    /// [`Config::compacts`](crate::config::Config::compacts) off: just under the trigger).
+    /// The session level is kept within its budget either way.
     pub(crate) fn collect(&mut self) {
+        let compacting = self.over_high_water();
+        let before = self.state.counters.units_evicted;
+        let (target, percent) = if compacting && self.config.compacts() {
+            self.run_deferred_plan();
+            (self.config.low_water_tokens(), self.config.low_water())
+        } else {
+            (self.config.trigger_tokens(), self.config.trigger_percent)
+        };
         let lock = self.lock();
         // Each round evicts a unit or stops, so rounds are bounded by the stored units.
         loop {
-            let total_over = self.used() > self.config.trigger_tokens() || self.over_max_messages();
+            let total_over = self.used() > target || self.over_max_messages();
             let mut victim = None;
             for level in [Level::Volatile, Level::Working] {
-                if self.level_over(level) || total_over {
+                if self.level_over_at(level, percent) || total_over {
                     if let Some(unit) = self.choose_victim(level, &lock) {
                         victim = Some((level, unit));
                         break;
@@ -170,10 +197,21 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 None => break,
             }
         }
+        self.count_compaction(compacting, before);
         self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
     }
 
-    /// Evicts history units until `tokens` more fit under the budget.
+    /// Counts a compaction: an eviction pass that went over a mark and evicted something.
+    fn count_compaction(&mut self, over: bool, units_before: u64) {
+        let counters = &mut self.state.counters;
+        if over && counters.units_evicted > units_before {
+            counters.compactions = counters.compactions.saturating_add(1);
+        }
+    }
+
+    /// Evicts history units until `tokens` more fit under the budget. When it must evict and
+    /// [`Config::compacts`](crate::config::Config::compacts), it compacts: it evicts until
+    /// usage is also under the low-water mark, so the next payloads can grow again.
     ///
     /// Checks first whether evicting every unit outside the locked tail would be enough; if
     /// not, returns [`Error::PinnedOverBudget`] and evicts nothing.
@@ -198,7 +236,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if pinned > budget {
             return Err(Error::PinnedOverBudget { needed: pinned, budget });
         }
-        while needed(self.used()) > budget {
+        let low = match self.config.compacts() {
+            true => self.config.low_water_tokens(),
+            false => u32::MAX,
+        };
+        let before = self.state.counters.units_evicted;
+        while needed(self.used()) > budget || self.used() > low {
             let victim = [Level::Volatile, Level::Working]
                 .into_iter()
                 .find_map(|level| self.choose_victim(level, &lock).map(|unit| (level, unit)));
@@ -208,6 +251,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 self.shrink_session();
             }
         }
+        self.count_compaction(true, before);
         self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
         let used = needed(self.used());
         if used > budget {

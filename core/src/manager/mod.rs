@@ -329,6 +329,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             let parts = self.entities.parts_mut();
             parts.lens.fill(crate::entities::UNSET);
             self.recount_entities();
+            self.mark_changed(Level::Session);
         }
         Ok(())
     }
@@ -594,6 +595,19 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             *count = count.saturating_add(1);
             *bytes = bytes.saturating_add(header.len);
         }
+        // History grows at its end; anything else changes what a payload begins with.
+        if !level.is_history() {
+            self.mark_changed(level);
+        }
+    }
+
+    /// Records that a composed payload's content changed (for the cache accounting).
+    pub(crate) fn mark_changed(&mut self, level: Level) {
+        let changes = &mut self.state.counters.prefix_changes;
+        *changes |= Counters::CHANGED;
+        if level == Level::Permanent {
+            *changes |= Counters::PERMANENT_CHANGED;
+        }
     }
 
     /// Takes a header out of its level's live totals.
@@ -606,5 +620,6 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             *count = count.saturating_sub(1);
             *bytes = bytes.saturating_sub(header.len);
         }
+        self.mark_changed(level);
     }
 }

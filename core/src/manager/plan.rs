@@ -19,8 +19,27 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         HistoryUnits { rings: [self.ring(Level::Working), self.ring(Level::Volatile)], at: [0, 0] }
     }
 
-    /// Runs what the strategy asks for after a push.
+    /// Runs what the strategy asks for after a push, or, when the manager compacts
+    /// ([`Config::compacts`](crate::config::Config::compacts)), nothing: the plan waits for
+    /// the next compaction ([`run_deferred_plan`](Self::run_deferred_plan)), so summaries
+    /// change only where the payload's prefix breaks anyway.
     pub(crate) fn run_plan(&mut self, plan: Plan) {
+        if !self.config.compacts() {
+            self.execute_plan(plan);
+        }
+    }
+
+    /// At a compaction: asks the strategy for its plan now and runs it.
+    pub(crate) fn run_deferred_plan(&mut self) {
+        let plan = {
+            let parts = self.parts();
+            let env = parts.env();
+            parts.strategy.after_push(&env)
+        };
+        self.execute_plan(plan);
+    }
+
+    fn execute_plan(&mut self, plan: Plan) {
         match plan {
             Plan::Nothing => {}
             Plan::FoldOldestTurns { turns } => self.fold_oldest_turns(turns),

@@ -214,6 +214,8 @@ mod tests {
             summarize_threshold: 2,
             summarize_batch: 1,
             locked_tail: 2,
+            // Plans on every push, as before water marks.
+            low_water_percent: 100,
             ..Config::DEFAULT
         };
         let mut manager = ContextManager::<TinyCapacities>::with_config(config).unwrap();

@@ -9,7 +9,7 @@
 
 use super::error::{Invariant, SnapshotError};
 use super::wire::{V16, V32, V64, level_from, role_from};
-use crate::config::{Config, OutboxMode, StrategyKind, UnansweredCalls};
+use crate::config::{Config, DynamicPlacement, OutboxMode, StrategyKind, UnansweredCalls};
 use crate::header::{Header, flags};
 use crate::json;
 use crate::level::Level;
@@ -157,7 +157,19 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError>
         let key = core::str::from_utf8(r.bytes()?).map_err(|_| SnapshotError::Malformed)?;
         c.entity_schema.push(key).map_err(|_| SnapshotError::Malformed)?;
     }
+    c.low_water_percent = r.u8()?;
+    c.fit_budgets = match r.u8()? {
+        0 => false,
+        1 => true,
+        _ => return Err(SnapshotError::Malformed),
+    };
+    let placement = r.u8()?;
     let invalid = SnapshotError::Invalid(Invariant::Config);
+    c.dynamic_placement = match placement {
+        0 => DynamicPlacement::AfterTools,
+        1 => DynamicPlacement::BeforeNewestUser,
+        _ => return Err(invalid),
+    };
     c.unanswered_calls = match unanswered {
         0 => UnansweredCalls::SynthesizeAborted,
         1 => UnansweredCalls::DropCalls,
@@ -199,6 +211,18 @@ fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), SnapshotError> {
         *counter = r.u64()?;
     }
     c.last_compression_turn = r.option_u64()?;
+    for counter in [
+        &mut c.compactions,
+        &mut c.composes,
+        &mut c.composes_extending,
+        &mut c.prompt_tokens_cached,
+        &mut c.prompt_tokens_new,
+    ] {
+        *counter = r.u64()?;
+    }
+    c.last_prefix_tokens = r.u32()?;
+    c.prefix_changes = r.u8()?;
+    c.last_dynamic_digest = r.u32()?;
     for tokens in s.tokens.iter_mut() {
         *tokens = r.u32()?;
     }

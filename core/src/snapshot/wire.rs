@@ -15,7 +15,7 @@ use crate::config::RETIRED_CHECKPOINT_INTERVAL;
 #[cfg(test)]
 use crate::config::StrategyKind;
 #[cfg(test)]
-use crate::config::{OutboxMode, UnansweredCalls};
+use crate::config::{DynamicPlacement, OutboxMode, UnansweredCalls};
 #[cfg(test)]
 use crate::entities::EntitySchema;
 use crate::entities::{Entities, MAX_ENTITY_KEY_LEN, MAX_ENTITY_KEYS};
@@ -32,7 +32,8 @@ use crate::stats::Counters;
 /// `"CWSN"`: ctxwin snapshot.
 pub(crate) const MAGIC: [u8; 4] = *b"CWSN";
 /// The one format version this build reads and writes.
-pub(crate) const FORMAT_VERSION: u16 = 1;
+/// Version 2 added the water marks, `fit_budgets`, `dynamic_placement` and the cache counters.
+pub(crate) const FORMAT_VERSION: u16 = 2;
 /// Bytes before the body: magic, version, flags, fingerprint, 4 × capacities, body length.
 pub(crate) const HEADER_LEN: usize = 4 + 2 + 2 + 4 + 4 * 8 + 4;
 /// Bytes after the body: the CRC.
@@ -111,10 +112,13 @@ pub(crate) struct ConfigWire {
     /// fingerprint, which hashed it.
     pub checkpoint_interval_messages: u32,
     entity_schema: SchemaWire,
+    low_water_percent: u8,
+    fit_budgets: bool,
+    dynamic_placement: u8,
 }
 
 const SCHEMA_MAX: usize = V32 + MAX_ENTITY_KEYS * (V32 + MAX_ENTITY_KEY_LEN);
-pub(crate) const CONFIG_MAX: usize = 9 * V32 + 6 * V16 + 4 + 2 * V64 + SCHEMA_MAX;
+pub(crate) const CONFIG_MAX: usize = 9 * V32 + 6 * V16 + 4 + 2 * V64 + SCHEMA_MAX + 3;
 
 #[cfg(test)]
 impl From<&Config> for ConfigWire {
@@ -142,6 +146,9 @@ impl From<&Config> for ConfigWire {
             session_age_ms: c.session_age_ms,
             checkpoint_interval_messages: RETIRED_CHECKPOINT_INTERVAL,
             entity_schema: SchemaWire(c.entity_schema),
+            low_water_percent: c.low_water_percent,
+            fit_budgets: c.fit_budgets,
+            dynamic_placement: c.dynamic_placement as u8,
         }
     }
 }
@@ -180,6 +187,13 @@ impl ConfigWire {
             working_age_ms: self.working_age_ms,
             session_age_ms: self.session_age_ms,
             entity_schema: self.entity_schema.0,
+            low_water_percent: self.low_water_percent,
+            fit_budgets: self.fit_budgets,
+            dynamic_placement: match self.dynamic_placement {
+                0 => DynamicPlacement::AfterTools,
+                1 => DynamicPlacement::BeforeNewestUser,
+                _ => return None,
+            },
         })
     }
 }
@@ -211,9 +225,17 @@ pub(crate) struct CountersWire {
     summaries_failed: u64,
     summaries_replaced: u64,
     last_compression_turn: Option<u64>,
+    compactions: u64,
+    composes: u64,
+    composes_extending: u64,
+    prompt_tokens_cached: u64,
+    prompt_tokens_new: u64,
+    last_prefix_tokens: u32,
+    prefix_changes: u8,
+    last_dynamic_digest: u32,
 }
 
-const COUNTERS_MAX: usize = 15 * V64 + 1 + V64;
+const COUNTERS_MAX: usize = 15 * V64 + 1 + V64 + 5 * V64 + 2 * V32 + 1;
 
 #[cfg(test)]
 impl From<&Counters> for CountersWire {
@@ -235,6 +257,14 @@ impl From<&Counters> for CountersWire {
             summaries_failed: c.summaries_failed,
             summaries_replaced: c.summaries_replaced,
             last_compression_turn: c.last_compression_turn,
+            compactions: c.compactions,
+            composes: c.composes,
+            composes_extending: c.composes_extending,
+            prompt_tokens_cached: c.prompt_tokens_cached,
+            prompt_tokens_new: c.prompt_tokens_new,
+            last_prefix_tokens: c.last_prefix_tokens,
+            prefix_changes: c.prefix_changes,
+            last_dynamic_digest: c.last_dynamic_digest,
         }
     }
 }
@@ -259,6 +289,14 @@ impl From<&CountersWire> for Counters {
             summaries_failed: c.summaries_failed,
             summaries_replaced: c.summaries_replaced,
             last_compression_turn: c.last_compression_turn,
+            compactions: c.compactions,
+            composes: c.composes,
+            composes_extending: c.composes_extending,
+            prompt_tokens_cached: c.prompt_tokens_cached,
+            prompt_tokens_new: c.prompt_tokens_new,
+            last_prefix_tokens: c.last_prefix_tokens,
+            prefix_changes: c.prefix_changes,
+            last_dynamic_digest: c.last_dynamic_digest,
         }
     }
 }
@@ -500,6 +538,9 @@ fn encode_config(e: &mut Enc<'_>, c: &Config) {
     for key in c.entity_schema.keys() {
         e.bytes(key.as_bytes());
     }
+    e.u8(c.low_water_percent);
+    e.u8(u8::from(c.fit_budgets));
+    e.u8(c.dynamic_placement as u8);
 }
 
 /// The state, in `StateWire` order.
@@ -537,6 +578,18 @@ fn encode_state(e: &mut Enc<'_>, s: &State) {
         e.varint(value);
     }
     e.option_u64(c.last_compression_turn);
+    for value in [
+        c.compactions,
+        c.composes,
+        c.composes_extending,
+        c.prompt_tokens_cached,
+        c.prompt_tokens_new,
+    ] {
+        e.varint(value);
+    }
+    e.varint(c.last_prefix_tokens.into());
+    e.u8(c.prefix_changes);
+    e.varint(c.last_dynamic_digest.into());
     for tokens in s.tokens {
         e.varint(tokens.into());
     }

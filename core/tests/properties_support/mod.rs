@@ -62,11 +62,14 @@ pub fn config() -> impl Strategy<Value = Config> {
     let policies =
         (any::<bool>(), prop::bool::weighted(0.2), prop_oneof![Just(0u32), 3u32..30], 32u32..600);
     let strategy = (0usize..5, 1u16..6, 1u16..4, 1u64..4, any::<bool>());
-    (300u32..6000, 0u16..8, 50u8..=100, policies, strategy).prop_map(
+    // Low-water marks from 0 (compact to the locked tail) to 100 (per-push eviction, as
+    // before water marks), and level budgets as given or fitted to the window.
+    let marks = (50u8..=100, prop_oneof![Just(100u8), 0u8..=100], any::<bool>());
+    (300u32..6000, 0u16..8, marks, policies, strategy).prop_map(
         |(
             budget,
             tail,
-            trigger,
+            (trigger, low_water, fit_budgets),
             (drop_calls, discard, max_messages, observation_limit),
             strategy,
         )| {
@@ -100,6 +103,8 @@ pub fn config() -> impl Strategy<Value = Config> {
                 } else {
                     ctxwin_core::EntitySchema::EMPTY
                 },
+                low_water_percent: low_water,
+                fit_budgets,
                 ..Config::DEFAULT
             }
         },

@@ -296,6 +296,25 @@ impl SessionStats {
                 ),
                 ("last compression", last),
                 (
+                    "compactions",
+                    format!(
+                        "{}; {:.1}% of {} composes extended the previous payload",
+                        thousands(counters.compactions),
+                        counters.extending_permille() as f64 / 10.0,
+                        thousands(counters.composes)
+                    ),
+                ),
+                (
+                    "prompt cache",
+                    format!(
+                        "{} cached + {} new prompt tokens ({:.1}% cached); input cost {:.2} of uncached (read 0.1x, write 1.25x)",
+                        thousands(counters.prompt_tokens_cached),
+                        thousands(counters.prompt_tokens_new),
+                        counters.cached_permille() as f64 / 10.0,
+                        counters.cost_permille(100, 1_250) as f64 / 1000.0
+                    ),
+                ),
+                (
                     "evicted",
                     format!(
                         "{} messages in {} units ({} tokens)",
