@@ -1,0 +1,752 @@
+//! One conversation: a [`Session`] (archive, checkpoints, calibration) plus the proxy's side
+//! store, which records the sequence of message fingerprints the session holds and the raw
+//! JSON of each message, keyed by the session's message ids.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use ctxwin_std::core::{Config, Error as CoreError, Level, Role};
+use ctxwin_std::session::{PushOptions, Session, SessionBuilder, SessionError};
+use ctxwin_std::{ChatMessage, core::TokenCounter};
+use indexmap::IndexMap;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::assemble::Answer;
+use crate::hash::{canonical, hash_str};
+use crate::wire::{Analyzed, Part, Provider, Request, response_fingerprint};
+
+/// What went wrong in a conversation.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvError {
+    /// The session refused or failed.
+    #[error("{0}")]
+    Session(#[from] SessionError),
+    /// The side store failed.
+    #[error("proxy store: {0}")]
+    Store(#[from] rusqlite::Error),
+    /// The state directory failed.
+    #[error("state directory: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl ConvError {
+    /// The core refusal behind this error, if it is one.
+    pub fn core(&self) -> Option<&CoreError> {
+        match self {
+            ConvError::Session(SessionError::Core(error)) => Some(error),
+            ConvError::Session(SessionError::AfterStore { source, .. }) => match source.as_ref() {
+                SessionError::Core(error) => Some(error),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// One message of the recorded sequence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    fp: u64,
+    /// Session ids of its parts, in order.
+    ids: Vec<u64>,
+    /// Anthropic content-block indexes of each part.
+    blocks: Vec<Vec<usize>>,
+    /// Estimated tokens of all its parts.
+    tokens: u32,
+    /// Built from an upstream answer (the client has not echoed it yet).
+    from_answer: bool,
+}
+
+/// How an incoming history relates to what the session holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingest {
+    /// It extends the recorded sequence: `new` messages were pushed; `tokens_in` is the
+    /// estimated cost of the whole history the client sent.
+    Extended {
+        /// Messages pushed now.
+        new: usize,
+        /// Estimated tokens of every incoming message.
+        tokens_in: u64,
+        /// Units evicted by the pushes.
+        evicted: usize,
+    },
+    /// It differs from the recorded sequence at this index: nothing was pushed.
+    Diverged(usize),
+}
+
+/// A composed request body.
+#[derive(Debug)]
+pub struct Composed {
+    /// The body to forward.
+    pub body: Vec<u8>,
+    /// Its estimated tokens (the session's count).
+    pub tokens: u32,
+    /// Units evicted to compose it.
+    pub evicted: usize,
+    /// The emitted message prefix is the same as last time (the provider's prompt cache holds).
+    pub cache_stable: bool,
+}
+
+/// One conversation, resident.
+pub struct Conv {
+    key: String,
+    provider: Provider,
+    session: Session,
+    db: Connection,
+    entries: Vec<Entry>,
+    by_id: HashMap<u64, (usize, usize)>,
+    placeholders: HashSet<u64>,
+    tools_fp: u64,
+    filler_rate: f64,
+    last_emitted: Vec<u64>,
+    dirty: bool,
+}
+
+impl std::fmt::Debug for Conv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conv")
+            .field("key", &self.key)
+            .field("entries", &self.entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The core configuration of a proxied conversation for a `window`-token model.
+pub fn session_config(window: u32, reserve: u32) -> Config {
+    let reserve = reserve.min(window / 8).max(1);
+    let budget = window - reserve;
+    Config {
+        context_window: window,
+        reserved_for_reply: reserve,
+        permanent_budget: budget / 4,
+        session_budget: budget / 20,
+        working_budget: budget * 65 / 100,
+        checkpoint_interval_messages: 0,
+        ..Config::DEFAULT
+    }
+}
+
+const SCHEMA: &str = "
+PRAGMA journal_mode = WAL;
+PRAGMA synchronous = NORMAL;
+CREATE TABLE IF NOT EXISTS entries (
+    seq INTEGER PRIMARY KEY,
+    fp INTEGER NOT NULL,
+    ids TEXT NOT NULL,
+    blocks TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    from_answer INTEGER NOT NULL,
+    max_id INTEGER NOT NULL,
+    raw TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+";
+
+fn to_sql(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Conv {
+    /// Opens (or creates) conversation `key` in `dir`, continuing from its newest checkpoint.
+    /// A new conversation uses `window`; an existing one keeps the window it was created with.
+    ///
+    /// # Errors
+    /// Session, store and I/O errors.
+    pub fn open(
+        dir: &Path,
+        key: &str,
+        provider: Provider,
+        window: u32,
+        reserve: u32,
+    ) -> Result<Self, ConvError> {
+        std::fs::create_dir_all(dir)?;
+        let db = Connection::open(dir.join("proxy.db"))?;
+        db.execute_batch(SCHEMA)?;
+        let meta = |name: &str| -> Result<Option<String>, rusqlite::Error> {
+            db.query_row("SELECT value FROM meta WHERE key = ?1", [name], |row| row.get(0))
+                .optional()
+        };
+        let window = match meta("window")? {
+            Some(w) => w.parse().unwrap_or(window),
+            None => {
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('window', ?1)",
+                    [window.to_string()],
+                )?;
+                window
+            }
+        };
+        let mut session = SessionBuilder::new(key)
+            .config(session_config(window, reserve))
+            .archive(dir.join("archive.db"))
+            .checkpoints(dir.join("checkpoints"))
+            .keep_checkpoints(3)
+            .restore_latest(true)
+            .build()?;
+        if session.checkpoints()?.is_empty() {
+            session.checkpoint()?;
+        }
+        let next_id = session.manager().next_id();
+        // Entries pushed after the checkpoint the session restored are gone from it: forget
+        // them too (the client resends them; the archive rows are rewritten under the same ids).
+        let dropped = db.execute("DELETE FROM entries WHERE max_id >= ?1", [to_sql(next_id)])?;
+        if dropped > 0 {
+            tracing::info!(
+                session = key,
+                dropped,
+                "proxy: messages after the checkpoint will be taken again"
+            );
+        }
+        let mut entries = Vec::new();
+        {
+            let mut stmt = db
+                .prepare("SELECT fp, ids, blocks, tokens, from_answer FROM entries ORDER BY seq")?;
+            let rows = stmt.query_map([], |row| {
+                let fp: i64 = row.get(0)?;
+                let ids: String = row.get(1)?;
+                let blocks: String = row.get(2)?;
+                let tokens: i64 = row.get(3)?;
+                let from_answer: bool = row.get(4)?;
+                Ok(Entry {
+                    fp: fp as u64,
+                    ids: serde_json::from_str(&ids).unwrap_or_default(),
+                    blocks: serde_json::from_str(&blocks).unwrap_or_default(),
+                    tokens: u32::try_from(tokens).unwrap_or(0),
+                    from_answer,
+                })
+            })?;
+            for row in rows {
+                entries.push(row?);
+            }
+        }
+        let placeholders: HashSet<u64> = meta("placeholders")?
+            .and_then(|p| serde_json::from_str::<Vec<u64>>(&p).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|id| *id < next_id)
+            .collect();
+        let tools_fp = meta("tools_fp")?.and_then(|t| t.parse().ok()).unwrap_or(0);
+        let tools_fp = if placeholders.is_empty() { 0 } else { tools_fp };
+        let sample = " ~".repeat(1_000);
+        let filler_rate = f64::from(session.manager().counter().count(&sample)).max(1.0) / 1_000.0;
+        let mut conv = Self {
+            key: key.to_string(),
+            provider,
+            session,
+            db,
+            entries,
+            by_id: HashMap::new(),
+            placeholders,
+            tools_fp,
+            filler_rate,
+            last_emitted: Vec::new(),
+            dirty: false,
+        };
+        conv.index();
+        Ok(conv)
+    }
+
+    fn index(&mut self) {
+        self.by_id.clear();
+        for (e, entry) in self.entries.iter().enumerate() {
+            for (p, id) in entry.ids.iter().enumerate() {
+                self.by_id.insert(*id, (e, p));
+            }
+        }
+    }
+
+    /// The conversation's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The session (for stats and tests).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Messages recorded.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether something changed since the last checkpoint.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Compares `incoming` with the recorded sequence and pushes what is new.
+    ///
+    /// # Errors
+    /// Session refusals (a tool result without its call, a message larger than its level)
+    /// and store failures. Messages pushed before the failure stay recorded.
+    pub fn ingest(
+        &mut self,
+        request: &Request,
+        incoming: &[Analyzed],
+    ) -> Result<Ingest, ConvError> {
+        let known = self.entries.len();
+        for (i, message) in incoming.iter().enumerate().take(known) {
+            if self.entries[i].fp == message.fp {
+                continue;
+            }
+            // The client's copy of an answer the proxy assembled: the same message, serialized
+            // by the client's library. Adopt its fingerprint.
+            let adopt =
+                i + 1 == known && self.entries[i].from_answer && message.role == "assistant";
+            if !adopt {
+                return Ok(Ingest::Diverged(i));
+            }
+            tracing::debug!(session = %self.key, index = i, "proxy: adopting the client's copy of an answer");
+            self.entries[i].fp = message.fp;
+            self.entries[i].from_answer = false;
+            self.db.execute(
+                "UPDATE entries SET fp = ?1, from_answer = 0, raw = ?2 WHERE seq = ?3",
+                params![message.fp as i64, request.items[i].get(), to_sql(i as u64)],
+            )?;
+        }
+        if incoming.len() < known {
+            return Ok(Ingest::Diverged(incoming.len()));
+        }
+        if let Some(last) = self.entries.last_mut()
+            && last.from_answer
+            && incoming.len() > known
+        {
+            last.from_answer = false;
+        }
+        let mut evicted = 0;
+        if let Some(tools) = request.fields.get("tools") {
+            let parsed: Value = serde_json::from_str(tools.get()).unwrap_or(Value::Null);
+            let fp = hash_str(&canonical(&parsed));
+            if fp != self.tools_fp && parsed.as_array().is_some_and(|a| !a.is_empty()) {
+                let text = format!("[tool definitions]\n{}", tools.get());
+                let options =
+                    PushOptions { level: Some(Level::Permanent), ..PushOptions::default() };
+                let report =
+                    self.session.push_with(&ChatMessage::text(Role::System, text), options)?;
+                evicted += report.evicted_units.len();
+                self.placeholders.insert(report.id);
+                self.tools_fp = fp;
+                let ids: Vec<u64> = self.placeholders.iter().copied().collect();
+                self.db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('placeholders', ?1), ('tools_fp', ?2)",
+                    params![serde_json::to_string(&ids).unwrap_or_default(), fp.to_string()],
+                )?;
+                self.dirty = true;
+            }
+        }
+        let mut new = 0;
+        for (i, message) in incoming.iter().enumerate().skip(known) {
+            evicted += self.record(message, request.items[i].get(), false)?;
+            new += 1;
+        }
+        let tokens_in = self.entries.iter().map(|e| u64::from(e.tokens)).sum();
+        Ok(Ingest::Extended { new, tokens_in, evicted })
+    }
+
+    /// Pushes the parts of one message and records it. Returns the units evicted.
+    fn record(
+        &mut self,
+        message: &Analyzed,
+        raw: &str,
+        from_answer: bool,
+    ) -> Result<usize, ConvError> {
+        let seq = self.entries.len();
+        let mut entry =
+            Entry { fp: message.fp, ids: Vec::new(), blocks: Vec::new(), tokens: 0, from_answer };
+        let mut evicted = 0;
+        let mut failure = None;
+        for part in &message.parts {
+            let chat = self.rendering(part);
+            let level = if part.chat.role == Role::System {
+                Some(if part.pinned { Level::Permanent } else { Level::Working })
+            } else {
+                None
+            };
+            let options = PushOptions { level, ..PushOptions::default() };
+            match self.session.push_with(&chat, options) {
+                Ok(report) => {
+                    evicted += report.evicted_units.len();
+                    entry.tokens = entry.tokens.saturating_add(
+                        self.session.manager().get(report.id).map_or(0, |m| m.tokens()),
+                    );
+                    entry.ids.push(report.id);
+                    entry.blocks.push(part.blocks.clone());
+                }
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        if !entry.ids.is_empty() {
+            let max_id = entry.ids.iter().copied().max().unwrap_or(0);
+            self.db.execute(
+                "INSERT OR REPLACE INTO entries (seq, fp, ids, blocks, tokens, from_answer, max_id, raw)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    to_sql(seq as u64),
+                    entry.fp as i64,
+                    serde_json::to_string(&entry.ids).unwrap_or_default(),
+                    serde_json::to_string(&entry.blocks).unwrap_or_default(),
+                    i64::from(entry.tokens),
+                    entry.from_answer,
+                    to_sql(max_id),
+                    raw
+                ],
+            )?;
+            for (p, id) in entry.ids.iter().enumerate() {
+                self.by_id.insert(*id, (seq, p));
+            }
+            self.entries.push(entry);
+            self.dirty = true;
+        }
+        match failure {
+            Some(error) => Err(error.into()),
+            None => Ok(evicted),
+        }
+    }
+
+    /// The session's copy of `part`: its text, a line per opaque block, and a filler whose
+    /// token count is the blocks' estimated cost.
+    fn rendering(&self, part: &Part) -> ChatMessage {
+        let mut chat = part.chat.clone();
+        if part.opaque.is_empty() {
+            return chat;
+        }
+        let counter = self.session.manager().counter();
+        for opaque in &part.opaque {
+            let label = format!("[{}]", opaque.label);
+            let have = counter.count(&label);
+            let need = opaque.tokens.saturating_sub(have);
+            if !chat.content.is_empty() {
+                chat.content.push('\n');
+            }
+            chat.content.push_str(&label);
+            let reps = (f64::from(need) / self.filler_rate).ceil() as usize;
+            chat.content.push_str(&" ~".repeat(reps));
+        }
+        chat
+    }
+
+    /// Composes the payload for `request` and writes the body to forward.
+    ///
+    /// # Errors
+    /// `PinnedOverBudget` when what must stay does not fit; `ToolCallsPending`; store errors.
+    pub fn compose(&mut self, request: &Request) -> Result<Composed, ConvError> {
+        let payload = self.session.compose(&[])?;
+        let manager = self.session.manager();
+        let permanent: Vec<_> = manager.messages(Level::Permanent).collect();
+        let history: Vec<_> = manager.history().collect();
+        let rendered = &payload.conversation.messages;
+        let system_end = rendered.len().saturating_sub(history.len());
+        let extra: Vec<String> = rendered
+            .get(permanent.len().min(system_end)..system_end)
+            .unwrap_or_default()
+            .iter()
+            .map(|m| m.content.clone())
+            .collect();
+        // Which parts of each entry the payload keeps, and the reduced text of kept parts.
+        let mut kept: HashMap<usize, Vec<(usize, Option<String>)>> = HashMap::new();
+        let mut order: Vec<Slot> = Vec::new();
+        let mut emitted_ids = Vec::new();
+        let mut first_history = None;
+        for (n, message) in permanent.iter().chain(history.iter()).enumerate() {
+            if n == permanent.len() {
+                first_history = Some(order.len());
+            }
+            let id = message.id();
+            if self.placeholders.contains(&id) {
+                continue;
+            }
+            emitted_ids.push(id);
+            match self.by_id.get(&id) {
+                Some(&(entry, part)) => {
+                    let reduced = message.was_reduced().then(|| message.content().to_string());
+                    let parts = kept.entry(entry).or_default();
+                    if parts.is_empty() {
+                        order.push(Slot::Entry(entry));
+                    }
+                    parts.push((part, reduced));
+                }
+                None => order.push(Slot::Core(ChatMessage {
+                    role: message.role(),
+                    content: message.content().to_string(),
+                    tool_calls: Vec::new(),
+                    tool_call_id: message.tool_call_id().map(str::to_string),
+                    is_error: false,
+                    name: None,
+                })),
+            }
+        }
+        let tokens = payload.tokens;
+        let evicted = payload.evicted_units;
+        let mut messages: Vec<String> = Vec::new();
+        let mut system_raw: Option<String> = None;
+        let mut extra_inserted = false;
+        for (n, slot) in order.into_iter().enumerate() {
+            if first_history == Some(n) && !extra_inserted {
+                extra_inserted = true;
+                if self.provider == Provider::OpenAi {
+                    for text in &extra {
+                        messages.push(
+                            serde_json::json!({"role": "system", "content": text}).to_string(),
+                        );
+                    }
+                }
+            }
+            match slot {
+                Slot::Entry(e) => {
+                    let raw = self.raw(request, e)?;
+                    if self.provider == Provider::Anthropic && request.has_system_item && e == 0 {
+                        system_raw = Some(raw);
+                        continue;
+                    }
+                    let parts = kept.remove(&e).unwrap_or_default();
+                    if let Some(text) = self.emit(&raw, &self.entries[e], &parts) {
+                        messages.push(text);
+                    }
+                }
+                Slot::Core(chat) => messages.push(self.emit_core(&chat)),
+            }
+        }
+        if !extra_inserted && self.provider == Provider::OpenAi {
+            for text in &extra {
+                messages.push(serde_json::json!({"role": "system", "content": text}).to_string());
+            }
+        }
+        if self.provider == Provider::Anthropic
+            && let Some(first) = messages.first()
+            && first.contains("\"assistant\"")
+            && serde_json::from_str::<Value>(first).ok().and_then(|v| v.get("role").cloned())
+                == Some(Value::from("assistant"))
+        {
+            messages.insert(
+                0,
+                r#"{"role":"user","content":"[ctxwin: earlier turns of this conversation were moved out of the context window]"}"#.to_string(),
+            );
+        }
+        let system = match self.provider {
+            Provider::Anthropic if !extra.is_empty() => {
+                Some(anthropic_system_with(system_raw.as_deref(), &extra))
+            }
+            Provider::Anthropic => system_raw,
+            Provider::OpenAi => None,
+        };
+        let body = write_body(request, &messages, system.as_deref());
+        let cache_stable =
+            !self.last_emitted.is_empty() && emitted_ids.starts_with(&self.last_emitted);
+        self.last_emitted = emitted_ids;
+        self.dirty = true;
+        Ok(Composed { body, tokens, evicted, cache_stable })
+    }
+
+    /// The raw JSON of entry `e`: from this request, or the store.
+    fn raw(&self, request: &Request, e: usize) -> Result<String, ConvError> {
+        if let Some(raw) = request.items.get(e) {
+            return Ok(raw.get().to_string());
+        }
+        Ok(self.db.query_row(
+            "SELECT raw FROM entries WHERE seq = ?1",
+            [to_sql(e as u64)],
+            |row| row.get(0),
+        )?)
+    }
+
+    /// The JSON of one recorded message with the parts the payload keeps.
+    fn emit(&self, raw: &str, entry: &Entry, parts: &[(usize, Option<String>)]) -> Option<String> {
+        let whole = parts.len() == entry.ids.len() && parts.iter().all(|(_, r)| r.is_none());
+        if whole {
+            return Some(raw.to_string());
+        }
+        let mut map: IndexMap<String, Box<RawValue>> = serde_json::from_str(raw).ok()?;
+        match self.provider {
+            Provider::OpenAi => {
+                if let Some((_, Some(text))) = parts.first()
+                    && map.get("content").is_some_and(|c| c.get().starts_with('"'))
+                {
+                    map.insert("content".into(), raw_json(&Value::from(text.as_str())));
+                }
+            }
+            Provider::Anthropic => {
+                let content: Vec<Box<RawValue>> =
+                    serde_json::from_str(map.get("content")?.get()).ok()?;
+                let mut keep: Vec<Box<RawValue>> = Vec::new();
+                for (index, block) in content.into_iter().enumerate() {
+                    let Some((_, reduced)) = parts
+                        .iter()
+                        .find(|(p, _)| entry.blocks.get(*p).is_some_and(|b| b.contains(&index)))
+                    else {
+                        continue;
+                    };
+                    match reduced {
+                        Some(text) => {
+                            let mut value: Value = serde_json::from_str(block.get()).ok()?;
+                            if value.get("content").is_some_and(Value::is_string) {
+                                value["content"] = Value::from(text.as_str());
+                                keep.push(raw_json(&value));
+                            } else {
+                                keep.push(block);
+                            }
+                        }
+                        None => keep.push(block),
+                    }
+                }
+                if keep.is_empty() {
+                    return None;
+                }
+                map.insert("content".into(), raw_json(&keep));
+            }
+        }
+        serde_json::to_string(&map).ok()
+    }
+
+    /// A message the core wrote itself (a synthetic result for a call never answered).
+    fn emit_core(&self, chat: &ChatMessage) -> String {
+        match (self.provider, chat.role) {
+            (Provider::OpenAi, Role::Tool) => {
+                serde_json::json!({"role": "tool", "tool_call_id": chat.tool_call_id, "content": chat.content})
+            }
+            (Provider::Anthropic, Role::Tool) => serde_json::json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": chat.tool_call_id, "content": chat.content}]}),
+            (Provider::OpenAi, role) => serde_json::json!({"role": role.as_str(), "content": chat.content}),
+            (Provider::Anthropic, Role::Assistant) => serde_json::json!({"role": "assistant", "content": chat.content}),
+            (Provider::Anthropic, _) => serde_json::json!({"role": "user", "content": chat.content}),
+        }
+        .to_string()
+    }
+
+    /// Records the upstream's answer: pushed into the session like a message, usage fed to
+    /// the calibrator. Returns the units evicted.
+    ///
+    /// # Errors
+    /// Session refusals and store failures.
+    pub fn record_answer(&mut self, answer: &Answer, sent_tokens: u32) -> Result<usize, ConvError> {
+        let evicted = match response_fingerprint(self.provider, &answer.message) {
+            Ok(analyzed) => self.record(&analyzed, &answer.message.to_string(), true)?,
+            Err(reason) => {
+                tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
+                0
+            }
+        };
+        if let Some(prompt) = answer.prompt_tokens.filter(|p| *p > 0)
+            && sent_tokens > 0
+            && let Err(error) = self.session.record_usage(sent_tokens, prompt)
+        {
+            tracing::warn!(session = %self.key, %error, "proxy: usage not recorded");
+        }
+        Ok(evicted)
+    }
+
+    /// Writes a checkpoint if something changed since the last one.
+    ///
+    /// # Errors
+    /// Session errors.
+    pub fn checkpoint(&mut self) -> Result<(), ConvError> {
+        if self.dirty {
+            self.session.checkpoint()?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// The archive rows of this conversation (for tests and stats).
+    ///
+    /// # Errors
+    /// Archive errors.
+    pub fn archived(&self) -> Result<u64, ConvError> {
+        Ok(self
+            .session
+            .archive()
+            .map_or(Ok(0), |a| a.message_count(Some(&self.key)))
+            .map_err(SessionError::from)?)
+    }
+}
+
+/// A message to emit, in payload order.
+enum Slot {
+    Entry(usize),
+    Core(ChatMessage),
+}
+
+fn raw_json<T: serde::Serialize + ?Sized>(value: &T) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value)
+        .unwrap_or_else(|_| RawValue::from_string("null".into()).unwrap_or_default())
+}
+
+/// Anthropic's `system` with `extra` text blocks appended (the memory summary, entities).
+fn anthropic_system_with(system: Option<&str>, extra: &[String]) -> String {
+    let mut blocks: Vec<Box<RawValue>> = match system {
+        Some(raw) if raw.trim_start().starts_with('[') => {
+            serde_json::from_str(raw).unwrap_or_default()
+        }
+        Some(raw) => match serde_json::from_str::<String>(raw) {
+            Ok(text) => vec![raw_json(&serde_json::json!({"type": "text", "text": text}))],
+            Err(_) => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    for text in extra {
+        blocks.push(raw_json(&serde_json::json!({"type": "text", "text": text})));
+    }
+    serde_json::to_string(&blocks).unwrap_or_else(|_| "[]".into())
+}
+
+/// The request body with `messages` (and Anthropic's `system`) replaced, every other field
+/// as the client sent it, in its order.
+fn write_body(request: &Request, messages: &[String], system: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(messages.iter().map(String::len).sum::<usize>() + 1024);
+    out.push(b'{');
+    let mut first = true;
+    let mut field = |out: &mut Vec<u8>, key: &str, value: &[u8]| {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(Value::from(key).to_string().as_bytes());
+        out.push(b':');
+        out.extend_from_slice(value);
+    };
+    let messages_json = {
+        let mut m = Vec::new();
+        m.push(b'[');
+        for (i, message) in messages.iter().enumerate() {
+            if i > 0 {
+                m.push(b',');
+            }
+            m.extend_from_slice(message.as_bytes());
+        }
+        m.push(b']');
+        m
+    };
+    let mut system_written = false;
+    for (key, value) in &request.fields {
+        match key.as_str() {
+            "messages" => field(&mut out, key, &messages_json),
+            "system" => {
+                if let Some(system) = system {
+                    field(&mut out, key, system.as_bytes());
+                }
+                system_written = true;
+            }
+            _ => field(&mut out, key, value.get().as_bytes()),
+        }
+    }
+    if !system_written && let Some(system) = system {
+        field(&mut out, "system", system.as_bytes());
+    }
+    out.push(b'}');
+    out
+}
+
+/// The directory of conversation `key` under `state_dir`.
+pub fn conv_dir(state_dir: &Path, key: &str) -> PathBuf {
+    state_dir.join(key)
+}
