@@ -20,9 +20,10 @@
 //!   `cache_control`, which clients move from turn to turn). The longest common prefix of an
 //!   incoming history with that sequence is known; the rest is new and is pushed.
 //! * **Branches.** A history that differs before the end of the recorded sequence (edited or
-//!   rewound) goes to a branch conversation, keyed by the parent's key and a hash of the
-//!   incoming prefix up to the divergence; the original is never touched, and the same edited
-//!   history finds its branch again. One exception: the last recorded message, when it is an
+//!   rewound) goes to a branch conversation keyed by the parent's key and the index where it
+//!   leaves it (`<key>~<index>`); the original is never touched. A history that also differs
+//!   from that branch goes on to the branch's own branches, so the next request of an edited
+//!   conversation finds its branch again. One exception: the last recorded message, when it is an
 //!   answer the proxy assembled itself, is matched against the client's copy of it leniently
 //!   (client libraries re-serialize answers).
 //! * **Opaque blocks, byte-exact.** The core stores text. Images, documents, audio,

@@ -376,10 +376,12 @@ fn conversation_key(headers: &HeaderMap, incoming: &[Analyzed], provider: Provid
     format!("h-{hash:016x}")
 }
 
-/// A branch's key: the parent's and a hash of the incoming history up to the divergence.
-fn branch_key(parent: &str, incoming: &[Analyzed], at: usize) -> String {
-    let hash = incoming.iter().take(at + 1).fold(FNV_SEED, |h, m| fnv1a(h, &m.fp.to_le_bytes()));
-    format!("{parent}~{:08x}", hash as u32)
+/// A branch's key: the parent's and the index where the history left it. Every history that
+/// leaves the parent at that index goes to this branch first; one that also differs from the
+/// branch goes on to the branch's own branches, so a branch is found again by the next request
+/// of the same conversation.
+fn branch_key(parent: &str, at: usize) -> String {
+    format!("{parent}~{at}")
 }
 
 async fn managed(app: Arc<App>, provider: Provider, headers: HeaderMap, body: Body) -> Response {
@@ -506,13 +508,13 @@ async fn managed_inner(
             Ok(Step::Diverged(at)) => {
                 drop(guard);
                 hops += 1;
-                if hops > 16 {
+                if hops > 64 {
                     return Err(Failure::new(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         "too many branches",
                     ));
                 }
-                let branch = branch_key(&key, &incoming, at);
+                let branch = branch_key(&key, at);
                 tracing::info!(session = %key, branch = %branch, at, "proxy: history diverges; using a branch");
                 app.metrics.branches.fetch_add(1, Relaxed);
                 key = branch;
