@@ -1,0 +1,103 @@
+//! Kill the proxy process mid-stream and restart it: the conversation resumes from its
+//! checkpoint and the archive holds every message once.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Mode, archive_counts, start_fake};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+async fn spawn_proxy(
+    upstream: std::net::SocketAddr,
+    state: &std::path::Path,
+) -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ctxwin-proxy"))
+        .args([
+            "--upstream",
+            &format!("http://{upstream}"),
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+        ])
+        .arg(state)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let url = line.rsplit(' ').next().unwrap().to_string();
+    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+    (child, url)
+}
+
+fn body(messages: &[Value], stream: bool) -> String {
+    json!({"model": "m", "messages": messages, "stream": stream,
+        "tools": [{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]})
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_stream_resumes_from_the_checkpoint() {
+    let state = tempfile::tempdir().unwrap();
+    let (up, fake) = start_fake().await;
+    let client = reqwest::Client::new();
+    let (mut proxy, url) = spawn_proxy(up, state.path()).await;
+    let endpoint = format!("{url}/v1/chat/completions");
+    let mut messages = vec![
+        json!({"role": "system", "content": "sys"}),
+        json!({"role": "user", "content": "build it"}),
+    ];
+    let answer: Value = client
+        .post(&endpoint)
+        .body(body(&messages, false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    messages.push(answer["choices"][0]["message"].clone());
+    messages.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "built"}));
+
+    // A slow stream; the proxy dies after the first chunk.
+    fake.set_mode(Mode::SlowStream(300));
+    let mut response = client.post(&endpoint).body(body(&messages, true)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let first = response.chunk().await.unwrap().unwrap();
+    assert!(first.starts_with(b"data: "), "{first:?}");
+    proxy.start_kill().unwrap();
+    proxy.wait().await.unwrap();
+    assert!(response.chunk().await.is_err() || response.chunk().await.unwrap_or(None).is_none());
+
+    // Restarted on the same state: the client retries, then goes on.
+    fake.set_mode(Mode::Normal);
+    let (mut proxy, url) = spawn_proxy(up, state.path()).await;
+    let endpoint = format!("{url}/v1/chat/completions");
+    let response = client.post(&endpoint).body(body(&messages, false)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(fake.last().json()["messages"], Value::Array(messages.clone()));
+    let answer: Value = response.json().await.unwrap();
+    messages.push(answer["choices"][0]["message"].clone());
+    messages.push(json!({"role": "user", "content": "and deploy"}));
+    let response = client.post(&endpoint).body(body(&messages, false)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(fake.last().json()["messages"], Value::Array(messages.clone()));
+    let metrics = client.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("ctxwin_proxy_branches_total 0"), "{metrics}");
+    proxy.start_kill().unwrap();
+    proxy.wait().await.unwrap();
+    let counts = archive_counts(state.path());
+    assert_eq!(counts.len(), 1, "{counts:?}");
+    // system, user, call, result, answer, user, call + the tool-definition placeholder
+    assert_eq!(counts[0].1, 8, "{counts:?}");
+}
