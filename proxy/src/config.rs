@@ -33,6 +33,10 @@ pub struct ProxyConfig {
     pub body_limit: usize,
     /// How long to wait for the upstream's response headers (and between stream chunks).
     pub upstream_timeout: Duration,
+    /// A conversation idle this long after a change is checkpointed.
+    pub checkpoint_idle: Duration,
+    /// A busy conversation is checkpointed every this many exchanges.
+    pub checkpoint_every: u32,
 }
 
 impl Default for ProxyConfig {
@@ -48,6 +52,8 @@ impl Default for ProxyConfig {
             proxy_key: None,
             body_limit: 32 << 20,
             upstream_timeout: Duration::from_secs(300),
+            checkpoint_idle: Duration::from_secs(1),
+            checkpoint_every: 64,
         }
     }
 }
@@ -82,6 +88,8 @@ struct ProxySection {
     api_key: Option<String>,
     body_limit: Option<usize>,
     upstream_timeout_secs: Option<u64>,
+    checkpoint_idle_ms: Option<u64>,
+    checkpoint_every: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -150,6 +158,12 @@ impl ProxyConfig {
         }
         if let Some(secs) = section.upstream_timeout_secs {
             self.upstream_timeout = Duration::from_secs(secs);
+        }
+        if let Some(ms) = section.checkpoint_idle_ms {
+            self.checkpoint_idle = Duration::from_millis(ms);
+        }
+        if let Some(every) = section.checkpoint_every {
+            self.checkpoint_every = every.max(1);
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use ctxwin_std::core::{Config, Error as CoreError, Level, Role};
 use ctxwin_std::session::{PushOptions, Session, SessionBuilder, SessionError};
@@ -15,7 +16,7 @@ use serde_json::value::RawValue;
 
 use crate::assemble::Answer;
 use crate::hash::{canonical, hash_str};
-use crate::wire::{Analyzed, Part, Provider, Request, response_fingerprint};
+use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, response_fingerprint};
 
 /// What went wrong in a conversation.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,9 @@ pub enum ConvError {
     /// The state directory failed.
     #[error("state directory: {0}")]
     Io(#[from] std::io::Error),
+    /// A message of the request does not read.
+    #[error("{0}")]
+    BadRequest(String),
 }
 
 impl ConvError {
@@ -49,6 +53,10 @@ impl ConvError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
     fp: u64,
+    /// Hash of the raw JSON last seen for it (equal bytes need no reading).
+    raw_hash: u64,
+    /// A system message leading the conversation (kept permanently).
+    pinned: bool,
     /// Session ids of its parts, in order.
     ids: Vec<u64>,
     /// Anthropic content-block indexes of each part.
@@ -102,6 +110,8 @@ pub struct Conv {
     filler_rate: f64,
     last_emitted: Vec<u64>,
     dirty: bool,
+    exchanges: u32,
+    last_used: Instant,
 }
 
 impl std::fmt::Debug for Conv {
@@ -134,6 +144,8 @@ PRAGMA synchronous = NORMAL;
 CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER PRIMARY KEY,
     fp INTEGER NOT NULL,
+    raw_hash INTEGER NOT NULL,
+    pinned INTEGER NOT NULL,
     ids TEXT NOT NULL,
     blocks TEXT NOT NULL,
     tokens INTEGER NOT NULL,
@@ -202,15 +214,19 @@ impl Conv {
         let mut entries = Vec::new();
         {
             let mut stmt = db
-                .prepare("SELECT fp, ids, blocks, tokens, from_answer FROM entries ORDER BY seq")?;
+                .prepare("SELECT fp, ids, blocks, tokens, from_answer, raw_hash, pinned FROM entries ORDER BY seq")?;
             let rows = stmt.query_map([], |row| {
                 let fp: i64 = row.get(0)?;
                 let ids: String = row.get(1)?;
                 let blocks: String = row.get(2)?;
                 let tokens: i64 = row.get(3)?;
                 let from_answer: bool = row.get(4)?;
+                let raw_hash: i64 = row.get(5)?;
+                let pinned: bool = row.get(6)?;
                 Ok(Entry {
                     fp: fp as u64,
+                    raw_hash: raw_hash as u64,
+                    pinned,
                     ids: serde_json::from_str(&ids).unwrap_or_default(),
                     blocks: serde_json::from_str(&blocks).unwrap_or_default(),
                     tokens: u32::try_from(tokens).unwrap_or(0),
@@ -243,6 +259,8 @@ impl Conv {
             filler_rate,
             last_emitted: Vec::new(),
             dirty: false,
+            exchanges: 0,
+            last_used: Instant::now(),
         };
         conv.index();
         Ok(conv)
@@ -282,19 +300,29 @@ impl Conv {
         self.dirty
     }
 
-    /// Compares `incoming` with the recorded sequence and pushes what is new.
+    /// Compares the request's history with the recorded sequence and pushes what is new.
+    /// `hashes` are the items' raw hashes ([`crate::wire::raw_hashes`]): a message sent with
+    /// the same bytes as last time is known without being read.
     ///
     /// # Errors
-    /// Session refusals (a tool result without its call, a message larger than its level)
-    /// and store failures. Messages pushed before the failure stay recorded.
-    pub fn ingest(
-        &mut self,
-        request: &Request,
-        incoming: &[Analyzed],
-    ) -> Result<Ingest, ConvError> {
+    /// [`ConvError::BadRequest`] for a message that does not read; session refusals (a tool
+    /// result without its call, a message larger than its level) and store failures. Messages
+    /// pushed before the failure stay recorded.
+    pub fn ingest(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
+        self.last_used = Instant::now();
+        let provider = self.provider;
+        let analyze =
+            |i: usize| analyze_item(provider, request, i).map_err(|e| ConvError::BadRequest(e.0));
         let known = self.entries.len();
-        for (i, message) in incoming.iter().enumerate().take(known) {
+        let incoming = request.items.len();
+        for (i, &hash) in hashes.iter().enumerate().take(known.min(incoming)) {
+            if self.entries[i].raw_hash == hash {
+                continue;
+            }
+            let message = analyze(i)?;
             if self.entries[i].fp == message.fp {
+                // The same message, serialized otherwise (a cache mark moved).
+                self.entries[i].raw_hash = hash;
                 continue;
             }
             // The client's copy of an answer the proxy assembled: the same message, serialized
@@ -305,19 +333,21 @@ impl Conv {
                 return Ok(Ingest::Diverged(i));
             }
             tracing::debug!(session = %self.key, index = i, "proxy: adopting the client's copy of an answer");
-            self.entries[i].fp = message.fp;
-            self.entries[i].from_answer = false;
+            let entry = &mut self.entries[i];
+            entry.fp = message.fp;
+            entry.raw_hash = hash;
+            entry.from_answer = false;
             self.db.execute(
-                "UPDATE entries SET fp = ?1, from_answer = 0, raw = ?2 WHERE seq = ?3",
-                params![message.fp as i64, request.items[i].get(), to_sql(i as u64)],
+                "UPDATE entries SET fp = ?1, raw_hash = ?2, from_answer = 0, raw = ?3 WHERE seq = ?4",
+                params![message.fp as i64, hash as i64, request.items[i].get(), to_sql(i as u64)],
             )?;
         }
-        if incoming.len() < known {
-            return Ok(Ingest::Diverged(incoming.len()));
+        if incoming < known {
+            return Ok(Ingest::Diverged(incoming));
         }
         if let Some(last) = self.entries.last_mut()
             && last.from_answer
-            && incoming.len() > known
+            && incoming > known
         {
             last.from_answer = false;
         }
@@ -343,8 +373,9 @@ impl Conv {
             }
         }
         let mut new = 0;
-        for (i, message) in incoming.iter().enumerate().skip(known) {
-            evicted += self.record(message, request.items[i].get(), false)?;
+        for (i, &hash) in hashes.iter().enumerate().take(incoming).skip(known) {
+            let message = analyze(i)?;
+            evicted += self.record(&message, request.items[i].get(), hash, false)?;
             new += 1;
         }
         let tokens_in = self.entries.iter().map(|e| u64::from(e.tokens)).sum();
@@ -356,17 +387,28 @@ impl Conv {
         &mut self,
         message: &Analyzed,
         raw: &str,
+        raw_hash: u64,
         from_answer: bool,
     ) -> Result<usize, ConvError> {
         let seq = self.entries.len();
-        let mut entry =
-            Entry { fp: message.fp, ids: Vec::new(), blocks: Vec::new(), tokens: 0, from_answer };
+        let leading = seq == 0 || self.entries[seq - 1].pinned;
+        let pinned =
+            leading && message.parts.len() == 1 && message.parts[0].chat.role == Role::System;
+        let mut entry = Entry {
+            fp: message.fp,
+            raw_hash,
+            pinned,
+            ids: Vec::new(),
+            blocks: Vec::new(),
+            tokens: 0,
+            from_answer,
+        };
         let mut evicted = 0;
         let mut failure = None;
         for part in &message.parts {
             let chat = self.rendering(part);
             let level = if part.chat.role == Role::System {
-                Some(if part.pinned { Level::Permanent } else { Level::Working })
+                Some(if pinned { Level::Permanent } else { Level::Working })
             } else {
                 None
             };
@@ -389,11 +431,13 @@ impl Conv {
         if !entry.ids.is_empty() {
             let max_id = entry.ids.iter().copied().max().unwrap_or(0);
             self.db.execute(
-                "INSERT OR REPLACE INTO entries (seq, fp, ids, blocks, tokens, from_answer, max_id, raw)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT OR REPLACE INTO entries (seq, fp, raw_hash, pinned, ids, blocks, tokens, from_answer, max_id, raw)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     to_sql(seq as u64),
                     entry.fp as i64,
+                    entry.raw_hash as i64,
+                    entry.pinned,
                     serde_json::to_string(&entry.ids).unwrap_or_default(),
                     serde_json::to_string(&entry.blocks).unwrap_or_default(),
                     i64::from(entry.tokens),
@@ -630,7 +674,11 @@ impl Conv {
     /// Session refusals and store failures.
     pub fn record_answer(&mut self, answer: &Answer, sent_tokens: u32) -> Result<usize, ConvError> {
         let evicted = match response_fingerprint(self.provider, &answer.message) {
-            Ok(analyzed) => self.record(&analyzed, &answer.message.to_string(), true)?,
+            Ok(analyzed) => {
+                let raw = answer.message.to_string();
+                let raw_hash = hash_str(&raw);
+                self.record(&analyzed, &raw, raw_hash, true)?
+            }
             Err(reason) => {
                 tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
                 0
@@ -645,6 +693,18 @@ impl Conv {
         Ok(evicted)
     }
 
+    /// Counts one exchange; true when `every` have passed since the last checkpoint.
+    pub fn exchange_done(&mut self, every: u32) -> bool {
+        self.last_used = Instant::now();
+        self.exchanges = self.exchanges.saturating_add(1);
+        self.exchanges >= every
+    }
+
+    /// How long since the conversation was last used.
+    pub fn idle(&self) -> Duration {
+        self.last_used.elapsed()
+    }
+
     /// Writes a checkpoint if something changed since the last one.
     ///
     /// # Errors
@@ -653,6 +713,7 @@ impl Conv {
         if self.dirty {
             self.session.checkpoint()?;
             self.dirty = false;
+            self.exchanges = 0;
         }
         Ok(())
     }

@@ -42,10 +42,14 @@
 //!   `spawn_blocking`. At most `max_resident` conversations stay in memory: above it, the
 //!   least recently used idle ones are checkpointed and unloaded, and reloaded from their
 //!   checkpoint on their next request.
-//! * **Crash safety.** A checkpoint is written after every exchange (and when a conversation
-//!   is created). After a crash, a conversation restores its newest checkpoint and forgets the
-//!   side-store entries pushed after it; the client's next request resends them and they are
-//!   pushed again under the same ids, so the archive still holds each message once.
+//! * **Crash safety.** Every message is in the archive (SQLite, WAL) before the core sees it.
+//!   A checkpoint is written when a conversation is created, when it has been idle for
+//!   `checkpoint_idle` after a change, every `checkpoint_every` exchanges, before it is
+//!   unloaded and on shutdown — off the request path. After a crash, a conversation restores
+//!   its newest checkpoint and forgets the side-store entries pushed after it; the client's
+//!   next request resends them and they are pushed again under the same ids, so the
+//!   conversation's archive still holds each message once (the session copies the rows it
+//!   rewound aside, under `<key>@rewound-…`, rather than lose them).
 //! * **Answers.** Streams are passed through chunk by chunk while the assistant message is
 //!   assembled on the side; a complete answer is pushed into the session and its `usage`
 //!   feeds the calibrator. A truncated stream records nothing and ends with an error event.
@@ -77,7 +81,20 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let sweeper = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let idle = app.config.checkpoint_idle;
+            let mut tick =
+                tokio::time::interval((idle / 2).max(std::time::Duration::from_millis(50)));
+            loop {
+                tick.tick().await;
+                app.checkpoint_idle(idle).await;
+            }
+        })
+    };
     let result = axum::serve(listener, router(app.clone())).with_graceful_shutdown(shutdown).await;
+    sweeper.abort();
     app.checkpoint_all().await;
     result
 }

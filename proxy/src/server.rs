@@ -21,7 +21,7 @@ use crate::config::ProxyConfig;
 use crate::conv::{Composed, Conv, ConvError, Ingest, conv_dir};
 use crate::hash::{FNV_SEED, fnv1a, hash_str};
 use crate::metrics::Metrics;
-use crate::wire::{self, Analyzed, Provider, Request};
+use crate::wire::{self, Provider, Request};
 
 /// The header naming a conversation.
 pub const SESSION_HEADER: &str = "x-ctxwin-session";
@@ -150,6 +150,30 @@ impl App {
                 }
                 drop(conv);
                 drop(guard);
+            })
+            .await;
+        }
+    }
+
+    /// Checkpoints the conversations idle for `idle` that changed since their last checkpoint
+    /// (skipping busy ones).
+    pub async fn checkpoint_idle(self: &Arc<Self>, idle: Duration) {
+        let slots: Vec<Arc<Slot>> = {
+            let slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            slots.values().cloned().collect()
+        };
+        for slot in slots {
+            let Ok(mut guard) = slot.conv.clone().try_lock_owned() else { continue };
+            let due = guard.as_ref().is_some_and(|c| c.is_dirty() && c.idle() >= idle);
+            if !due {
+                continue;
+            }
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Some(conv) = guard.as_mut()
+                    && let Err(error) = conv.checkpoint()
+                {
+                    tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
+                }
             })
             .await;
         }
@@ -353,7 +377,11 @@ async fn anthropic(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) 
 
 /// The conversation key: the session header (sanitized, with a hash of the whole value), or
 /// a hash of the system prompt and the first user message.
-fn conversation_key(headers: &HeaderMap, incoming: &[Analyzed], provider: Provider) -> String {
+fn conversation_key(
+    headers: &HeaderMap,
+    request: &Request,
+    provider: Provider,
+) -> Result<String, wire::BadRequest> {
     if let Some(value) =
         headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
     {
@@ -363,17 +391,17 @@ fn conversation_key(headers: &HeaderMap, incoming: &[Analyzed], provider: Provid
             .take(48)
             .collect();
         let clean = clean.trim_start_matches('.');
-        return format!("s-{clean}-{:08x}", hash_str(value) as u32);
+        return Ok(format!("s-{clean}-{:08x}", hash_str(value) as u32));
     }
     let mut hash = fnv1a(FNV_SEED, provider.as_str().as_bytes());
-    for message in incoming {
-        let system = message.parts.len() == 1 && message.parts[0].pinned;
+    for i in 0..request.items.len() {
+        let message = wire::analyze_item(provider, request, i)?;
         hash = fnv1a(hash, &message.fp.to_le_bytes());
-        if !system && message.role == "user" {
+        if message.role == "user" {
             break;
         }
     }
-    format!("h-{hash:016x}")
+    Ok(format!("h-{hash:016x}"))
 }
 
 /// A branch's key: the parent's and the index where the history left it. Every history that
@@ -399,6 +427,9 @@ async fn managed(app: Arc<App>, provider: Provider, headers: HeaderMap, body: Bo
 }
 
 fn conv_failure(error: &ConvError) -> Failure {
+    if let ConvError::BadRequest(reason) = error {
+        return Failure::new(StatusCode::BAD_REQUEST, reason.clone());
+    }
     match error.core() {
         Some(CoreError::PinnedOverBudget { needed, budget }) => Failure::new(
             StatusCode::BAD_REQUEST,
@@ -472,19 +503,18 @@ async fn managed_inner(
     let parse_started = Instant::now();
     let request =
         Request::parse(provider, &bytes).map_err(|e| Failure::new(StatusCode::BAD_REQUEST, e.0))?;
-    let incoming = wire::analyze(provider, &request)
+    let hashes = Arc::new(wire::raw_hashes(&request));
+    let mut key = conversation_key(headers, &request, provider)
         .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, e.0))?;
     let request = Arc::new(request);
-    let incoming = Arc::new(incoming);
-    let mut key = conversation_key(headers, &incoming, provider);
     let mut hops = 0;
     let (mut guard, composed) = loop {
         let guard = lock_conv(app, &key, provider, &request.model).await?;
-        let (req, inc) = (request.clone(), incoming.clone());
+        let (req, hashes) = (request.clone(), hashes.clone());
         let (guard, step) = tokio::task::spawn_blocking(move || {
             let mut guard = guard;
             let step = match guard.as_mut() {
-                Some(conv) => conv.ingest(&req, &inc).and_then(|ingest| match ingest {
+                Some(conv) => conv.ingest(&req, &hashes).and_then(|ingest| match ingest {
                     Ingest::Diverged(at) => Ok(Step::Diverged(at)),
                     Ingest::Extended { tokens_in, evicted, .. } => {
                         let mut composed = conv.compose(&req)?;
@@ -670,25 +700,29 @@ fn sse_error(provider: Provider, reason: &str) -> String {
     }
 }
 
-/// Records the answer and checkpoints, then releases the conversation.
+/// Records the answer (a checkpoint every `checkpoint_every` exchanges; idle conversations
+/// are checkpointed by the sweeper), then releases the conversation.
 async fn finish_answer(
     app: Arc<App>,
     mut guard: Guard,
     answer: Option<assemble::Answer>,
     sent_tokens: u32,
 ) {
+    let every = app.config.checkpoint_every;
     let evicted = tokio::task::spawn_blocking(move || {
         let mut evicted = 0;
-        if let Some(conv) = guard.as_mut() {
-            if let Some(answer) = answer {
-                match conv.record_answer(&answer, sent_tokens) {
-                    Ok(n) => evicted = n,
-                    Err(error) => {
-                        tracing::warn!(session = conv.key(), %error, "proxy: answer not recorded")
-                    }
+        if let Some(conv) = guard.as_mut()
+            && let Some(answer) = answer
+        {
+            match conv.record_answer(&answer, sent_tokens) {
+                Ok(n) => evicted = n,
+                Err(error) => {
+                    tracing::warn!(session = conv.key(), %error, "proxy: answer not recorded")
                 }
             }
-            if let Err(error) = conv.checkpoint() {
+            if conv.exchange_done(every)
+                && let Err(error) = conv.checkpoint()
+            {
                 tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
             }
         }
@@ -701,6 +735,9 @@ async fn finish_answer(
     app.enforce_cap().await;
 }
 
+/// Releases a conversation after a request that got no answer (it stays dirty: the sweeper
+/// checkpoints it when idle).
 fn spawn_checkpoint(app: Arc<App>, guard: Guard) {
-    tokio::spawn(finish_answer(app, guard, None, 0));
+    drop(guard);
+    tokio::spawn(async move { app.enforce_cap().await });
 }

@@ -135,41 +135,42 @@ pub struct Analyzed {
     pub role: String,
 }
 
-/// Reads every item of `request`. Leading system messages are pinned.
+/// Reads item `i` of `request` (Anthropic's `system` or a message). `pinned` is left false:
+/// whether a system message leads the conversation is the conversation's to say.
 ///
 /// # Errors
 /// [`BadRequest`] naming the message that is not an object, has no role, or has a content of
 /// the wrong shape.
-pub fn analyze(provider: Provider, request: &Request) -> Result<Vec<Analyzed>, BadRequest> {
-    let mut out = Vec::with_capacity(request.items.len());
-    let mut leading = true;
-    for (i, raw) in request.items.iter().enumerate() {
-        let value: Value =
-            serde_json::from_str(raw.get()).map_err(|e| BadRequest(format!("item {i}: {e}")))?;
-        let where_ = if request.has_system_item && i == 0 {
-            "`system`".to_string()
-        } else {
-            format!("messages[{}]", request.message_index(i))
-        };
-        let mut analyzed = if request.has_system_item && i == 0 {
-            anthropic_system(&value).map_err(|e| BadRequest(format!("{where_}: {e}")))?
-        } else {
-            match provider {
-                Provider::OpenAi => openai_message(&value),
-                Provider::Anthropic => anthropic_message(&value),
-            }
-            .map_err(|e| BadRequest(format!("{where_}: {e}")))?
-        };
-        let is_system = analyzed.parts.first().is_some_and(|p| p.chat.role == Role::System)
-            && analyzed.parts.len() == 1;
-        if is_system && leading {
-            analyzed.parts[0].pinned = true;
-        } else {
-            leading = false;
-        }
-        out.push(analyzed);
+pub fn analyze_item(
+    provider: Provider,
+    request: &Request,
+    i: usize,
+) -> Result<Analyzed, BadRequest> {
+    let raw = &request.items[i];
+    let value: Value =
+        serde_json::from_str(raw.get()).map_err(|e| BadRequest(format!("item {i}: {e}")))?;
+    if request.has_system_item && i == 0 {
+        return anthropic_system(&value).map_err(|e| BadRequest(format!("`system`: {e}")));
     }
-    Ok(out)
+    let where_ = format!("messages[{}]", request.message_index(i));
+    match provider {
+        Provider::OpenAi => openai_message(&value),
+        Provider::Anthropic => anthropic_message(&value),
+    }
+    .map_err(|e| BadRequest(format!("{where_}: {e}")))
+}
+
+/// Reads every item of `request`.
+///
+/// # Errors
+/// As [`analyze_item`].
+pub fn analyze(provider: Provider, request: &Request) -> Result<Vec<Analyzed>, BadRequest> {
+    (0..request.items.len()).map(|i| analyze_item(provider, request, i)).collect()
+}
+
+/// The hash of each item's raw bytes: equal bytes are the same message, without reading it.
+pub fn raw_hashes(request: &Request) -> Vec<u64> {
+    request.items.iter().map(|raw| hash_str(raw.get())).collect()
 }
 
 /// Builds the semantic fingerprint from a role and a normalized block list.
