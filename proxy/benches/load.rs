@@ -2,7 +2,8 @@
 //!
 //! ```sh
 //! cargo bench -p ctxwin-proxy --bench load
-//! # LOAD_CONVERSATIONS (200), LOAD_TURNS (20), LOAD_SESSIONS (10000), LOAD_CAP (256)
+//! # LOAD_CONVERSATIONS (200), LOAD_TURNS (20), LOAD_SESSIONS (10000), LOAD_CAP (256),
+//! # LOAD_UPSTREAM_MS (50: the fake model's answer time; 0 saturates the machine)
 //! ```
 //!
 //! Phase 1: `LOAD_CONVERSATIONS` conversations at once, `LOAD_TURNS` requests each, every
@@ -36,13 +37,16 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn fake_upstream() -> std::net::SocketAddr {
+async fn fake_upstream(delay: Duration) -> std::net::SocketAddr {
     let counter = Arc::new(AtomicU64::new(0));
     let router = Router::new().route(
         "/v1/chat/completions",
         post(move |body: axum::body::Bytes| {
             let counter = counter.clone();
             async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
                 let n = counter.fetch_add(1, Ordering::Relaxed);
                 let prompt = body.len() / 4;
                 let answer = json!({"id": format!("c{n}"), "object": "chat.completion", "model": "m",
@@ -108,10 +112,11 @@ fn main() {
     let turns = env("LOAD_TURNS", 20);
     let sessions = env("LOAD_SESSIONS", 10_000);
     let cap = env("LOAD_CAP", 256);
+    let delay = Duration::from_millis(env("LOAD_UPSTREAM_MS", 50) as u64);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async move {
         let state = tempfile::tempdir().unwrap();
-        let upstream = fake_upstream().await;
+        let upstream = fake_upstream(delay).await;
         let config = ProxyConfig {
             upstream: format!("http://{upstream}"),
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -144,14 +149,20 @@ fn main() {
         let elapsed = started.elapsed();
         tokio::time::sleep(Duration::from_millis(300)).await;
         let rss_after = rss_kib();
-        let mut samples = app.metrics.take_samples();
+        let samples = app.metrics.take_samples();
+        // Each conversation's first request creates its session (archive, checkpoint store).
+        let mut later: Vec<u32> = samples.iter().copied().skip(conversations).collect();
+        later.sort_unstable();
+        let mut samples = samples;
         samples.sort_unstable();
         let requests = conversations * turns;
         println!("phase 1: {conversations} concurrent conversations × {turns} requests ({requests} requests) in {:.2} s ({:.0} req/s)",
             elapsed.as_secs_f64(), requests as f64 / elapsed.as_secs_f64());
         println!("  added latency (proxy time, upstream excluded): p50 {} µs, p99 {} µs, max {} µs ({} samples)",
             percentile(&samples, 0.5), percentile(&samples, 0.99), samples.last().copied().unwrap_or(0), samples.len());
-        println!("  errors: {errors}");
+        println!("  without the first {conversations} requests (session creation): p50 {} µs, p99 {} µs",
+            percentile(&later, 0.5), percentile(&later, 0.99));
+        println!("  upstream answer time {} ms; errors: {errors}", delay.as_millis());
         println!("  resident memory: {} KiB → {} KiB: {} KiB per conversation",
             rss_before, rss_after, rss_after.saturating_sub(rss_before) / conversations.max(1) as u64);
 

@@ -112,6 +112,9 @@ pub struct Conv {
     dirty: bool,
     exchanges: u32,
     last_used: Instant,
+    /// Side-store rows to write at the next checkpoint, with their raw JSON (rows newer than
+    /// the checkpoint would be forgotten at a restore anyway).
+    unsaved: std::collections::BTreeMap<usize, String>,
 }
 
 impl std::fmt::Debug for Conv {
@@ -261,6 +264,7 @@ impl Conv {
             dirty: false,
             exchanges: 0,
             last_used: Instant::now(),
+            unsaved: std::collections::BTreeMap::new(),
         };
         conv.index();
         Ok(conv)
@@ -337,10 +341,7 @@ impl Conv {
             entry.fp = message.fp;
             entry.raw_hash = hash;
             entry.from_answer = false;
-            self.db.execute(
-                "UPDATE entries SET fp = ?1, raw_hash = ?2, from_answer = 0, raw = ?3 WHERE seq = ?4",
-                params![message.fp as i64, hash as i64, request.items[i].get(), to_sql(i as u64)],
-            )?;
+            self.unsaved.insert(i, request.items[i].get().to_string());
         }
         if incoming < known {
             return Ok(Ingest::Diverged(incoming));
@@ -364,11 +365,6 @@ impl Conv {
                 evicted += report.evicted_units.len();
                 self.placeholders.insert(report.id);
                 self.tools_fp = fp;
-                let ids: Vec<u64> = self.placeholders.iter().copied().collect();
-                self.db.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('placeholders', ?1), ('tools_fp', ?2)",
-                    params![serde_json::to_string(&ids).unwrap_or_default(), fp.to_string()],
-                )?;
                 self.dirty = true;
             }
         }
@@ -429,23 +425,7 @@ impl Conv {
             }
         }
         if !entry.ids.is_empty() {
-            let max_id = entry.ids.iter().copied().max().unwrap_or(0);
-            self.db.execute(
-                "INSERT OR REPLACE INTO entries (seq, fp, raw_hash, pinned, ids, blocks, tokens, from_answer, max_id, raw)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                params![
-                    to_sql(seq as u64),
-                    entry.fp as i64,
-                    entry.raw_hash as i64,
-                    entry.pinned,
-                    serde_json::to_string(&entry.ids).unwrap_or_default(),
-                    serde_json::to_string(&entry.blocks).unwrap_or_default(),
-                    i64::from(entry.tokens),
-                    entry.from_answer,
-                    to_sql(max_id),
-                    raw
-                ],
-            )?;
+            self.unsaved.insert(seq, raw.to_string());
             for (p, id) in entry.ids.iter().enumerate() {
                 self.by_id.insert(*id, (seq, p));
             }
@@ -597,6 +577,9 @@ impl Conv {
         if let Some(raw) = request.items.get(e) {
             return Ok(raw.get().to_string());
         }
+        if let Some(raw) = self.unsaved.get(&e) {
+            return Ok(raw.clone());
+        }
         Ok(self.db.query_row(
             "SELECT raw FROM entries WHERE seq = ?1",
             [to_sql(e as u64)],
@@ -711,10 +694,46 @@ impl Conv {
     /// Session errors.
     pub fn checkpoint(&mut self) -> Result<(), ConvError> {
         if self.dirty {
+            self.flush()?;
             self.session.checkpoint()?;
             self.dirty = false;
             self.exchanges = 0;
         }
+        Ok(())
+    }
+
+    /// Writes the side-store rows recorded since the last checkpoint, in one transaction.
+    fn flush(&mut self) -> Result<(), ConvError> {
+        let tx = self.db.transaction()?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT OR REPLACE INTO entries (seq, fp, raw_hash, pinned, ids, blocks, tokens, from_answer, max_id, raw)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+            for (seq, raw) in &self.unsaved {
+                let Some(entry) = self.entries.get(*seq) else { continue };
+                let max_id = entry.ids.iter().copied().max().unwrap_or(0);
+                insert.execute(params![
+                    to_sql(*seq as u64),
+                    entry.fp as i64,
+                    entry.raw_hash as i64,
+                    entry.pinned,
+                    serde_json::to_string(&entry.ids).unwrap_or_default(),
+                    serde_json::to_string(&entry.blocks).unwrap_or_default(),
+                    i64::from(entry.tokens),
+                    entry.from_answer,
+                    to_sql(max_id),
+                    raw
+                ])?;
+            }
+            let ids: Vec<u64> = self.placeholders.iter().copied().collect();
+            tx.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('placeholders', ?1), ('tools_fp', ?2)",
+                params![serde_json::to_string(&ids).unwrap_or_default(), self.tools_fp.to_string()],
+            )?;
+        }
+        tx.commit()?;
+        self.unsaved.clear();
         Ok(())
     }
 
