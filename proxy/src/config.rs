@@ -16,7 +16,8 @@ pub struct ProxyConfig {
     pub upstream: String,
     /// Where to listen.
     pub listen: SocketAddr,
-    /// Where sessions live: `<state_dir>/<session key>/{archive.db,checkpoints/,proxy.db}`.
+    /// Where sessions live: `<state_dir>/archive.db` (shared), `<state_dir>/proxy.db` (the
+    /// side store) and `<state_dir>/<session key>/checkpoints/`.
     pub state_dir: PathBuf,
     /// Context windows by model name (exact match first, then the longest prefix).
     pub windows: BTreeMap<String, u32>,

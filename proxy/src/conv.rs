@@ -145,7 +145,8 @@ const SCHEMA: &str = "
 PRAGMA journal_mode = WAL;
 PRAGMA synchronous = NORMAL;
 CREATE TABLE IF NOT EXISTS entries (
-    seq INTEGER PRIMARY KEY,
+    conv TEXT NOT NULL,
+    seq INTEGER NOT NULL,
     fp INTEGER NOT NULL,
     raw_hash INTEGER NOT NULL,
     pinned INTEGER NOT NULL,
@@ -154,10 +155,42 @@ CREATE TABLE IF NOT EXISTS entries (
     tokens INTEGER NOT NULL,
     from_answer INTEGER NOT NULL,
     max_id INTEGER NOT NULL,
-    raw TEXT NOT NULL
+    raw TEXT NOT NULL,
+    PRIMARY KEY (conv, seq)
 );
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (
+    conv TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (conv, key)
+);
 ";
+
+/// Opens the side store shared by every conversation under `state_dir`.
+///
+/// # Errors
+/// SQLite and I/O errors.
+pub fn open_store(state_dir: &Path) -> Result<Connection, ConvError> {
+    std::fs::create_dir_all(state_dir)?;
+    let db = Connection::open(state_dir.join("proxy.db"))?;
+    db.busy_timeout(Duration::from_secs(10))?;
+    db.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(db)
+}
+
+/// Creates the shared side store's tables and the shared archive (once, at start).
+///
+/// # Errors
+/// SQLite and I/O errors.
+pub fn prepare_state(state_dir: &Path) -> Result<(), ConvError> {
+    let db = open_store(state_dir)?;
+    db.execute_batch(SCHEMA)?;
+    drop(
+        ctxwin_std::archive::Archive::open(state_dir.join("archive.db"))
+            .map_err(SessionError::from)?,
+    );
+    Ok(())
+}
 
 fn to_sql(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -170,43 +203,69 @@ impl Conv {
     /// # Errors
     /// Session, store and I/O errors.
     pub fn open(
-        dir: &Path,
+        state_dir: &Path,
         key: &str,
         provider: Provider,
         window: u32,
         reserve: u32,
     ) -> Result<Self, ConvError> {
-        std::fs::create_dir_all(dir)?;
-        let db = Connection::open(dir.join("proxy.db"))?;
-        db.execute_batch(SCHEMA)?;
+        let db = open_store(state_dir)?;
         let meta = |name: &str| -> Result<Option<String>, rusqlite::Error> {
-            db.query_row("SELECT value FROM meta WHERE key = ?1", [name], |row| row.get(0))
+            db.prepare_cached("SELECT value FROM meta WHERE conv = ?1 AND key = ?2")?
+                .query_row([key, name], |row| row.get(0))
                 .optional()
+        };
+        let set_meta = |name: &str, value: &str| -> Result<(), rusqlite::Error> {
+            db.prepare_cached("INSERT OR REPLACE INTO meta (conv, key, value) VALUES (?1, ?2, ?3)")?
+                .execute([key, name, value])
+                .map(drop)
         };
         let window = match meta("window")? {
             Some(w) => w.parse().unwrap_or(window),
             None => {
-                db.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('window', ?1)",
-                    [window.to_string()],
-                )?;
+                set_meta("window", &window.to_string())?;
                 window
             }
         };
-        let mut session = SessionBuilder::new(key)
-            .config(session_config(window, reserve))
-            .archive(dir.join("archive.db"))
-            .checkpoints(dir.join("checkpoints"))
-            .keep_checkpoints(3)
-            .restore_latest(true)
-            .build()?;
-        if session.checkpoints()?.is_empty() {
-            session.checkpoint()?;
-        }
+        // The session's name in the shared archive: the key, or `key#N` after a crash left
+        // rows of a generation that never reached a checkpoint (they stay, under their name).
+        let mut generation: u32 = meta("generation")?.and_then(|g| g.parse().ok()).unwrap_or(0);
+        let dir = conv_dir(state_dir, key);
+        let session = loop {
+            let (name, checkpoints) = if generation == 0 {
+                (key.to_string(), dir.join("checkpoints"))
+            } else {
+                (format!("{key}#{generation}"), dir.join(format!("checkpoints-{generation}")))
+            };
+            let built = SessionBuilder::new(&name)
+                .config(session_config(window, reserve))
+                .archive(state_dir.join("archive.db"))
+                .checkpoints(checkpoints)
+                .keep_checkpoints(3)
+                .restore_latest(true)
+                .build();
+            match built {
+                Ok(session) => break session,
+                Err(SessionError::ArchiveInUse { messages, .. }) if generation < 1_000 => {
+                    tracing::warn!(
+                        session = %name,
+                        messages,
+                        "proxy: archived rows without a checkpoint (a crash before the first one); starting the next generation"
+                    );
+                    generation += 1;
+                    set_meta("generation", &generation.to_string())?;
+                    db.execute("DELETE FROM entries WHERE conv = ?1", [key])?;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        };
         let next_id = session.manager().next_id();
         // Entries pushed after the checkpoint the session restored are gone from it: forget
         // them too (the client resends them; the archive rows are rewritten under the same ids).
-        let dropped = db.execute("DELETE FROM entries WHERE max_id >= ?1", [to_sql(next_id)])?;
+        let dropped = db.execute(
+            "DELETE FROM entries WHERE conv = ?1 AND max_id >= ?2",
+            params![key, to_sql(next_id)],
+        )?;
         if dropped > 0 {
             tracing::info!(
                 session = key,
@@ -216,9 +275,10 @@ impl Conv {
         }
         let mut entries = Vec::new();
         {
-            let mut stmt = db
-                .prepare("SELECT fp, ids, blocks, tokens, from_answer, raw_hash, pinned FROM entries ORDER BY seq")?;
-            let rows = stmt.query_map([], |row| {
+            let mut stmt = db.prepare(
+                "SELECT fp, ids, blocks, tokens, from_answer, raw_hash, pinned FROM entries WHERE conv = ?1 ORDER BY seq",
+            )?;
+            let rows = stmt.query_map([key], |row| {
                 let fp: i64 = row.get(0)?;
                 let ids: String = row.get(1)?;
                 let blocks: String = row.get(2)?;
@@ -581,8 +641,8 @@ impl Conv {
             return Ok(raw.clone());
         }
         Ok(self.db.query_row(
-            "SELECT raw FROM entries WHERE seq = ?1",
-            [to_sql(e as u64)],
+            "SELECT raw FROM entries WHERE conv = ?1 AND seq = ?2",
+            params![self.key, to_sql(e as u64)],
             |row| row.get(0),
         )?)
     }
@@ -707,8 +767,8 @@ impl Conv {
         let tx = self.db.transaction()?;
         {
             let mut insert = tx.prepare_cached(
-                "INSERT OR REPLACE INTO entries (seq, fp, raw_hash, pinned, ids, blocks, tokens, from_answer, max_id, raw)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                "INSERT OR REPLACE INTO entries (conv, seq, fp, raw_hash, pinned, ids, blocks, tokens, from_answer, max_id, raw)
+                 VALUES (?11, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?;
             for (seq, raw) in &self.unsaved {
                 let Some(entry) = self.entries.get(*seq) else { continue };
@@ -723,30 +783,19 @@ impl Conv {
                     i64::from(entry.tokens),
                     entry.from_answer,
                     to_sql(max_id),
-                    raw
+                    raw,
+                    self.key
                 ])?;
             }
             let ids: Vec<u64> = self.placeholders.iter().copied().collect();
             tx.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('placeholders', ?1), ('tools_fp', ?2)",
-                params![serde_json::to_string(&ids).unwrap_or_default(), self.tools_fp.to_string()],
+                "INSERT OR REPLACE INTO meta (conv, key, value) VALUES (?3, 'placeholders', ?1), (?3, 'tools_fp', ?2)",
+                params![serde_json::to_string(&ids).unwrap_or_default(), self.tools_fp.to_string(), self.key],
             )?;
         }
         tx.commit()?;
         self.unsaved.clear();
         Ok(())
-    }
-
-    /// The archive rows of this conversation (for tests and stats).
-    ///
-    /// # Errors
-    /// Archive errors.
-    pub fn archived(&self) -> Result<u64, ConvError> {
-        Ok(self
-            .session
-            .archive()
-            .map_or(Ok(0), |a| a.message_count(Some(&self.key)))
-            .map_err(SessionError::from)?)
     }
 }
 

@@ -12,8 +12,11 @@
 //!
 //! * **Conversations.** A request belongs to the conversation named by `x-ctxwin-session`, or
 //!   without it to a stable hash (FNV-1a) of its system prompt and first user message. Each
-//!   lives in `<state_dir>/<key>/`: `archive.db` (the session's SQLite archive),
-//!   `checkpoints/`, and `proxy.db`, the proxy's side store.
+//!   has a session named by its key in the archive shared by all of them
+//!   (`<state_dir>/archive.db`, SQLite in WAL mode), its checkpoints in
+//!   `<state_dir>/<key>/checkpoints/`, and its rows in `<state_dir>/proxy.db`, the proxy's side
+//!   store. A conversation whose first life crashed before any checkpoint continues as a new
+//!   generation (`<key>#1`), its earlier rows kept under the old name.
 //! * **Dedupe.** The side store records, per conversation, the sequence of message
 //!   fingerprints the session holds: a hash of each message's canonical form (role, text,
 //!   tool calls with canonical arguments, opaque blocks as canonical JSON without
@@ -53,6 +56,25 @@
 //! * **Answers.** Streams are passed through chunk by chunk while the assistant message is
 //!   assembled on the side; a complete answer is pushed into the session and its `usage`
 //!   feeds the calibrator. A truncated stream records nothing and ends with an error event.
+//!
+//! * **Security.** The client's `Authorization` / `x-api-key` (and every other header but
+//!   hop-by-hop ones and `x-ctxwin-*`) is forwarded upstream; headers are never logged, and
+//!   only message bodies reach the archive. Listening off loopback needs a proxy key
+//!   (`[proxy] api_key` / `CTXWIN_PROXY_KEY`) that clients send as `x-ctxwin-key`. Bodies
+//!   above `body_limit` are refused with 413. `/metrics` holds counts only and is open.
+//!
+//! # Limits
+//!
+//! * A resident session costs about 2.5 MiB: the core manager of a [`ctxwin_std::Session`]
+//!   is sized by `ServerCapacities` (1.8 MiB, windows up to 200k tokens) plus two SQLite
+//!   connections. `max_resident` bounds the total; smaller per-session capacities need a
+//!   capacity parameter on `Session` in ctxwin-std.
+//! * The budget counts opaque blocks by their estimate; tool outputs the core reduced are sent
+//!   reduced only when their content is a plain string (otherwise the original is sent and the
+//!   estimate is what the core stored).
+//! * Anthropic needs a user turn first: when eviction leaves an assistant turn first, a
+//!   one-line user turn saying earlier turns were moved out of the window is sent before it.
+//! * Only the first choice of an answer (`n > 1`) is recorded.
 //!
 //! Failures answer in the provider's error format: 502/504 when the upstream is down or
 //! slow, 400 when the pinned part cannot fit or the body does not parse (with where), 413

@@ -18,7 +18,7 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, mpsc};
 
 use crate::assemble::{self, StreamAssembler};
 use crate::config::ProxyConfig;
-use crate::conv::{Composed, Conv, ConvError, Ingest, conv_dir};
+use crate::conv::{Composed, Conv, ConvError, Ingest};
 use crate::hash::{FNV_SEED, fnv1a, hash_str};
 use crate::metrics::Metrics;
 use crate::wire::{self, Provider, Request};
@@ -96,13 +96,16 @@ impl App {
     /// A proxy with `config`.
     ///
     /// # Errors
-    /// When the HTTP client cannot be built.
-    pub fn new(config: ProxyConfig) -> Result<Arc<Self>, reqwest::Error> {
+    /// When the state directory or the HTTP client cannot be set up.
+    pub fn new(config: ProxyConfig) -> Result<Arc<Self>, String> {
+        crate::conv::prepare_state(&config.state_dir)
+            .map_err(|e| format!("state directory {}: {e}", config.state_dir.display()))?;
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .read_timeout(config.upstream_timeout)
             .pool_max_idle_per_host(256)
-            .build()?;
+            .build()
+            .map_err(|e| e.to_string())?;
         Ok(Arc::new(Self {
             config,
             metrics: Metrics::default(),
@@ -221,8 +224,15 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 fn authorized(app: &App, headers: &HeaderMap) -> bool {
     match app.config.proxy_key.as_deref().filter(|k| !k.is_empty()) {
         None => true,
-        Some(key) => headers.get(KEY_HEADER).is_some_and(|v| v.as_bytes() == key.as_bytes()),
+        Some(key) => {
+            headers.get(KEY_HEADER).is_some_and(|v| same_bytes(v.as_bytes(), key.as_bytes()))
+        }
     }
+}
+
+/// Compares in time independent of where the bytes differ.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
 async fn read_body(app: &App, body: Body) -> Result<Bytes, Failure> {
@@ -461,7 +471,7 @@ async fn lock_conv(
     let slot = app.slot(key);
     let mut guard = slot.conv.clone().lock_owned().await;
     if guard.is_none() {
-        let dir = conv_dir(&app.config.state_dir, key);
+        let dir = app.config.state_dir.clone();
         let (window, reserve) = (app.config.window_for(model), app.config.reserve);
         let key = key.to_string();
         let conv =

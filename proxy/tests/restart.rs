@@ -69,6 +69,9 @@ async fn killed_mid_stream_resumes_from_the_checkpoint() {
     messages.push(answer["choices"][0]["message"].clone());
     messages.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "built"}));
 
+    // Idle for a moment: the sweeper checkpoints the conversation.
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+
     // A slow stream; the proxy dies after the first chunk.
     fake.set_mode(Mode::SlowStream(300));
     let mut response = client.post(&endpoint).body(body(&messages, true)).send().await.unwrap();
@@ -98,6 +101,9 @@ async fn killed_mid_stream_resumes_from_the_checkpoint() {
     proxy.wait().await.unwrap();
     let counts = archive_counts(state.path());
     assert_eq!(counts.len(), 1, "{counts:?}");
-    // system, user, call, result, answer, user, call + the tool-definition placeholder
+    // system, user, call, result, answer, user, call + the tool-definition placeholder, under
+    // the conversation's own name: it resumed from its checkpoint (no new generation).
     assert_eq!(counts[0].1, 8, "{counts:?}");
+    let archive = ctxwin_std::archive::Archive::open(state.path().join("archive.db")).unwrap();
+    assert_eq!(archive.message_count(Some(&format!("{}#1", counts[0].0))).unwrap(), 0);
 }

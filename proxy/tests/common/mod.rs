@@ -392,13 +392,16 @@ pub fn anthropic_pairs_intact(messages: &[Value]) -> Result<(), String> {
     Ok(())
 }
 
-/// Archive rows of every conversation under `state`, by directory name.
+/// Archive rows of every conversation under `state` (the shared archive), by session name.
 pub fn archive_counts(state: &Path) -> Vec<(String, u64)> {
+    let archive = ctxwin_std::archive::Archive::open(state.join("archive.db")).unwrap();
     let mut out = Vec::new();
     for entry in std::fs::read_dir(state).unwrap() {
         let entry = entry.unwrap();
+        if !entry.file_type().unwrap().is_dir() {
+            continue;
+        }
         let name = entry.file_name().to_string_lossy().to_string();
-        let archive = ctxwin_std::archive::Archive::open(entry.path().join("archive.db")).unwrap();
         out.push((name.clone(), archive.message_count(Some(&name)).unwrap()));
     }
     out.sort();
