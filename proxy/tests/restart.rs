@@ -70,7 +70,7 @@ async fn killed_mid_stream_resumes_from_the_checkpoint() {
     messages.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "built"}));
 
     // Idle for a moment: the sweeper checkpoints the conversation.
-    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
 
     // A slow stream; the proxy dies after the first chunk.
     fake.set_mode(Mode::SlowStream(300));
@@ -106,4 +106,45 @@ async fn killed_mid_stream_resumes_from_the_checkpoint() {
     assert_eq!(counts[0].1, 8, "{counts:?}");
     let archive = ctxwin_std::archive::Archive::open(state.path().join("archive.db")).unwrap();
     assert_eq!(archive.message_count(Some(&format!("{}#1", counts[0].0))).unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_before_the_first_checkpoint_continues_as_a_new_generation() {
+    let state = tempfile::tempdir().unwrap();
+    let (up, _fake) = start_fake().await;
+    let client = reqwest::Client::new();
+    let (mut proxy, url) = spawn_proxy(up, state.path()).await;
+    let endpoint = format!("{url}/v1/chat/completions");
+    let mut messages = vec![json!({"role": "user", "content": "first words"})];
+    let answer: Value = client
+        .post(&endpoint)
+        .body(body(&messages, false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    proxy.start_kill().unwrap();
+    proxy.wait().await.unwrap();
+    messages.push(answer["choices"][0]["message"].clone());
+    messages.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "ok"}));
+    let (mut proxy, url) = spawn_proxy(up, state.path()).await;
+    let response = client
+        .post(format!("{url}/v1/chat/completions"))
+        .body(body(&messages, false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.start_kill().unwrap();
+    proxy.wait().await.unwrap();
+    let counts = archive_counts(state.path());
+    let archive = ctxwin_std::archive::Archive::open(state.path().join("archive.db")).unwrap();
+    let first = archive.message_count(Some(&counts[0].0)).unwrap();
+    let second = archive.message_count(Some(&format!("{}#1", counts[0].0))).unwrap();
+    // The first life's rows stay (placeholder, user, and the answer if it was recorded before
+    // the kill); the new generation holds them all again plus the result (and the answer).
+    assert!((2..=3).contains(&first) && (4..=5).contains(&second), "{first} {second}");
 }
