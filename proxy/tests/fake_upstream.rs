@@ -511,3 +511,30 @@ async fn the_proxy_key_is_required_when_set() {
     open.listen = "0.0.0.0:0".parse().unwrap();
     assert!(open.validate().is_err(), "off loopback without a key");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_content_kind_passes_byte_exact() {
+    let state = tempfile::tempdir().unwrap();
+    let (up, fake) = start_fake().await;
+    let proxy = start_proxy(config(up, state.path())).await;
+    let client = reqwest::Client::new();
+    // OpenAI: image (data URL with a declared size), audio, a file, a refusal, odd spacing.
+    let openai_messages = format!(
+        r#"[{{"role":"developer","content":"be brief"}},{{"role":"user","content":[{{"type":"text","text":"look"}},{{"type":"image_url","image_url":{{"url":"data:image/png;base64,{}","detail":"high"}}}},{{"type":"input_audio","input_audio":{{"data":"UklGRiQAAABXQVZF","format":"wav"}}}},{{"type":"file","file":{{"filename":"a.pdf","file_data":"data:application/pdf;base64,JVBERi0xLjQK"}}}}]}},{{"role":"assistant","content":null,"refusal":"I cannot"}},{{"role":"user",  "content":"ok then"}}]"#,
+        png_base64(640, 480)
+    );
+    let body = format!(r#"{{"model":"m","messages":{openai_messages},"n":1}}"#);
+    let response = client.post(proxy.url("/v1/chat/completions")).body(body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let sent = String::from_utf8(fake.last().body.to_vec()).unwrap();
+    assert_eq!(sent, format!(r#"{{"model":"m","messages":{openai_messages},"n":1}}"#));
+
+    // Anthropic: a document, server-tool blocks, redacted thinking, citations.
+    let anthropic_messages = r#"[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"The sky is blue."},"citations":{"enabled":true}},{"type":"text","text":"What colour is the sky?"}]},{"role":"assistant","content":[{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3pzix"},{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"sky colour"}},{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[{"type":"web_search_result","url":"https://example.com","title":"Sky","encrypted_content":"abc","page_age":null}]},{"type":"text","text":"Blue.","citations":[{"type":"char_location","cited_text":"The sky is blue.","document_index":0,"start_char_index":0,"end_char_index":16}]}]},{"role":"user","content":"thanks"}]"#;
+    let body =
+        format!(r#"{{"model":"claude-test","max_tokens":100,"messages":{anthropic_messages}}}"#);
+    let response = client.post(proxy.url("/v1/messages")).body(body.clone()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(String::from_utf8(fake.last().body.to_vec()).unwrap(), body);
+    proxy.stop().await;
+}
