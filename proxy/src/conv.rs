@@ -57,6 +57,8 @@ struct Entry {
     raw_hash: u64,
     /// A system message leading the conversation (kept permanently).
     pinned: bool,
+    /// Hash of its tool-call ids (0 without calls).
+    calls: u64,
     /// Session ids of its parts, in order.
     ids: Vec<u64>,
     /// Anthropic content-block indexes of each part.
@@ -150,6 +152,7 @@ CREATE TABLE IF NOT EXISTS entries (
     fp INTEGER NOT NULL,
     raw_hash INTEGER NOT NULL,
     pinned INTEGER NOT NULL,
+    calls INTEGER NOT NULL,
     ids TEXT NOT NULL,
     blocks TEXT NOT NULL,
     tokens INTEGER NOT NULL,
@@ -276,7 +279,7 @@ impl Conv {
         let mut entries = Vec::new();
         {
             let mut stmt = db.prepare(
-                "SELECT fp, ids, blocks, tokens, from_answer, raw_hash, pinned FROM entries WHERE conv = ?1 ORDER BY seq",
+                "SELECT fp, ids, blocks, tokens, from_answer, raw_hash, pinned, calls FROM entries WHERE conv = ?1 ORDER BY seq",
             )?;
             let rows = stmt.query_map([key], |row| {
                 let fp: i64 = row.get(0)?;
@@ -286,7 +289,9 @@ impl Conv {
                 let from_answer: bool = row.get(4)?;
                 let raw_hash: i64 = row.get(5)?;
                 let pinned: bool = row.get(6)?;
+                let calls: i64 = row.get(7)?;
                 Ok(Entry {
+                    calls: calls as u64,
                     fp: fp as u64,
                     raw_hash: raw_hash as u64,
                     pinned,
@@ -391,8 +396,11 @@ impl Conv {
             }
             // The client's copy of an answer the proxy assembled: the same message, serialized
             // by the client's library. Adopt its fingerprint.
-            let adopt =
-                i + 1 == known && self.entries[i].from_answer && message.role == "assistant";
+            // The tool calls must be the same: the core holds them, and their results.
+            let adopt = i + 1 == known
+                && self.entries[i].from_answer
+                && message.role == "assistant"
+                && self.entries[i].calls == calls_hash(&message);
             if !adopt {
                 return Ok(Ingest::Diverged(i));
             }
@@ -454,6 +462,7 @@ impl Conv {
             fp: message.fp,
             raw_hash,
             pinned,
+            calls: calls_hash(message),
             ids: Vec::new(),
             blocks: Vec::new(),
             tokens: 0,
@@ -767,8 +776,8 @@ impl Conv {
         let tx = self.db.transaction()?;
         {
             let mut insert = tx.prepare_cached(
-                "INSERT OR REPLACE INTO entries (conv, seq, fp, raw_hash, pinned, ids, blocks, tokens, from_answer, max_id, raw)
-                 VALUES (?11, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                "INSERT OR REPLACE INTO entries (conv, seq, fp, raw_hash, pinned, ids, blocks, tokens, from_answer, max_id, raw, calls)
+                 VALUES (?11, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12)",
             )?;
             for (seq, raw) in &self.unsaved {
                 let Some(entry) = self.entries.get(*seq) else { continue };
@@ -784,7 +793,8 @@ impl Conv {
                     entry.from_answer,
                     to_sql(max_id),
                     raw,
-                    self.key
+                    self.key,
+                    entry.calls as i64
                 ])?;
             }
             let ids: Vec<u64> = self.placeholders.iter().copied().collect();
@@ -797,6 +807,16 @@ impl Conv {
         self.unsaved.clear();
         Ok(())
     }
+}
+
+/// Hash of a message's tool-call ids, in order (0 without calls).
+fn calls_hash(message: &Analyzed) -> u64 {
+    let ids: Vec<&str> = message
+        .parts
+        .iter()
+        .flat_map(|p| p.chat.tool_calls.iter().map(|c| c.id.as_str()))
+        .collect();
+    if ids.is_empty() { 0 } else { hash_str(&ids.join("\u{1}")) }
 }
 
 /// A message to emit, in payload order.

@@ -133,3 +133,18 @@ async fn python_openai_sdk_against_a_real_server() {
     assert!(stdout.contains("OK"), "{stdout}");
     proxy.stop().await;
 }
+
+/// The script's real-server mode, against the fake: it must work before CI meets a real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_real_mode_against_the_fake_upstream() {
+    let Some(python) = venv_python() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let (up, fake) = start_fake().await;
+    let proxy = start_proxy(config(up, state.path())).await;
+    let stdout = run_python(&python, &format!("http://{}", proxy.addr), "real").await;
+    assert!(stdout.contains("OK"), "{stdout}");
+    for request in fake.received.lock().unwrap().iter() {
+        openai_pairs_intact(request.json()["messages"].as_array().unwrap()).unwrap();
+    }
+    proxy.stop().await;
+}
