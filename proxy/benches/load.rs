@@ -1,0 +1,215 @@
+//! Load bench: concurrent conversations through the proxy against a fast fake upstream.
+//!
+//! ```sh
+//! cargo bench -p ctxwin-proxy --bench load
+//! # LOAD_CONVERSATIONS (200), LOAD_TURNS (20), LOAD_SESSIONS (10000), LOAD_CAP (256),
+//! # LOAD_UPSTREAM_MS (50: the fake model's answer time; 0 saturates the machine)
+//! ```
+//!
+//! Phase 1: `LOAD_CONVERSATIONS` conversations at once, `LOAD_TURNS` requests each, every
+//! request resending the whole history. Reports the latency the proxy adds (its own time,
+//! upstream excluded, as `/metrics` measures it) p50/p99/max, errors, and resident memory
+//! per conversation (RSS growth over the phase / conversations).
+//! Phase 2: `LOAD_SESSIONS` one-request conversations under a resident cap of `LOAD_CAP`:
+//! reports the resident count and RSS at the end.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use ctxwin_proxy::{App, ProxyConfig};
+use serde_json::{Value, json};
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn fake_upstream(delay: Duration) -> std::net::SocketAddr {
+    let counter = Arc::new(AtomicU64::new(0));
+    let router = Router::new().route(
+        "/v1/chat/completions",
+        post(move |body: axum::body::Bytes| {
+            let counter = counter.clone();
+            async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let prompt = body.len() / 4;
+                let answer = json!({"id": format!("c{n}"), "object": "chat.completion", "model": "m",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("Answer {n}: the build is green and the tests pass.")}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": 12, "total_tokens": prompt + 12}});
+                ([("content-type", "application/json")], answer.to_string()).into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+fn percentile(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+async fn conversation(client: reqwest::Client, url: String, id: usize, turns: usize) -> usize {
+    let mut errors = 0;
+    let mut messages = vec![
+        json!({"role": "system", "content": format!("You are agent {id}. Keep the build green.")}),
+    ];
+    for turn in 0..turns {
+        messages.push(json!({"role": "user", "content": format!("Turn {turn} of conversation {id}: check the build and report what changed since the last run, with the failing tests if any.")}));
+        let body = json!({"model": "m", "messages": messages, "temperature": 0}).to_string();
+        let response = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("x-ctxwin-session", format!("bench-{id}"))
+            .body(body)
+            .send()
+            .await;
+        match response {
+            Ok(response) if response.status().is_success() => {
+                let value: Value = response.json().await.unwrap_or(Value::Null);
+                messages.push(value["choices"][0]["message"].clone());
+            }
+            Ok(response) => {
+                errors += 1;
+                eprintln!(
+                    "status {}: {}",
+                    response.status(),
+                    response.text().await.unwrap_or_default()
+                );
+            }
+            Err(error) => {
+                errors += 1;
+                eprintln!("{error}");
+            }
+        }
+    }
+    errors
+}
+
+fn main() {
+    let conversations = env("LOAD_CONVERSATIONS", 200);
+    let turns = env("LOAD_TURNS", 20);
+    let sessions = env("LOAD_SESSIONS", 10_000);
+    let cap = env("LOAD_CAP", 256);
+    let delay = Duration::from_millis(env("LOAD_UPSTREAM_MS", 50) as u64);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async move {
+        let state = tempfile::tempdir().unwrap();
+        let upstream = fake_upstream(delay).await;
+        let config = ProxyConfig {
+            upstream: format!("http://{upstream}"),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            state_dir: state.path().to_path_buf(),
+            max_resident: cap.max(conversations),
+            ..ProxyConfig::default()
+        };
+        let app = App::new(config).unwrap();
+        app.metrics.keep_samples();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(ctxwin_proxy::serve(app.clone(), listener, async move {
+            let _ = stop_rx.await;
+        }));
+        let url = format!("http://{addr}/v1/chat/completions");
+        let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
+        // Warm up: one conversation, then measure from here.
+        conversation(client.clone(), url.clone(), usize::MAX, 2).await;
+        let _ = app.metrics.take_samples();
+        let rss_before = rss_kib();
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..conversations)
+            .map(|id| tokio::spawn(conversation(client.clone(), url.clone(), id, turns)))
+            .collect();
+        let mut errors = 0;
+        for task in tasks {
+            errors += task.await.unwrap();
+        }
+        let elapsed = started.elapsed();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let rss_after = rss_kib();
+        let samples = app.metrics.take_samples();
+        // Each conversation's first request creates its session (archive, checkpoint store).
+        let mut later: Vec<u32> = samples.iter().copied().skip(conversations).collect();
+        later.sort_unstable();
+        let mut samples = samples;
+        samples.sort_unstable();
+        let requests = conversations * turns;
+        println!("phase 1: {conversations} concurrent conversations × {turns} requests ({requests} requests) in {:.2} s ({:.0} req/s)",
+            elapsed.as_secs_f64(), requests as f64 / elapsed.as_secs_f64());
+        println!("  added latency (proxy time, upstream excluded): p50 {} µs, p99 {} µs, max {} µs ({} samples)",
+            percentile(&samples, 0.5), percentile(&samples, 0.99), samples.last().copied().unwrap_or(0), samples.len());
+        println!("  without the first {conversations} requests (session creation): p50 {} µs, p99 {} µs",
+            percentile(&later, 0.5), percentile(&later, 0.99));
+        println!("  upstream answer time {} ms; errors: {errors}", delay.as_millis());
+        println!("  resident memory: {} KiB → {} KiB: {} KiB per conversation",
+            rss_before, rss_after, rss_after.saturating_sub(rss_before) / conversations.max(1) as u64);
+
+        if sessions > 0 {
+            let started = Instant::now();
+            let app2 = {
+                let config = ProxyConfig {
+                    upstream: format!("http://{upstream}"),
+                    listen: "127.0.0.1:0".parse().unwrap(),
+                    state_dir: state.path().join("phase2"),
+                    max_resident: cap,
+                    ..ProxyConfig::default()
+                };
+                App::new(config).unwrap()
+            };
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr2 = listener.local_addr().unwrap();
+            let (stop2_tx, stop2_rx) = tokio::sync::oneshot::channel::<()>();
+            let server2 = tokio::spawn(ctxwin_proxy::serve(app2.clone(), listener, async move {
+                let _ = stop2_rx.await;
+            }));
+            let url2 = format!("http://{addr2}/v1/chat/completions");
+            let mut peak = 0;
+            let mut errors = 0;
+            let batch = 64;
+            let mut done = 0;
+            while done < sessions {
+                let n = batch.min(sessions - done);
+                let tasks: Vec<_> = (done..done + n)
+                    .map(|id| tokio::spawn(conversation(client.clone(), url2.clone(), 1_000_000 + id, 1)))
+                    .collect();
+                for task in tasks {
+                    errors += task.await.unwrap();
+                }
+                done += n;
+                peak = peak.max(app2.metrics.resident.load(Ordering::Relaxed));
+            }
+            println!("phase 2: {sessions} conversations under a resident cap of {cap} in {:.1} s: peak resident {peak}, at the end {}, known {}, unloads {}, errors {errors}, RSS {} KiB",
+                started.elapsed().as_secs_f64(),
+                app2.metrics.resident.load(Ordering::Relaxed),
+                app2.known_sessions(),
+                app2.metrics.unloads.load(Ordering::Relaxed),
+                rss_kib());
+            let _ = stop2_tx.send(());
+            let _ = server2.await;
+        }
+        let _ = stop_tx.send(());
+        let _ = server.await;
+    });
+}

@@ -1,0 +1,274 @@
+//! The proxy's settings: the `[proxy]` section of `ctxwin.toml`, then environment variables,
+//! then command-line flags (each overriding the one before).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Everything the proxy needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// The provider's base URL (`https://api.openai.com`, `http://127.0.0.1:8080`); request
+    /// paths are appended (`/v1/chat/completions`). A trailing `/v1` is accepted too.
+    pub upstream: String,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Where sessions live: `<state_dir>/archive.db` (shared), `<state_dir>/proxy.db` (the
+    /// side store) and `<state_dir>/<session key>/checkpoints/`.
+    pub state_dir: PathBuf,
+    /// Context windows by model name (exact match first, then the longest prefix).
+    pub windows: BTreeMap<String, u32>,
+    /// The window of a model not listed.
+    pub default_window: u32,
+    /// Tokens kept free for the reply (capped at an eighth of the window).
+    pub reserve: u32,
+    /// Most sessions kept in memory; the least recently used idle ones are checkpointed and
+    /// unloaded above it.
+    pub max_resident: usize,
+    /// The key clients must send in `x-ctxwin-key` (required to listen off loopback).
+    pub proxy_key: Option<String>,
+    /// Largest request body accepted, in bytes.
+    pub body_limit: usize,
+    /// How long to wait for the upstream's response headers (and between stream chunks).
+    pub upstream_timeout: Duration,
+    /// A conversation idle this long after a change is checkpointed.
+    pub checkpoint_idle: Duration,
+    /// A busy conversation is checkpointed every this many exchanges.
+    pub checkpoint_every: u32,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            upstream: "http://127.0.0.1:8080".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            state_dir: PathBuf::from(".ctxwin/proxy"),
+            windows: BTreeMap::new(),
+            default_window: 32_768,
+            reserve: 4_096,
+            max_resident: 256,
+            proxy_key: None,
+            body_limit: 32 << 20,
+            upstream_timeout: Duration::from_secs(300),
+            checkpoint_idle: Duration::from_secs(1),
+            checkpoint_every: 64,
+        }
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file does not read or parse.
+    #[error("{path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A value is invalid.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProxySection {
+    upstream: Option<String>,
+    listen: Option<String>,
+    state_dir: Option<PathBuf>,
+    #[serde(default)]
+    windows: BTreeMap<String, u32>,
+    default_window: Option<u32>,
+    reserve: Option<u32>,
+    max_resident: Option<usize>,
+    api_key: Option<String>,
+    body_limit: Option<usize>,
+    upstream_timeout_secs: Option<u64>,
+    checkpoint_idle_ms: Option<u64>,
+    checkpoint_every: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct File {
+    #[serde(default)]
+    proxy: Option<ProxySection>,
+}
+
+impl ProxyConfig {
+    /// The window for `model`.
+    pub fn window_for(&self, model: &str) -> u32 {
+        if let Some(window) = self.windows.get(model) {
+            return *window;
+        }
+        self.windows
+            .iter()
+            .filter(|(prefix, _)| model.starts_with(prefix.as_str()))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map_or(self.default_window, |(_, window)| *window)
+    }
+
+    /// Applies the `[proxy]` section of the TOML file at `path` (other sections are the CLI's).
+    ///
+    /// # Errors
+    /// [`ConfigError::File`] when it does not read or parse; [`ConfigError::Invalid`].
+    pub fn apply_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::File { path: path.into(), reason: e.to_string() })?;
+        self.apply_toml(&text).map_err(|e| match e {
+            ConfigError::Invalid(reason) => ConfigError::File { path: path.into(), reason },
+            other => other,
+        })
+    }
+
+    /// Applies the `[proxy]` section of TOML `text`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a syntax error, an unknown key or a bad value.
+    pub fn apply_toml(&mut self, text: &str) -> Result<(), ConfigError> {
+        let file: File = toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let Some(section) = file.proxy else { return Ok(()) };
+        if let Some(upstream) = section.upstream {
+            self.upstream = upstream;
+        }
+        if let Some(listen) = section.listen {
+            self.listen = parse_listen(&listen)?;
+        }
+        if let Some(dir) = section.state_dir {
+            self.state_dir = dir;
+        }
+        self.windows.extend(section.windows);
+        if let Some(window) = section.default_window {
+            self.default_window = window;
+        }
+        if let Some(reserve) = section.reserve {
+            self.reserve = reserve;
+        }
+        if let Some(max) = section.max_resident {
+            self.max_resident = max;
+        }
+        if section.api_key.is_some() {
+            self.proxy_key = section.api_key;
+        }
+        if let Some(limit) = section.body_limit {
+            self.body_limit = limit;
+        }
+        if let Some(secs) = section.upstream_timeout_secs {
+            self.upstream_timeout = Duration::from_secs(secs);
+        }
+        if let Some(ms) = section.checkpoint_idle_ms {
+            self.checkpoint_idle = Duration::from_millis(ms);
+        }
+        if let Some(every) = section.checkpoint_every {
+            self.checkpoint_every = every.max(1);
+        }
+        Ok(())
+    }
+
+    /// Applies `CTXWIN_PROXY_UPSTREAM`, `CTXWIN_PROXY_LISTEN`, `CTXWIN_PROXY_KEY`,
+    /// `CTXWIN_PROXY_STATE_DIR` and `CTXWIN_PROXY_MAX_RESIDENT` when set.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a bad address or number.
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        if let Some(upstream) = get("CTXWIN_PROXY_UPSTREAM") {
+            self.upstream = upstream;
+        }
+        if let Some(listen) = get("CTXWIN_PROXY_LISTEN") {
+            self.listen = parse_listen(&listen)?;
+        }
+        if let Some(key) = get("CTXWIN_PROXY_KEY") {
+            self.proxy_key = Some(key);
+        }
+        if let Some(dir) = get("CTXWIN_PROXY_STATE_DIR") {
+            self.state_dir = dir.into();
+        }
+        if let Some(max) = get("CTXWIN_PROXY_MAX_RESIDENT") {
+            self.max_resident = max.parse().map_err(|_| {
+                ConfigError::Invalid(format!("CTXWIN_PROXY_MAX_RESIDENT: `{max}` is not a number"))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Checks the settings work together: a non-loopback address needs a proxy key, the
+    /// resident cap is at least 1, the upstream is an http(s) URL.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] saying what to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.listen.ip().is_loopback() && self.proxy_key.as_deref().is_none_or(str::is_empty) {
+            return Err(ConfigError::Invalid(format!(
+                "listening on {} (not loopback) needs a proxy key: set [proxy] api_key or CTXWIN_PROXY_KEY; clients send it in x-ctxwin-key",
+                self.listen
+            )));
+        }
+        if self.max_resident == 0 {
+            return Err(ConfigError::Invalid("max_resident must be at least 1".into()));
+        }
+        if !(self.upstream.starts_with("http://") || self.upstream.starts_with("https://")) {
+            return Err(ConfigError::Invalid(format!(
+                "upstream `{}` is not an http(s) URL",
+                self.upstream
+            )));
+        }
+        if self.default_window < 1_024 || self.windows.values().any(|w| *w < 1_024) {
+            return Err(ConfigError::Invalid(
+                "context windows must be at least 1,024 tokens".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The upstream URL for request path `path_and_query` (`/v1/...`).
+    pub fn upstream_url(&self, path_and_query: &str) -> String {
+        let base = self.upstream.trim_end_matches('/');
+        let base =
+            base.strip_suffix("/v1").filter(|_| path_and_query.starts_with("/v1")).unwrap_or(base);
+        format!("{base}{path_and_query}")
+    }
+}
+
+fn parse_listen(text: &str) -> Result<SocketAddr, ConfigError> {
+    text.parse()
+        .map_err(|_| ConfigError::Invalid(format!("listen address `{text}` is not HOST:PORT")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_env_and_checks() {
+        let mut config = ProxyConfig::default();
+        config
+            .apply_toml(
+                r#"
+[budget]
+other = 1
+[proxy]
+upstream = "http://up:9/v1"
+max_resident = 4
+[proxy.windows]
+"gpt-4o" = 128000
+"claude" = 200000
+"#,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.window_for("gpt-4o-mini"), 128_000);
+        assert_eq!(config.window_for("claude-sonnet-4"), 200_000);
+        assert_eq!(config.window_for("llama"), 32_768);
+        assert_eq!(config.upstream_url("/v1/models"), "http://up:9/v1/models");
+        config
+            .apply_env(|k| (k == "CTXWIN_PROXY_LISTEN").then(|| "0.0.0.0:1".to_string()))
+            .unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("proxy key"));
+        config.proxy_key = Some("k".into());
+        config.validate().unwrap();
+        assert!(config.apply_toml("[proxy]\nbogus = 1").is_err());
+    }
+}

@@ -1,0 +1,902 @@
+//! One conversation: a [`Session`] (archive, checkpoints, calibration) plus the proxy's side
+//! store, which records the sequence of message fingerprints the session holds and the raw
+//! JSON of each message, keyed by the session's message ids.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ctxwin_std::core::{Config, Error as CoreError, Level, Role};
+use ctxwin_std::session::{PushOptions, Session, SessionBuilder, SessionError};
+use ctxwin_std::{ChatMessage, core::counter::TokenCounter};
+use indexmap::IndexMap;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::assemble::Answer;
+use crate::hash::{canonical, hash_str};
+use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, response_fingerprint};
+
+/// What went wrong in a conversation.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvError {
+    /// The session refused or failed.
+    #[error("{0}")]
+    Session(#[from] SessionError),
+    /// The side store failed.
+    #[error("proxy store: {0}")]
+    Store(#[from] rusqlite::Error),
+    /// The state directory failed.
+    #[error("state directory: {0}")]
+    Io(#[from] std::io::Error),
+    /// A message of the request does not read.
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+impl ConvError {
+    /// The core refusal behind this error, if it is one.
+    pub fn core(&self) -> Option<&CoreError> {
+        match self {
+            ConvError::Session(SessionError::Core(error)) => Some(error),
+            ConvError::Session(SessionError::AfterStore { source, .. }) => match source.as_ref() {
+                SessionError::Core(error) => Some(error),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// One message of the recorded sequence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    fp: u64,
+    /// Hash of the raw JSON last seen for it (equal bytes need no reading).
+    raw_hash: u64,
+    /// A system message leading the conversation (kept permanently).
+    pinned: bool,
+    /// Hash of its tool-call ids (0 without calls).
+    calls: u64,
+    /// Session ids of its parts, in order.
+    ids: Vec<u64>,
+    /// Anthropic content-block indexes of each part.
+    blocks: Vec<Vec<usize>>,
+    /// Estimated tokens of all its parts.
+    tokens: u32,
+    /// Built from an upstream answer (the client has not echoed it yet).
+    from_answer: bool,
+}
+
+/// How an incoming history relates to what the session holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingest {
+    /// It extends the recorded sequence: `new` messages were pushed; `tokens_in` is the
+    /// estimated cost of the whole history the client sent.
+    Extended {
+        /// Messages pushed now.
+        new: usize,
+        /// Estimated tokens of every incoming message.
+        tokens_in: u64,
+        /// Units evicted by the pushes.
+        evicted: usize,
+    },
+    /// It differs from the recorded sequence at this index: nothing was pushed.
+    Diverged(usize),
+}
+
+/// A composed request body.
+#[derive(Debug)]
+pub struct Composed {
+    /// The body to forward.
+    pub body: Vec<u8>,
+    /// Its estimated tokens (the session's count).
+    pub tokens: u32,
+    /// Units evicted to compose it.
+    pub evicted: usize,
+    /// The emitted message prefix is the same as last time (the provider's prompt cache holds).
+    pub cache_stable: bool,
+}
+
+/// One conversation, resident.
+pub struct Conv {
+    key: String,
+    provider: Provider,
+    session: Session,
+    db: Connection,
+    entries: Vec<Entry>,
+    by_id: HashMap<u64, (usize, usize)>,
+    placeholders: HashSet<u64>,
+    tools_fp: u64,
+    filler_rate: f64,
+    last_emitted: Vec<u64>,
+    dirty: bool,
+    exchanges: u32,
+    last_used: Instant,
+    /// Side-store rows to write at the next checkpoint, with their raw JSON (rows newer than
+    /// the checkpoint would be forgotten at a restore anyway).
+    unsaved: std::collections::BTreeMap<usize, String>,
+}
+
+impl std::fmt::Debug for Conv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conv")
+            .field("key", &self.key)
+            .field("entries", &self.entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The core configuration of a proxied conversation for a `window`-token model.
+pub fn session_config(window: u32, reserve: u32) -> Config {
+    let reserve = reserve.min(window / 8).max(1);
+    let budget = window - reserve;
+    Config {
+        context_window: window,
+        reserved_for_reply: reserve,
+        permanent_budget: budget / 4,
+        session_budget: budget / 20,
+        working_budget: budget * 65 / 100,
+        ..Config::DEFAULT
+    }
+}
+
+const SCHEMA: &str = "
+PRAGMA journal_mode = WAL;
+PRAGMA synchronous = NORMAL;
+CREATE TABLE IF NOT EXISTS entries (
+    conv TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    fp INTEGER NOT NULL,
+    raw_hash INTEGER NOT NULL,
+    pinned INTEGER NOT NULL,
+    calls INTEGER NOT NULL,
+    ids TEXT NOT NULL,
+    blocks TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    from_answer INTEGER NOT NULL,
+    max_id INTEGER NOT NULL,
+    raw TEXT NOT NULL,
+    PRIMARY KEY (conv, seq)
+);
+CREATE TABLE IF NOT EXISTS meta (
+    conv TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (conv, key)
+);
+";
+
+/// Opens the side store shared by every conversation under `state_dir`.
+///
+/// # Errors
+/// SQLite and I/O errors.
+pub fn open_store(state_dir: &Path) -> Result<Connection, ConvError> {
+    std::fs::create_dir_all(state_dir)?;
+    let db = Connection::open(state_dir.join("proxy.db"))?;
+    db.busy_timeout(Duration::from_secs(10))?;
+    db.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(db)
+}
+
+/// Creates the shared side store's tables and the shared archive (once, at start).
+///
+/// # Errors
+/// SQLite and I/O errors.
+pub fn prepare_state(state_dir: &Path) -> Result<(), ConvError> {
+    let db = open_store(state_dir)?;
+    db.execute_batch(SCHEMA)?;
+    drop(
+        ctxwin_std::archive::Archive::open(state_dir.join("archive.db"))
+            .map_err(SessionError::from)?,
+    );
+    Ok(())
+}
+
+fn to_sql(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Conv {
+    /// Opens (or creates) conversation `key` in `dir`, continuing from its newest checkpoint.
+    /// A new conversation uses `window`; an existing one keeps the window it was created with.
+    ///
+    /// # Errors
+    /// Session, store and I/O errors.
+    pub fn open(
+        state_dir: &Path,
+        key: &str,
+        provider: Provider,
+        window: u32,
+        reserve: u32,
+    ) -> Result<Self, ConvError> {
+        let db = open_store(state_dir)?;
+        let meta = |name: &str| -> Result<Option<String>, rusqlite::Error> {
+            db.prepare_cached("SELECT value FROM meta WHERE conv = ?1 AND key = ?2")?
+                .query_row([key, name], |row| row.get(0))
+                .optional()
+        };
+        let set_meta = |name: &str, value: &str| -> Result<(), rusqlite::Error> {
+            db.prepare_cached("INSERT OR REPLACE INTO meta (conv, key, value) VALUES (?1, ?2, ?3)")?
+                .execute([key, name, value])
+                .map(drop)
+        };
+        let window = match meta("window")? {
+            Some(w) => w.parse().unwrap_or(window),
+            None => {
+                set_meta("window", &window.to_string())?;
+                window
+            }
+        };
+        // The session's name in the shared archive: the key, or `key#N` after a crash left
+        // rows of a generation that never reached a checkpoint (they stay, under their name).
+        let mut generation: u32 = meta("generation")?.and_then(|g| g.parse().ok()).unwrap_or(0);
+        let dir = conv_dir(state_dir, key);
+        let session = loop {
+            let (name, checkpoints) = if generation == 0 {
+                (key.to_string(), dir.join("checkpoints"))
+            } else {
+                (format!("{key}#{generation}"), dir.join(format!("checkpoints-{generation}")))
+            };
+            let built = SessionBuilder::new(&name)
+                .config(session_config(window, reserve))
+                .archive(state_dir.join("archive.db"))
+                .checkpoints(checkpoints)
+                .keep_checkpoints(3)
+                // The proxy checkpoints when a conversation idles or unloads, not every N messages.
+                .checkpoint_interval_messages(0)
+                .restore_latest(true)
+                .build();
+            match built {
+                Ok(session) => break session,
+                Err(SessionError::ArchiveInUse { messages, .. }) if generation < 1_000 => {
+                    tracing::warn!(
+                        session = %name,
+                        messages,
+                        "proxy: archived rows without a checkpoint (a crash before the first one); starting the next generation"
+                    );
+                    generation += 1;
+                    set_meta("generation", &generation.to_string())?;
+                    db.execute("DELETE FROM entries WHERE conv = ?1", [key])?;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        };
+        let next_id = session.manager().next_id();
+        // Entries pushed after the checkpoint the session restored are gone from it: forget
+        // them too (the client resends them; the archive rows are rewritten under the same ids).
+        let dropped = db.execute(
+            "DELETE FROM entries WHERE conv = ?1 AND max_id >= ?2",
+            params![key, to_sql(next_id)],
+        )?;
+        if dropped > 0 {
+            tracing::info!(
+                session = key,
+                dropped,
+                "proxy: messages after the checkpoint will be taken again"
+            );
+        }
+        let mut entries = Vec::new();
+        {
+            let mut stmt = db.prepare(
+                "SELECT fp, ids, blocks, tokens, from_answer, raw_hash, pinned, calls FROM entries WHERE conv = ?1 ORDER BY seq",
+            )?;
+            let rows = stmt.query_map([key], |row| {
+                let fp: i64 = row.get(0)?;
+                let ids: String = row.get(1)?;
+                let blocks: String = row.get(2)?;
+                let tokens: i64 = row.get(3)?;
+                let from_answer: bool = row.get(4)?;
+                let raw_hash: i64 = row.get(5)?;
+                let pinned: bool = row.get(6)?;
+                let calls: i64 = row.get(7)?;
+                Ok(Entry {
+                    calls: calls as u64,
+                    fp: fp as u64,
+                    raw_hash: raw_hash as u64,
+                    pinned,
+                    ids: serde_json::from_str(&ids).unwrap_or_default(),
+                    blocks: serde_json::from_str(&blocks).unwrap_or_default(),
+                    tokens: u32::try_from(tokens).unwrap_or(0),
+                    from_answer,
+                })
+            })?;
+            for row in rows {
+                entries.push(row?);
+            }
+        }
+        let placeholders: HashSet<u64> = meta("placeholders")?
+            .and_then(|p| serde_json::from_str::<Vec<u64>>(&p).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|id| *id < next_id)
+            .collect();
+        let tools_fp = meta("tools_fp")?.and_then(|t| t.parse().ok()).unwrap_or(0);
+        let tools_fp = if placeholders.is_empty() { 0 } else { tools_fp };
+        let sample = " ~".repeat(1_000);
+        let filler_rate = f64::from(session.manager().counter().count(&sample)).max(1.0) / 1_000.0;
+        let mut conv = Self {
+            key: key.to_string(),
+            provider,
+            session,
+            db,
+            entries,
+            by_id: HashMap::new(),
+            placeholders,
+            tools_fp,
+            filler_rate,
+            last_emitted: Vec::new(),
+            dirty: false,
+            exchanges: 0,
+            last_used: Instant::now(),
+            unsaved: std::collections::BTreeMap::new(),
+        };
+        conv.index();
+        Ok(conv)
+    }
+
+    fn index(&mut self) {
+        self.by_id.clear();
+        for (e, entry) in self.entries.iter().enumerate() {
+            for (p, id) in entry.ids.iter().enumerate() {
+                self.by_id.insert(*id, (e, p));
+            }
+        }
+    }
+
+    /// The conversation's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The session (for stats and tests).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Messages recorded.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether something changed since the last checkpoint.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Compares the request's history with the recorded sequence and pushes what is new.
+    /// `hashes` are the items' raw hashes ([`crate::wire::raw_hashes`]): a message sent with
+    /// the same bytes as last time is known without being read.
+    ///
+    /// # Errors
+    /// [`ConvError::BadRequest`] for a message that does not read; session refusals (a tool
+    /// result without its call, a message larger than its level) and store failures. Messages
+    /// pushed before the failure stay recorded.
+    pub fn ingest(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
+        self.last_used = Instant::now();
+        let provider = self.provider;
+        let analyze =
+            |i: usize| analyze_item(provider, request, i).map_err(|e| ConvError::BadRequest(e.0));
+        let known = self.entries.len();
+        let incoming = request.items.len();
+        for (i, &hash) in hashes.iter().enumerate().take(known.min(incoming)) {
+            if self.entries[i].raw_hash == hash {
+                continue;
+            }
+            let message = analyze(i)?;
+            if self.entries[i].fp == message.fp {
+                // The same message, serialized otherwise (a cache mark moved).
+                self.entries[i].raw_hash = hash;
+                continue;
+            }
+            // The client's copy of an answer the proxy assembled: the same message, serialized
+            // by the client's library. Adopt its fingerprint.
+            // The tool calls must be the same: the core holds them, and their results.
+            let adopt = i + 1 == known
+                && self.entries[i].from_answer
+                && message.role == "assistant"
+                && self.entries[i].calls == calls_hash(&message);
+            if !adopt {
+                return Ok(Ingest::Diverged(i));
+            }
+            tracing::debug!(session = %self.key, index = i, "proxy: adopting the client's copy of an answer");
+            let entry = &mut self.entries[i];
+            entry.fp = message.fp;
+            entry.raw_hash = hash;
+            entry.from_answer = false;
+            self.unsaved.insert(i, request.items[i].get().to_string());
+        }
+        if incoming < known {
+            return Ok(Ingest::Diverged(incoming));
+        }
+        if let Some(last) = self.entries.last_mut()
+            && last.from_answer
+            && incoming > known
+        {
+            last.from_answer = false;
+        }
+        let mut evicted = 0;
+        if let Some(tools) = request.fields.get("tools") {
+            let parsed: Value = serde_json::from_str(tools.get()).unwrap_or(Value::Null);
+            let fp = hash_str(&canonical(&parsed));
+            if fp != self.tools_fp && parsed.as_array().is_some_and(|a| !a.is_empty()) {
+                let text = format!("[tool definitions]\n{}", tools.get());
+                let options =
+                    PushOptions { level: Some(Level::Permanent), ..PushOptions::default() };
+                let report =
+                    self.session.push_with(&ChatMessage::text(Role::System, text), options)?;
+                evicted += report.evicted_units.len();
+                self.placeholders.insert(report.id);
+                self.tools_fp = fp;
+                self.dirty = true;
+            }
+        }
+        let mut new = 0;
+        for (i, &hash) in hashes.iter().enumerate().take(incoming).skip(known) {
+            let message = analyze(i)?;
+            evicted += self.record(&message, request.items[i].get(), hash, false)?;
+            new += 1;
+        }
+        let tokens_in = self.entries.iter().map(|e| u64::from(e.tokens)).sum();
+        Ok(Ingest::Extended { new, tokens_in, evicted })
+    }
+
+    /// Pushes the parts of one message and records it. Returns the units evicted.
+    fn record(
+        &mut self,
+        message: &Analyzed,
+        raw: &str,
+        raw_hash: u64,
+        from_answer: bool,
+    ) -> Result<usize, ConvError> {
+        let seq = self.entries.len();
+        let leading = seq == 0 || self.entries[seq - 1].pinned;
+        let pinned =
+            leading && message.parts.len() == 1 && message.parts[0].chat.role == Role::System;
+        let mut entry = Entry {
+            fp: message.fp,
+            raw_hash,
+            pinned,
+            calls: calls_hash(message),
+            ids: Vec::new(),
+            blocks: Vec::new(),
+            tokens: 0,
+            from_answer,
+        };
+        let mut evicted = 0;
+        let mut failure = None;
+        for part in &message.parts {
+            let chat = self.rendering(part);
+            let level = if part.chat.role == Role::System {
+                Some(if pinned { Level::Permanent } else { Level::Working })
+            } else {
+                None
+            };
+            let options = PushOptions { level, ..PushOptions::default() };
+            match self.session.push_with(&chat, options) {
+                Ok(report) => {
+                    evicted += report.evicted_units.len();
+                    entry.tokens = entry.tokens.saturating_add(
+                        self.session.manager().get(report.id).map_or(0, |m| m.tokens()),
+                    );
+                    entry.ids.push(report.id);
+                    entry.blocks.push(part.blocks.clone());
+                }
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        if !entry.ids.is_empty() {
+            self.unsaved.insert(seq, raw.to_string());
+            for (p, id) in entry.ids.iter().enumerate() {
+                self.by_id.insert(*id, (seq, p));
+            }
+            self.entries.push(entry);
+            self.dirty = true;
+        }
+        match failure {
+            Some(error) => Err(error.into()),
+            None => Ok(evicted),
+        }
+    }
+
+    /// The session's copy of `part`: its text, a line per opaque block, and a filler whose
+    /// token count is the blocks' estimated cost.
+    fn rendering(&self, part: &Part) -> ChatMessage {
+        let mut chat = part.chat.clone();
+        if part.opaque.is_empty() {
+            return chat;
+        }
+        let counter = self.session.manager().counter();
+        for opaque in &part.opaque {
+            let label = format!("[{}]", opaque.label);
+            let have = counter.count(&label);
+            let need = opaque.tokens.saturating_sub(have);
+            if !chat.content.is_empty() {
+                chat.content.push('\n');
+            }
+            chat.content.push_str(&label);
+            let reps = (f64::from(need) / self.filler_rate).ceil() as usize;
+            chat.content.push_str(&" ~".repeat(reps));
+        }
+        chat
+    }
+
+    /// Composes the payload for `request` and writes the body to forward.
+    ///
+    /// # Errors
+    /// `PinnedOverBudget` when what must stay does not fit; `ToolCallsPending`; store errors.
+    pub fn compose(&mut self, request: &Request) -> Result<Composed, ConvError> {
+        let payload = self.session.compose(&[])?;
+        let manager = self.session.manager();
+        let permanent: Vec<_> = manager.messages(Level::Permanent).collect();
+        let history: Vec<_> = manager.history().collect();
+        let rendered = &payload.conversation.messages;
+        let system_end = rendered.len().saturating_sub(history.len());
+        let extra: Vec<String> = rendered
+            .get(permanent.len().min(system_end)..system_end)
+            .unwrap_or_default()
+            .iter()
+            .map(|m| m.content.clone())
+            .collect();
+        // Which parts of each entry the payload keeps, and the reduced text of kept parts.
+        let mut kept: HashMap<usize, Vec<(usize, Option<String>)>> = HashMap::new();
+        let mut order: Vec<Slot> = Vec::new();
+        let mut emitted_ids = Vec::new();
+        let mut first_history = None;
+        for (n, message) in permanent.iter().chain(history.iter()).enumerate() {
+            if n == permanent.len() {
+                first_history = Some(order.len());
+            }
+            let id = message.id();
+            if self.placeholders.contains(&id) {
+                continue;
+            }
+            emitted_ids.push(id);
+            match self.by_id.get(&id) {
+                Some(&(entry, part)) => {
+                    let reduced = message.was_reduced().then(|| message.content().to_string());
+                    let parts = kept.entry(entry).or_default();
+                    if parts.is_empty() {
+                        order.push(Slot::Entry(entry));
+                    }
+                    parts.push((part, reduced));
+                }
+                None => order.push(Slot::Core(ChatMessage {
+                    role: message.role(),
+                    content: message.content().to_string(),
+                    tool_calls: Vec::new(),
+                    tool_call_id: message.tool_call_id().map(str::to_string),
+                    is_error: false,
+                    name: None,
+                })),
+            }
+        }
+        let tokens = payload.tokens;
+        let evicted = payload.evicted_units;
+        let mut messages: Vec<String> = Vec::new();
+        let mut system_raw: Option<String> = None;
+        let mut extra_inserted = false;
+        for (n, slot) in order.into_iter().enumerate() {
+            if first_history == Some(n) && !extra_inserted {
+                extra_inserted = true;
+                if self.provider == Provider::OpenAi {
+                    for text in &extra {
+                        messages.push(
+                            serde_json::json!({"role": "system", "content": text}).to_string(),
+                        );
+                    }
+                }
+            }
+            match slot {
+                Slot::Entry(e) => {
+                    let raw = self.raw(request, e)?;
+                    if self.provider == Provider::Anthropic && request.has_system_item && e == 0 {
+                        system_raw = Some(raw);
+                        continue;
+                    }
+                    let parts = kept.remove(&e).unwrap_or_default();
+                    if let Some(text) = self.emit(&raw, &self.entries[e], &parts) {
+                        messages.push(text);
+                    }
+                }
+                Slot::Core(chat) => messages.push(self.emit_core(&chat)),
+            }
+        }
+        if !extra_inserted && self.provider == Provider::OpenAi {
+            for text in &extra {
+                messages.push(serde_json::json!({"role": "system", "content": text}).to_string());
+            }
+        }
+        if self.provider == Provider::Anthropic
+            && let Some(first) = messages.first()
+            && first.contains("\"assistant\"")
+            && serde_json::from_str::<Value>(first).ok().and_then(|v| v.get("role").cloned())
+                == Some(Value::from("assistant"))
+        {
+            messages.insert(
+                0,
+                r#"{"role":"user","content":"[ctxwin: earlier turns of this conversation were moved out of the context window]"}"#.to_string(),
+            );
+        }
+        let system = match self.provider {
+            Provider::Anthropic if !extra.is_empty() => {
+                Some(anthropic_system_with(system_raw.as_deref(), &extra))
+            }
+            Provider::Anthropic => system_raw,
+            Provider::OpenAi => None,
+        };
+        let body = write_body(request, &messages, system.as_deref());
+        let cache_stable =
+            !self.last_emitted.is_empty() && emitted_ids.starts_with(&self.last_emitted);
+        self.last_emitted = emitted_ids;
+        self.dirty = true;
+        Ok(Composed { body, tokens, evicted, cache_stable })
+    }
+
+    /// The raw JSON of entry `e`: from this request, or the store.
+    fn raw(&self, request: &Request, e: usize) -> Result<String, ConvError> {
+        if let Some(raw) = request.items.get(e) {
+            return Ok(raw.get().to_string());
+        }
+        if let Some(raw) = self.unsaved.get(&e) {
+            return Ok(raw.clone());
+        }
+        Ok(self.db.query_row(
+            "SELECT raw FROM entries WHERE conv = ?1 AND seq = ?2",
+            params![self.key, to_sql(e as u64)],
+            |row| row.get(0),
+        )?)
+    }
+
+    /// The JSON of one recorded message with the parts the payload keeps.
+    fn emit(&self, raw: &str, entry: &Entry, parts: &[(usize, Option<String>)]) -> Option<String> {
+        let whole = parts.len() == entry.ids.len() && parts.iter().all(|(_, r)| r.is_none());
+        if whole {
+            return Some(raw.to_string());
+        }
+        let mut map: IndexMap<String, Box<RawValue>> = serde_json::from_str(raw).ok()?;
+        match self.provider {
+            Provider::OpenAi => {
+                if let Some((_, Some(text))) = parts.first()
+                    && map.get("content").is_some_and(|c| c.get().starts_with('"'))
+                {
+                    map.insert("content".into(), raw_json(&Value::from(text.as_str())));
+                }
+            }
+            Provider::Anthropic => {
+                let content: Vec<Box<RawValue>> =
+                    serde_json::from_str(map.get("content")?.get()).ok()?;
+                let mut keep: Vec<Box<RawValue>> = Vec::new();
+                for (index, block) in content.into_iter().enumerate() {
+                    let Some((_, reduced)) = parts
+                        .iter()
+                        .find(|(p, _)| entry.blocks.get(*p).is_some_and(|b| b.contains(&index)))
+                    else {
+                        continue;
+                    };
+                    match reduced {
+                        Some(text) => {
+                            let mut value: Value = serde_json::from_str(block.get()).ok()?;
+                            if value.get("content").is_some_and(Value::is_string) {
+                                value["content"] = Value::from(text.as_str());
+                                keep.push(raw_json(&value));
+                            } else {
+                                keep.push(block);
+                            }
+                        }
+                        None => keep.push(block),
+                    }
+                }
+                if keep.is_empty() {
+                    return None;
+                }
+                map.insert("content".into(), raw_json(&keep));
+            }
+        }
+        serde_json::to_string(&map).ok()
+    }
+
+    /// A message the core wrote itself (a synthetic result for a call never answered).
+    fn emit_core(&self, chat: &ChatMessage) -> String {
+        match (self.provider, chat.role) {
+            (Provider::OpenAi, Role::Tool) => {
+                serde_json::json!({"role": "tool", "tool_call_id": chat.tool_call_id, "content": chat.content})
+            }
+            (Provider::Anthropic, Role::Tool) => serde_json::json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": chat.tool_call_id, "content": chat.content}]}),
+            (Provider::OpenAi, role) => serde_json::json!({"role": role.as_str(), "content": chat.content}),
+            (Provider::Anthropic, Role::Assistant) => serde_json::json!({"role": "assistant", "content": chat.content}),
+            (Provider::Anthropic, _) => serde_json::json!({"role": "user", "content": chat.content}),
+        }
+        .to_string()
+    }
+
+    /// Records the upstream's answer: pushed into the session like a message, usage fed to
+    /// the calibrator. Returns the units evicted.
+    ///
+    /// # Errors
+    /// Session refusals and store failures.
+    pub fn record_answer(&mut self, answer: &Answer, sent_tokens: u32) -> Result<usize, ConvError> {
+        let evicted = match response_fingerprint(self.provider, &answer.message) {
+            Ok(analyzed) => {
+                let raw = answer.message.to_string();
+                let raw_hash = hash_str(&raw);
+                self.record(&analyzed, &raw, raw_hash, true)?
+            }
+            Err(reason) => {
+                tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
+                0
+            }
+        };
+        if let Some(prompt) = answer.prompt_tokens.filter(|p| *p > 0)
+            && sent_tokens > 0
+            && let Err(error) = self.session.record_usage(sent_tokens, prompt)
+        {
+            tracing::warn!(session = %self.key, %error, "proxy: usage not recorded");
+        }
+        Ok(evicted)
+    }
+
+    /// Counts one exchange; true when `every` have passed since the last checkpoint.
+    pub fn exchange_done(&mut self, every: u32) -> bool {
+        self.last_used = Instant::now();
+        self.exchanges = self.exchanges.saturating_add(1);
+        self.exchanges >= every
+    }
+
+    /// How long since the conversation was last used.
+    pub fn idle(&self) -> Duration {
+        self.last_used.elapsed()
+    }
+
+    /// Writes a checkpoint if something changed since the last one.
+    ///
+    /// # Errors
+    /// Session errors.
+    pub fn checkpoint(&mut self) -> Result<(), ConvError> {
+        if self.dirty {
+            self.flush()?;
+            self.session.checkpoint()?;
+            self.dirty = false;
+            self.exchanges = 0;
+        }
+        Ok(())
+    }
+
+    /// Writes the side-store rows recorded since the last checkpoint, in one transaction.
+    fn flush(&mut self) -> Result<(), ConvError> {
+        let tx = self.db.transaction()?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT OR REPLACE INTO entries (conv, seq, fp, raw_hash, pinned, ids, blocks, tokens, from_answer, max_id, raw, calls)
+                 VALUES (?11, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12)",
+            )?;
+            for (seq, raw) in &self.unsaved {
+                let Some(entry) = self.entries.get(*seq) else { continue };
+                let max_id = entry.ids.iter().copied().max().unwrap_or(0);
+                insert.execute(params![
+                    to_sql(*seq as u64),
+                    entry.fp as i64,
+                    entry.raw_hash as i64,
+                    entry.pinned,
+                    serde_json::to_string(&entry.ids).unwrap_or_default(),
+                    serde_json::to_string(&entry.blocks).unwrap_or_default(),
+                    i64::from(entry.tokens),
+                    entry.from_answer,
+                    to_sql(max_id),
+                    raw,
+                    self.key,
+                    entry.calls as i64
+                ])?;
+            }
+            let ids: Vec<u64> = self.placeholders.iter().copied().collect();
+            tx.execute(
+                "INSERT OR REPLACE INTO meta (conv, key, value) VALUES (?3, 'placeholders', ?1), (?3, 'tools_fp', ?2)",
+                params![serde_json::to_string(&ids).unwrap_or_default(), self.tools_fp.to_string(), self.key],
+            )?;
+        }
+        tx.commit()?;
+        self.unsaved.clear();
+        Ok(())
+    }
+}
+
+/// Hash of a message's tool-call ids, in order (0 without calls).
+fn calls_hash(message: &Analyzed) -> u64 {
+    let ids: Vec<&str> = message
+        .parts
+        .iter()
+        .flat_map(|p| p.chat.tool_calls.iter().map(|c| c.id.as_str()))
+        .collect();
+    if ids.is_empty() { 0 } else { hash_str(&ids.join("\u{1}")) }
+}
+
+/// A message to emit, in payload order.
+enum Slot {
+    Entry(usize),
+    Core(ChatMessage),
+}
+
+fn raw_json<T: serde::Serialize + ?Sized>(value: &T) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value)
+        .unwrap_or_else(|_| RawValue::from_string("null".into()).unwrap_or_default())
+}
+
+/// Anthropic's `system` with `extra` text blocks appended (the memory summary, entities).
+fn anthropic_system_with(system: Option<&str>, extra: &[String]) -> String {
+    let mut blocks: Vec<Box<RawValue>> = match system {
+        Some(raw) if raw.trim_start().starts_with('[') => {
+            serde_json::from_str(raw).unwrap_or_default()
+        }
+        Some(raw) => match serde_json::from_str::<String>(raw) {
+            Ok(text) => vec![raw_json(&serde_json::json!({"type": "text", "text": text}))],
+            Err(_) => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    for text in extra {
+        blocks.push(raw_json(&serde_json::json!({"type": "text", "text": text})));
+    }
+    serde_json::to_string(&blocks).unwrap_or_else(|_| "[]".into())
+}
+
+/// The request body with `messages` (and Anthropic's `system`) replaced, every other field
+/// as the client sent it, in its order.
+fn write_body(request: &Request, messages: &[String], system: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(messages.iter().map(String::len).sum::<usize>() + 1024);
+    out.push(b'{');
+    let mut first = true;
+    let mut field = |out: &mut Vec<u8>, key: &str, value: &[u8]| {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(Value::from(key).to_string().as_bytes());
+        out.push(b':');
+        out.extend_from_slice(value);
+    };
+    let messages_json = {
+        let mut m = Vec::new();
+        m.push(b'[');
+        for (i, message) in messages.iter().enumerate() {
+            if i > 0 {
+                m.push(b',');
+            }
+            m.extend_from_slice(message.as_bytes());
+        }
+        m.push(b']');
+        m
+    };
+    let mut system_written = false;
+    for (key, value) in &request.fields {
+        match key.as_str() {
+            "messages" => field(&mut out, key, &messages_json),
+            "system" => {
+                if let Some(system) = system {
+                    field(&mut out, key, system.as_bytes());
+                }
+                system_written = true;
+            }
+            _ => field(&mut out, key, value.get().as_bytes()),
+        }
+    }
+    if !system_written && let Some(system) = system {
+        field(&mut out, "system", system.as_bytes());
+    }
+    out.push(b'}');
+    out
+}
+
+/// The directory of conversation `key` under `state_dir`.
+pub fn conv_dir(state_dir: &Path, key: &str) -> PathBuf {
+    state_dir.join(key)
+}

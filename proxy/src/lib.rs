@@ -1,0 +1,122 @@
+//! ctxwin-proxy: any agent gets a managed context window by changing its base URL.
+//!
+//! The proxy speaks OpenAI's `POST /v1/chat/completions` and Anthropic's `POST /v1/messages`
+//! and passes every other path (`/v1/models`, `/v1/embeddings`, …) through unchanged. Agents
+//! resend their whole history on every call; the proxy keeps one [`ctxwin_std::Session`] per
+//! conversation, pushes only the messages it has not seen (archive first), composes the
+//! payload for the model's window and forwards that. Every request field other than the
+//! messages (`tools`, `tool_choice`, `temperature`, `stream`, `max_tokens`, …) reaches the
+//! upstream byte for byte, in its order.
+//!
+//! # Design
+//!
+//! * **Conversations.** A request belongs to the conversation named by `x-ctxwin-session`, or
+//!   without it to a stable hash (FNV-1a) of its system prompt and first user message. Each
+//!   has a session named by its key in the archive shared by all of them
+//!   (`<state_dir>/archive.db`, SQLite in WAL mode), its checkpoints in
+//!   `<state_dir>/<key>/checkpoints/`, and its rows in `<state_dir>/proxy.db`, the proxy's side
+//!   store. A conversation whose first life crashed before any checkpoint continues as a new
+//!   generation (`<key>#1`), its earlier rows kept under the old name.
+//! * **Dedupe.** The side store records, per conversation, the sequence of message
+//!   fingerprints the session holds: a hash of each message's canonical form (role, text,
+//!   tool calls with canonical arguments, opaque blocks as canonical JSON without
+//!   `cache_control`, which clients move from turn to turn). The longest common prefix of an
+//!   incoming history with that sequence is known; the rest is new and is pushed.
+//! * **Branches.** A history that differs before the end of the recorded sequence (edited or
+//!   rewound) goes to a branch conversation keyed by the parent's key and the index where it
+//!   leaves it (`<key>~<index>`); the original is never touched. A history that also differs
+//!   from that branch goes on to the branch's own branches, so the next request of an edited
+//!   conversation finds its branch again. One exception: the last recorded message, when it is an
+//!   answer the proxy assembled itself, is matched against the client's copy of it leniently
+//!   (client libraries re-serialize answers).
+//! * **Opaque blocks, byte-exact.** The core stores text. Images, documents, audio,
+//!   thinking and redacted-thinking blocks and server-tool blocks are pushed as a text
+//!   rendering whose token cost is the text plus the block's estimate (images from their
+//!   declared size by the provider's published formula, documents and audio by size); the
+//!   side store keeps each message's original JSON keyed by the session's message ids. When
+//!   composing, the proxy re-emits the original JSON of every message the payload keeps — as
+//!   this request carried it, so `cache_control` marks and thinking signatures survive byte
+//!   for byte. A thinking block is part of its assistant message, so it leaves the window only
+//!   with that message's unit (its tool calls and their results). An Anthropic user turn
+//!   carrying tool results is pushed as one tool result per block (plus the rest), and
+//!   re-emitted with the blocks whose parts are kept. A tool output the core stored reduced
+//!   (head and tail) is sent reduced when its content is a plain string.
+//! * **Concurrency.** One `tokio::sync::Mutex` per conversation; all session work runs in
+//!   `spawn_blocking`. At most `max_resident` conversations stay in memory: above it, the
+//!   least recently used idle ones are checkpointed and unloaded, and reloaded from their
+//!   checkpoint on their next request.
+//! * **Crash safety.** Every message is in the archive (SQLite, WAL) before the core sees it.
+//!   A checkpoint is written when a conversation is created, when it has been idle for
+//!   `checkpoint_idle` after a change, every `checkpoint_every` exchanges, before it is
+//!   unloaded and on shutdown — off the request path. After a crash, a conversation restores
+//!   its newest checkpoint and forgets the side-store entries pushed after it; the client's
+//!   next request resends them and they are pushed again under the same ids, so the
+//!   conversation's archive still holds each message once (the session copies the rows it
+//!   rewound aside, under `<key>@rewound-…`, rather than lose them).
+//! * **Answers.** Streams are passed through chunk by chunk while the assistant message is
+//!   assembled on the side; a complete answer is pushed into the session and its `usage`
+//!   feeds the calibrator. A truncated stream records nothing and ends with an error event.
+//!
+//! * **Security.** The client's `Authorization` / `x-api-key` (and every other header but
+//!   hop-by-hop ones and `x-ctxwin-*`) is forwarded upstream; headers are never logged, and
+//!   only message bodies reach the archive. Listening off loopback needs a proxy key
+//!   (`[proxy] api_key` / `CTXWIN_PROXY_KEY`) that clients send as `x-ctxwin-key`. Bodies
+//!   above `body_limit` are refused with 413. `/metrics` holds counts only and is open.
+//!
+//! # Limits
+//!
+//! * A resident session costs about 2.5 MiB: the core manager of a [`ctxwin_std::Session`]
+//!   is sized by `ServerCapacities` (1.8 MiB, windows up to 200k tokens) plus two SQLite
+//!   connections. `max_resident` bounds the total; smaller per-session capacities need a
+//!   capacity parameter on `Session` in ctxwin-std.
+//! * The budget counts opaque blocks by their estimate; tool outputs the core reduced are sent
+//!   reduced only when their content is a plain string (otherwise the original is sent and the
+//!   estimate is what the core stored).
+//! * Anthropic needs a user turn first: when eviction leaves an assistant turn first, a
+//!   one-line user turn saying earlier turns were moved out of the window is sent before it.
+//! * Only the first choice of an answer (`n > 1`) is recorded.
+//!
+//! Failures answer in the provider's error format: 502/504 when the upstream is down or
+//! slow, 400 when the pinned part cannot fit or the body does not parse (with where), 413
+//! above the body limit, 401 without the proxy key. Upstream HTTP errors pass through.
+
+pub mod assemble;
+pub mod config;
+pub mod conv;
+pub mod hash;
+pub mod metrics;
+pub mod server;
+pub mod wire;
+
+use std::sync::Arc;
+
+pub use config::ProxyConfig;
+pub use server::{App, router};
+
+/// Runs the proxy on `listener` until `shutdown` resolves, then checkpoints every resident
+/// conversation.
+///
+/// # Errors
+/// When serving fails.
+pub async fn serve(
+    app: Arc<App>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let sweeper = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let idle = app.config.checkpoint_idle;
+            let mut tick =
+                tokio::time::interval((idle / 2).max(std::time::Duration::from_millis(50)));
+            loop {
+                tick.tick().await;
+                app.checkpoint_idle(idle).await;
+            }
+        })
+    };
+    let result = axum::serve(listener, router(app.clone())).with_graceful_shutdown(shutdown).await;
+    sweeper.abort();
+    app.checkpoint_all().await;
+    result
+}

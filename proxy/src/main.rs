@@ -1,0 +1,109 @@
+//! `ctxwin-proxy --upstream URL [--listen ADDR] [--config ctxwin.toml] [--state-dir DIR]`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use ctxwin_proxy::{App, ProxyConfig};
+
+const USAGE: &str = "usage: ctxwin-proxy [--upstream URL] [--listen HOST:PORT] [--config FILE] [--state-dir DIR] [--max-resident N]
+Settings come from the [proxy] section of ctxwin.toml (default .ctxwin/ctxwin.toml when present),
+then CTXWIN_PROXY_UPSTREAM / _LISTEN / _KEY / _STATE_DIR / _MAX_RESIDENT, then these flags.";
+
+fn configure(args: &[String]) -> Result<ProxyConfig, String> {
+    let mut config = ProxyConfig::default();
+    let flag = |name: &str| -> Option<String> {
+        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+    };
+    for arg in args.iter().filter(|a| a.starts_with("--")) {
+        if !matches!(
+            arg.as_str(),
+            "--upstream" | "--listen" | "--config" | "--state-dir" | "--max-resident"
+        ) {
+            return Err(format!("unknown flag {arg}"));
+        }
+    }
+    let file = flag("--config").map(PathBuf::from).or_else(|| {
+        let default = PathBuf::from(".ctxwin/ctxwin.toml");
+        default.exists().then_some(default)
+    });
+    if let Some(file) = file {
+        config.apply_file(&file).map_err(|e| e.to_string())?;
+    }
+    config.apply_env(|k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
+    if let Some(upstream) = flag("--upstream") {
+        config.upstream = upstream;
+    }
+    if let Some(listen) = flag("--listen") {
+        config.listen =
+            listen.parse().map_err(|_| format!("--listen `{listen}` is not HOST:PORT"))?;
+    }
+    if let Some(dir) = flag("--state-dir") {
+        config.state_dir = dir.into();
+    }
+    if let Some(max) = flag("--max-resident") {
+        config.max_resident =
+            max.parse().map_err(|_| format!("--max-resident `{max}` is not a number"))?;
+    }
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match configure(&args) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("ctxwin-proxy: {error}\n{USAGE}");
+            return ExitCode::from(8);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("ctxwin-proxy: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                eprintln!("ctxwin-proxy: cannot listen on {}: {error}", config.listen);
+                return ExitCode::from(4);
+            }
+        };
+        let addr =
+            listener.local_addr().map_or_else(|_| config.listen.to_string(), |a| a.to_string());
+        let upstream = config.upstream.clone();
+        let app = match App::new(config) {
+            Ok(app) => app,
+            Err(error) => {
+                eprintln!("ctxwin-proxy: {error}");
+                return ExitCode::from(1);
+            }
+        };
+        tracing::info!(listen = %addr, upstream = %upstream, "ctxwin-proxy: listening");
+        println!("ctxwin-proxy listening on http://{addr}");
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        match ctxwin_proxy::serve(app, listener, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("ctxwin-proxy: {error}");
+                ExitCode::from(1)
+            }
+        }
+    })
+}

@@ -1,0 +1,201 @@
+//! Counters for `GET /metrics` (Prometheus text format).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Upper bounds of the added-latency histogram, in seconds.
+const BUCKETS: [f64; 12] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+
+/// The proxy's counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    /// Estimated tokens of the histories clients sent.
+    pub tokens_in: AtomicU64,
+    /// Estimated tokens of the payloads forwarded.
+    pub tokens_sent: AtomicU64,
+    /// Units evicted (compactions).
+    pub compactions: AtomicU64,
+    /// Managed requests forwarded.
+    pub managed: AtomicU64,
+    /// Managed requests whose message prefix was unchanged since the conversation's last.
+    pub cache_stable: AtomicU64,
+    /// Conversations loaded from disk or created.
+    pub loads: AtomicU64,
+    /// Conversations checkpointed and unloaded under the resident cap.
+    pub unloads: AtomicU64,
+    /// Conversations that branched off a diverging history.
+    pub branches: AtomicU64,
+    /// Conversations in memory now.
+    pub resident: AtomicU64,
+    latency: [AtomicU64; BUCKETS.len() + 1],
+    latency_sum_ns: AtomicU64,
+    samples: Mutex<Option<Vec<u32>>>,
+}
+
+impl Metrics {
+    /// Counts a request answered with `status` on `endpoint`.
+    pub fn request(&self, endpoint: &'static str, status: u16) {
+        let mut map = self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *map.entry((endpoint, status)).or_default() += 1;
+    }
+
+    /// Requests answered with `status` on `endpoint` so far.
+    pub fn requests(&self, endpoint: &'static str, status: u16) -> u64 {
+        let map = self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(&(endpoint, status)).copied().unwrap_or(0)
+    }
+
+    /// Records the time the proxy added to one request (upstream time excluded).
+    pub fn added_latency(&self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        let bucket = BUCKETS.iter().position(|b| secs <= *b).unwrap_or(BUCKETS.len());
+        self.latency[bucket].fetch_add(1, Relaxed);
+        self.latency_sum_ns
+            .fetch_add(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        let mut samples = self.samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(samples) = samples.as_mut() {
+            samples.push(u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX));
+        }
+    }
+
+    /// Starts keeping every added-latency sample in microseconds (for benches).
+    pub fn keep_samples(&self) {
+        *self.samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Vec::new());
+    }
+
+    /// The samples kept since [`keep_samples`](Self::keep_samples).
+    pub fn take_samples(&self) -> Vec<u32> {
+        let mut samples = self.samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        samples.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str(
+            "# HELP ctxwin_proxy_requests_total Requests answered, by endpoint and status.\n",
+        );
+        out.push_str("# TYPE ctxwin_proxy_requests_total counter\n");
+        for ((endpoint, status), count) in
+            self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter()
+        {
+            let _ = writeln!(
+                out,
+                "ctxwin_proxy_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {count}"
+            );
+        }
+        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+        };
+        counter(
+            &mut out,
+            "ctxwin_proxy_tokens_in_total",
+            "Estimated tokens of the histories clients sent.",
+            self.tokens_in.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "ctxwin_proxy_tokens_sent_total",
+            "Estimated tokens of the payloads forwarded upstream.",
+            self.tokens_sent.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "ctxwin_proxy_compactions_total",
+            "Units evicted from context windows (to the archive).",
+            self.compactions.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "ctxwin_proxy_managed_requests_total",
+            "Managed requests forwarded upstream.",
+            self.managed.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "ctxwin_proxy_cache_stable_requests_total",
+            "Managed requests whose message prefix was unchanged since the conversation's previous request.",
+            self.cache_stable.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "ctxwin_proxy_session_loads_total",
+            "Conversations created or loaded from their checkpoint.",
+            self.loads.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "ctxwin_proxy_session_unloads_total",
+            "Idle conversations checkpointed and unloaded under the resident cap.",
+            self.unloads.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "ctxwin_proxy_branches_total",
+            "Conversations branched off a diverging history.",
+            self.branches.load(Relaxed),
+        );
+        let managed = self.managed.load(Relaxed);
+        let share = if managed == 0 {
+            0.0
+        } else {
+            self.cache_stable.load(Relaxed) as f64 / managed as f64
+        };
+        let _ = writeln!(
+            out,
+            "# HELP ctxwin_proxy_cache_stable_share Share of managed requests with a stable prefix.\n# TYPE ctxwin_proxy_cache_stable_share gauge\nctxwin_proxy_cache_stable_share {share}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP ctxwin_proxy_resident_sessions Conversations in memory.\n# TYPE ctxwin_proxy_resident_sessions gauge\nctxwin_proxy_resident_sessions {}",
+            self.resident.load(Relaxed)
+        );
+        out.push_str("# HELP ctxwin_proxy_added_latency_seconds Time the proxy added to a request, upstream excluded.\n");
+        out.push_str("# TYPE ctxwin_proxy_added_latency_seconds histogram\n");
+        let mut cumulative = 0;
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            cumulative += self.latency[i].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "ctxwin_proxy_added_latency_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        cumulative += self.latency[BUCKETS.len()].load(Relaxed);
+        let _ =
+            writeln!(out, "ctxwin_proxy_added_latency_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(
+            out,
+            "ctxwin_proxy_added_latency_seconds_sum {}",
+            self.latency_sum_ns.load(Relaxed) as f64 / 1e9
+        );
+        let _ = writeln!(out, "ctxwin_proxy_added_latency_seconds_count {cumulative}");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::default();
+        m.request("openai", 200);
+        m.added_latency(Duration::from_micros(300));
+        let text = m.render();
+        assert!(
+            text.contains("ctxwin_proxy_requests_total{endpoint=\"openai\",status=\"200\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ctxwin_proxy_added_latency_seconds_bucket{le=\"0.0005\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("ctxwin_proxy_added_latency_seconds_count 1"), "{text}");
+    }
+}
