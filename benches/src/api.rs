@@ -10,9 +10,11 @@
 //! `drain_outbox`, `compose`, `Payload::items`, `PayloadItem`, `MessageRef` (`role`,
 //! `content`, `tool_calls`, `tool_call_id`), `MemorySummary::parts`, `Role`.
 
+use ctxwin_core::counter::TokenCounter;
+use ctxwin_core::estimator::Estimator;
 use ctxwin_core::{
-    Config, ContextManager, DefaultCapacities, Error, Estimator, Message, OutboxMode, PayloadItem,
-    Role, StrategyKind, TokenCounter, ToolCall,
+    Config, ContextManager, DefaultCapacities, Error, Message, OutboxMode, PayloadItem, Role,
+    StrategyKind, ToolCall,
 };
 use ctxwin_std::ChatMessage;
 
@@ -251,7 +253,12 @@ pub fn cold_manager(
         .map(|m| QuarterLen.count(&m.content) + 4)
         .sum();
     let mut manager =
-        Box::new(QuarterManager::with_counter(cold_trim_config(budget, pinned), QuarterLen)?);
+        Box::new(
+            ContextManager::<DefaultCapacities>::builder()
+                .config(cold_trim_config(budget, pinned))
+                .counter(QuarterLen)
+                .build()?,
+        );
     for message in core {
         manager.push(*message)?;
     }
