@@ -105,13 +105,21 @@ pub struct Config {
     pub checkpoint_interval_messages: u32,
     /// Declared entity keys; extraction runs on user messages when there is at least one.
     pub entity_schema: EntitySchema,
+    /// Tokens one tool call costs besides its id, name and arguments (the `type` and
+    /// `function` framing); see [`TokenCounter`](crate::counter::TokenCounter) for what the
+    /// manager counts. 3 by default.
+    pub tool_call_overhead: u16,
+    /// Whether the newest user message (the live request) is never evicted, wherever it is in
+    /// the history. On by default; off, it leaves oldest-first like any other unit.
+    pub lock_newest_user: bool,
 }
 
 impl Config {
     /// The defaults: a 32k window with 4k reserved for the reply, level budgets
     /// 2,000 / 4,000 / 8,000 / the rest, eviction from 80%, the newest 6 messages locked, tool
     /// results reduced above 1,000 tokens, the sliding window; summarization folds 5 turns past
-    /// 10; importance summarizes from 0.6; hierarchical compresses after 5 and 30 minutes.
+    /// 10; importance summarizes from 0.6; hierarchical compresses after 5 and 30 minutes; 3
+    /// tokens per tool call besides its strings; the newest user message locked.
     pub const DEFAULT: Config = Config {
         context_window: 32_768,
         reserved_for_reply: 4_096,
@@ -135,6 +143,8 @@ impl Config {
         session_age_ms: 30 * 60 * 1000,
         checkpoint_interval_messages: 50,
         entity_schema: EntitySchema::EMPTY,
+        tool_call_overhead: 3,
+        lock_newest_user: true,
     };
 
     /// Total token budget of a payload: the window minus the reply reserve.
@@ -244,6 +254,8 @@ impl Config {
             self.session_age_ms as u32,
             (self.session_age_ms >> 32) as u32,
             self.checkpoint_interval_messages,
+            u32::from(self.tool_call_overhead),
+            u32::from(self.lock_newest_user),
         ];
         let keys = self.entity_schema.keys().flat_map(|key| key.bytes().chain([0]));
         words
@@ -280,6 +292,8 @@ impl Config {
         session_age_ms: 0,
         checkpoint_interval_messages: 0,
         entity_schema: EntitySchema::EMPTY,
+        tool_call_overhead: 0,
+        lock_newest_user: false,
     };
 }
 

@@ -14,8 +14,10 @@ use crate::stats::Counters;
 
 /// `"CWSN"`: ctxwin snapshot.
 pub(crate) const MAGIC: [u8; 4] = *b"CWSN";
-/// The one format version this build reads and writes.
-pub(crate) const FORMAT_VERSION: u16 = 1;
+/// The one format version this build reads and writes. 2 added `tool_call_overhead` and
+/// `lock_newest_user` at the end of the configuration; version-1 bytes are refused with
+/// `SnapshotError::UnsupportedVersion { found: 1 }`.
+pub(crate) const FORMAT_VERSION: u16 = 2;
 /// Bytes before the body: magic, version, flags, fingerprint, 4 × capacities, body length.
 pub(crate) const HEADER_LEN: usize = 4 + 2 + 2 + 4 + 4 * 8 + 4;
 /// Bytes after the body: the CRC.
@@ -88,10 +90,12 @@ pub(crate) struct ConfigWire {
     session_age_ms: u64,
     checkpoint_interval_messages: u32,
     entity_schema: SchemaWire,
+    tool_call_overhead: u16,
+    lock_newest_user: bool,
 }
 
 const SCHEMA_MAX: usize = V32 + MAX_ENTITY_KEYS * (V32 + MAX_ENTITY_KEY_LEN);
-pub(crate) const CONFIG_MAX: usize = 9 * V32 + 6 * V16 + 4 + 2 * V64 + SCHEMA_MAX;
+pub(crate) const CONFIG_MAX: usize = 9 * V32 + 7 * V16 + 5 + 2 * V64 + SCHEMA_MAX;
 
 impl From<&Config> for ConfigWire {
     fn from(c: &Config) -> Self {
@@ -118,6 +122,8 @@ impl From<&Config> for ConfigWire {
             session_age_ms: c.session_age_ms,
             checkpoint_interval_messages: c.checkpoint_interval_messages,
             entity_schema: SchemaWire(c.entity_schema),
+            tool_call_overhead: c.tool_call_overhead,
+            lock_newest_user: c.lock_newest_user,
         }
     }
 }
@@ -156,6 +162,8 @@ impl ConfigWire {
             session_age_ms: self.session_age_ms,
             checkpoint_interval_messages: self.checkpoint_interval_messages,
             entity_schema: self.entity_schema.0,
+            tool_call_overhead: self.tool_call_overhead,
+            lock_newest_user: self.lock_newest_user,
         })
     }
 }
