@@ -534,7 +534,11 @@ fn reduce(text: &str, limit: u32) -> String {
         tail -= 1;
     }
     let mut out = lines[..head].join("\n");
-    out.push_str(&format!("\n{} ({} lines)\n", ctxwin_core::reduce::TRUNCATION_MARKER, tail - head));
+    out.push_str(&format!(
+        "\n{} ({} lines)\n",
+        ctxwin_core::reduce::TRUNCATION_MARKER,
+        tail - head
+    ));
     out.push_str(&lines[tail..].join("\n"));
     out
 }
