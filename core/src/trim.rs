@@ -158,7 +158,7 @@ impl<K: TokenCounter> Rules<'_, K> {
         call_id: Option<&str>,
     ) -> u32 {
         let calls_tokens = calls.into_iter().fold(0u32, |sum, call| {
-            sum.saturating_add(self.counter.count_tool_call(&call))
+            sum.saturating_add(self.counter.count_tool_call(call))
                 .saturating_add(u32::from(self.config.tool_call_overhead))
         });
         content

@@ -55,10 +55,8 @@ fn run_with(
         && client.is_none()
         && file.context.strategy == StrategyKind::SlidingWindow
         && file.context.entity_schema.is_empty();
-    if stateless {
-        if let Some(output) = stateless_trim(args, file.context, &counter)? {
-            return Ok(output);
-        }
+    if stateless && let Some(output) = stateless_trim(args, file.context, &counter)? {
+        return Ok(output);
     }
     let (conversation, format) =
         input::read_conversation(&args.file, args.input_format.map(Into::into))?;
@@ -213,7 +211,8 @@ impl Lines {
     fn records(&self, body: &str) -> usize {
         let head = body.get(..self.head).unwrap_or_default();
         let history = body.get(self.head..).unwrap_or_default();
-        let pinned = head.lines().filter(|l| l.contains("\"role\"") || l.contains("\"system\"")).count();
+        let pinned =
+            head.lines().filter(|l| l.contains("\"role\"") || l.contains("\"system\"")).count();
         pinned + history.lines().filter(|l| !l.trim().is_empty()).count()
     }
 }
