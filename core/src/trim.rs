@@ -269,27 +269,31 @@ pub enum TrimmedItem<'a> {
 /// use ctxwin_core::trim::{trim, TrimmedItem};
 ///
 /// let calls = [ToolCall::new("c1", "run", "{}")];
-/// let old = "x ".repeat(4_000);
+/// let old = "x ".repeat(1_000); // about 750 tokens: one fits, two do not
 /// let conversation = [
 ///     Message::system("You are terse."),
 ///     Message::user(&old),
+///     Message::assistant(&old),
 ///     Message::user("Run it."),
 ///     Message::assistant("").with_tool_calls(&calls),
 ///     Message::tool_result("c1", "ok"),
 /// ];
 /// let config = Config { context_window: 1_000, reserved_for_reply: 0, permanent_budget: 0,
-///                       session_budget: 0, working_budget: 0, ..Config::DEFAULT };
-/// let kept = trim(&conversation[..], &[], &config, &Estimator::new())?;
-/// assert_eq!(kept.indices().collect::<Vec<_>>(), [0, 2, 3, 4]);
+///                       session_budget: 0, working_budget: 0, locked_tail: 2,
+///                       ..Config::DEFAULT };
+/// let counter = Estimator::new();
+/// let kept = trim(&conversation[..], &[], &config, &counter)?;
+/// assert_eq!(kept.indices().collect::<Vec<_>>(), [0, 2, 3, 4, 5]);
 /// assert!(kept.tokens() <= 1_000);
-/// assert!(matches!(kept.items().last(), Some(TrimmedItem::Message { index: 4, .. })));
+/// assert!(matches!(kept.items().last(), Some(TrimmedItem::Message { index: 5, .. })));
 /// # Ok::<(), ctxwin_core::trim::TrimError>(())
 /// ```
 ///
 /// # Errors
 ///
 /// [`TrimError::Refused`] for what a manager refuses (a malformed message, an orphan result,
-/// pending calls at the end, pinned content or locked units over the budget);
+/// pending calls at the end, pinned content (`index: None`) or locked units (`index` of the
+/// oldest locked unit's head) over the budget);
 /// [`TrimError::Unsupported`] for what only a manager handles.
 pub fn trim<'s, K: TokenCounter>(
     conversation: &'s [Message<'s>],
@@ -401,15 +405,19 @@ pub fn trim_from<'s, S: Conversation + ?Sized, K: TokenCounter>(
         }
         if used.saturating_add(extra) > room {
             let needed = fixed.saturating_add(history_overhead).saturating_add(used + extra);
-            return Err(Error::PinnedOverBudget { needed, budget }.into());
+            return Err(refused(Error::PinnedOverBudget { needed, budget }, unit.head));
         }
         start = unit.head;
         end = unit.head;
     }
     let lone_user = user.filter(|&u| u < start);
-    if lone_user.is_some() {
+    if let Some(index) = lone_user {
         used = used.saturating_add(reserved);
         messages = messages.saturating_add(1);
+        if used > room {
+            let needed = fixed.saturating_add(history_overhead).saturating_add(used);
+            return Err(refused(Error::PinnedOverBudget { needed, budget }, index));
+        }
     }
     let any_history = messages > 0;
     let tokens = fixed.saturating_add(if any_history { history_overhead } else { 0 }) + used;
