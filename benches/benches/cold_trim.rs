@@ -148,5 +148,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!("ctxwin_kept {}", ranges(&sets[0].1));
+    if let Some((_, kept)) = sets.get(1) {
+        println!("ctxwin_trim_kept {}", ranges(kept));
+    }
     Ok(())
 }

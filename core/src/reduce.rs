@@ -170,7 +170,7 @@ fn fit<'a>(
 /// the result never costs more than `limit` for any counter that keeps the contract,
 /// including one that rounds down: a piece's count is not the sum of its lines' counts (a
 /// `len / 4` counter gives `"abc\nabc\n"` 2 tokens, its lines 1 each), so when the pieces
-/// overshoot, the room shrinks by the excess and the cut is made again (at most 8 times,
+/// overshoot, the room shrinks in proportion and the cut is made again (at most 8 times,
 /// then head and tail are dropped to the marker and whatever part of the tail fits).
 pub(crate) fn reduce<'a>(text: &'a str, limit: u32, counter: &impl TokenCounter) -> Reduction<'a> {
     let marker_cost = counter.count(Marker::new(true, 1_000_000).as_str());
@@ -182,11 +182,12 @@ pub(crate) fn reduce<'a>(text: &'a str, limit: u32, counter: &impl TokenCounter)
         if cost <= limit {
             return reduction;
         }
-        let excess = cost - limit;
         if room == 0 {
             break;
         }
-        room = room.saturating_sub(excess.max(1));
+        // Shrink in proportion (one more cut usually fits), and by at least the excess.
+        let scaled = (u64::from(room) * u64::from(limit) / u64::from(cost)) as u32;
+        room = scaled.min(room.saturating_sub(cost - limit)).min(room - 1);
     }
     // Last resort: no head; the tail cut to what the marker leaves.
     let marker = Marker::new(false, crate::small::split_lines(text).count());
