@@ -47,6 +47,7 @@ push_us=$(value ctxwin_push_us_per_msg)
 est_us=$(value ctxwin_estimator_us_per_msg)
 trim_us=$(value ctxwin_trim_us)
 kept=$(sed -n 's/^ctxwin_kept //p' "$work/ctxwin.txt")
+trim_kept=$(sed -n 's/^ctxwin_trim_kept //p' "$work/ctxwin.txt")
 
 # --- ctxwin trim, end to end (CLI) -----------------------------------------------------
 cargo build -q --release --bin ctxwin
@@ -69,9 +70,9 @@ else
 fi
 
 # --- the table ---------------------------------------------------------------------------
-python3 - "$cold_us" "$lc_us" "$push_us" "$est_us" "$trim_us" "$cli_ms" "$how" "$kept" "$lc_kept" "$runs" <<'PY'
+python3 - "$cold_us" "$lc_us" "$push_us" "$est_us" "$trim_us" "$cli_ms" "$how" "$kept" "$lc_kept" "$runs" "$trim_kept" <<'PY'
 import sys
-cold, lc, push, est, trim, cli, how, kept, lc_kept, runs = sys.argv[1:]
+cold, lc, push, est, trim, cli, how, kept, lc_kept, runs, trim_kept = sys.argv[1:]
 cold, lc, push, est, cli = map(float, (cold, lc, push, est, cli))
 
 def expand(ranges):
@@ -117,4 +118,8 @@ print(f"kept by LangChain:                  {len(lc_kept)} messages: {show(lc_ke
 print(f"expected pair-safe suffix:          {len(expected)} messages: {show(expected)}")
 print(f"ctxwin == expected: {mark(kept == expected)}; ctxwin == LangChain: {kept == lc_kept}; "
       f"LangChain + assistant 9938 == expected: {sorted(lc_kept + [9938]) == expected}")
+if trim_kept:
+    trim_kept = expand(trim_kept)
+    print(f"kept by ctxwin core trim (content-only len//4+4): {len(trim_kept)} messages: {show(trim_kept)}")
+    print(f"core trim == expected: {mark(trim_kept == expected)}")
 PY

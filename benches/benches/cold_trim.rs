@@ -15,7 +15,9 @@
 //! - `push per message`: the same pushes alone, per message;
 //! - `estimator per message`: the default estimator counting every text the manager counts
 //!   (contents, call ids, names, arguments, result ids), per message: its own share;
-//! - `core trim`: issue 15's stateless trim, **not yet available** (`api::core_trim`).
+//! - `core trim`: issue 15's stateless trim (`ctxwin_core::trim::trim`, `api::core_trim`)
+//!   with the content-only counter `api::ContentQuarterLen` and no per-call overhead, i.e.
+//!   exactly LangChain's `len(content) // 4 + 4`: the walk plus one pass over the kept items.
 //!
 //! Kept indices are compared with the pair-safe newest-first suffix under the content-only
 //! rule, `{0} ∪ 9938..=9999`, and with LangChain's kept set when `LANGCHAIN_KEPT` holds it
@@ -27,7 +29,8 @@
 use std::time::Instant;
 
 use ctxwin_benches::api::{
-    cold_manager, compose_count, core_messages, core_trim, estimate_all, kept_indices,
+    cold_manager, compose_count, core_messages, core_trim, core_trim_tokens, estimate_all,
+    kept_indices,
 };
 use ctxwin_benches::conv10k;
 use ctxwin_benches::replay::tool_calls;
@@ -104,7 +107,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let trim = core_trim(&messages, &core, BUDGET).map(|_| {
         time_us(RUNS, || {
-            std::hint::black_box(core_trim(&messages, &core, BUDGET)).map_or((), |_| ())
+            std::hint::black_box(core_trim_tokens(std::hint::black_box(&core), BUDGET));
         })
     });
 
@@ -145,5 +148,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!("ctxwin_kept {}", ranges(&sets[0].1));
+    if let Some((_, kept)) = sets.get(1) {
+        println!("ctxwin_trim_kept {}", ranges(kept));
+    }
     Ok(())
 }

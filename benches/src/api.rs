@@ -10,9 +10,11 @@
 //! `drain_outbox`, `compose`, `Payload::items`, `PayloadItem`, `MessageRef` (`role`,
 //! `content`, `tool_calls`, `tool_call_id`), `MemorySummary::parts`, `Role`.
 
+use ctxwin_core::counter::TokenCounter;
+use ctxwin_core::estimator::Estimator;
 use ctxwin_core::{
     Config, ContextManager, DefaultCapacities, Error, Message, OutboxMode, PayloadItem, Role,
-    StrategyKind, ToolCall, counter::TokenCounter, estimator::Estimator,
+    StrategyKind, ToolCall,
 };
 use ctxwin_std::ChatMessage;
 
@@ -302,15 +304,45 @@ pub fn kept_indices(
     Ok(kept)
 }
 
-/// The core's cold `trim` (issue 15), once it exists: kept indices of `messages` under
-/// `budget` with [`QuarterLen`]. `None` today: not yet available. Adding it is this one
-/// function.
+/// [`QuarterLen`] for contents only: tool calls and result ids cost nothing, so with a
+/// message overhead of 4 and no per-call overhead a message costs `len(content) // 4 + 4`,
+/// LangChain's rule exactly (`TokenCounter::count_tool_call` / `count_call_id`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ContentQuarterLen;
+
+impl TokenCounter for ContentQuarterLen {
+    fn count(&self, text: &str) -> u32 {
+        QuarterLen.count(text)
+    }
+
+    fn count_tool_call(&self, _: &ToolCall<'_>) -> u32 {
+        0
+    }
+
+    fn count_call_id(&self, _: &str) -> u32 {
+        0
+    }
+}
+
+/// The core's cold `trim` (issue 15): kept indices of `messages` under `budget` with
+/// [`ContentQuarterLen`] and no per-call overhead (LangChain's `len(content) // 4 + 4`), the
+/// configuration `ctxwin trim` builds.
 pub fn core_trim(
     _messages: &[ChatMessage],
-    _core: &[Message<'_>],
-    _budget: u32,
+    core: &[Message<'_>],
+    budget: u32,
 ) -> Option<Vec<usize>> {
-    None
+    let config = Config { tool_call_overhead: 0, ..cold_trim_config(budget, 0) };
+    let kept = ctxwin_core::trim::trim(core, &[], &config, &ContentQuarterLen).ok()?;
+    Some(kept.indices().collect())
+}
+
+/// [`core_trim`] without collecting: the payload's token count (what the timing measures:
+/// the walk, plus one pass over the kept items as writing the payload would make).
+pub fn core_trim_tokens(core: &[Message<'_>], budget: u32) -> Option<(u32, usize)> {
+    let config = Config { tool_call_overhead: 0, ..cold_trim_config(budget, 0) };
+    let kept = ctxwin_core::trim::trim(core, &[], &config, &ContentQuarterLen).ok()?;
+    Some((kept.tokens(), kept.items().count()))
 }
 
 /// Σ default-estimator counts of every text a manager counts in `messages` (contents, tool

@@ -333,7 +333,12 @@ pub(crate) fn default_toml() -> String {
         Key {
             name: "locked_tail",
             value: d.locked_tail.to_string(),
-            doc: "The newest messages, never evicted (the newest user message always is).",
+            doc: "The newest messages, never evicted.",
+        },
+        Key {
+            name: "lock_newest_user",
+            value: d.lock_newest_user.to_string(),
+            doc: "Whether the newest user message (the live request) is never evicted, wherever it is.",
         },
         Key {
             name: "max_messages",
@@ -354,6 +359,11 @@ pub(crate) fn default_toml() -> String {
             name: "request_overhead",
             value: d.request_overhead.to_string(),
             doc: "Framing tokens per request (the reply primer).",
+        },
+        Key {
+            name: "tool_call_overhead",
+            value: d.tool_call_overhead.to_string(),
+            doc: "Tokens per tool call besides its id, name and arguments (type and function framing).",
         },
         Key {
             name: "unanswered_calls",

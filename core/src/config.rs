@@ -124,6 +124,13 @@ pub struct Config {
     pub fit_budgets: bool,
     /// Where dynamic context (task, retrieved text) goes in the payload.
     pub dynamic_placement: DynamicPlacement,
+    /// Tokens one tool call costs besides its id, name and arguments (the `type` and
+    /// `function` framing); see [`TokenCounter`](crate::counter::TokenCounter) for what the
+    /// manager counts. 3 by default.
+    pub tool_call_overhead: u16,
+    /// Whether the newest user message (the live request) is never evicted, wherever it is in
+    /// the history. On by default; off, it leaves oldest-first like any other unit.
+    pub lock_newest_user: bool,
 }
 
 /// Where [`compose`](crate::manager::ContextManager::compose)'s dynamic context goes.
@@ -153,9 +160,10 @@ pub enum DynamicPlacement {
 impl Config {
     /// The defaults: a 32k window with 4k reserved for the reply, level budgets
     /// 2,000 / 4,000 / 8,000 / the rest (capped to fit smaller windows), compaction from 95% of
-    /// the budget down to 60%, the newest 6 messages locked, tool results reduced above 1,000
-    /// tokens, the sliding window; summarization folds 5 turns past 10; importance summarizes
-    /// from 0.6; hierarchical compresses after 5 and 30 minutes; dynamic context after the tools.
+    /// the budget down to 60%, the newest 6 messages and the newest user message locked, tool
+    /// results reduced above 1,000 tokens, the sliding window; summarization folds 5 turns past
+    /// 10; importance summarizes from 0.6; hierarchical compresses after 5 and 30 minutes;
+    /// dynamic context after the tools; 3 tokens per tool call besides its strings.
     pub const DEFAULT: Config = Config {
         context_window: 32_768,
         reserved_for_reply: 4_096,
@@ -181,6 +189,8 @@ impl Config {
         low_water_percent: 60,
         fit_budgets: true,
         dynamic_placement: DynamicPlacement::AfterTools,
+        tool_call_overhead: 3,
+        lock_newest_user: true,
     };
 
     /// Total token budget of a payload: the window minus the reply reserve.
@@ -365,6 +375,8 @@ impl Config {
             u32::from(self.low_water_percent),
             u32::from(self.fit_budgets),
             self.dynamic_placement as u32,
+            u32::from(self.tool_call_overhead),
+            u32::from(self.lock_newest_user),
         ];
         let keys = self.entity_schema.keys().flat_map(|key| key.bytes().chain([0]));
         words
@@ -407,6 +419,8 @@ impl Config {
         low_water_percent: 0,
         fit_budgets: false,
         dynamic_placement: DynamicPlacement::AfterTools,
+        tool_call_overhead: 0,
+        lock_newest_user: false,
     };
 }
 

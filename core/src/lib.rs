@@ -61,6 +61,7 @@ pub mod stats;
 pub mod strategy;
 pub mod summarize;
 pub mod terms;
+pub mod trim;
 pub mod view;
 
 // What a user needs to push, compose, write, snapshot and configure; everything else is

@@ -3,6 +3,9 @@
 
 use crate::counter::TokenCounter;
 
+/// Smallest budget a reduced tool output may be squeezed into: head, marker and tail.
+pub(crate) const MIN_REDUCED_TOKENS: u32 = 32;
+
 /// Line that opens the omission marker.
 pub const TRUNCATION_MARKER: &str = "[Data Truncated]";
 
@@ -159,12 +162,43 @@ fn fit<'a>(
     }
 }
 
-/// Reduces `text`, known to cost more than `limit` tokens, to at most about `limit`: first
-/// lines, marker, last lines. Head and tail share what the marker leaves, 60/40 (the head
-/// usually says what ran, the tail how it ended).
+/// Reduces `text`, known to cost more than `limit` tokens, to at most `limit`: first lines,
+/// marker, last lines. Head and tail share what the marker leaves, 60/40 (the head usually
+/// says what ran, the tail how it ended).
+///
+/// The pieces are counted as the manager stores them (each piece on its own, summed) and
+/// the result never costs more than `limit` for any counter that keeps the contract,
+/// including one that rounds down: a piece's count is not the sum of its lines' counts (a
+/// `len / 4` counter gives `"abc\nabc\n"` 2 tokens, its lines 1 each), so when the pieces
+/// overshoot, the room shrinks in proportion and the cut is made again (at most 8 times,
+/// then head and tail are dropped to the marker and whatever part of the tail fits).
 pub(crate) fn reduce<'a>(text: &'a str, limit: u32, counter: &impl TokenCounter) -> Reduction<'a> {
     let marker_cost = counter.count(Marker::new(true, 1_000_000).as_str());
-    let room = limit.saturating_sub(marker_cost);
+    let mut room = limit.saturating_sub(marker_cost);
+    for _ in 0..8 {
+        let reduction = cut(text, room, counter);
+        let cost =
+            reduction.parts().iter().map(|p| counter.count(p)).fold(0u32, u32::saturating_add);
+        if cost <= limit {
+            return reduction;
+        }
+        if room == 0 {
+            break;
+        }
+        // Shrink in proportion (one more cut usually fits), and by at least the excess.
+        let scaled = (u64::from(room) * u64::from(limit) / u64::from(cost)) as u32;
+        room = scaled.min(room.saturating_sub(cost - limit)).min(room - 1);
+    }
+    // Last resort: no head; the tail cut to what the marker leaves.
+    let marker = Marker::new(false, crate::small::split_lines(text).count());
+    let left = limit.saturating_sub(counter.count(marker.as_str()));
+    let tail = fit(text, left, counter, suffix);
+    let tail = if counter.count(tail) <= left { tail } else { "" };
+    Reduction { head: "", tail, marker }
+}
+
+/// One cut with `room` tokens for head and tail.
+fn cut<'a>(text: &'a str, room: u32, counter: &impl TokenCounter) -> Reduction<'a> {
     let head = head_lines(text, room * 3 / 5, counter);
     let rest = text.get(head.len()..).unwrap_or_default();
     let tail = tail_lines(rest, room - room * 3 / 5, counter);
@@ -228,7 +262,45 @@ mod tests {
         );
     }
 
+    /// `len / 4`, rounding down (as `benches`' `QuarterLen`).
+    struct QuarterDown;
+    impl TokenCounter for QuarterDown {
+        fn count(&self, text: &str) -> u32 {
+            (text.len() / 4) as u32
+        }
+    }
+
+    fn cost(r: &Reduction<'_>, counter: &impl TokenCounter) -> u32 {
+        r.parts().iter().map(|p| counter.count(p)).sum()
+    }
+
+    /// Short lines lose up to 3/4 of a token each when counted one by one with a counter
+    /// that rounds down: before the fix the pieces overshot the limit (here 200 → 290 and
+    /// more), and the manager refused the reduced result.
+    #[test]
+    fn a_rounding_down_counter_never_overshoots() {
+        let text: String = (0..5_000).map(|i| format!("ok {}\n", i % 10)).collect();
+        for limit in [32, 33, 50, 200, 999, 1_000] {
+            let reduced = reduce(&text, limit, &QuarterDown);
+            assert!(
+                cost(&reduced, &QuarterDown) <= limit,
+                "limit {limit}: {}",
+                cost(&reduced, &QuarterDown)
+            );
+            assert!(text.starts_with(reduced.head) && text.ends_with(reduced.tail));
+        }
+    }
+
     proptest::proptest! {
+        #[test]
+        fn never_exceeds_the_limit_rounding_down(text in "(ab|abcde|\n|é){0,2000}", limit in 32u32..400) {
+            if QuarterDown.count(&text) > limit {
+                let reduced = reduce(&text, limit, &QuarterDown);
+                proptest::prop_assert!(cost(&reduced, &QuarterDown) <= limit);
+                proptest::prop_assert!(cost(&reduced, &QuarterBytes) <= limit + 3);
+            }
+        }
+
         #[test]
         fn byte_line_helpers_match_core(text in "(a|é|\n|\r\n){0,40}") {
             let expected: Vec<&str> = text.split_inclusive('\n').collect();
@@ -242,6 +314,7 @@ mod tests {
                 let reduced = reduce(&text, limit, &QuarterBytes);
                 let out = joined(&reduced);
                 proptest::prop_assert!(QuarterBytes.count(&out) <= limit + 2);
+                proptest::prop_assert!(cost(&reduced, &QuarterBytes) <= limit);
                 proptest::prop_assert!(text.starts_with(reduced.head));
                 proptest::prop_assert!(text.ends_with(reduced.tail));
                 proptest::prop_assert!(reduced.head.len() + reduced.tail.len() <= text.len());

@@ -22,7 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("storage", &["ring", "header", "record", "capacity", "entities"]),
     ("model", &["message", "config", "error", "counter", "view", "json", "payload", "stats"]),
     ("policy", &["terms", "estimator", "reduce", "summarize", "strategy"]),
-    ("engine", &["manager"]),
+    ("engine", &["manager", "trim"]),
     ("snapshot", &["snapshot"]),
 ];
 

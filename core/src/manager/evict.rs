@@ -66,7 +66,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         };
         Lock {
             from_id,
-            user_id: self.state.last_user_id,
+            user_id: self.state.last_user_id.filter(|_| self.config.lock_newest_user),
             pending: self.state.pending().map(|p| p.level),
         }
     }

@@ -14,6 +14,8 @@ mod views;
 
 pub use builder::Builder;
 pub use outbox::{EvictedUnit, Outbox};
+pub use push::ABORTED_RESULT;
+pub(crate) use push::validate;
 pub use replace::ReplaceError;
 pub use summary::MAX_SUMMARY_RANGES;
 

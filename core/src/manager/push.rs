@@ -11,7 +11,7 @@ use crate::level::Level;
 use crate::message::{MAX_TOOL_CALLS, Message};
 use crate::record::ToolCall;
 use crate::record::{self, SpanWriter, bit};
-use crate::reduce::{self, Reduction};
+use crate::reduce::{self, MIN_REDUCED_TOKENS, Reduction};
 use crate::role::Role;
 use crate::strategy::Strategy;
 use crate::terms::key_terms;
@@ -21,12 +21,6 @@ pub const MAX_TOOL_CALL_ID_LEN: usize = 128;
 
 /// Content of the synthetic result stored for a call that never got one.
 pub const ABORTED_RESULT: &str = "[ctxwin] Tool call aborted: no result was received.";
-
-/// Smallest budget a reduced tool output may be squeezed into: head, marker and tail.
-const MIN_REDUCED_TOKENS: u32 = 32;
-
-/// Tokens one tool call adds besides its strings (type, function framing).
-const CALL_OVERHEAD: u32 = 3;
 
 /// What a new record's content is made of.
 enum Content<'a> {
@@ -80,7 +74,7 @@ impl Extra<'_> {
     }
 }
 
-fn validate(message: &Message<'_>) -> Result<(), InvalidMessage> {
+pub(crate) fn validate(message: &Message<'_>) -> Result<(), InvalidMessage> {
     if !message.tool_calls.is_empty() && message.role != Role::Assistant {
         return Err(InvalidMessage::ToolCallsOnNonAssistant);
     }
@@ -148,9 +142,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             return self.push_tool_result(&message);
         }
         let (level, tokens, extra) = self.checked(&message)?;
-        let texts =
-            core::iter::once(message.content).chain(message.tool_calls.iter().map(|c| c.arguments));
-        let terms = key_terms(texts);
+        let terms = if self.strategy.needs(&self.config).terms {
+            let texts = core::iter::once(message.content)
+                .chain(message.tool_calls.iter().map(|c| c.arguments));
+            key_terms(texts)
+        } else {
+            [0; 4]
+        };
         let len = message.content.len() + extra.len();
         if level.is_history() {
             self.make_room_closing(level, Some(len))?;
@@ -436,7 +434,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 | if message.important { flags::IMPORTANT } else { 0 },
             tokens,
             original_tokens,
-            terms: key_terms([message.content]),
+            terms: if self.strategy.needs(&self.config).terms {
+                key_terms([message.content])
+            } else {
+                [0; 4]
+            },
             ..Header::EMPTY
         };
         let id = self.store(level, header, &content, &extra)?;
@@ -480,14 +482,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         call_id: Option<&str>,
     ) -> u32 {
         let calls_tokens = calls.into_iter().fold(0u32, |sum, call| {
-            sum.saturating_add(self.counter.count(call.id))
-                .saturating_add(self.counter.count(call.name))
-                .saturating_add(self.counter.count(call.arguments))
-                .saturating_add(CALL_OVERHEAD)
+            sum.saturating_add(self.counter.count_tool_call(&call))
+                .saturating_add(u32::from(self.config.tool_call_overhead))
         });
         content
             .saturating_add(calls_tokens)
-            .saturating_add(call_id.map_or(0, |id| self.counter.count(id)))
+            .saturating_add(call_id.map_or(0, |id| self.counter.count_call_id(id)))
             .saturating_add(u32::from(self.config.message_overhead))
     }
 

@@ -17,9 +17,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if level == Level::Session {
             return Some(oldest);
         }
+        let needs = self.strategy.needs(&self.config);
         let parts = self.parts();
         let env = parts.env();
-        if parts.strategy.oldest_first(&env) {
+        if !needs.importance || parts.strategy.oldest_first(&env) {
             return Some(oldest);
         }
         let ring = parts.ring(level);
@@ -45,7 +46,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Evicts `unit`, first asking the strategy whether a summary of it should stay.
     pub(crate) fn leave(&mut self, level: Level, unit: UnitSpan) {
-        if level.is_history() {
+        if level.is_history() && self.strategy.needs(&self.config).summary_sources {
             let decision = {
                 let parts = self.parts();
                 let env = parts.env();

@@ -170,6 +170,12 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError>
         1 => DynamicPlacement::BeforeNewestUser,
         _ => return Err(invalid),
     };
+    c.tool_call_overhead = r.u16()?;
+    c.lock_newest_user = match r.u8()? {
+        0 => false,
+        1 => true,
+        _ => return Err(SnapshotError::Malformed),
+    };
     c.unanswered_calls = match unanswered {
         0 => UnansweredCalls::SynthesizeAborted,
         1 => UnansweredCalls::DropCalls,

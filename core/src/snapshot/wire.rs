@@ -31,8 +31,10 @@ use crate::stats::Counters;
 
 /// `"CWSN"`: ctxwin snapshot.
 pub(crate) const MAGIC: [u8; 4] = *b"CWSN";
-/// The one format version this build reads and writes.
-/// Version 2 added the water marks, `fit_budgets`, `dynamic_placement` and the cache counters.
+/// The one format version this build reads and writes. Version 2 added the water marks,
+/// `fit_budgets`, `dynamic_placement`, `tool_call_overhead` and `lock_newest_user` at the end of
+/// the configuration and the cache counters; version-1 bytes are refused with
+/// `SnapshotError::UnsupportedVersion { found: 1 }`.
 pub(crate) const FORMAT_VERSION: u16 = 2;
 /// Bytes before the body: magic, version, flags, fingerprint, 4 × capacities, body length.
 pub(crate) const HEADER_LEN: usize = 4 + 2 + 2 + 4 + 4 * 8 + 4;
@@ -115,10 +117,12 @@ pub(crate) struct ConfigWire {
     low_water_percent: u8,
     fit_budgets: bool,
     dynamic_placement: u8,
+    tool_call_overhead: u16,
+    lock_newest_user: bool,
 }
 
 const SCHEMA_MAX: usize = V32 + MAX_ENTITY_KEYS * (V32 + MAX_ENTITY_KEY_LEN);
-pub(crate) const CONFIG_MAX: usize = 9 * V32 + 6 * V16 + 4 + 2 * V64 + SCHEMA_MAX + 3;
+pub(crate) const CONFIG_MAX: usize = 9 * V32 + 7 * V16 + 5 + 2 * V64 + SCHEMA_MAX + 3;
 
 #[cfg(test)]
 impl From<&Config> for ConfigWire {
@@ -149,6 +153,8 @@ impl From<&Config> for ConfigWire {
             low_water_percent: c.low_water_percent,
             fit_budgets: c.fit_budgets,
             dynamic_placement: c.dynamic_placement as u8,
+            tool_call_overhead: c.tool_call_overhead,
+            lock_newest_user: c.lock_newest_user,
         }
     }
 }
@@ -194,6 +200,8 @@ impl ConfigWire {
                 1 => DynamicPlacement::BeforeNewestUser,
                 _ => return None,
             },
+            tool_call_overhead: self.tool_call_overhead,
+            lock_newest_user: self.lock_newest_user,
         })
     }
 }
@@ -541,6 +549,8 @@ fn encode_config(e: &mut Enc<'_>, c: &Config) {
     e.u8(c.low_water_percent);
     e.u8(u8::from(c.fit_budgets));
     e.u8(c.dynamic_placement as u8);
+    e.varint(c.tool_call_overhead.into());
+    e.u8(u8::from(c.lock_newest_user));
 }
 
 /// The state, in `StateWire` order.

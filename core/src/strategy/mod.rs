@@ -216,6 +216,40 @@ impl<'a> Env<'a> {
     }
 }
 
+/// The per-message work a strategy reads, so the manager does only that work.
+///
+/// Term hashing (identifiers, paths and numbers of each message, for
+/// [`Env::references`]), importance scoring and the summary bookkeeping of leaving units cost
+/// most of a push; a sliding window reads none of them. A field the strategy does not need is
+/// not computed: a message pushed without `terms` stores none (snapshots restore it as "not
+/// computed", and a strategy switched on later sees no references for it).
+///
+/// ```
+/// use ctxwin_core::{Config, StrategyKind};
+/// use ctxwin_core::strategy::{Builtin, Needs, SlidingWindow, Strategy};
+/// assert_eq!(SlidingWindow::new().needs(&Config::DEFAULT), Needs::NOTHING);
+/// let importance = Config { strategy: StrategyKind::Importance, ..Config::DEFAULT };
+/// assert!(Builtin::new().needs(&importance).terms);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Needs {
+    /// Term hashes of every pushed message ([`Env::references`]).
+    pub terms: bool,
+    /// Unit values ([`Strategy::value`]): asked only when this is set and
+    /// [`Strategy::oldest_first`] is false.
+    pub importance: bool,
+    /// What becomes of a leaving unit ([`Strategy::on_leave`]) and the unit view it reads;
+    /// without it every leaving unit is dropped.
+    pub summary_sources: bool,
+}
+
+impl Needs {
+    /// Everything: the default for strategies of your own.
+    pub const ALL: Needs = Needs { terms: true, importance: true, summary_sources: true };
+    /// Nothing: a sliding window.
+    pub const NOTHING: Needs = Needs { terms: false, importance: false, summary_sources: false };
+}
+
 /// Decides what leaves the window and what becomes of it; the manager does the rest.
 ///
 /// Every hook has a default, so the smallest strategy is `impl Strategy for Mine { fn
@@ -260,6 +294,14 @@ pub trait Strategy {
 
     /// The summarizer used for [`Leave::Summarize`], plans and merging summaries.
     fn summarizer(&mut self) -> &mut dyn Summarizer;
+
+    /// What the strategy reads under `config`; the manager skips the rest of a push's work.
+    /// Everything by default, so a strategy of your own sees what it always saw.
+    #[inline]
+    fn needs(&self, config: &Config) -> Needs {
+        let _ = config;
+        Needs::ALL
+    }
 
     /// The extractor that updates entities from user messages (when a schema is declared).
     fn extractor(&mut self) -> &mut dyn Extractor;
@@ -342,6 +384,11 @@ impl Extractor for Nothing {
 impl Strategy for SlidingWindow {
     fn summarizer(&mut self) -> &mut dyn Summarizer {
         &mut self.none
+    }
+
+    #[inline]
+    fn needs(&self, _: &Config) -> Needs {
+        Needs::NOTHING
     }
 
     fn kind(&self) -> Option<StrategyKind> {
@@ -431,6 +478,17 @@ impl<Z: Summarizer, X: Extractor> Strategy for Builtin<Z, X> {
 
     fn summarizer(&mut self) -> &mut dyn Summarizer {
         &mut self.summarizer
+    }
+
+    #[inline]
+    fn needs(&self, config: &Config) -> Needs {
+        match config.strategy {
+            StrategyKind::SlidingWindow | StrategyKind::EntityExtraction => Needs::NOTHING,
+            StrategyKind::Summarization | StrategyKind::Hierarchical => {
+                Needs { summary_sources: true, ..Needs::NOTHING }
+            }
+            StrategyKind::Importance => Needs::ALL,
+        }
     }
 
     fn extractor(&mut self) -> &mut dyn Extractor {

@@ -23,9 +23,9 @@ pub(crate) fn row_from_ref(message: &MessageRef<'_>, unit: u64) -> ArchivedMessa
         .with_tokens(message.tokens())
 }
 
-/// The JSON function object the core stores for a tool: `{"name","description","parameters"}`
+/// The JSON function object the core stores for a tool (and counts): `{"name","description","parameters"}`
 /// with the parameters embedded verbatim.
-pub(crate) fn tool_definition_json(tool: &ToolDefinition) -> Result<String, SessionError> {
+pub fn tool_definition_json(tool: &ToolDefinition) -> Result<String, SessionError> {
     let invalid = |reason: String| SessionError::ToolDefinition { name: tool.name.clone(), reason };
     let parameters: &RawValue =
         serde_json::from_str(&tool.parameters).map_err(|e| invalid(e.to_string()))?;

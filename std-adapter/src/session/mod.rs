@@ -88,6 +88,7 @@ use crate::tokens::Calibrator;
 pub use builder::SessionBuilder;
 pub use capacities::{ServerCapacities, SessionManager};
 pub use compose::ComposedPayload;
+pub use convert::tool_definition_json;
 pub use counter::Counter;
 pub use error::SessionError;
 pub use llm::{LlmOptions, LlmStats, LlmWait};
