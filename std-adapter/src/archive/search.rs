@@ -69,17 +69,27 @@ pub struct KeywordCount {
     pub messages: u64,
 }
 
-/// Turns plain user words into an FTS5 query that cannot fail to parse: each word becomes a
-/// quoted phrase (FTS5 operators, `*`, `-`, `:` and parentheses lose their meaning), words are
-/// OR-ed so BM25 ranks the messages matching most of them first, stop words are dropped when
-/// other words remain, and words without a letter or digit are skipped. `None` when nothing is
-/// left to search for.
+/// Turns plain user words into an FTS5 query that cannot fail to parse. Words are the core's
+/// one definition, [`ctxwin_core::terms::search_words`] (letters and digits; possessives and
+/// clitics dropped, so `Caroline's` searches `Caroline`); each becomes a quoted term (FTS5
+/// operators lose their meaning), words with the same [`stem`](ctxwin_core::terms::stem) count
+/// once, and they are OR-ed so BM25 ranks the messages matching most of them first. Stop words
+/// are dropped when other words remain. The index stems with Porter, so `dogs` finds `dog`.
+/// `None` when nothing is left to search for.
 pub(crate) fn fts_query(user: &str) -> Option<String> {
     let mut terms: Vec<&str> = Vec::new();
-    for word in user.split_whitespace() {
-        let seen = terms.iter().any(|t| t.to_lowercase() == word.to_lowercase());
-        if word.chars().any(char::is_alphanumeric) && !seen {
-            terms.push(word);
+    for chunk in user.split_whitespace() {
+        let core = chunk.trim_matches(|c: char| !c.is_alphanumeric());
+        let core =
+            core.strip_suffix("'s").or_else(|| core.strip_suffix("\u{2019}s")).unwrap_or(core);
+        // A path or identifier (`src/lib.rs`, `col:val`) stays one phrase.
+        let joined = core.contains(|c: char| !c.is_alphanumeric() && c != '\'' && c != '\u{2019}');
+        let words: Vec<&str> =
+            if joined { vec![core] } else { ctxwin_core::terms::search_words(chunk).collect() };
+        for word in words {
+            if !terms.iter().any(|t| ctxwin_core::terms::same_stem(t, word)) {
+                terms.push(word);
+            }
         }
     }
     if terms.iter().any(|t| !keywords::is_stop_word(t)) {
@@ -309,8 +319,9 @@ mod tests {
     #[test]
     fn quotes_every_word_and_ors_them() {
         assert_eq!(fts_query("lexer panic").as_deref(), Some(r#""lexer" OR "panic""#));
-        assert_eq!(fts_query(r#"say "hi""#).as_deref(), Some(r#""say" OR """hi""""#));
-        assert_eq!(fts_query("col:val -x").as_deref(), Some(r#""col:val" OR "-x""#));
+        assert_eq!(fts_query(r#"say "parser""#).as_deref(), Some(r#""say" OR "parser""#));
+        assert_eq!(fts_query("col:val -x").as_deref(), Some(r#""col:val" OR "x""#));
+        assert_eq!(fts_query("Caroline's dogs, dog").as_deref(), Some(r#""Caroline" OR "dogs""#));
     }
 
     #[test]
