@@ -128,12 +128,16 @@ pub(crate) struct BuildArgs {
     /// Repeatable.
     #[arg(long, value_name = "TEXT")]
     pub dynamic: Vec<String>,
-    /// Also retrieve archived messages matching these words and send them as dynamic context.
+    /// Retrieve archived messages matching these words (instead of the newest user message)
+    /// into the room the payload has left, for this payload only.
     #[arg(long, value_name = "QUERY")]
     pub retrieve: Option<String>,
-    /// Most archived messages --retrieve adds.
-    #[arg(long, value_name = "N", default_value_t = 5)]
-    pub retrieve_limit: usize,
+    /// Most archived messages retrieval adds (default: `[retrieval] max_items`).
+    #[arg(long, value_name = "N")]
+    pub retrieve_limit: Option<usize>,
+    /// No retrieval for this payload.
+    #[arg(long, conflicts_with = "retrieve")]
+    pub no_retrieve: bool,
 }
 
 #[derive(Debug, Args)]

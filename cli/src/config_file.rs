@@ -1,12 +1,13 @@
 //! `ctxwin.toml`: the state directory's configuration, written commented by `ctxwin init`.
 //!
 //! Sections: top-level `session` (the archive key), `[context]` (every
-//! [`ctxwin_core::Config`] field, by its name), `[checkpoints]`, `[tokenizer]`, `[llm]`. Every key
+//! [`ctxwin_core::Config`] field, by its name), `[checkpoints]`, `[tokenizer]`, `[llm]`, `[retrieval]`. Every key
 //! is optional; unknown keys are refused so a typo never goes unnoticed.
 
 use std::path::{Path, PathBuf};
 
 use ctxwin_core::{Config, OutboxMode, StrategyKind, UnansweredCalls};
+use ctxwin_std::session::RetrievalSettings;
 use serde::Deserialize;
 
 use super::error::CliError;
@@ -33,6 +34,41 @@ pub(crate) struct FileConfig {
     pub tokenizer: Option<String>,
     /// `[llm]`.
     pub llm: LlmSection,
+    /// `[retrieval]`, resolved.
+    pub retrieval: RetrievalSettings,
+}
+
+/// The `[retrieval]` section: how `build` brings archived turns back into the payload.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetrievalSection {
+    auto: Option<bool>,
+    max_share_percent: Option<u8>,
+    max_items: Option<usize>,
+    candidates: Option<usize>,
+    neighbours: Option<bool>,
+    recency: Option<f64>,
+}
+
+impl RetrievalSection {
+    fn resolve(self) -> Result<RetrievalSettings, String> {
+        let d = RetrievalSettings::DEFAULT;
+        let settings = RetrievalSettings {
+            auto: self.auto.unwrap_or(d.auto),
+            max_share_percent: self.max_share_percent.unwrap_or(d.max_share_percent),
+            max_items: self.max_items.unwrap_or(d.max_items),
+            candidates: self.candidates.unwrap_or(d.candidates),
+            neighbours: self.neighbours.unwrap_or(d.neighbours),
+            recency: self.recency.unwrap_or(d.recency),
+        };
+        if settings.max_share_percent > 100 {
+            return Err("[retrieval] max_share_percent must be 0-100".into());
+        }
+        if !(0.0..=10.0).contains(&settings.recency) {
+            return Err("[retrieval] recency must be between 0 and 10".into());
+        }
+        Ok(settings)
+    }
 }
 
 /// The `[llm]` section: an OpenAI-compatible server for summaries and entity extraction.
@@ -76,6 +112,8 @@ struct Sections {
     tokenizer: TokenizerSection,
     #[serde(default)]
     llm: LlmSection,
+    #[serde(default)]
+    retrieval: RetrievalSection,
 }
 
 impl Default for FileConfig {
@@ -86,6 +124,7 @@ impl Default for FileConfig {
             keep_checkpoints: DEFAULT_KEEP,
             tokenizer: None,
             llm: LlmSection::default(),
+            retrieval: RetrievalSettings::DEFAULT,
         }
     }
 }
@@ -138,6 +177,7 @@ impl FileConfig {
             keep_checkpoints,
             tokenizer: sections.tokenizer.path,
             llm: sections.llm,
+            retrieval: sections.retrieval.resolve().map_err(bad)?,
         })
     }
 
@@ -331,7 +371,19 @@ pub(crate) fn default_toml() -> String {
          # api_key_env = \"OPENAI_API_KEY\"\n\
          # timeout_secs = 60\n\
          # Seconds a command waits for the model's answers before it saves and exits.\n\
-         # wait_secs = 120\n"
+         # wait_secs = 120\n\n\
+         [retrieval]\n\
+         # `build` retrieves archived turns for the newest user message (or for --retrieve QUERY)\n\
+         # into the room the payload has left, for that payload only: nothing is evicted for it.\n\
+         # auto = true\n\
+         # Most of the budget, in percent, the retrieved block may take.\n\
+         # max_share_percent = 100\n\
+         # max_items = 200\n\
+         # candidates = 100\n\
+         # A short reply brings the turn it answers.\n\
+         # neighbours = true\n\
+         # Recency prior: BM25 score x (1 + recency x position among the candidates).\n\
+         # recency = 0.2\n"
     ));
     text
 }

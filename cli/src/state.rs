@@ -173,6 +173,7 @@ impl Workspace {
             .archive(self.dir.archive())
             .checkpoints(self.dir.checkpoints())
             .keep_checkpoints(self.config.keep_checkpoints)
+            .retrieval(self.config.retrieval)
             .restore_latest(true);
         llm::attach_llm(builder, self.llm.as_ref())
     }

@@ -341,6 +341,17 @@ fn compress_summarize_and_search_with_drill_down() {
     let payload = work.ok(&["build", "--retrieve", "negative quantity", "--format", "text"]).stdout;
     assert!(payload.contains("[Retrieved from archive]"), "{payload}");
     assert!(work.json(&["stats"])["retrieved_items"].as_u64().unwrap() > 0);
+
+    // Retrieval only uses free room: a build with many hits evicts and stores nothing.
+    let before = work.json(&["stats"]);
+    for args in [&["build", "--retrieve", "test failed", "--retrieve-limit", "20"][..], &["build"]]
+    {
+        work.ok(args);
+    }
+    let after = work.json(&["stats"]);
+    assert_eq!(before["messages"], after["messages"], "{before} {after}");
+    assert_eq!(before["tokens"]["used"], after["tokens"]["used"]);
+    assert_eq!(before["evicted"], after["evicted"]);
 }
 
 #[test]

@@ -72,6 +72,7 @@ mod llm;
 mod persist;
 mod push;
 mod report;
+mod retrieve;
 mod stats;
 mod sync;
 
@@ -93,6 +94,7 @@ pub use llm::{LlmOptions, LlmStats, LlmWait};
 pub use persist::RestorePoint;
 pub use push::PushOptions;
 pub use report::{ImportReport, PushReport, Reduction, RestoreReport};
+pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
 pub use stats::{ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats};
 
 use sync::Tracker;
@@ -141,6 +143,8 @@ pub struct Session {
     trusted_from: u64,
     /// The model's summaries and extraction, when built with [`SessionBuilder::llm`].
     llm: Option<llm::LlmState>,
+    /// How [`recall`](Session::recall) and the automatic recall at compose retrieve.
+    retrieval: RetrievalSettings,
 }
 
 impl Session {
