@@ -75,6 +75,9 @@ pub(crate) enum Command {
     Restore(RestoreArgs),
     /// Search the archive by keywords, or drill down into a summary.
     Search(SearchArgs),
+    /// Forget a message, or every occurrence of a text: out of the window, the archive and
+    /// every checkpoint, with no byte left on disk.
+    Forget(ForgetArgs),
     /// Trim a conversation to a token budget without any state: print what ctxwin would send.
     Trim(TrimArgs),
 }
@@ -138,6 +141,16 @@ pub(crate) struct BuildArgs {
     /// No retrieval for this payload.
     #[arg(long, conflicts_with = "retrieve")]
     pub no_retrieve: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ForgetArgs {
+    /// The message id (see `ctxwin search`).
+    #[arg(value_name = "ID", required_unless_present = "text", conflicts_with = "text")]
+    pub id: Option<u64>,
+    /// Forget every occurrence of this exact text instead (a leaked secret).
+    #[arg(long = "match", value_name = "TEXT")]
+    pub text: Option<String>,
 }
 
 #[derive(Debug, Args)]

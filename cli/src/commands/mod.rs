@@ -4,6 +4,7 @@ mod add;
 mod build;
 mod checkpoints;
 mod compress;
+mod forget;
 mod import;
 mod init;
 mod search;
@@ -68,6 +69,10 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
             on_session(&globals, "search", same, Checkpointing::Never, |s, w| {
                 search::run(s, w, args)
             })
+        }
+        // Forget rewrites every checkpoint itself.
+        Command::Forget(args) => {
+            on_session(&globals, "forget", same, Checkpointing::Never, |s, _| forget::run(s, args))
         }
     }
 }

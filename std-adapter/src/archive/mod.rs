@@ -34,6 +34,7 @@ use ctxwin_core::Role;
 
 mod context;
 mod error;
+mod forget;
 pub mod keywords;
 mod metrics;
 pub mod schema;
@@ -44,6 +45,7 @@ mod types;
 
 pub use context::{as_dynamic_context, messages_as_dynamic_context};
 pub use error::{ArchiveError, SqliteFailure};
+pub use forget::{FORGOTTEN, Forgotten};
 pub use metrics::{ArchiveStats, MetricsSummary, StrategyMetrics};
 pub use search::{KeywordCount, KeywordHit, SearchHit, SummaryHit};
 pub use types::{ArchivedMessage, CompressionRecord, SummaryRecord};
