@@ -379,7 +379,7 @@ pub(crate) fn default_toml() -> String {
          # Most of the budget, in percent, the retrieved block may take.\n\
          # max_share_percent = 100\n\
          # max_items = 200\n\
-         # candidates = 100\n\
+         # candidates = 200\n\
          # A short reply brings the turn it answers.\n\
          # neighbours = true\n\
          # Recency prior: BM25 score x (1 + recency x position among the candidates).\n\

@@ -184,6 +184,79 @@ impl Archive {
         Ok(hits)
     }
 
+    /// Like [`search`](Self::search) in one session, without snippets (cheaper): what
+    /// retrieval ranks. BM25 is SQLite FTS5's (`k1 = 1.2`, `b = 0.75`, every column weighted 1).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn rank(
+        &self,
+        session: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, ArchiveError> {
+        let (Some(fts), Some(Some(filter))) =
+            (fts_query(query), session_filter(self, Some(session))?)
+        else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT m.id, m.unit, m.role, m.timestamp, m.content, r.rank
+             FROM (SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts
+                   WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?3 * 4) r
+             JOIN messages m ON m.pk = r.rowid
+             WHERE m.session_id = ?2
+             ORDER BY r.rank, m.id LIMIT ?3",
+        )?;
+        let mut rows = stmt.query(rusqlite::params![fts, filter, sql_limit(limit)])?;
+        let mut hits = Vec::new();
+        while let Some(row) = rows.next()? {
+            let role_name: String = row.get(2)?;
+            let rank: f64 = row.get(5)?;
+            hits.push(SearchHit {
+                session: session.to_string(),
+                id: from_sql_int("message id", row.get(0)?)?,
+                unit: from_sql_int("unit id", row.get(1)?)?,
+                role: Role::parse(&role_name)
+                    .ok_or_else(|| ArchiveError::Corrupt(format!("unknown role {role_name:?}")))?,
+                timestamp: from_sql_int("timestamp", row.get(3)?)?,
+                content: row.get(4)?,
+                snippet: String::new(),
+                score: -rank,
+            });
+        }
+        Ok(hits)
+    }
+
+    /// Messages `ids` of `session` that are archived, in id order (one query; retrieval's
+    /// neighbouring turns).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn get_many(
+        &self,
+        session: &str,
+        ids: &[u64],
+    ) -> Result<Vec<super::ArchivedMessage>, ArchiveError> {
+        let list: Vec<String> =
+            ids.iter().filter(|&&id| i64::try_from(id).is_ok()).map(u64::to_string).collect();
+        if list.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {} FROM messages m JOIN sessions s ON s.id = m.session_id
+             WHERE s.name = ?1 AND m.id IN ({}) ORDER BY m.id",
+            super::MESSAGE_COLUMNS,
+            list.join(",")
+        ))?;
+        let mut rows = stmt.query([session])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            out.push(super::decode_message(row)?);
+        }
+        Ok(out)
+    }
+
     /// Finds summaries whose text matches the words of `query`, best first; same query rules as
     /// [`Archive::search`].
     ///

@@ -50,13 +50,13 @@ pub struct RetrievalSettings {
 }
 
 impl RetrievalSettings {
-    /// Automatic, up to all the free room, 200 items from 100 candidates, with neighbours and
+    /// Automatic, up to all the free room, 200 items from 200 candidates, with neighbours and
     /// a recency weight of 0.2.
     pub const DEFAULT: Self = Self {
         auto: true,
         max_share_percent: 100,
         max_items: 200,
-        candidates: 100,
+        candidates: 200,
         neighbours: true,
         recency: 0.2,
     };
@@ -149,7 +149,7 @@ impl Session {
         if room <= header || settings.max_items == 0 {
             return Ok(Recall::default());
         }
-        let mut hits = archive.search(Some(&self.name), query, settings.candidates)?;
+        let mut hits = archive.rank(&self.name, query, settings.candidates)?;
         hits.retain(|hit| self.manager.get(hit.id).is_none());
         if hits.is_empty() {
             return Ok(Recall::default());
@@ -168,6 +168,19 @@ impl Session {
             .collect();
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
 
+        // The turns short hits may bring, fetched at once.
+        let wanted: Vec<u64> = if settings.neighbours {
+            ranked
+                .iter()
+                .filter(|(_, _, _, content)| content.split_whitespace().count() < SHORT_REPLY_WORDS)
+                .filter_map(|(_, id, _, content)| neighbour_of(*id, content))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let neighbours: std::collections::HashMap<u64, ArchivedMessage> =
+            archive.get_many(&self.name, &wanted)?.into_iter().map(|m| (m.id, m)).collect();
+
         let mut spent = header;
         let mut chosen: Vec<(u64, String)> = Vec::new();
         let take = |chosen: &mut Vec<(u64, String)>,
@@ -175,44 +188,40 @@ impl Session {
                     role: Role,
                     text: &str,
                     spent: &mut u32|
-         -> bool {
+         -> Taken {
             let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            if flat.is_empty()
-                || chosen.iter().any(|(seen, line)| *seen == id || line.ends_with(&flat))
-            {
-                return false;
+            if flat.is_empty() {
+                return Taken::No;
+            }
+            if chosen.iter().any(|(seen, line)| *seen == id || line.ends_with(&flat)) {
+                return Taken::Already;
             }
             let line = format!("- (msg {id}, {role}) {flat}");
             let cost = line_cost(&line);
             if spent.saturating_add(cost) > room {
-                return false;
+                return Taken::No;
             }
             *spent += cost;
             chosen.push((id, line));
-            true
+            Taken::Yes
         };
         for (_, id, role, content) in &ranked {
             if chosen.len() >= settings.max_items {
                 break;
             }
-            if !take(&mut chosen, *id, *role, content, &mut spent) {
+            // A repeated short reply ("Thanks, Mel!") still brings what it answers.
+            if take(&mut chosen, *id, *role, content, &mut spent) == Taken::No {
                 continue;
             }
             if !settings.neighbours || content.split_whitespace().count() >= SHORT_REPLY_WORDS {
                 continue;
             }
-            // A short question brings its answer; a short reply, what it answers.
-            let neighbour = if content.trim_end().ends_with('?') {
-                id.checked_add(1)
-            } else {
-                id.checked_sub(1)
-            };
-            let Some(neighbour) = neighbour.filter(|&n| n > 0) else { continue };
+            let Some(neighbour) = neighbour_of(*id, content) else { continue };
             if self.manager.get(neighbour).is_some() {
                 continue;
             }
-            if let Some(other) = archive.get(&self.name, neighbour)? {
-                if is_other_speaker(&other, *role) {
+            if let Some(other) = neighbours.get(&neighbour) {
+                if is_other_speaker(other, *role) {
                     take(
                         &mut chosen,
                         neighbour,
@@ -267,6 +276,23 @@ impl Session {
         .unwrap_or(u32::MAX);
         free.min(cap)
     }
+}
+
+/// The turn a short hit brings: a question its answer, a reply what it answers.
+fn neighbour_of(id: u64, content: &str) -> Option<u64> {
+    let next =
+        if content.trim_end().ends_with('?') { id.checked_add(1) } else { id.checked_sub(1) };
+    next.filter(|&n| n > 0)
+}
+
+/// Whether a candidate went into the block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Taken {
+    Yes,
+    /// Its text is there already.
+    Already,
+    /// Empty, or no room for it.
+    No,
 }
 
 /// Whether `other` is another speaker's turn (what a reply by `role` answers, or the answer
