@@ -22,6 +22,7 @@
 pub mod accuracy;
 pub mod corpus;
 mod error;
+pub mod longchat;
 pub mod replay;
 pub mod workload;
 
