@@ -177,9 +177,9 @@ pub fn stem(word: &str) -> &str {
         out = cut(3);
     } else if lower_ends("ed") && word.len() > 4 {
         out = cut(2);
-    } else if lower_ends("s") && !lower_ends("ss") && !lower_ends("us") && !lower_ends("is") {
-        out = cut(1);
-    } else if lower_ends("y") {
+    } else if (lower_ends("s") && !lower_ends("ss") && !lower_ends("us") && !lower_ends("is"))
+        || lower_ends("y")
+    {
         out = cut(1);
     }
     // A doubled final consonant left by `-ing`/`-ed` (`running`, `planned`) is one.

@@ -101,10 +101,10 @@ fn rewrite_checkpoint(path: &Path, needles: &[&[u8]]) -> std::io::Result<bool> {
         file.sync_all()?;
     }
     std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        if let Ok(dir) = std::fs::File::open(dir) {
-            let _ = dir.sync_all();
-        }
+    if let Some(dir) = path.parent()
+        && let Ok(dir) = std::fs::File::open(dir)
+    {
+        let _ = dir.sync_all();
     }
     Ok(true)
 }
@@ -135,11 +135,11 @@ impl Session {
         if let Some(message) = self.manager.get(id) {
             texts.push(message.content().to_string());
         }
-        if let Some(archive) = self.archive.as_ref() {
-            if let Some(row) = archive.get(&self.name, id)? {
-                texts.push(row.message.content.clone());
-                texts.extend(row.original.clone());
-            }
+        if let Some(archive) = self.archive.as_ref()
+            && let Some(row) = archive.get(&self.name, id)?
+        {
+            texts.push(row.message.content.clone());
+            texts.extend(row.original.clone());
         }
         texts.retain(|t| !t.is_empty());
         texts.sort();

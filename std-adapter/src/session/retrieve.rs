@@ -108,11 +108,7 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn live_request(&self) -> Option<String> {
-        self.manager
-            .history()
-            .filter(|m| m.role() == Role::User)
-            .last()
-            .map(|m| m.content().to_string())
+        self.manager.history().rfind(|m| m.role() == Role::User).map(|m| m.content().to_string())
     }
 
     /// Archived messages matching `query` that are not in the window, best first, as one block
@@ -220,16 +216,16 @@ impl Session {
             if self.manager.get(neighbour).is_some() {
                 continue;
             }
-            if let Some(other) = neighbours.get(&neighbour) {
-                if is_other_speaker(other, *role) {
-                    take(
-                        &mut chosen,
-                        neighbour,
-                        other.message.role,
-                        &other.message.content,
-                        &mut spent,
-                    );
-                }
+            if let Some(other) = neighbours.get(&neighbour)
+                && is_other_speaker(other, *role)
+            {
+                take(
+                    &mut chosen,
+                    neighbour,
+                    other.message.role,
+                    &other.message.content,
+                    &mut spent,
+                );
             }
         }
         chosen.sort_by_key(|(id, _)| *id);
