@@ -163,6 +163,42 @@ impl Session {
         self.forget_texts(&[], &[text.to_string()])
     }
 
+    /// Sets entity `key` to `value` (or deletes its value with `None`) and forgets the old
+    /// value as [`forget_matching`](Self::forget_matching) does: out of the window, the archive
+    /// and every checkpoint. A new value that contains the old one keeps it, of course.
+    ///
+    /// # Errors
+    /// [`SessionError::Setting`] for an undeclared key or a value too long for the table;
+    /// as [`forget_matching`](Self::forget_matching).
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, EntitySchema};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let config = Config { entity_schema: EntitySchema::new(&["card"]).unwrap(), ..Config::DEFAULT };
+    /// let mut session = SessionBuilder::new("s").config(config).archive_in_memory().build()?;
+    /// session.update_entity("card", Some("4111-2222"))?;
+    /// session.update_entity("card", None)?;
+    /// assert_eq!(session.manager().entities().get("card"), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn update_entity(
+        &mut self,
+        key: &str,
+        value: Option<&str>,
+    ) -> Result<ForgetReport, SessionError> {
+        let old = self.manager.entities().get(key).map(str::to_string);
+        self.manager
+            .set_entity(key, value)
+            .map_err(|e| SessionError::Setting(format!("entity {key:?}: {e}")))?;
+        match old {
+            Some(old) if !old.is_empty() && !value.is_some_and(|v| v.contains(old.as_str())) => {
+                self.write_pending_rows()?;
+                self.forget_texts(&[], &[old])
+            }
+            _ => Ok(ForgetReport::default()),
+        }
+    }
+
     fn forget_texts(
         &mut self,
         ids: &[u64],
@@ -206,6 +242,46 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::ChatMessage;
+    use crate::session::SessionBuilder;
+    use ctxwin_core::{Config, EntitySchema, Role};
+
+    fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                found.extend(files_holding(&path, needle));
+            } else if std::fs::read(&path).unwrap().windows(needle.len()).any(|w| w == needle) {
+                found.push(path);
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn a_deleted_entity_value_leaves_no_byte_on_disk() {
+        let secret = "4111-9876-5432-1001";
+        let dir = tempfile::tempdir().unwrap();
+        let config =
+            Config { entity_schema: EntitySchema::new(&["card"]).unwrap(), ..Config::DEFAULT };
+        let mut session = SessionBuilder::new("s")
+            .config(config)
+            .archive(dir.path().join("archive.db"))
+            .checkpoints(dir.path().join("checkpoints"))
+            .build()
+            .unwrap();
+        session.push(&ChatMessage::text(Role::User, format!("my card is {secret}"))).unwrap();
+        session.update_entity("card", Some(secret)).unwrap();
+        session.checkpoint().unwrap();
+        session.update_entity("card", Some("4111-0000-0000-0000")).unwrap();
+        session.checkpoint().unwrap();
+        assert!(files_holding(dir.path(), secret.as_bytes()).is_empty());
+        assert_eq!(session.manager().entities().get("card"), Some("4111-0000-0000-0000"));
+        session.update_entity("card", None).unwrap();
+        assert!(files_holding(dir.path(), b"4111-0000-0000-0000").is_empty());
+        assert_eq!(session.manager().entities().get("card"), None);
+    }
 
     #[test]
     fn masks_keep_lengths() {
