@@ -8,7 +8,8 @@
 //! Ranking: the archive's BM25 (SQLite FTS5, `k1 = 1.2`, `b = 0.75`, every column weighted
 //! 1; Porter stemming in the index; query words from [`ctxwin_core::terms::search_words`]),
 //! times a recency prior `1 + recency × position` (position 0 for the oldest candidate, 1 for
-//! the newest). Messages still in the window are left out, as are repeated texts; a short
+//! the newest). Messages still in the window (or quoted whole by its summaries) are left out,
+//! as are repeated texts; a short
 //! reply brings the turn it answers, and a short question its answer, when there is room.
 
 use ctxwin_core::Role;
@@ -22,7 +23,7 @@ pub const RETRIEVED_HEADER: &str = "[Retrieved from archive]";
 
 /// A reply of fewer words than this brings the turn it answers (its meaning is there), and a
 /// question of fewer words its answer.
-const SHORT_REPLY_WORDS: usize = 16;
+const SHORT_REPLY_WORDS: usize = 10;
 
 /// How a session retrieves (set with [`SessionBuilder::retrieval`](super::SessionBuilder::retrieval)
 /// or [`Session::set_retrieval`]).
@@ -146,7 +147,12 @@ impl Session {
             return Ok(Recall::default());
         }
         let mut hits = archive.rank(&self.name, query, settings.candidates)?;
-        hits.retain(|hit| self.manager.get(hit.id).is_none());
+        // What the window shows already: its messages, and text its summaries quote whole.
+        let summaries: Vec<&str> = self.manager.session().map(|entry| entry.content()).collect();
+        hits.retain(|hit| {
+            self.manager.get(hit.id).is_none()
+                && !summaries.iter().any(|summary| summary.contains(hit.content.trim()))
+        });
         if hits.is_empty() {
             return Ok(Recall::default());
         }
@@ -355,7 +361,7 @@ mod tests {
         assert_eq!(payload.evicted_units, 0);
         // The free room is mostly used.
         assert!(
-            payload.tokens > payload.budget * 9 / 10,
+            payload.tokens > payload.budget * 85 / 100,
             "{} / {}",
             payload.tokens,
             payload.budget
