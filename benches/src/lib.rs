@@ -25,6 +25,7 @@ pub mod cache;
 pub mod conv10k;
 pub mod corpus;
 mod error;
+pub mod longchat;
 pub mod replay;
 pub mod workload;
 

@@ -78,6 +78,9 @@ pub(crate) enum Command {
     Recover,
     /// Search the archive by keywords, or drill down into a summary.
     Search(SearchArgs),
+    /// Forget a message, or every occurrence of a text: out of the window, the archive and
+    /// every checkpoint, with no byte left on disk.
+    Forget(ForgetArgs),
     /// Trim a conversation to a token budget without any state: print what ctxwin would send.
     Trim(TrimArgs),
 }
@@ -131,12 +134,26 @@ pub(crate) struct BuildArgs {
     /// Repeatable.
     #[arg(long, value_name = "TEXT")]
     pub dynamic: Vec<String>,
-    /// Also retrieve archived messages matching these words and send them as dynamic context.
+    /// Retrieve archived messages matching these words (instead of the newest user message)
+    /// into the room the payload has left, for this payload only.
     #[arg(long, value_name = "QUERY")]
     pub retrieve: Option<String>,
-    /// Most archived messages --retrieve adds.
-    #[arg(long, value_name = "N", default_value_t = 5)]
-    pub retrieve_limit: usize,
+    /// Most archived messages retrieval adds (default: `[retrieval] max_items`).
+    #[arg(long, value_name = "N")]
+    pub retrieve_limit: Option<usize>,
+    /// No retrieval for this payload.
+    #[arg(long, conflicts_with = "retrieve")]
+    pub no_retrieve: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ForgetArgs {
+    /// The message id (see `ctxwin search`).
+    #[arg(value_name = "ID", required_unless_present = "text", conflicts_with = "text")]
+    pub id: Option<u64>,
+    /// Forget every occurrence of this exact text instead (a leaked secret).
+    #[arg(long = "match", value_name = "TEXT")]
+    pub text: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -2,14 +2,15 @@
 //!
 //! Sections: top-level `session` (the archive key), `[context]` (every
 //! [`ctxwin_core::Config`] field, by its name, and `checkpoint_interval_messages`),
-//! `[checkpoints]`, `[tokenizer]`, `[llm]`. Every key is optional; unknown keys are refused so
-//! a typo never goes unnoticed.
+//! `[checkpoints]`, `[tokenizer]`, `[llm]`, `[retrieval]`, `[limits]`, `[proxy]`. Every key is
+//! optional; unknown keys are refused so a typo never goes unnoticed.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ctxwin_core::{Config, OutboxMode, StrategyKind, UnansweredCalls};
 use ctxwin_std::checkpoint::CheckpointPolicy;
+use ctxwin_std::session::RetrievalSettings;
 use serde::Deserialize;
 
 use super::error::CliError;
@@ -48,6 +49,41 @@ pub(crate) struct FileConfig {
     pub llm: LlmSection,
     /// `[limits]`.
     pub limits: Limits,
+    /// `[retrieval]`, resolved.
+    pub retrieval: RetrievalSettings,
+}
+
+/// The `[retrieval]` section: how `build` brings archived turns back into the payload.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetrievalSection {
+    auto: Option<bool>,
+    max_share_percent: Option<u8>,
+    max_items: Option<usize>,
+    candidates: Option<usize>,
+    neighbours: Option<bool>,
+    recency: Option<f64>,
+}
+
+impl RetrievalSection {
+    fn resolve(self) -> Result<RetrievalSettings, String> {
+        let d = RetrievalSettings::DEFAULT;
+        let settings = RetrievalSettings {
+            auto: self.auto.unwrap_or(d.auto),
+            max_share_percent: self.max_share_percent.unwrap_or(d.max_share_percent),
+            max_items: self.max_items.unwrap_or(d.max_items),
+            candidates: self.candidates.unwrap_or(d.candidates),
+            neighbours: self.neighbours.unwrap_or(d.neighbours),
+            recency: self.recency.unwrap_or(d.recency),
+        };
+        if settings.max_share_percent > 100 {
+            return Err("[retrieval] max_share_percent must be 0-100".into());
+        }
+        if !(0.0..=10.0).contains(&settings.recency) {
+            return Err("[retrieval] recency must be between 0 and 10".into());
+        }
+        Ok(settings)
+    }
 }
 
 /// The `[limits]` section, checked.
@@ -122,6 +158,7 @@ struct Sections {
     llm: LlmSection,
     #[serde(default)]
     limits: LimitsSection,
+    retrieval: RetrievalSection,
 }
 
 impl Default for FileConfig {
@@ -134,6 +171,7 @@ impl Default for FileConfig {
             tokenizer: None,
             llm: LlmSection::default(),
             limits: Limits::default(),
+            retrieval: RetrievalSettings::DEFAULT,
         }
     }
 }
@@ -216,6 +254,7 @@ impl FileConfig {
             tokenizer: sections.tokenizer.path,
             llm: sections.llm,
             limits,
+            retrieval: sections.retrieval.resolve().map_err(bad)?,
         })
     }
 
@@ -451,7 +490,20 @@ pub(crate) fn default_toml() -> String {
          # input is read whole before the state is locked.\n\
          # max_input_bytes = {max_input}\n\
          # Seconds a command waits for another command's lock on this directory.\n\
-         # lock_wait_secs = {lock_wait}\n",
+         # lock_wait_secs = {lock_wait}\n\
+         \n\
+         [retrieval]\n\
+         # `build` retrieves archived turns for the newest user message (or for --retrieve QUERY)\n\
+         # into the room the payload has left, for that payload only: nothing is evicted for it.\n\
+         # auto = true\n\
+         # Most of the budget, in percent, the retrieved block may take.\n\
+         # max_share_percent = 100\n\
+         # max_items = 200\n\
+         # candidates = 200\n\
+         # A short reply brings the turn it answers.\n\
+         # neighbours = true\n\
+         # Recency prior: BM25 score x (1 + recency x position among the candidates).\n\
+         # recency = 0.2\n",
         max_input = statefs::DEFAULT_MAX_INPUT_BYTES,
         lock_wait = statefs::DEFAULT_LOCK_WAIT.as_secs(),
     ));

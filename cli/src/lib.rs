@@ -19,12 +19,13 @@
 //! | `init [--config FILE]` | creates the state directory with a commented configuration |
 //! | `add <role> <content>` | one message (`--tool-call-id`, `--tool-calls`, `--level`, `--important`) |
 //! | `import <file>` | an OpenAI or Anthropic JSON/JSONL conversation (`--format`, else detected) |
-//! | `build` | the payload to standard output (`--format`, `--dynamic`, `--retrieve`) |
+//! | `build` | the payload to standard output, with archived turns recalled for the newest user message or `--retrieve QUERY` into the free room (`--format`, `--dynamic`, `--no-retrieve`) |
 //! | `stats` | tokens used per level, messages, summaries, compression, retrieved items |
 //! | `compress` / `summarize` | compression now (`--target PERCENT`) / a summary now (`--keep N`) |
 //! | `checkpoint`, `checkpoints`, `restore <id\|latest>` | checkpoints by hand |
 //! | `recover` | rebuild the context from the archive (every checkpoint damaged, or not its archive's) |
 //! | `search <query>` / `search --summary ID` | archive search, drill-down into a summary |
+//! | `forget <id>` / `forget --match TEXT` | a message or a text out of the window, archive and checkpoints |
 //! | `trim --budget N <file\|->` | stateless: the payload ctxwin would send for a conversation |
 //!
 //! `--json` prints every report as JSON. Errors are one line on standard error, with the

@@ -214,6 +214,7 @@ impl Workspace {
             .checkpoints(self.dir.checkpoints())
             .checkpoint_interval_messages(self.config.checkpoint_interval_messages)
             .keep_checkpoints(self.config.keep_checkpoints)
+            .retrieval(self.config.retrieval)
             .restore_latest(true);
         llm::attach_llm(builder, self.llm.as_ref())
     }

@@ -351,6 +351,17 @@ fn compress_summarize_and_search_with_drill_down() {
     let payload = work.ok(&["build", "--retrieve", "negative quantity", "--format", "text"]).stdout;
     assert!(payload.contains("[Retrieved from archive]"), "{payload}");
     assert!(work.json(&["stats"])["retrieved_items"].as_u64().unwrap() > 0);
+
+    // Retrieval only uses free room: a build with many hits evicts and stores nothing.
+    let before = work.json(&["stats"]);
+    for args in [&["build", "--retrieve", "test failed", "--retrieve-limit", "20"][..], &["build"]]
+    {
+        work.ok(args);
+    }
+    let after = work.json(&["stats"]);
+    assert_eq!(before["messages"], after["messages"], "{before} {after}");
+    assert_eq!(before["tokens"]["used"], after["tokens"]["used"]);
+    assert_eq!(before["evicted"], after["evicted"]);
 }
 
 #[test]
@@ -536,4 +547,50 @@ fn a_real_llm_server_writes_the_summary() {
     assert_eq!(llm["pending_jobs"], 0);
     let stats = work.json(&["stats"]);
     assert_eq!(stats["messages"]["archived"].as_u64(), Some(count_example_messages()));
+}
+
+/// Every file under `dir` (checkpoints, the archive, its `-wal` and `-shm`, notes) that holds
+/// `needle`'s bytes.
+fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if std::fs::read(&path).unwrap().windows(needle.len()).any(|w| w == needle) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn forget_match_leaves_no_byte_of_a_secret_on_disk() {
+    let secret = "sk-LEAK-7f3a9c21e4b8d605";
+    let work = Workdir::init();
+    work.ok(&["add", "user", &format!("the staging api key is {secret}, keep it safe")]);
+    work.ok(&["add", "assistant", &format!("Noted: {secret} for staging.")]);
+    for turn in 0..12 {
+        work.ok(&["add", "user", &format!("unrelated turn {turn} about the parser")]);
+    }
+    work.ok(&["checkpoint"]);
+    // Part of it leaves the window: archive rows and a summary quote it.
+    work.ok(&["summarize", "--keep", "13"]);
+    work.ok(&["add", "user", "one more turn"]);
+    assert!(!files_holding(&work.state(), secret.as_bytes()).is_empty(), "the test sees it first");
+
+    let report = work.json(&["forget", "--match", secret]);
+    assert!(report["messages"].as_array().unwrap().len() >= 2, "{report}");
+    assert!(report["checkpoints_rewritten"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(files_holding(&work.state(), secret.as_bytes()), Vec::<std::path::PathBuf>::new());
+    assert!(!work.ok(&["build", "--format", "text"]).stdout.contains(secret));
+    assert!(work.ok(&["search", "sk-LEAK"]).stdout.starts_with("no archived message matches"));
+    work.ok(&["restore", "latest"]);
+    assert_eq!(files_holding(&work.state(), secret.as_bytes()), Vec::<std::path::PathBuf>::new());
+    // A message by id.
+    let id = work.json(&["add", "user", "my locker code is 88-19-44"])["id"].as_u64();
+    if let Some(id) = id {
+        work.ok(&["forget", &id.to_string()]);
+        assert!(files_holding(&work.state(), b"88-19-44").is_empty());
+    }
 }

@@ -111,6 +111,99 @@ pub fn is_content_word(token: &str) -> bool {
     token.len() >= 4 && token.chars().all(crate::small::is_letter) && !is_stop_word(token)
 }
 
+/// The search words of `text`, as the archive's retrieval and the summaries match them: runs
+/// of letters and digits (an apostrophe splits a word), with a possessive or contracted
+/// ending dropped (`Caroline's`, `Caroline’s` and `dogs'` give `Caroline`, `dogs`; the lone
+/// `s`, `t`, `ll`, `re`, `ve`, `d`, `m` after an apostrophe are not words).
+///
+/// ```
+/// let words: Vec<&str> = ctxwin_core::terms::search_words("Caroline's dog (Max) isn’t 3.").collect();
+/// assert_eq!(words, ["Caroline", "dog", "Max", "isn", "3"]);
+/// ```
+pub fn search_words(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    let mut had_word = false;
+    core::iter::from_fn(move || {
+        loop {
+            let start = rest.find(char::is_alphanumeric)?;
+            let gap = rest.get(..start).unwrap_or("");
+            let attached = had_word && matches!(gap, "'" | "\u{2019}");
+            let tail = rest.get(start..).unwrap_or("");
+            let len = tail.find(|c: char| !c.is_alphanumeric()).unwrap_or(tail.len());
+            let word = tail.get(..len).unwrap_or("");
+            rest = tail.get(len..).unwrap_or("");
+            had_word = true;
+            if !(attached && is_clitic(word)) {
+                return Some(word);
+            }
+        }
+    })
+}
+
+/// Whether `word` is a clitic that follows an apostrophe (`s`, `t`, `ll`, `re`, `ve`, `d`, `m`).
+fn is_clitic(word: &str) -> bool {
+    ["s", "t", "ll", "re", "ve", "d", "m"].iter().any(|c| c.eq_ignore_ascii_case(word))
+}
+
+/// A light English stem of `word` (compare stems ignoring ASCII case): plural, `-ing`, `-ed`
+/// and a final `y` are cut, so `stories`/`story`, `dogs`/`dog`, `painting`/`paints`/`painted`
+/// meet. Always a prefix of `word`; words of three letters or fewer stay whole.
+///
+/// ```
+/// use ctxwin_core::terms::stem;
+/// assert_eq!(stem("stories"), stem("story"));
+/// assert_eq!(stem("dogs"), "dog");
+/// assert_eq!(stem("painting"), stem("painted"));
+/// assert_eq!(stem("classes"), "class");
+/// assert_eq!(stem("bus"), "bus");
+/// ```
+pub fn stem(word: &str) -> &str {
+    let lower_ends = |suffix: &str| {
+        word.len() > suffix.len()
+            && word
+                .get(word.len() - suffix.len()..)
+                .is_some_and(|end| end.eq_ignore_ascii_case(suffix))
+    };
+    let cut = |n: usize| word.get(..word.len() - n).unwrap_or(word);
+    if word.len() <= 3 || !word.is_ascii() {
+        return word;
+    }
+    let mut out = word;
+    if lower_ends("ies") {
+        out = cut(3);
+    } else if lower_ends("sses") || lower_ends("shes") || lower_ends("ches") || lower_ends("xes") {
+        out = cut(2);
+    } else if lower_ends("ing") && word.len() > 5 {
+        out = cut(3);
+    } else if lower_ends("ed") && word.len() > 4 {
+        out = cut(2);
+    } else if (lower_ends("s") && !lower_ends("ss") && !lower_ends("us") && !lower_ends("is"))
+        || lower_ends("y")
+    {
+        out = cut(1);
+    }
+    // A doubled final consonant left by `-ing`/`-ed` (`running`, `planned`) is one.
+    let bytes = out.as_bytes();
+    if out.len() < word.len() && bytes.len() > 3 {
+        if let [.., a, b] = bytes {
+            if a == b && !matches!(a.to_ascii_lowercase(), b'l' | b's' | b'z' | b'e' | b'o') {
+                return out.get(..out.len() - 1).unwrap_or(out);
+            }
+        }
+    }
+    out
+}
+
+/// Whether two words have the same [`stem`] (ASCII case ignored).
+///
+/// ```
+/// assert!(ctxwin_core::terms::same_stem("Hobbies", "hobby"));
+/// assert!(!ctxwin_core::terms::same_stem("cat", "car"));
+/// ```
+pub fn same_stem(a: &str, b: &str) -> bool {
+    stem(a).eq_ignore_ascii_case(stem(b))
+}
+
 /// FNV-1a over the ASCII-lowercased bytes: the same word in any case hashes the same.
 pub(crate) fn hash(token: &str) -> u32 {
     token.bytes().fold(0x811c_9dc5u32, |hash, byte| {
@@ -238,5 +331,24 @@ mod tests {
         assert_eq!(task.len(), 4);
         assert_eq!(task.found_in(["the parser tests pass now"]), 2);
         assert_eq!(task.found_in(["unrelated chatter"]), 0);
+    }
+    #[test]
+    fn search_words_drop_possessives_and_clitics() {
+        let words: Vec<&str> =
+            search_words("Caroline's and James’ dogs; we'll see, O'Brien's I'm 7's").collect();
+        assert_eq!(
+            words,
+            ["Caroline", "and", "James", "dogs", "we", "see", "O", "Brien", "I", "7"]
+        );
+    }
+
+    #[test]
+    fn stems_meet_across_forms() {
+        for (a, b) in
+            [("running", "run"), ("planned", "plan"), ("hobbies", "hobby"), ("boxes", "box")]
+        {
+            assert!(same_stem(a, b), "{a} {b} -> {} {}", stem(a), stem(b));
+        }
+        assert_eq!(stem("Stories"), "Stor");
     }
 }

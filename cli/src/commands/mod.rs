@@ -4,6 +4,7 @@ mod add;
 mod build;
 mod checkpoints;
 mod compress;
+mod forget;
 mod import;
 mod init;
 mod search;
@@ -78,6 +79,10 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
                 search::run(s, w, args)
             })
         }
+        // Forget rewrites every checkpoint itself.
+        Command::Forget(args) => {
+            on_session(&globals, "forget", same, Checkpointing::Never, |s, _| forget::run(s, args))
+        }
     }
 }
 
@@ -97,6 +102,7 @@ fn name(command: &Command) -> &'static str {
         Command::Recover => "recover",
         Command::Search(_) => "search",
         Command::Trim(_) => "trim",
+        Command::Forget(_) => "forget",
     }
 }
 

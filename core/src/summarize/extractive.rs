@@ -14,7 +14,7 @@
 use super::{Detail, SummarizeError, Summarizer, SummaryRequest, TextBuffer};
 use crate::counter::TokenCounter;
 use crate::role::Role;
-use crate::terms::{is_hyphenated_word, is_term, tokens};
+use crate::terms::{is_hyphenated_word, is_stop_word, is_term, tokens};
 
 /// Longest statement kept, in bytes; longer ones are cut.
 const MAX_STATEMENT: usize = 240;
@@ -81,6 +81,37 @@ const COMMANDS: [&str; 16] = [
 ];
 const FILLER: [&str; 10] =
     ["ok", "okay", "sure", "thanks", "thank you", "let me", "i'll", "i will", "great", "got it"];
+
+/// Words of small talk: a short statement made only of these, stop words and names
+/// ("Thanks, Mel!", "Haha, totally.", "Talk soon!") says nothing a summary needs.
+#[rustfmt::skip]
+const PLEASANTRY: &[&str] = &[
+    "amazing", "awesome", "aww", "best", "bye", "care", "catch", "cheers", "congrats",
+    "congratulations", "cool", "exactly", "fair", "feeling", "fun", "glad", "good", "great",
+    "guess", "ha", "haha", "happy", "hey", "hmm", "honestly", "know", "later", "lol", "love",
+    "lovely", "morning", "nice", "night", "oh", "really", "right", "same", "sounds", "soon",
+    "sweet", "take", "talk", "thank", "thanks", "that's", "totally", "true", "way", "wow",
+    "yeah", "yep", "you're",
+];
+
+/// Whether `text` is only small talk: at most six words, each a pleasantry, a stop word or a
+/// capitalized name, and no term.
+fn is_pleasantry(text: &str) -> bool {
+    let mut words = 0;
+    for token in tokens(text) {
+        words += 1;
+        let word = token.trim_end_matches(['!', '?', ',', '.']);
+        let small = word.len() <= 1
+            || is_stop_word(word)
+            || PLEASANTRY.iter().any(|p| p.eq_ignore_ascii_case(word))
+            || (word.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
+                && word.bytes().skip(1).all(|b| b.is_ascii_lowercase()));
+        if words > 6 || is_term(token) || !small {
+            return false;
+        }
+    }
+    words > 0
+}
 
 /// Where a statement's text lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,7 +191,7 @@ fn score(text: &str, role: Role, part: Part) -> u16 {
         text.len() >= f.len()
             && text.as_bytes().get(..f.len()).is_some_and(|p| p.eq_ignore_ascii_case(f.as_bytes()))
     });
-    if filler && terms == 0 {
+    if (filler && terms == 0) || is_pleasantry(text) {
         return 0;
     }
     // Any real statement keeps the gist when nothing better is there; filler never does.
@@ -508,6 +539,18 @@ impl Summarizer for Extractive {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pleasantries_score_nothing() {
+        for text in
+            ["Thanks, Mel!", "Haha, totally.", "Talk soon, Caroline!", "Aww, that's so sweet."]
+        {
+            assert_eq!(score(text, Role::User, Part::Content), 0, "{text}");
+        }
+        for text in ["Mel moved to Lisbon in May.", "Thanks, the fix is in src/lib.rs"] {
+            assert!(score(text, Role::User, Part::Content) > 0, "{text}");
+        }
+    }
 
     #[test]
     fn scores_what_agents_need_back() {

@@ -34,6 +34,7 @@ use ctxwin_core::Role;
 
 mod context;
 mod error;
+mod forget;
 mod integrity;
 pub mod keywords;
 mod metrics;
@@ -45,6 +46,7 @@ mod types;
 
 pub use context::{as_dynamic_context, messages_as_dynamic_context};
 pub use error::{ArchiveError, SqliteFailure};
+pub use forget::{FORGOTTEN, Forgotten};
 pub use integrity::QUICK_CHECK_MAX_BYTES;
 pub use metrics::{ArchiveStats, MetricsSummary, StrategyMetrics};
 pub use search::{KeywordCount, KeywordHit, SearchHit, SummaryHit};

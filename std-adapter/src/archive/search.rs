@@ -69,17 +69,27 @@ pub struct KeywordCount {
     pub messages: u64,
 }
 
-/// Turns plain user words into an FTS5 query that cannot fail to parse: each word becomes a
-/// quoted phrase (FTS5 operators, `*`, `-`, `:` and parentheses lose their meaning), words are
-/// OR-ed so BM25 ranks the messages matching most of them first, stop words are dropped when
-/// other words remain, and words without a letter or digit are skipped. `None` when nothing is
-/// left to search for.
+/// Turns plain user words into an FTS5 query that cannot fail to parse. Words are the core's
+/// one definition, [`ctxwin_core::terms::search_words`] (letters and digits; possessives and
+/// clitics dropped, so `Caroline's` searches `Caroline`); each becomes a quoted term (FTS5
+/// operators lose their meaning), words with the same [`stem`](ctxwin_core::terms::stem) count
+/// once, and they are OR-ed so BM25 ranks the messages matching most of them first. Stop words
+/// are dropped when other words remain. The index stems with Porter, so `dogs` finds `dog`.
+/// `None` when nothing is left to search for.
 pub(crate) fn fts_query(user: &str) -> Option<String> {
     let mut terms: Vec<&str> = Vec::new();
-    for word in user.split_whitespace() {
-        let seen = terms.iter().any(|t| t.to_lowercase() == word.to_lowercase());
-        if word.chars().any(char::is_alphanumeric) && !seen {
-            terms.push(word);
+    for chunk in user.split_whitespace() {
+        let core = chunk.trim_matches(|c: char| !c.is_alphanumeric());
+        let core =
+            core.strip_suffix("'s").or_else(|| core.strip_suffix("\u{2019}s")).unwrap_or(core);
+        // A path or identifier (`src/lib.rs`, `col:val`) stays one phrase.
+        let joined = core.contains(|c: char| !c.is_alphanumeric() && c != '\'' && c != '\u{2019}');
+        let words: Vec<&str> =
+            if joined { vec![core] } else { ctxwin_core::terms::search_words(chunk).collect() };
+        for word in words {
+            if !terms.iter().any(|t| ctxwin_core::terms::same_stem(t, word)) {
+                terms.push(word);
+            }
         }
     }
     if terms.iter().any(|t| !keywords::is_stop_word(t)) {
@@ -172,6 +182,79 @@ impl Archive {
         }
         tracing::trace!(query, hits = hits.len(), "archive: search");
         Ok(hits)
+    }
+
+    /// Like [`search`](Self::search) in one session, without snippets (cheaper): what
+    /// retrieval ranks. BM25 is SQLite FTS5's (`k1 = 1.2`, `b = 0.75`, every column weighted 1).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn rank(
+        &self,
+        session: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, ArchiveError> {
+        let (Some(fts), Some(Some(filter))) =
+            (fts_query(query), session_filter(self, Some(session))?)
+        else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT m.id, m.unit, m.role, m.timestamp, m.content, r.rank
+             FROM (SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts
+                   WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?3 * 4) r
+             JOIN messages m ON m.pk = r.rowid
+             WHERE m.session_id = ?2
+             ORDER BY r.rank, m.id LIMIT ?3",
+        )?;
+        let mut rows = stmt.query(rusqlite::params![fts, filter, sql_limit(limit)])?;
+        let mut hits = Vec::new();
+        while let Some(row) = rows.next()? {
+            let role_name: String = row.get(2)?;
+            let rank: f64 = row.get(5)?;
+            hits.push(SearchHit {
+                session: session.to_string(),
+                id: from_sql_int("message id", row.get(0)?)?,
+                unit: from_sql_int("unit id", row.get(1)?)?,
+                role: Role::parse(&role_name)
+                    .ok_or_else(|| ArchiveError::Corrupt(format!("unknown role {role_name:?}")))?,
+                timestamp: from_sql_int("timestamp", row.get(3)?)?,
+                content: row.get(4)?,
+                snippet: String::new(),
+                score: -rank,
+            });
+        }
+        Ok(hits)
+    }
+
+    /// Messages `ids` of `session` that are archived, in id order (one query; retrieval's
+    /// neighbouring turns).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn get_many(
+        &self,
+        session: &str,
+        ids: &[u64],
+    ) -> Result<Vec<super::ArchivedMessage>, ArchiveError> {
+        let list: Vec<String> =
+            ids.iter().filter(|&&id| i64::try_from(id).is_ok()).map(u64::to_string).collect();
+        if list.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {} FROM messages m JOIN sessions s ON s.id = m.session_id
+             WHERE s.name = ?1 AND m.id IN ({}) ORDER BY m.id",
+            super::MESSAGE_COLUMNS,
+            list.join(",")
+        ))?;
+        let mut rows = stmt.query([session])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            out.push(super::decode_message(row)?);
+        }
+        Ok(out)
     }
 
     /// Finds summaries whose text matches the words of `query`, best first; same query rules as
@@ -309,8 +392,9 @@ mod tests {
     #[test]
     fn quotes_every_word_and_ors_them() {
         assert_eq!(fts_query("lexer panic").as_deref(), Some(r#""lexer" OR "panic""#));
-        assert_eq!(fts_query(r#"say "hi""#).as_deref(), Some(r#""say" OR """hi""""#));
-        assert_eq!(fts_query("col:val -x").as_deref(), Some(r#""col:val" OR "-x""#));
+        assert_eq!(fts_query(r#"say "parser""#).as_deref(), Some(r#""say" OR "parser""#));
+        assert_eq!(fts_query("col:val -x").as_deref(), Some(r#""col:val" OR "x""#));
+        assert_eq!(fts_query("Caroline's dogs, dog").as_deref(), Some(r#""Caroline" OR "dogs""#));
     }
 
     #[test]

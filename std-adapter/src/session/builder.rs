@@ -9,7 +9,7 @@ use super::capacities::boxed_manager;
 use super::llm::{LlmOptions, LlmState};
 use super::stats::SessionCounters;
 use super::sync::Tracker;
-use super::{Counter, Session, SessionError};
+use super::{Counter, RetrievalSettings, Session, SessionError};
 use crate::archive::Archive;
 use crate::checkpoint::{CheckpointPolicy, CheckpointStore, DEFAULT_KEEP, PeriodicCheckpointer};
 use crate::llm::LlmClient;
@@ -61,6 +61,7 @@ pub struct SessionBuilder {
     calibrator: CalibratorConfig,
     llm: Option<LlmClient>,
     llm_options: LlmOptions,
+    retrieval: RetrievalSettings,
 }
 
 impl SessionBuilder {
@@ -86,6 +87,7 @@ impl SessionBuilder {
             calibrator: CalibratorConfig::DEFAULT,
             llm: None,
             llm_options: LlmOptions::default(),
+            retrieval: RetrievalSettings::DEFAULT,
         }
     }
 
@@ -125,6 +127,13 @@ impl SessionBuilder {
     /// Archives to a private in-memory database (gone with the session).
     pub fn archive_in_memory(mut self) -> Self {
         self.archive = ArchiveAt::Memory;
+        self
+    }
+
+    /// How the session retrieves archived turns into payloads ([`RetrievalSettings::DEFAULT`]:
+    /// automatically for the live request, into all the free room).
+    pub fn retrieval(mut self, settings: RetrievalSettings) -> Self {
+        self.retrieval = settings;
         self
     }
 
@@ -266,6 +275,7 @@ impl SessionBuilder {
                 Some(client) => Some(LlmState::start(client, self.llm_options)?),
                 None => None,
             },
+            retrieval: self.retrieval,
         };
         let restored = if self.restore_latest { session.restore_latest_if_any()? } else { None };
         if restored.is_none()

@@ -4,7 +4,7 @@
 use ctxwin_core::OpenAiRequest;
 
 use super::convert::render;
-use super::{Session, SessionError};
+use super::{Recall, Session, SessionError};
 use crate::archive::as_dynamic_context;
 use crate::format::{self, Format};
 use crate::message::Conversation;
@@ -23,8 +23,11 @@ pub struct ComposedPayload {
     pub tokens: u32,
     /// The budget it was composed under (window minus reply reserve, after calibration).
     pub budget: u32,
-    /// Units evicted to make room for the dynamic context (now in the archive).
+    /// Units evicted to make room for the caller's dynamic context (now in the archive);
+    /// retrieved text never evicts anything.
     pub evicted_units: usize,
+    /// What retrieval put into this payload (for the live request or an explicit query).
+    pub recall: Recall,
 }
 
 impl ComposedPayload {
@@ -50,7 +53,10 @@ impl ComposedPayload {
 
 impl Session {
     /// Composes this turn's payload with `dynamic` context (task goals, retrieved text: each
-    /// sent as a system message). Units evicted to make room are archived, then released.
+    /// sent as a system message). Units evicted to make room for `dynamic` are archived, then
+    /// released. With an archive and [`RetrievalSettings::auto`](super::RetrievalSettings)
+    /// (the default), archived turns matching the live request (the newest user message) fill
+    /// the room the payload has left, for this payload only ([`Session::recall`]).
     ///
     /// # Errors
     /// [`SessionError::Core`]: `ToolCallsPending` while calls wait for results,
@@ -68,10 +74,44 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn compose(&mut self, dynamic: &[&str]) -> Result<ComposedPayload, SessionError> {
+        self.compose_recall(dynamic, None)
+    }
+
+    /// Like [`compose`](Self::compose), retrieving for `query` when given (else for the live
+    /// request, when [`RetrievalSettings::auto`](super::RetrievalSettings) is on). The
+    /// retrieved block only takes free room: composing never evicts or stores anything for it.
+    ///
+    /// # Errors
+    /// As [`compose`](Self::compose).
+    ///
+    /// ```
+    /// use ctxwin_core::Config;
+    /// use ctxwin_std::{ChatMessage, core::Role, session::SessionBuilder};
+    /// let config = Config { max_messages: 2, locked_tail: 1, ..Config::DEFAULT };
+    /// let mut session = SessionBuilder::new("s").config(config).archive_in_memory().build()?;
+    /// session.push(&ChatMessage::text(Role::User, "The staging database is Postgres 16."))?;
+    /// for turn in 0..3 {
+    ///     session.push(&ChatMessage::text(Role::User, format!("turn {turn}")))?;
+    /// }
+    /// let payload = session.compose_recall(&[], Some("which postgres version"))?;
+    /// assert_eq!(payload.recall.ids, [1]);
+    /// assert!(payload.conversation.messages[0].content.contains("Postgres 16"));
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn compose_recall(
+        &mut self,
+        dynamic: &[&str],
+        query: Option<&str>,
+    ) -> Result<ComposedPayload, SessionError> {
         self.poll_llm();
+        let recall = self.recall_for(dynamic, query)?;
+        let mut all: Vec<&str> = dynamic.to_vec();
+        if !recall.block.is_empty() {
+            all.push(&recall.block);
+        }
         let since = self.tracker.next_id;
         let (conversation, tokens) = {
-            let payload = self.manager.compose(dynamic)?;
+            let payload = self.manager.compose(&all)?;
             (render(&payload)?, payload.tokens())
         };
         let after = self.after_op(since, &|_| false)?;
@@ -80,7 +120,24 @@ impl Session {
             tokens,
             budget: self.manager.budget(),
             evicted_units: after.drained.units.len(),
+            recall,
         })
+    }
+
+    /// The recall for `query`, or for the live request when retrieval is automatic.
+    fn recall_for(&self, dynamic: &[&str], query: Option<&str>) -> Result<Recall, SessionError> {
+        if self.archive.is_none() {
+            return Ok(Recall::default());
+        }
+        let query = match query {
+            Some(query) => Some(query.to_string()),
+            None if self.retrieval.auto => self.live_request(),
+            None => None,
+        };
+        match query {
+            Some(query) if !query.trim().is_empty() => self.recall(&query, dynamic),
+            _ => Ok(Recall::default()),
+        }
     }
 
     /// Composes the payload and writes it as an OpenAI chat-completions request body for
@@ -104,9 +161,14 @@ impl Session {
         model: &str,
     ) -> Result<(String, u32), SessionError> {
         self.poll_llm();
+        let recall = self.recall_for(dynamic, None)?;
+        let mut all: Vec<&str> = dynamic.to_vec();
+        if !recall.block.is_empty() {
+            all.push(&recall.block);
+        }
         let since = self.tracker.next_id;
         let (body, tokens) = {
-            let payload = self.manager.compose(dynamic)?;
+            let payload = self.manager.compose(&all)?;
             let mut body = Vec::new();
             let request = OpenAiRequest { model: Some(model), max_tokens: None };
             payload.write_openai(&mut body, request)?;

@@ -67,12 +67,14 @@ mod compose;
 mod convert;
 mod counter;
 mod error;
+mod forget;
 mod import;
 mod llm;
 mod persist;
 mod push;
 mod recover;
 mod report;
+mod retrieve;
 mod stats;
 mod sync;
 
@@ -91,11 +93,13 @@ pub use compose::ComposedPayload;
 pub use convert::tool_definition_json;
 pub use counter::Counter;
 pub use error::SessionError;
+pub use forget::ForgetReport;
 pub use llm::{LlmOptions, LlmStats, LlmWait};
 pub use persist::RestorePoint;
 pub use push::PushOptions;
 pub use recover::{RecoverySource, take_for_recovery};
 pub use report::{ImportReport, PushReport, Reduction, RestoreReport};
+pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
 pub use stats::{ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats};
 
 use sync::Tracker;
@@ -144,6 +148,8 @@ pub struct Session {
     trusted_from: u64,
     /// The model's summaries and extraction, when built with [`SessionBuilder::llm`].
     llm: Option<llm::LlmState>,
+    /// How [`recall`](Session::recall) and the automatic recall at compose retrieve.
+    retrieval: RetrievalSettings,
 }
 
 impl Session {

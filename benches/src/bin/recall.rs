@@ -1,0 +1,288 @@
+//! Evidence recall on long generated chats (`ctxwin_benches::longchat`): for each question a
+//! session is built from the conversation (in-memory archive), the question is pushed as the
+//! live user message and the payload composed under the budget; the score is the share of the
+//! question's answer turns present verbatim in the payload.
+//!
+//! Rows: ctxwin with recall for the live request (the default); ctxwin with main's explicit
+//! retrieval path (`retrieve(question, 5 items, 8,000 chars)` then `compose`, which evicts to
+//! fit); ctxwin without retrieval; the half-recent/half-BM25 baseline (newest turns in half
+//! the budget, the archive's BM25 top turns in the other half, same archive and counter); the
+//! newest turns that fit (a plain trim). Then the time retrieval adds to a build on a
+//! 10,000-message archive.
+//!
+//! `cargo run --release -p ctxwin-benches --bin recall` (`RECALL_CHATS`, `RECALL_SEED`,
+//! `RECALL_QUESTIONS` = questions per chat, sampled evenly, default 40).
+
+use std::time::Instant;
+
+use ctxwin_benches::longchat::{Chat, generate};
+use ctxwin_core::Config;
+use ctxwin_core::counter::TokenCounter;
+use ctxwin_core::estimator::Estimator;
+use ctxwin_std::archive::{Archive, ArchivedMessage};
+use ctxwin_std::session::{PushOptions, RetrievalSettings, Session, SessionBuilder};
+use ctxwin_std::{ChatMessage, core::Role};
+
+const BUDGETS: [u32; 2] = [4_096, 8_192];
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn role(speaker: u8) -> Role {
+    if speaker == 0 { Role::User } else { Role::Assistant }
+}
+
+/// The core configuration for a payload budget: the recent turns get half of it (the working
+/// level), the rest is free room that retrieval fills.
+fn config(budget: u32) -> Config {
+    Config {
+        context_window: budget + 1_024,
+        reserved_for_reply: 1_024,
+        permanent_budget: budget / 8,
+        session_budget: budget / 8,
+        working_budget: budget / 2,
+        ..Config::DEFAULT
+    }
+}
+
+fn session(chat: &Chat, budget: u32, settings: RetrievalSettings) -> Session {
+    let mut session = SessionBuilder::new("bench")
+        .config(config(budget))
+        .archive_in_memory()
+        .retrieval(settings)
+        .build()
+        .expect("session");
+    for turn in &chat.turns {
+        let message = ChatMessage::text(role(turn.speaker), turn.text.clone());
+        session
+            .push_with(
+                &message,
+                PushOptions { timestamp: Some(turn.timestamp), ..PushOptions::default() },
+            )
+            .expect("push");
+    }
+    session
+}
+
+fn score(payload_texts: &[String], chat: &Chat, evidence: &[usize]) -> f64 {
+    let found = evidence
+        .iter()
+        .filter(|&&i| payload_texts.iter().any(|text| text.contains(&chat.turns[i].text)))
+        .count();
+    found as f64 / evidence.len().max(1) as f64
+}
+
+#[derive(Default, Clone, Copy)]
+struct Row {
+    sum: f64,
+    n: usize,
+    over_budget: usize,
+    fill: f64,
+}
+
+impl Row {
+    fn add(&mut self, score: f64, tokens: u32, budget: u32) {
+        self.sum += score;
+        self.n += 1;
+        self.fill += f64::from(tokens) / f64::from(budget);
+        if tokens > budget {
+            self.over_budget += 1;
+        }
+    }
+    fn mean(&self) -> f64 {
+        self.sum / self.n.max(1) as f64
+    }
+    fn fill(&self) -> f64 {
+        self.fill / self.n.max(1) as f64
+    }
+}
+
+/// Newest turns that fit `room`, as (index, text), with their cost.
+fn newest(chat: &Chat, upto: usize, room: u32, cost: &dyn Fn(&str) -> u32) -> (Vec<usize>, u32) {
+    let mut spent = 0;
+    let mut out = Vec::new();
+    for i in (0..upto).rev() {
+        let c = cost(&chat.turns[i].text);
+        if spent + c > room {
+            break;
+        }
+        spent += c;
+        out.push(i);
+    }
+    (out, spent)
+}
+
+fn main() {
+    let chats = generate(env("RECALL_SEED", 19), env("RECALL_CHATS", 10) as usize);
+    let per_chat = env("RECALL_QUESTIONS", 40) as usize;
+    let estimator = Estimator::new();
+    let overhead = u32::from(Config::DEFAULT.message_overhead);
+    let cost = |text: &str| estimator.count(text) + overhead;
+    let tokens: Vec<u32> =
+        chats.iter().map(|c| c.turns.iter().map(|t| cost(&t.text)).sum()).collect();
+    let questions: usize = chats
+        .iter()
+        .map(|c| c.questions.len().div_ceil(c.questions.len().div_ceil(per_chat.max(1)).max(1)))
+        .sum();
+    println!(
+        "recall: {} generated chats, {}–{} tokens ({}–{} turns), {} questions",
+        chats.len(),
+        tokens.iter().min().unwrap_or(&0),
+        tokens.iter().max().unwrap_or(&0),
+        chats.iter().map(|c| c.turns.len()).min().unwrap_or(0),
+        chats.iter().map(|c| c.turns.len()).max().unwrap_or(0),
+        questions
+    );
+    let names = [
+        "ctxwin, recall for the live request",
+        "ctxwin, main's --retrieve path (5 items, 8,000 chars)",
+        "ctxwin, no retrieval",
+        "half recent / half BM25 baseline",
+        "newest turns (trim)",
+    ];
+    let mut kinds = [[Row::default(); 3]; 2];
+    let mut rows = [[Row::default(); 5]; 2];
+    let mut unchanged = true;
+    for (b, &budget) in BUDGETS.iter().enumerate() {
+        for chat in &chats {
+            // The baseline's archive: every turn, searched with the same BM25.
+            let mut archive = Archive::open_in_memory().expect("archive");
+            let rows_in: Vec<ArchivedMessage> = chat
+                .turns
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let id = i as u64 + 1;
+                    ArchivedMessage::new(id, id, ChatMessage::text(role(t.speaker), t.text.clone()))
+                })
+                .collect();
+            archive.store_messages("b", &rows_in).expect("store");
+            let step = chat.questions.len().div_ceil(per_chat.max(1)).max(1);
+            for question in chat.questions.iter().step_by(step) {
+                let live = ChatMessage::text(Role::User, question.text.clone());
+                // ctxwin, automatic recall.
+                let mut s = session(chat, budget, RetrievalSettings::DEFAULT);
+                s.push(&live).expect("push question");
+                let plain = {
+                    let mut off = s.retrieval().to_owned();
+                    off.auto = false;
+                    let keep = *s.retrieval();
+                    s.set_retrieval(off);
+                    let p = s.compose(&[]).expect("compose");
+                    s.set_retrieval(keep);
+                    p
+                };
+                let before: Vec<u64> = s.manager().history().map(|m| m.id()).collect();
+                let payload = s.compose(&[]).expect("compose");
+                let after: Vec<u64> = s.manager().history().map(|m| m.id()).collect();
+                unchanged &= before == after
+                    && s.compose(&[]).expect("again").conversation == payload.conversation;
+                let texts: Vec<String> =
+                    payload.conversation.messages.iter().map(|m| m.content.clone()).collect();
+                let sc = score(&texts, chat, &question.evidence);
+                rows[b][0].add(sc, payload.tokens, budget);
+                kinds[b][usize::from(question.kind)].add(sc, payload.tokens, budget);
+                let texts: Vec<String> =
+                    plain.conversation.messages.iter().map(|m| m.content.clone()).collect();
+                rows[b][2].add(score(&texts, chat, &question.evidence), plain.tokens, budget);
+                // main's path, last (it evicts): 5 items, 8,000 characters, evicting to fit.
+                let block = s.retrieve(&question.text, 5, 8_000).expect("retrieve");
+                let dynamic: Vec<&str> =
+                    if block.is_empty() { vec![] } else { vec![block.as_str()] };
+                let keep = *s.retrieval();
+                s.set_retrieval(RetrievalSettings { auto: false, ..keep });
+                let old = s.compose(&dynamic).expect("compose");
+                let texts: Vec<String> =
+                    old.conversation.messages.iter().map(|m| m.content.clone()).collect();
+                rows[b][1].add(score(&texts, chat, &question.evidence), old.tokens, budget);
+                // Baseline: newest turns in half the budget, BM25 top turns in the other half.
+                let upto = chat.turns.len();
+                let q_cost = cost(&question.text);
+                let half = (budget - q_cost) / 2;
+                let (recent, spent) = newest(chat, upto, half, &cost);
+                let mut texts: Vec<String> =
+                    recent.iter().map(|&i| chat.turns[i].text.clone()).collect();
+                let mut used = spent + q_cost;
+                let hits = archive.search(Some("b"), &question.text, 200).expect("search");
+                let mut bm25_room = budget - used;
+                for hit in hits {
+                    let i = (hit.id - 1) as usize;
+                    if recent.contains(&i) {
+                        continue;
+                    }
+                    let c = cost(&hit.content);
+                    if c <= bm25_room {
+                        bm25_room -= c;
+                        used += c;
+                        texts.push(hit.content);
+                    }
+                }
+                rows[b][3].add(score(&texts, chat, &question.evidence), used, budget);
+                // Plain trim: the newest turns that fit.
+                let (trim, spent) = newest(chat, upto, budget - q_cost, &cost);
+                let texts: Vec<String> = trim.iter().map(|&i| chat.turns[i].text.clone()).collect();
+                rows[b][4].add(score(&texts, chat, &question.evidence), spent + q_cost, budget);
+            }
+        }
+    }
+    println!(
+        "\n{:<55} {:>12} {:>12}   fill 4k / 8k   over budget",
+        "evidence recall", "4,096", "8,192"
+    );
+    for (i, name) in names.iter().enumerate() {
+        println!(
+            "{:<55} {:>12.3} {:>12.3}   {:>5.0}% / {:>3.0}%   {}",
+            name,
+            rows[0][i].mean(),
+            rows[1][i].mean(),
+            rows[0][i].fill() * 100.0,
+            rows[1][i].fill() * 100.0,
+            rows[0][i].over_budget + rows[1][i].over_budget
+        );
+    }
+    for (k, label) in ["same word", "other form", "synonym only"].iter().enumerate() {
+        println!(
+            "  ctxwin by question kind: {:<14} {:>24.3} {:>12.3}   (n = {})",
+            label,
+            kinds[0][k].mean(),
+            kinds[1][k].mean(),
+            kinds[0][k].n
+        );
+    }
+    println!("a build never changes what a later build sees: {unchanged}");
+
+    // Retrieval time per build on a 10,000-message archive.
+    let long = generate(env("RECALL_SEED", 19) + 1, 20);
+    let mut big = Chat { names: long[0].names.clone(), turns: Vec::new(), questions: Vec::new() };
+    for chat in &long {
+        big.turns.extend(chat.turns.iter().cloned());
+        big.questions.extend(chat.questions.iter().cloned());
+    }
+    big.turns.truncate(10_000);
+    let mut s = session(&big, 8_192, RetrievalSettings::DEFAULT);
+    let archived = s.archive().map(|a| a.message_count(Some("bench")).unwrap_or(0)).unwrap_or(0);
+    let questions: Vec<String> = big.questions.iter().take(200).map(|q| q.text.clone()).collect();
+    let start = Instant::now();
+    for q in &questions {
+        std::hint::black_box(s.recall(q, &[]).expect("recall"));
+    }
+    let recall_ms = start.elapsed().as_secs_f64() * 1e3 / questions.len() as f64;
+    let start = Instant::now();
+    for q in &questions {
+        std::hint::black_box(s.compose_recall(&[], Some(q)).expect("compose").tokens);
+    }
+    let with_ms = start.elapsed().as_secs_f64() * 1e3 / questions.len() as f64;
+    let mut off = *s.retrieval();
+    off.auto = false;
+    s.set_retrieval(off);
+    let start = Instant::now();
+    for _ in &questions {
+        std::hint::black_box(s.compose(&[]).expect("compose").tokens);
+    }
+    let without_ms = start.elapsed().as_secs_f64() * 1e3 / questions.len() as f64;
+    println!(
+        "\nretrieval on a {archived}-message archive: recall {recall_ms:.2} ms; build {with_ms:.2} ms with it, {without_ms:.2} ms without (+{:.2} ms)",
+        with_ms - without_ms
+    );
+}

@@ -1,0 +1,292 @@
+//! [`Session::forget`]: a message's text out of the window, the archive (index included) and
+//! every checkpoint.
+//!
+//! The core keeps text in fixed rings; a forgotten text is overwritten there in place by a
+//! marker of the same byte length (`[forgotten]` padded with `_`, or `*` when shorter), so the
+//! message keeps its id, role, unit and token count, and the core state is rebuilt from its
+//! masked snapshot. Checkpoint files get the same mask, their CRCs recomputed, and are
+//! replaced atomically (write, sync, rename). The archive replaces the text with
+//! [`FORGOTTEN`](crate::archive::FORGOTTEN), rebuilds its full-text indexes and vacuums.
+
+use std::io::Write;
+use std::path::Path;
+
+use super::{Session, SessionError};
+use crate::archive::Forgotten;
+use crate::checkpoint::frame;
+
+/// Offset of the core snapshot in a session checkpoint payload, and of its length field.
+const CORE_AT: usize = 12;
+
+/// What [`Session::forget`] and [`Session::forget_matching`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ForgetReport {
+    /// Archived messages and summaries that held the text.
+    pub archive: Forgotten,
+    /// Whether the window (the core) held it.
+    pub in_window: bool,
+    /// Checkpoint files rewritten.
+    pub checkpoints_rewritten: usize,
+}
+
+/// The same-length marker for `len` bytes.
+fn marker(len: usize) -> Vec<u8> {
+    let label = b"[forgotten]";
+    if len < label.len() {
+        return vec![b'*'; len];
+    }
+    let mut out = label.to_vec();
+    out.resize(len, b'_');
+    out
+}
+
+/// Overwrites every occurrence of each needle in `bytes`; how many it found.
+fn mask(bytes: &mut [u8], needles: &[&[u8]]) -> usize {
+    let mut found = 0;
+    for needle in needles.iter().filter(|n| !n.is_empty()) {
+        let cover = marker(needle.len());
+        let mut at = 0;
+        while at + needle.len() <= bytes.len() {
+            if bytes.get(at..at + needle.len()) == Some(*needle) {
+                if let Some(slot) = bytes.get_mut(at..at + needle.len()) {
+                    slot.copy_from_slice(&cover);
+                }
+                found += 1;
+                at += needle.len();
+            } else {
+                at += 1;
+            }
+        }
+    }
+    found
+}
+
+/// Rewrites a core snapshot's trailing CRC-32 (over every byte before it).
+fn reseal_snapshot(core: &mut [u8]) {
+    let Some(body) = core.len().checked_sub(4) else { return };
+    let crc = crc32fast::hash(core.get(..body).unwrap_or_default());
+    if let Some(trailer) = core.get_mut(body..) {
+        trailer.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// Masks a checkpoint file and rewrites it atomically; whether it held a needle.
+fn rewrite_checkpoint(path: &Path, needles: &[&[u8]]) -> std::io::Result<bool> {
+    let mut bytes = std::fs::read(path)?;
+    if mask(&mut bytes, needles) == 0 {
+        return Ok(false);
+    }
+    // Reseal an intact frame: the core snapshot's CRC, then the frame (same sequence number,
+    // new CRC). A damaged file is still masked (it may hold the text too), just not resealed.
+    let original = std::fs::read(path)?;
+    if let Ok((sequence, range)) = frame::open(&original)
+        && let Some(payload) = bytes.get_mut(range)
+    {
+        let core_len = payload
+            .get(8..CORE_AT)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, |b: [u8; 4]| u32::from_le_bytes(b) as usize);
+        if let Some(core) = payload.get_mut(CORE_AT..CORE_AT + core_len) {
+            reseal_snapshot(core);
+        }
+        bytes = frame::sequenced(sequence, payload);
+    }
+    let tmp = path.with_extension("forget-tmp");
+    {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent()
+        && let Ok(dir) = std::fs::File::open(dir)
+    {
+        let _ = dir.sync_all();
+    }
+    Ok(true)
+}
+
+impl Session {
+    /// Forgets message `id`: its text leaves the window (a same-length `[forgotten]` marker
+    /// takes its place, keeping its role and unit), the archive (index and keywords included)
+    /// and every checkpoint; summaries that stand for it or quote it are scrubbed and listed
+    /// for rewrite.
+    ///
+    /// # Errors
+    /// [`SessionError::Setting`] when no message `id` is known; archive, snapshot and I/O
+    /// errors.
+    ///
+    /// ```
+    /// use ctxwin_std::{ChatMessage, core::Role, session::SessionBuilder};
+    /// let mut session = SessionBuilder::new("s").archive_in_memory().build()?;
+    /// let id = session.push(&ChatMessage::text(Role::User, "my PIN is 4417, keep it"))?.id;
+    /// let report = session.forget(id)?;
+    /// assert!(report.in_window && report.archive.messages == [id]);
+    /// assert!(!session.manager().get(id).unwrap().content().contains("4417"));
+    /// assert!(session.archive().unwrap().search(Some("s"), "4417", 5)?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forget(&mut self, id: u64) -> Result<ForgetReport, SessionError> {
+        self.write_pending_rows()?;
+        let mut texts: Vec<String> = Vec::new();
+        if let Some(message) = self.manager.get(id) {
+            texts.push(message.content().to_string());
+        }
+        if let Some(archive) = self.archive.as_ref()
+            && let Some(row) = archive.get(&self.name, id)?
+        {
+            texts.push(row.message.content.clone());
+            texts.extend(row.original.clone());
+        }
+        texts.retain(|t| !t.is_empty());
+        texts.sort();
+        texts.dedup();
+        if texts.is_empty() {
+            return Err(SessionError::Setting(format!("no message {id} to forget")));
+        }
+        self.forget_texts(&[id], &texts)
+    }
+
+    /// Forgets every occurrence of `text` (exact bytes): in the window, the archive and every
+    /// checkpoint, as [`forget`](Self::forget) does for one message.
+    ///
+    /// # Errors
+    /// [`SessionError::Setting`] for an empty `text`; archive, snapshot and I/O errors.
+    pub fn forget_matching(&mut self, text: &str) -> Result<ForgetReport, SessionError> {
+        if text.is_empty() {
+            return Err(SessionError::Setting("nothing to forget: the text is empty".into()));
+        }
+        self.write_pending_rows()?;
+        self.forget_texts(&[], &[text.to_string()])
+    }
+
+    /// Sets entity `key` to `value` (or deletes its value with `None`) and forgets the old
+    /// value as [`forget_matching`](Self::forget_matching) does: out of the window, the archive
+    /// and every checkpoint. A new value that contains the old one keeps it, of course.
+    ///
+    /// # Errors
+    /// [`SessionError::Setting`] for an undeclared key or a value too long for the table;
+    /// as [`forget_matching`](Self::forget_matching).
+    ///
+    /// ```
+    /// use ctxwin_core::{Config, EntitySchema};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let config = Config { entity_schema: EntitySchema::new(&["card"]).unwrap(), ..Config::DEFAULT };
+    /// let mut session = SessionBuilder::new("s").config(config).archive_in_memory().build()?;
+    /// session.update_entity("card", Some("4111-2222"))?;
+    /// session.update_entity("card", None)?;
+    /// assert_eq!(session.manager().entities().get("card"), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn update_entity(
+        &mut self,
+        key: &str,
+        value: Option<&str>,
+    ) -> Result<ForgetReport, SessionError> {
+        let old = self.manager.entities().get(key).map(str::to_string);
+        self.manager
+            .set_entity(key, value)
+            .map_err(|e| SessionError::Setting(format!("entity {key:?}: {e}")))?;
+        match old {
+            Some(old) if !old.is_empty() && !value.is_some_and(|v| v.contains(old.as_str())) => {
+                self.write_pending_rows()?;
+                self.forget_texts(&[], &[old])
+            }
+            _ => Ok(ForgetReport::default()),
+        }
+    }
+
+    fn forget_texts(
+        &mut self,
+        ids: &[u64],
+        texts: &[String],
+    ) -> Result<ForgetReport, SessionError> {
+        let needles: Vec<&[u8]> = texts.iter().map(String::as_bytes).collect();
+        // The window: mask the snapshot, restore from it.
+        let mut core = vec![0u8; self.manager.snapshot_len()];
+        let len = self.manager.snapshot_into(&mut core).map_err(SessionError::Snapshot)?.len();
+        core.truncate(len);
+        let in_window = mask(&mut core, &needles) > 0;
+        if in_window {
+            reseal_snapshot(&mut core);
+            self.manager.restore_from(&core).map_err(SessionError::Snapshot)?;
+        }
+        let strs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let archive = match self.archive.as_mut() {
+            Some(archive) => archive.forget(&self.name, ids, &strs)?,
+            None => Forgotten::default(),
+        };
+        let mut checkpoints_rewritten = 0;
+        if let Some(store) = self.store.as_ref() {
+            let dir = store.dir().to_path_buf();
+            let entries = std::fs::read_dir(&dir)
+                .map_err(|e| SessionError::Setting(format!("{}: {e}", dir.display())))?;
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_file()
+                    && rewrite_checkpoint(&path, &needles)
+                        .map_err(|e| SessionError::Setting(format!("{}: {e}", path.display())))?
+                {
+                    checkpoints_rewritten += 1;
+                }
+            }
+        }
+        tracing::info!(session = %self.name, in_window, checkpoints_rewritten, "session: forgot");
+        Ok(ForgetReport { archive, in_window, checkpoints_rewritten })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ChatMessage;
+    use crate::session::SessionBuilder;
+    use ctxwin_core::{Config, EntitySchema, Role};
+
+    fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                found.extend(files_holding(&path, needle));
+            } else if std::fs::read(&path).unwrap().windows(needle.len()).any(|w| w == needle) {
+                found.push(path);
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn a_deleted_entity_value_leaves_no_byte_on_disk() {
+        let secret = "4111-9876-5432-1001";
+        let dir = tempfile::tempdir().unwrap();
+        let config =
+            Config { entity_schema: EntitySchema::new(&["card"]).unwrap(), ..Config::DEFAULT };
+        let mut session = SessionBuilder::new("s")
+            .config(config)
+            .archive(dir.path().join("archive.db"))
+            .checkpoints(dir.path().join("checkpoints"))
+            .build()
+            .unwrap();
+        session.push(&ChatMessage::text(Role::User, format!("my card is {secret}"))).unwrap();
+        session.update_entity("card", Some(secret)).unwrap();
+        session.checkpoint().unwrap();
+        session.update_entity("card", Some("4111-0000-0000-0000")).unwrap();
+        session.checkpoint().unwrap();
+        assert!(files_holding(dir.path(), secret.as_bytes()).is_empty());
+        assert_eq!(session.manager().entities().get("card"), Some("4111-0000-0000-0000"));
+        session.update_entity("card", None).unwrap();
+        assert!(files_holding(dir.path(), b"4111-0000-0000-0000").is_empty());
+        assert_eq!(session.manager().entities().get("card"), None);
+    }
+
+    #[test]
+    fn masks_keep_lengths() {
+        let mut bytes = b"a secret-token-123 and secret-token-123".to_vec();
+        assert_eq!(mask(&mut bytes, &[b"secret-token-123"]), 2);
+        assert_eq!(bytes, b"a [forgotten]_____ and [forgotten]_____".to_vec());
+        let mut short = b"pin 42!".to_vec();
+        mask(&mut short, &[b"42"]);
+        assert_eq!(short, b"pin **!".to_vec());
+    }
+}

@@ -1,0 +1,408 @@
+//! Recall: archived turns brought back into this turn's payload, sized by the room the payload
+//! has left, for an explicit query or for the live request (the newest user message).
+//!
+//! Retrieval only ever uses free room: the block is measured with the session's counter
+//! before the core composes, so the core never evicts anything to fit it, and nothing it
+//! does is kept (no eviction, no checkpoint, no change a later compose would see).
+//!
+//! Ranking: the archive's BM25 (SQLite FTS5, `k1 = 1.2`, `b = 0.75`, every column weighted
+//! 1; Porter stemming in the index; query words from [`ctxwin_core::terms::search_words`]),
+//! times a recency prior `1 + recency × position` (position 0 for the oldest candidate, 1 for
+//! the newest). Messages still in the window (or quoted whole by its summaries) are left out,
+//! as are repeated texts; a short
+//! reply brings the turn it answers, and a short question its answer, when there is room.
+
+use ctxwin_core::Role;
+use ctxwin_core::counter::TokenCounter;
+
+use super::{Session, SessionError};
+use crate::archive::ArchivedMessage;
+
+/// First line of a retrieved block.
+pub const RETRIEVED_HEADER: &str = "[Retrieved from archive]";
+
+/// A reply of fewer words than this brings the turn it answers (its meaning is there), and a
+/// question of fewer words its answer.
+const SHORT_REPLY_WORDS: usize = 10;
+
+/// How a session retrieves (set with [`SessionBuilder::retrieval`](super::SessionBuilder::retrieval)
+/// or [`Session::set_retrieval`]).
+///
+/// ```
+/// let settings = ctxwin_std::session::RetrievalSettings::DEFAULT;
+/// assert!(settings.auto && settings.max_share_percent == 100);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetrievalSettings {
+    /// Retrieve for the live request (the newest user message in the window) at every
+    /// [`compose`](Session::compose), when the session has an archive.
+    pub auto: bool,
+    /// Most of the budget, in percent, the retrieved block may take; it never takes more than
+    /// the room the payload has left.
+    pub max_share_percent: u8,
+    /// Most archived messages in one block.
+    pub max_items: usize,
+    /// Candidates ranked per query.
+    pub candidates: usize,
+    /// Whether a short reply brings the turn before it, and a short question the one after.
+    pub neighbours: bool,
+    /// Weight of the recency prior (0 for none).
+    pub recency: f64,
+}
+
+impl RetrievalSettings {
+    /// Automatic, up to all the free room, 200 items from 200 candidates, with neighbours and
+    /// a recency weight of 0.2.
+    pub const DEFAULT: Self = Self {
+        auto: true,
+        max_share_percent: 100,
+        max_items: 200,
+        candidates: 200,
+        neighbours: true,
+        recency: 0.2,
+    };
+}
+
+impl Default for RetrievalSettings {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// What one retrieval put into the payload.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recall {
+    /// The dynamic-context block (`[Retrieved from archive]`, then `- (msg ID, ROLE) text`
+    /// lines, oldest first); empty when nothing fit or matched.
+    pub block: String,
+    /// The archived message ids it holds, oldest first.
+    pub ids: Vec<u64>,
+    /// Its token cost as a dynamic-context message (framing included); 0 when empty.
+    pub tokens: u32,
+}
+
+impl Session {
+    /// The retrieval settings.
+    ///
+    /// ```
+    /// let session = ctxwin_std::session::SessionBuilder::new("s").build()?;
+    /// assert!(session.retrieval().auto);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn retrieval(&self) -> &RetrievalSettings {
+        &self.retrieval
+    }
+
+    /// Replaces the retrieval settings.
+    pub fn set_retrieval(&mut self, settings: RetrievalSettings) {
+        self.retrieval = settings;
+    }
+
+    /// The live request: the newest user message in the window, if any.
+    ///
+    /// ```
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let mut session = ctxwin_std::session::SessionBuilder::new("s").build()?;
+    /// session.push(&ChatMessage::text(Role::User, "Where does Mel live?"))?;
+    /// session.push(&ChatMessage::text(Role::Assistant, "Let me look."))?;
+    /// assert_eq!(session.live_request().as_deref(), Some("Where does Mel live?"));
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn live_request(&self) -> Option<String> {
+        self.manager.history().rfind(|m| m.role() == Role::User).map(|m| m.content().to_string())
+    }
+
+    /// Archived messages matching `query` that are not in the window, best first, as one block
+    /// sized to the room a payload with `dynamic` leaves (capped by
+    /// [`RetrievalSettings::max_share_percent`]). Whole messages only; the block always fits:
+    /// composing with `dynamic` and the block evicts nothing.
+    ///
+    /// # Errors
+    /// Archive errors. Without an archive the recall is empty.
+    ///
+    /// ```
+    /// use ctxwin_core::Config;
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    ///
+    /// let config = Config { max_messages: 2, locked_tail: 1, ..Config::DEFAULT };
+    /// let mut session = SessionBuilder::new("s").config(config).archive_in_memory().build()?;
+    /// session.push(&ChatMessage::text(Role::User, "Caroline adopted two dogs in May."))?;
+    /// for turn in 0..3 {
+    ///     session.push(&ChatMessage::text(Role::User, format!("turn {turn}")))?;
+    /// }
+    /// let recall = session.recall("What is Caroline's dog called?", &[])?;
+    /// assert!(recall.block.contains("two dogs in May"), "{}", recall.block);
+    /// assert_eq!(recall.ids, [1]);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn recall(&self, query: &str, dynamic: &[&str]) -> Result<Recall, SessionError> {
+        let Some(archive) = self.archive.as_ref() else { return Ok(Recall::default()) };
+        let settings = self.retrieval;
+        let room = self.recall_room(dynamic);
+        let counter = self.manager.counter();
+        let line_cost = |line: &str| counter.count(line).saturating_add(1);
+        let header = line_cost(RETRIEVED_HEADER);
+        if room <= header || settings.max_items == 0 {
+            return Ok(Recall::default());
+        }
+        let mut hits = archive.rank(&self.name, query, settings.candidates)?;
+        // What the window shows already: its messages, and text its summaries quote whole.
+        let summaries: Vec<&str> = self.manager.session().map(|entry| entry.content()).collect();
+        hits.retain(|hit| {
+            self.manager.get(hit.id).is_none()
+                && !summaries.iter().any(|summary| summary.contains(hit.content.trim()))
+        });
+        if hits.is_empty() {
+            return Ok(Recall::default());
+        }
+        // Recency prior over the candidates' id range.
+        let (low, high) =
+            hits.iter().fold((u64::MAX, 0), |(lo, hi), hit| (lo.min(hit.id), hi.max(hit.id)));
+        let span = high.saturating_sub(low).max(1) as f64;
+        let mut ranked: Vec<(f64, u64, Role, String)> = hits
+            .into_iter()
+            .map(|hit| {
+                let position = hit.id.saturating_sub(low) as f64 / span;
+                let score = hit.score * (1.0 + settings.recency * position);
+                (score, hit.id, hit.role, hit.content)
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+
+        // The turns short hits may bring, fetched at once.
+        let wanted: Vec<u64> = if settings.neighbours {
+            ranked
+                .iter()
+                .filter(|(_, _, _, content)| content.split_whitespace().count() < SHORT_REPLY_WORDS)
+                .filter_map(|(_, id, _, content)| neighbour_of(*id, content))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let neighbours: std::collections::HashMap<u64, ArchivedMessage> =
+            archive.get_many(&self.name, &wanted)?.into_iter().map(|m| (m.id, m)).collect();
+
+        let mut spent = header;
+        let mut chosen: Vec<(u64, String)> = Vec::new();
+        let take = |chosen: &mut Vec<(u64, String)>,
+                    id: u64,
+                    role: Role,
+                    text: &str,
+                    spent: &mut u32|
+         -> Taken {
+            let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            if flat.is_empty() {
+                return Taken::No;
+            }
+            if chosen.iter().any(|(seen, line)| *seen == id || line.ends_with(&flat)) {
+                return Taken::Already;
+            }
+            let line = format!("- (msg {id}, {role}) {flat}");
+            let cost = line_cost(&line);
+            if spent.saturating_add(cost) > room {
+                return Taken::No;
+            }
+            *spent += cost;
+            chosen.push((id, line));
+            Taken::Yes
+        };
+        for (_, id, role, content) in &ranked {
+            if chosen.len() >= settings.max_items {
+                break;
+            }
+            // A repeated short reply ("Thanks, Mel!") still brings what it answers.
+            if take(&mut chosen, *id, *role, content, &mut spent) == Taken::No {
+                continue;
+            }
+            if !settings.neighbours || content.split_whitespace().count() >= SHORT_REPLY_WORDS {
+                continue;
+            }
+            let Some(neighbour) = neighbour_of(*id, content) else { continue };
+            if self.manager.get(neighbour).is_some() {
+                continue;
+            }
+            if let Some(other) = neighbours.get(&neighbour)
+                && is_other_speaker(other, *role)
+            {
+                take(
+                    &mut chosen,
+                    neighbour,
+                    other.message.role,
+                    &other.message.content,
+                    &mut spent,
+                );
+            }
+        }
+        chosen.sort_by_key(|(id, _)| *id);
+        // The lines were measured one by one: check the block as the core will count it.
+        loop {
+            let block = render(&chosen);
+            let tokens = self.dynamic_tokens(&block);
+            if chosen.is_empty() {
+                return Ok(Recall::default());
+            }
+            if tokens <= room {
+                let ids = chosen.iter().map(|(id, _)| *id).collect();
+                return Ok(Recall { block, ids, tokens });
+            }
+            // Drop the longest line: the fewest items lost.
+            if let Some(at) = (0..chosen.len()).max_by_key(|&i| chosen[i].1.len()) {
+                chosen.remove(at);
+            }
+        }
+    }
+
+    /// Tokens the core will charge for `text` as a dynamic-context message.
+    fn dynamic_tokens(&self, text: &str) -> u32 {
+        self.manager
+            .counter()
+            .count(text)
+            .saturating_add(u32::from(self.manager.config().message_overhead))
+    }
+
+    /// Tokens a retrieved block may cost next to `dynamic` without the core evicting anything.
+    fn recall_room(&self, dynamic: &[&str]) -> u32 {
+        let config = self.manager.config();
+        let dynamic_tokens =
+            dynamic.iter().fold(0u32, |sum, text| sum.saturating_add(self.dynamic_tokens(text)));
+        let mut used = self.manager.used().saturating_add(dynamic_tokens);
+        if self.manager.used() == 0 {
+            used = used.saturating_add(u32::from(config.request_overhead));
+        }
+        let budget = self.manager.budget();
+        let free = budget.saturating_sub(used);
+        let cap = u32::try_from(
+            u64::from(budget) * u64::from(self.retrieval.max_share_percent.min(100)) / 100,
+        )
+        .unwrap_or(u32::MAX);
+        free.min(cap)
+    }
+}
+
+/// The turn a short hit brings: a question its answer, a reply what it answers.
+fn neighbour_of(id: u64, content: &str) -> Option<u64> {
+    let next =
+        if content.trim_end().ends_with('?') { id.checked_add(1) } else { id.checked_sub(1) };
+    next.filter(|&n| n > 0)
+}
+
+/// Whether a candidate went into the block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Taken {
+    Yes,
+    /// Its text is there already.
+    Already,
+    /// Empty, or no room for it.
+    No,
+}
+
+/// Whether `other` is another speaker's turn (what a reply by `role` answers, or the answer
+/// to its question).
+fn is_other_speaker(other: &ArchivedMessage, role: Role) -> bool {
+    other.message.role != role && matches!(other.message.role, Role::User | Role::Assistant)
+}
+
+fn render(lines: &[(u64, String)]) -> String {
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut block = String::from(RETRIEVED_HEADER);
+    for (_, line) in lines {
+        block.push('\n');
+        block.push_str(line);
+    }
+    block
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ChatMessage;
+    use crate::session::SessionBuilder;
+    use ctxwin_core::Config;
+
+    /// A session whose window holds a few turns of a long chat about dogs and the weather.
+    fn chat(budget: u32) -> Session {
+        let config = Config {
+            context_window: budget + 1_000,
+            reserved_for_reply: 1_000,
+            permanent_budget: budget / 8,
+            session_budget: budget / 8,
+            working_budget: budget / 2,
+            ..Config::DEFAULT
+        };
+        let mut session =
+            SessionBuilder::new("s").config(config).archive_in_memory().build().unwrap();
+        for turn in 0..200u32 {
+            let role = if turn % 2 == 0 { Role::User } else { Role::Assistant };
+            let text = match turn % 5 {
+                0 => format!("My dog number {turn} loves the park near the river, honestly."),
+                1 => format!("Yes! {turn}"),
+                _ => format!("The weather on day {turn} was grey and a little windy again."),
+            };
+            session.push(&ChatMessage::text(role, text)).unwrap();
+        }
+        session
+    }
+
+    fn history_ids(session: &Session) -> Vec<u64> {
+        session.manager().history().map(|m| m.id()).collect()
+    }
+
+    #[test]
+    fn retrieval_fills_free_room_and_never_evicts() {
+        let mut session = chat(2_000);
+        let before = history_ids(&session);
+        let used = session.manager().used();
+        let payload = session.compose_recall(&[], Some("dogs")).unwrap();
+        assert!(payload.recall.ids.len() > 5, "{:?}", payload.recall);
+        assert!(payload.tokens <= payload.budget);
+        assert_eq!(payload.evicted_units, 0);
+        // The free room is mostly used.
+        assert!(
+            payload.tokens > payload.budget * 85 / 100,
+            "{} / {}",
+            payload.tokens,
+            payload.budget
+        );
+        assert_eq!(history_ids(&session), before);
+        assert_eq!(session.manager().used(), used);
+        // Nothing retrieved is still in the window, and the ids are in order.
+        assert!(payload.recall.ids.iter().all(|id| !before.contains(id)));
+        assert!(payload.recall.ids.windows(2).all(|w| w[0] < w[1]));
+        let again = session.compose(&[]).unwrap();
+        assert_eq!(history_ids(&session), before);
+        assert!(again.tokens <= again.budget);
+    }
+
+    #[test]
+    fn a_short_reply_brings_the_turn_it_answers() {
+        let mut session = chat(2_000);
+        session.set_retrieval(RetrievalSettings { max_items: 2, ..RetrievalSettings::DEFAULT });
+        let recall = session.recall("Yes! 1", &[]).unwrap();
+        assert!(recall.ids.contains(&2) && recall.ids.contains(&1), "{recall:?}");
+    }
+
+    #[test]
+    fn the_live_request_triggers_recall_unless_turned_off() {
+        let mut session = chat(2_000);
+        session.push(&ChatMessage::text(Role::User, "Where does my dog like to go?")).unwrap();
+        assert!(!session.compose(&[]).unwrap().recall.ids.is_empty());
+        session.set_retrieval(RetrievalSettings { auto: false, ..RetrievalSettings::DEFAULT });
+        assert!(session.compose(&[]).unwrap().recall.ids.is_empty());
+    }
+
+    #[test]
+    fn possessives_match() {
+        let mut session = chat(2_000);
+        session
+            .push(&ChatMessage::text(Role::User, "Caroline adopted a puppy called Biscuit."))
+            .unwrap();
+        for turn in 0..200 {
+            session.push(&ChatMessage::text(Role::User, format!("filler {turn}"))).unwrap();
+        }
+        let recall = session.recall("What is Caroline's puppy's name?", &[]).unwrap();
+        assert!(recall.block.contains("Biscuit"), "{}", recall.block);
+    }
+}
