@@ -122,6 +122,10 @@ struct Sections {
     llm: LlmSection,
     #[serde(default)]
     limits: LimitsSection,
+    /// `ctxwin proxy`'s settings: accepted here, checked by `ctxwin-proxy` when the proxy
+    /// starts.
+    #[serde(default, rename = "proxy")]
+    _proxy: Option<toml::Table>,
 }
 
 impl Default for FileConfig {

@@ -26,6 +26,7 @@
 //! | `recover` | rebuild the context from the archive (every checkpoint damaged, or not its archive's) |
 //! | `search <query>` / `search --summary ID` | archive search, drill-down into a summary |
 //! | `trim --budget N <file\|->` | stateless: the payload ctxwin would send for a conversation |
+//! | `proxy --upstream URL` | the OpenAI/Anthropic proxy of `ctxwin-proxy`, state in `DIR/proxy/` (`--listen`, `--max-resident`) |
 //!
 //! `--json` prints every report as JSON. Errors are one line on standard error, with the
 //! distinct exit codes of [`Exit`]; no input makes the tool panic, and a damaged state
