@@ -83,6 +83,9 @@ pub(crate) enum Command {
     Forget(ForgetArgs),
     /// Trim a conversation to a token budget without any state: print what ctxwin would send.
     Trim(TrimArgs),
+    /// Run the OpenAI/Anthropic proxy: any agent gets a managed context window by pointing its
+    /// base URL here. Runs until Ctrl-C or SIGTERM (then checkpoints every conversation).
+    Proxy(ProxyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -208,6 +211,23 @@ pub(crate) struct TrimArgs {
     /// replaces its window and level budgets).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Settings come from the [proxy] section of DIR/ctxwin.toml, then \
+CTXWIN_PROXY_UPSTREAM / _LISTEN / _KEY / _STATE_DIR / _MAX_RESIDENT, then these flags. \
+Conversations live in DIR/proxy/ unless [proxy] state_dir or CTXWIN_PROXY_STATE_DIR says otherwise.")]
+pub(crate) struct ProxyArgs {
+    /// The provider's base URL (`https://api.openai.com`, `http://127.0.0.1:8080`).
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
+    /// Where to listen (default 127.0.0.1:8787; off loopback needs a proxy key).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// Most conversations kept in memory (the least recently used idle ones are
+    /// checkpointed and unloaded above it).
+    #[arg(long, value_name = "N")]
+    pub max_resident: Option<String>,
 }
 
 /// A payload budget: a whole number of tokens, at least [`MIN_BUDGET`].

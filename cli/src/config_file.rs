@@ -159,6 +159,10 @@ struct Sections {
     #[serde(default)]
     limits: LimitsSection,
     retrieval: RetrievalSection,
+    /// `ctxwin proxy`'s settings: accepted here, checked by `ctxwin-proxy` when the proxy
+    /// starts.
+    #[serde(default, rename = "proxy")]
+    _proxy: Option<toml::Table>,
 }
 
 impl Default for FileConfig {

@@ -27,6 +27,7 @@
 //! | `search <query>` / `search --summary ID` | archive search, drill-down into a summary |
 //! | `forget <id>` / `forget --match TEXT` | a message or a text out of the window, archive and checkpoints |
 //! | `trim --budget N <file\|->` | stateless: the payload ctxwin would send for a conversation |
+//! | `proxy --upstream URL` | the OpenAI/Anthropic proxy of `ctxwin-proxy`, state in `DIR/proxy/` (`--listen`, `--max-resident`) |
 //!
 //! `--json` prints every report as JSON. Errors are one line on standard error, with the
 //! distinct exit codes of [`Exit`]; no input makes the tool panic, and a damaged state

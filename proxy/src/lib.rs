@@ -90,8 +90,98 @@ pub mod wire;
 
 use std::sync::Arc;
 
-pub use config::ProxyConfig;
+pub use config::{ConfigError, ProxyConfig};
 pub use server::{App, router};
+
+/// Why [`run`] stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The listen address cannot be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The proxy cannot start (state directory, side store, HTTP client, runtime).
+    #[error("{0}")]
+    Start(String),
+    /// Serving failed.
+    #[error("{0}")]
+    Serve(std::io::Error),
+}
+
+/// Binds `config.listen`, prints `ctxwin-proxy listening on http://ADDR` on standard output
+/// and serves until Ctrl-C or SIGTERM, then checkpoints every resident conversation (see
+/// [`serve`]). `config` should have passed [`ProxyConfig::validate`].
+///
+/// # Errors
+/// [`RunError`].
+pub async fn run(config: ProxyConfig) -> Result<(), RunError> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| RunError::Listen { addr: config.listen, source })?;
+    let addr = listener.local_addr().map_or_else(|_| config.listen.to_string(), |a| a.to_string());
+    let upstream = config.upstream.clone();
+    let app = App::new(config).map_err(RunError::Start)?;
+    tracing::info!(listen = %addr, upstream = %upstream, "ctxwin-proxy: listening");
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "ctxwin-proxy listening on http://{addr}");
+        let _ = out.flush();
+    }
+    serve(app, listener, shutdown_signal()).await.map_err(RunError::Serve)
+}
+
+/// [`run`] on a new multi-threaded tokio runtime, for callers without one (the `ctxwin`
+/// CLI, the `ctxwin-proxy` binary).
+///
+/// # Errors
+/// [`RunError`].
+pub fn run_blocking(config: ProxyConfig) -> Result<(), RunError> {
+    let runtime = tokio::runtime::Runtime::new()
+        .map_err(|e| RunError::Start(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(run(config))
+}
+
+/// Logs to standard error, at `info` unless `RUST_LOG` says otherwise (does nothing when a
+/// subscriber is already set).
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves on Ctrl-C (SIGINT) or, on Unix, SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut term) => {
+                    term.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = ctrl_c => {},
+            () = term => {},
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await;
+    tracing::info!("ctxwin-proxy: shutting down, checkpointing conversations");
+}
 
 /// Runs the proxy on `listener` until `shutdown` resolves, then checkpoints every resident
 /// conversation.

@@ -1,9 +1,12 @@
 //! `ctxwin-proxy --upstream URL [--listen ADDR] [--config ctxwin.toml] [--state-dir DIR]`.
+//!
+//! A thin caller of [`ctxwin_proxy::run_blocking`], kept for deployments that want the proxy
+//! without the CLI; `ctxwin proxy` (in `ctxwin-cli`) runs the same code.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use ctxwin_proxy::{App, ProxyConfig};
+use ctxwin_proxy::{ProxyConfig, RunError};
 
 const USAGE: &str = "usage: ctxwin-proxy [--upstream URL] [--listen HOST:PORT] [--config FILE] [--state-dir DIR] [--max-resident N]
 Settings come from the [proxy] section of ctxwin.toml (default .ctxwin/ctxwin.toml when present),
@@ -54,13 +57,7 @@ fn main() -> ExitCode {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    ctxwin_proxy::init_logging();
     let config = match configure(&args) {
         Ok(config) => config,
         Err(error) => {
@@ -68,42 +65,11 @@ fn main() -> ExitCode {
             return ExitCode::from(8);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
+    match ctxwin_proxy::run_blocking(config) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("ctxwin-proxy: {error}");
-            return ExitCode::from(1);
+            ExitCode::from(if matches!(error, RunError::Listen { .. }) { 4 } else { 1 })
         }
-    };
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(config.listen).await {
-            Ok(listener) => listener,
-            Err(error) => {
-                eprintln!("ctxwin-proxy: cannot listen on {}: {error}", config.listen);
-                return ExitCode::from(4);
-            }
-        };
-        let addr =
-            listener.local_addr().map_or_else(|_| config.listen.to_string(), |a| a.to_string());
-        let upstream = config.upstream.clone();
-        let app = match App::new(config) {
-            Ok(app) => app,
-            Err(error) => {
-                eprintln!("ctxwin-proxy: {error}");
-                return ExitCode::from(1);
-            }
-        };
-        tracing::info!(listen = %addr, upstream = %upstream, "ctxwin-proxy: listening");
-        println!("ctxwin-proxy listening on http://{addr}");
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
-        match ctxwin_proxy::serve(app, listener, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("ctxwin-proxy: {error}");
-                ExitCode::from(1)
-            }
-        }
-    })
+    }
 }

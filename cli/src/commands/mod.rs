@@ -7,6 +7,7 @@ mod compress;
 mod forget;
 mod import;
 mod init;
+mod proxy;
 mod search;
 mod stats;
 mod trim;
@@ -33,6 +34,7 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
         Command::Init(args) => init::run(&globals, args),
         Command::Trim(args) => trim::run(&globals, args),
         Command::Checkpoints => checkpoints::list(&globals),
+        Command::Proxy(args) => proxy::run(&globals, args),
         Command::Add(args) => {
             // Input is read (bounded) before the state is locked: a slow pipe blocks no one.
             state::StateDir::new(globals.dir).require()?;
@@ -103,6 +105,7 @@ fn name(command: &Command) -> &'static str {
         Command::Search(_) => "search",
         Command::Trim(_) => "trim",
         Command::Forget(_) => "forget",
+        Command::Proxy(_) => "proxy",
     }
 }
 
