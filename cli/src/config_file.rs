@@ -158,6 +158,7 @@ struct Sections {
     llm: LlmSection,
     #[serde(default)]
     limits: LimitsSection,
+    #[serde(default)]
     retrieval: RetrievalSection,
     /// `ctxwin proxy`'s settings: accepted here, checked by `ctxwin-proxy` when the proxy
     /// starts.
