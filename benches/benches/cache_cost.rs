@@ -29,7 +29,7 @@
 //! `-- budget128k` for one half).
 
 use ctxwin_benches::api::{config_8k, config_128k};
-use ctxwin_benches::cache::{CacheStats, ExactTokens, Policy, replay, turn_ends};
+use ctxwin_benches::cache::{CacheStats, ExactTokens, Policy, replay, replay_with, turn_ends};
 use ctxwin_benches::conv10k;
 use ctxwin_core::StrategyKind;
 
@@ -62,12 +62,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         targets_8k(&rows);
     }
     if wants("cache_cost_budget128k") {
-        println!("\nbudget 128,000 (Config::DEFAULT otherwise: working 8,000, volatile 114,000)");
+        println!(
+            "\nbudget 128,000 (Config::DEFAULT otherwise; manager rows with a std Session's capacities)"
+        );
         header(true);
         let mut default = None;
         for policy in Policy::all() {
-            let stats =
-                replay(&messages, policy, config_128k(StrategyKind::SlidingWindow), &mut exact)?;
+            let config = config_128k(StrategyKind::SlidingWindow);
+            let stats = replay_with(&messages, policy, config, &mut exact, true)?;
             row(&policy.label(), &stats, true);
             if policy == Policy::Manager(StrategyKind::default()) {
                 default = Some(stats);

@@ -99,8 +99,25 @@ pub fn config_128k(strategy: StrategyKind) -> Config {
 /// built-in strategies.
 #[derive(Clone, Debug)]
 pub struct Replayer {
-    manager: Box<ContextManager<DefaultCapacities>>,
+    manager: Managed,
     clock: u64,
+}
+
+/// The manager of a [`Replayer`]: the core's default capacities, or a std `Session`'s.
+#[derive(Clone, Debug)]
+enum Managed {
+    Default(Box<ContextManager<DefaultCapacities>>),
+    Server(Box<ContextManager<ctxwin_std::session::ServerCapacities>>),
+}
+
+/// Runs `$body` with `$m` bound to the replayer's manager, whatever its capacities.
+macro_rules! with_manager {
+    ($self:expr, $m:ident => $body:expr) => {
+        match &mut $self.manager {
+            Managed::Default($m) => $body,
+            Managed::Server($m) => $body,
+        }
+    };
 }
 
 /// Dynamic context composed into every payload (the benches' workload string).
@@ -114,14 +131,28 @@ impl Replayer {
     /// A configuration the core refuses.
     pub fn new(config: Config) -> Result<Replayer, ctxwin_core::ConfigError> {
         Ok(Replayer {
-            manager: Box::new(ContextManager::with_config(config)?),
+            manager: Managed::Default(Box::new(ContextManager::with_config(config)?)),
+            clock: 1_700_000_000_000,
+        })
+    }
+
+    /// A manager with `config` and the capacities of a std `Session`
+    /// (`ctxwin_std::session::ServerCapacities`: a 1 MiB working ring), as a server runs a
+    /// 128k window.
+    ///
+    /// # Errors
+    ///
+    /// A configuration the core refuses.
+    pub fn server(config: Config) -> Result<Replayer, ctxwin_core::ConfigError> {
+        Ok(Replayer {
+            manager: Managed::Server(Box::new(ContextManager::with_config(config)?)),
             clock: 1_700_000_000_000,
         })
     }
 
     /// The payload budget.
-    pub fn budget(&self) -> u32 {
-        self.manager.budget()
+    pub fn budget(&mut self) -> u32 {
+        with_manager!(self, m => m.budget())
     }
 
     /// Pushes one session message (stamped with the replay clock, advancing
@@ -140,10 +171,13 @@ impl Replayer {
             Some(id) if message.role == Role::Tool => Message::tool_result(id, &message.content),
             _ => Message::new(message.role, &message.content).with_tool_calls(&calls),
         };
-        self.manager.push(core.at(self.clock))?;
+        let at = self.clock;
         self.clock += MESSAGE_INTERVAL_MS;
-        self.manager.drain_outbox(|unit| {
-            std::hint::black_box(unit.len());
+        with_manager!(self, m => {
+            m.push(core.at(at))?;
+            m.drain_outbox(|unit| {
+                std::hint::black_box(unit.len());
+            });
         });
         Ok(())
     }
@@ -155,7 +189,10 @@ impl Replayer {
     ///
     /// What `compose` returns.
     pub fn compose(&mut self) -> Result<(Vec<Sent>, u32), Error> {
-        let payload = self.manager.compose(&DYNAMIC)?;
+        with_manager!(self, m => Self::sent(m.compose(&DYNAMIC)?))
+    }
+
+    fn sent(payload: ctxwin_core::Payload<'_>) -> Result<(Vec<Sent>, u32), Error> {
         let mut out = Vec::new();
         for item in payload.items() {
             let (message, part) = match item {

@@ -262,6 +262,22 @@ pub fn replay(
     config: ctxwin_core::Config,
     exact: &mut ExactTokens,
 ) -> Result<CacheStats, Box<dyn std::error::Error>> {
+    replay_with(messages, policy, config, exact, false)
+}
+
+/// [`replay`], the manager rows with a std `Session`'s capacities when `server` (a server's
+/// 128k window: the core's default rings hold about 25k tokens of history).
+///
+/// # Errors
+///
+/// What the manager refuses.
+pub fn replay_with(
+    messages: &[ChatMessage],
+    policy: Policy,
+    config: ctxwin_core::Config,
+    exact: &mut ExactTokens,
+    server: bool,
+) -> Result<CacheStats, Box<dyn std::error::Error>> {
     let ends = turn_ends(messages);
     let budget = config.budget();
     let mut stats = CacheStats::new(budget);
@@ -269,6 +285,9 @@ pub fn replay(
     let mut pushed = 0u64;
     let mut next_end = ends.iter().peekable();
     let mut manager = match policy {
+        Policy::Manager(kind) if server => {
+            Some(Replayer::server(ctxwin_core::Config { strategy: kind, ..config })?)
+        }
         Policy::Manager(kind) => {
             Some(Replayer::new(ctxwin_core::Config { strategy: kind, ..config })?)
         }

@@ -48,6 +48,8 @@ pub const fn turn_config(strategy: StrategyKind) -> Config {
         session_budget: 1_000,
         working_budget: 5_500,
         strategy,
+        // The split as written, not capped to the window's shares.
+        fit_budgets: false,
         ..Config::DEFAULT
     }
 }

@@ -159,18 +159,19 @@ pub enum DynamicPlacement {
 
 impl Config {
     /// The defaults: a 32k window with 4k reserved for the reply, level budgets
-    /// 2,000 / 4,000 / 8,000 / the rest (capped to fit smaller windows), compaction from 95% of
-    /// the budget down to 60%, the newest 6 messages and the newest user message locked, tool
-    /// results reduced above 1,000 tokens, the sliding window; summarization folds 5 turns past
-    /// 10; importance summarizes from 0.6; hierarchical compresses after 5 and 30 minutes;
-    /// dynamic context after the tools; 3 tokens per tool call besides its strings.
+    /// 2,000 / 4,000 / 8,000 / the rest (capped to fit smaller windows), compaction when the
+    /// budget is full down to 50% (swept on conv_10000: `benches/README.md`), the newest 6
+    /// messages and the newest user message locked, tool results reduced above 1,000 tokens, the
+    /// sliding window; summarization folds 5 turns past 10; importance summarizes from 0.6;
+    /// hierarchical compresses after 5 and 30 minutes; dynamic context after the tools; 3 tokens
+    /// per tool call besides its strings.
     pub const DEFAULT: Config = Config {
         context_window: 32_768,
         reserved_for_reply: 4_096,
         permanent_budget: 2_000,
         session_budget: 4_000,
         working_budget: 8_000,
-        trigger_percent: 95,
+        trigger_percent: 100,
         locked_tail: 6,
         max_messages: 0,
         observation_limit: 1_000,
@@ -186,7 +187,7 @@ impl Config {
         working_age_ms: 5 * 60 * 1000,
         session_age_ms: 30 * 60 * 1000,
         entity_schema: EntitySchema::EMPTY,
-        low_water_percent: 60,
+        low_water_percent: 50,
         fit_budgets: true,
         dynamic_placement: DynamicPlacement::AfterTools,
         tool_call_overhead: 3,
@@ -254,7 +255,7 @@ impl Config {
     /// budget.
     ///
     /// ```
-    /// assert_eq!(ctxwin_core::Config::DEFAULT.trigger_tokens(), 27_238);
+    /// assert_eq!(ctxwin_core::Config::DEFAULT.trigger_tokens(), 28_672);
     /// ```
     pub const fn trigger_tokens(&self) -> u32 {
         percent_of(self.budget(), self.trigger_percent)
@@ -264,7 +265,7 @@ impl Config {
     /// budget, never above the high-water mark.
     ///
     /// ```
-    /// assert_eq!(ctxwin_core::Config::DEFAULT.low_water_tokens(), 17_203);
+    /// assert_eq!(ctxwin_core::Config::DEFAULT.low_water_tokens(), 14_336);
     /// ```
     pub const fn low_water_tokens(&self) -> u32 {
         percent_of(self.budget(), self.low_water())

@@ -181,19 +181,19 @@ fn golden_bytes() {
     #[rustfmt::skip]
     let expected: &[u8] = &[
         // magic, version 2, flags 0, config fingerprint
-        b'C', b'W', b'S', b'N', 2, 0, 0, 0, 159, 124, 217, 218,
+        b'C', b'W', b'S', b'N', 2, 0, 0, 0, 202, 228, 193, 184,
         // capacities: (messages, bytes) per level
         4, 0, 0, 0, 0, 4, 0, 0, 4, 0, 0, 0, 0, 3, 0, 0,
         24, 0, 0, 0, 0, 12, 0, 0, 8, 0, 0, 0, 0, 4, 0, 0,
         // body length
         115, 0, 0, 0,
-        // config: budgets, trigger 95, tail, limits, policies
-        0x80, 0x80, 0x02, 0x80, 0x20, 0xd0, 0x0f, 0xa0, 0x1f, 0xc0, 0x3e, 95, 6, 0, 0xe8, 0x07, 4, 3, 0, 0,
+        // config: budgets, trigger 100, tail, limits, policies
+        0x80, 0x80, 0x02, 0x80, 0x20, 0xd0, 0x0f, 0xa0, 0x1f, 0xc0, 0x3e, 100, 6, 0, 0xe8, 0x07, 4, 3, 0, 0,
         // config: strategy 0, threshold 10, batch 5, summary 400, importance 600, ages, checkpoint 50, no keys
         0, 10, 5, 0x90, 0x03, 0xd8, 0x04, 0xe0, 0xa7, 0x12, 0xc0, 0xee, 0x6d, 50, 0,
-        // config (version 2): low water 60, fit budgets, dynamic after the tools, tool-call
+        // config (version 2): low water 50, fit budgets, dynamic after the tools, tool-call
         // overhead 3, newest user locked
-        60, 1, 0, 3, 1,
+        50, 1, 0, 3, 1,
         // state: next id 3, turn 1, last user 2, no pending
         3, 1, 1, 2, 0,
         // counters: pushed 2, ingested 10, thirteen zeros, no last compression
@@ -214,7 +214,7 @@ fn golden_bytes() {
         // entity table: 4 values, none set
         4, 0, 0, 0, 0,
         // CRC-32
-        211, 85, 35, 184,
+        30, 7, 143, 61,
     ];
     assert_eq!(snapshot(&m), expected);
 }

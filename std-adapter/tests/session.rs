@@ -22,6 +22,10 @@ fn agent_config() -> Config {
         strategy: StrategyKind::Summarization,
         summarize_threshold: 4,
         summarize_batch: 2,
+        // Per-push eviction and plans (the water marks at today's 80%): these tests watch
+        // summaries and evictions turn by turn.
+        trigger_percent: 80,
+        low_water_percent: 80,
         ..Config::DEFAULT
     }
 }
@@ -342,6 +346,9 @@ fn calibration_keeps_real_payloads_under_the_window() {
         permanent_budget: 500,
         session_budget: 500,
         working_budget: 6_000,
+        trigger_percent: 80,
+        low_water_percent: 80,
+        fit_budgets: false,
         ..Config::DEFAULT
     };
     let mut session = SessionBuilder::new("calibrated").config(configured).build().unwrap();
@@ -408,7 +415,8 @@ fn ten_thousand_messages_import_and_stay_retrievable() {
 
 #[test]
 fn summarizing_import_records_drillable_summaries() {
-    let config = Config { strategy: StrategyKind::Summarization, ..Config::DEFAULT };
+    let config =
+        Config { strategy: StrategyKind::Summarization, low_water_percent: 100, ..Config::DEFAULT };
     let mut session =
         SessionBuilder::new("fold").config(config).archive_in_memory().build().unwrap();
     let (conversation, _) = generated(1_000);

@@ -446,6 +446,8 @@ pub fn run(session: &Session, strategy: StrategyKind, ratio: u64) -> Outcome {
         } else {
             Default::default()
         },
+        // The split above as written (a 2/5 session level), not capped to the window's shares.
+        fit_budgets: false,
         ..Config::DEFAULT
     };
     let mut manager: Box<ContextManager<QualityCapacities>> =

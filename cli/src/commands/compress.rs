@@ -6,7 +6,7 @@
 //! the configuration's limits; the session archives the evicted units and records the
 //! summaries. The next command opens the session with the file's configuration again.
 //!
-//! - `compress --target P` lowers `trigger_percent` to `P`: the strategy evicts the oldest (or
+//! - `compress --target P` lowers `trigger_percent` (and the low-water mark) to `P`: the strategy evicts the oldest (or
 //!   least valuable) units until usage is at most `P`% of the budget.
 //! - `summarize --keep N` sets `max_messages` to `N` under the summarization strategy: every
 //!   unit but the newest `N` messages (and what the locked tail protects) is folded into the
@@ -26,7 +26,8 @@ use ctxwin_std::session::{LlmStats, Session};
 
 /// The configuration `compress` runs under.
 pub(crate) fn compress_config(config: Config, args: &CompressArgs) -> Config {
-    Config { trigger_percent: args.target.clamp(1, 100), ..config }
+    let target = args.target.clamp(1, 100);
+    Config { trigger_percent: target, low_water_percent: target, ..config }
 }
 
 /// The configuration `summarize` runs under.
@@ -179,7 +180,14 @@ mod tests {
     fn compress_lowers_the_trigger_only() {
         let config = compress_config(Config::DEFAULT, &CompressArgs { target: 30 });
         assert_eq!(config.trigger_percent, 30);
-        assert_eq!(Config { trigger_percent: 80, ..config }, Config::DEFAULT);
+        assert_eq!(config.low_water_percent, 30);
+        let d = Config::DEFAULT;
+        let back = Config {
+            trigger_percent: d.trigger_percent,
+            low_water_percent: d.low_water_percent,
+            ..config
+        };
+        assert_eq!(back, Config::DEFAULT);
         assert!(config.validate().is_ok());
     }
 

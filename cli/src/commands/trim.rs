@@ -385,6 +385,10 @@ fn trim_config(config: Config, budget: u32, permanent: u32) -> Result<Config, Cl
         session_budget: session,
         working_budget: rest - session,
         trigger_percent: 100,
+        // Stateless: no cache to keep, so evict just enough and fill the whole budget, with
+        // the budgets exactly as split here.
+        low_water_percent: 100,
+        fit_budgets: false,
         ..config
     };
     trimmed.validate().map_err(|e| CliError::Config(format!("--budget {budget}: {e}")))?;

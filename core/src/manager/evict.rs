@@ -16,6 +16,10 @@ use crate::ring::RingRef;
 use crate::role::Role;
 use crate::strategy::Strategy;
 
+/// Share of a ring's bytes or message slots above which it is compacted, whatever the
+/// token trigger (today's default trigger, so a full ring never waits on the outbox).
+const RING_TRIGGER_PERCENT: u8 = 80;
+
 /// What the locked tail covers, computed once per operation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Lock {
@@ -128,7 +132,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Whether `level` is over its token budget or its byte/message trigger.
     pub(crate) fn level_over(&self, level: Level) -> bool {
-        self.level_over_at(level, self.config.trigger_percent)
+        self.level_over_at(level, self.config.trigger_percent.min(RING_TRIGGER_PERCENT))
     }
 
     /// Whether `level` is over its token budget (the session level, the permanent one, and
@@ -152,8 +156,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// Whether usage, the history's levels or the message limit are over the high-water mark.
+    /// A ring's bytes and message slots count from at most 80% of its capacity: a push must
+    /// still find room without waiting for the caller to drain the outbox.
     fn over_high_water(&self) -> bool {
-        let trigger = self.config.trigger_percent;
+        let trigger = self.config.trigger_percent.min(RING_TRIGGER_PERCENT);
         self.used() > self.config.trigger_tokens()
             || self.over_max_messages()
             || self.level_over_at(Level::Volatile, trigger)
@@ -172,7 +178,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             self.run_deferred_plan();
             (self.config.low_water_tokens(), self.config.low_water())
         } else {
-            (self.config.trigger_tokens(), self.config.trigger_percent)
+            (self.config.trigger_tokens(), self.config.trigger_percent.min(RING_TRIGGER_PERCENT))
         };
         let lock = self.lock();
         // Each round evicts a unit or stops, so rounds are bounded by the stored units.

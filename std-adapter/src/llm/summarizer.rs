@@ -28,7 +28,7 @@ use crate::ChatMessage;
 /// // No server listens on port 9: every summary falls back to the extractive one.
 /// let client = LlmClientBuilder::new("http://127.0.0.1:9").max_retries(0).build()?;
 /// let strategy = Builtin { summarizer: LlmSummarizer::new(client.clone()), extractor: LlmExtractor::new(client) };
-/// let config = Config { strategy: StrategyKind::Summarization, summarize_threshold: 2, summarize_batch: 1, locked_tail: 2, ..Config::DEFAULT };
+/// let config = Config { strategy: StrategyKind::Summarization, summarize_threshold: 2, summarize_batch: 1, locked_tail: 2, low_water_percent: 100, ..Config::DEFAULT };
 /// let mut manager = ContextManager::<TinyCapacities>::builder().config(config).strategy(strategy).build()?;
 /// for turn in 0..5 {
 ///     manager.push(Message::user(&format!("Step {turn}: edit src/step{turn}.rs")))?;

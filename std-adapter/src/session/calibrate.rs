@@ -1,7 +1,7 @@
 //! Calibration: the provider's billed prompt tokens shrink the window the core plans with, so
 //! that real payloads stay under the real window.
 
-use ctxwin_core::Config;
+use ctxwin_core::{Config, Level};
 
 use super::{Session, SessionError};
 use crate::tokens::Calibrator;
@@ -65,17 +65,28 @@ pub(crate) fn effective_config(configured: &Config, calibrator: &Calibrator) -> 
         return *configured;
     }
     let scale = |level: u32| (u64::from(level) * u64::from(budget) / u64::from(real)) as u32;
-    let levels = u64::from(configured.permanent_budget)
-        + u64::from(configured.session_budget)
-        + u64::from(configured.working_budget);
+    // The numbers the core plans with (`fit_budgets` caps), taken as given from here on: the
+    // cap would otherwise move with the shrunken window.
+    let reserve = configured.reply_reserve();
+    let (permanent, session, working) = (
+        configured.level_budget(Level::Permanent),
+        configured.level_budget(Level::Session),
+        configured.level_budget(Level::Working),
+    );
+    let levels = u64::from(permanent) + u64::from(session) + u64::from(working);
     let mut effective = Config {
-        context_window: budget.saturating_add(configured.reserved_for_reply),
+        context_window: budget.saturating_add(reserve),
+        reserved_for_reply: reserve,
+        permanent_budget: permanent,
+        session_budget: session,
+        working_budget: working,
+        fit_budgets: false,
         ..*configured
     };
     if levels > u64::from(budget) {
-        effective.permanent_budget = scale(configured.permanent_budget);
-        effective.session_budget = scale(configured.session_budget);
-        effective.working_budget = scale(configured.working_budget);
+        effective.permanent_budget = scale(permanent);
+        effective.session_budget = scale(session);
+        effective.working_budget = scale(working);
     }
     effective
 }

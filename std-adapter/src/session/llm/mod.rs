@@ -442,6 +442,9 @@ mod tests {
             summarize_batch: 2,
             locked_tail: 2,
             entity_schema: EntitySchema::new(&["branch"]).unwrap(),
+            // Plans on every push (per-push eviction), so summaries come without filling
+            // the 28k budget first.
+            low_water_percent: 100,
             ..Config::DEFAULT
         }
     }
