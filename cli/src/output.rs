@@ -53,18 +53,7 @@ impl Output {
     }
 }
 
-/// `1234567` as `1,234,567`.
-pub(crate) fn thousands(value: impl Into<u64>) -> String {
-    let digits = value.into().to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
+pub(crate) use ctxwin_std::session::thousands;
 
 /// Text shortened to one line of at most `width` characters.
 pub(crate) fn one_line(text: &str, width: usize) -> String {

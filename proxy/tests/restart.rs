@@ -69,8 +69,16 @@ async fn killed_mid_stream_resumes_from_the_checkpoint() {
     messages.push(answer["choices"][0]["message"].clone());
     messages.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "built"}));
 
-    // Idle for a moment: the sweeper checkpoints the conversation.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // Idle for a moment: the sweeper checkpoints the conversation (waited for, not assumed:
+    // on a loaded machine the sweep can come late).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for _ in 0..80 {
+        if has_checkpoint(state.path()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(has_checkpoint(state.path()), "no checkpoint after 21 s idle");
 
     // A slow stream; the proxy dies after the first chunk.
     fake.set_mode(Mode::SlowStream(300));
@@ -147,4 +155,16 @@ async fn killed_before_the_first_checkpoint_continues_as_a_new_generation() {
     // The first life's rows stay (placeholder, user, and the answer if it was recorded before
     // the kill); the new generation holds them all again plus the result (and the answer).
     assert!((2..=3).contains(&first) && (4..=5).contains(&second), "{first} {second}");
+}
+
+/// Whether any checkpoint file exists below `dir`.
+fn has_checkpoint(dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).into_iter().flatten().flatten().any(|entry| {
+        let path = entry.path();
+        if path.is_dir() {
+            has_checkpoint(&path)
+        } else {
+            path.extension().is_some_and(|ext| ext == "ckpt")
+        }
+    })
 }

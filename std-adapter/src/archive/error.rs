@@ -61,12 +61,23 @@ pub enum ArchiveError {
 /// (the CLI's exit codes) without naming `rusqlite`'s error codes themselves.
 ///
 /// ```
-/// use ctxwin_std::archive::{Archive, SqliteFailure};
+/// use ctxwin_std::archive::{Archive, ArchiveError, SqliteFailure};
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("archive.db");
-/// std::fs::write(&path, b"this is not a database, just text long enough to be a header....................................")?;
-/// let error = Archive::open(&path).err().expect("not a database");
-/// assert_eq!(error.sqlite_failure(), Some(SqliteFailure::Damaged));
+/// let archive = Archive::open(&path)?;
+/// drop(archive);
+/// // A table ctxwin's fixed statements need is gone: SQLite's generic error, a damaged file.
+/// let sqlite = rusqlite::Connection::open(&path)?;
+/// sqlite.execute_batch("DROP TABLE messages")?;
+/// drop(sqlite);
+/// let error = match Archive::open(&path) {
+///     Err(error) => error,
+///     Ok(mut archive) => archive.message_count(None).err().expect("no messages table"),
+/// };
+/// assert!(
+///     matches!(error, ArchiveError::Corrupt(_) | ArchiveError::Mismatch(_))
+///         || error.sqlite_failure() == Some(SqliteFailure::Generic)
+/// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

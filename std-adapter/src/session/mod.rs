@@ -100,7 +100,9 @@ pub use push::PushOptions;
 pub use recover::{RecoverySource, take_for_recovery};
 pub use report::{ImportReport, PushReport, Reduction, RestoreReport};
 pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
-pub use stats::{ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats};
+pub use stats::{
+    ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats, thousands,
+};
 
 use sync::Tracker;
 

@@ -399,7 +399,8 @@ mod tests {
         session
             .push(&ChatMessage::text(Role::User, "Caroline adopted a puppy called Biscuit."))
             .unwrap();
-        for turn in 0..200 {
+        // Enough filler that the fact leaves the 2,000-token window (recall skips what is in it).
+        for turn in 0..600 {
             session.push(&ChatMessage::text(Role::User, format!("filler {turn}"))).unwrap();
         }
         let recall = session.recall("What is Caroline's puppy's name?", &[]).unwrap();

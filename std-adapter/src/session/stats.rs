@@ -182,8 +182,13 @@ impl Session {
     }
 }
 
-/// `1234567` as `1,234,567`.
-fn thousands(value: impl Into<u64>) -> String {
+/// `1234567` as `1,234,567`: how the session's and the CLI's reports print counts.
+///
+/// ```
+/// assert_eq!(ctxwin_std::session::thousands(1_234_567u32), "1,234,567");
+/// assert_eq!(ctxwin_std::session::thousands(12u8), "12");
+/// ```
+pub fn thousands(value: impl Into<u64>) -> String {
     let digits = value.into().to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (index, digit) in digits.chars().enumerate() {
