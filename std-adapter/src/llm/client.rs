@@ -13,7 +13,7 @@ use super::{LlmError, estimate_tokens};
 /// The client's token-counting closure: tokens of a text; set with
 /// [`LlmClientBuilder::token_counter`](super::LlmClientBuilder::token_counter).
 ///
-/// A shared closure, not the core's [`TokenCounter`](ctxwin_core::TokenCounter) trait (which
+/// A shared closure, not the core's [`TokenCounter`](ctxwin_core::counter::TokenCounter) trait (which
 /// also reports its name and overhead): the client only needs a count to cut its input.
 ///
 /// ```
