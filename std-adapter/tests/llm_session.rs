@@ -227,6 +227,10 @@ fn a_long_session_with_a_real_model_survives_the_server_dying() {
         locked_tail: 4,
         summary_tokens: 160,
         entity_schema: EntitySchema::new(&["branch", "failing_test", "owner"]).unwrap(),
+        // Per-push eviction and plans (the water marks at the old 80%): this test watches the
+        // rolling summary change turn by turn.
+        trigger_percent: 80,
+        low_water_percent: 80,
         ..Config::DEFAULT
     };
     let dir = tempfile::tempdir().unwrap();
