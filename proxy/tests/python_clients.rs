@@ -19,7 +19,12 @@ fn target_dir() -> PathBuf {
 }
 
 /// The venv's python with `openai` and `anthropic` importable, or `None` without python3.
+///
+/// The tests in this file run on parallel threads; the lock makes one of them build the venv
+/// while the others wait for it (two `python3 -m venv` on one directory fail with EEXIST).
 fn venv_python() -> Option<PathBuf> {
+    static VENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _building = VENV.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if Command::new("python3").arg("--version").output().is_err() {
         eprintln!("SKIPPED: python3 is not installed; the Python client tests need it");
         return None;
@@ -35,7 +40,8 @@ fn venv_python() -> Option<PathBuf> {
     if ready(&python) {
         return Some(python);
     }
-    let status = Command::new("python3").arg("-m").arg("venv").arg(&venv).status().unwrap();
+    let status =
+        Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv).status().unwrap();
     assert!(status.success(), "python3 -m venv {} failed", venv.display());
     let status = Command::new(venv.join("bin/pip"))
         .args(["install", "--quiet", "--disable-pip-version-check", "openai", "anthropic"])
