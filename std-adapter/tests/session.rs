@@ -596,3 +596,62 @@ fn stats_print_as_a_table_and_json() {
     assert_eq!(json["core"]["counters"]["observations_reduced"], 1);
     assert_eq!(json["archive"]["messages"], 6);
 }
+
+/// With the dynamic context before the newest user message, the Anthropic body keeps it
+/// there: a `[system]` text block in the newest user turn, never hoisted into the top-level
+/// `system` (which would put text that changes every turn ahead of the whole history).
+#[test]
+fn anthropic_keeps_dynamic_context_before_the_newest_user_turn() {
+    let config = Config {
+        dynamic_placement: ctxwin_core::DynamicPlacement::BeforeNewestUser,
+        ..Config::DEFAULT
+    };
+    let mut session = SessionBuilder::new("placed").config(config).build().unwrap();
+    session.push(&ChatMessage::text(Role::System, "You are terse.")).unwrap();
+    session.push(&user("first question")).unwrap();
+    session.push(&assistant("first answer")).unwrap();
+    session.push(&user("second question")).unwrap();
+    let body = |session: &mut Session, task: &str| {
+        let payload = session.compose(&[task]).unwrap();
+        parse_json(&payload.write(Format::AnthropicJson).unwrap())
+    };
+    let first = body(&mut session, "Task: one");
+    assert_eq!(first["system"], "You are terse.", "{first}");
+    let messages = first["messages"].as_array().unwrap();
+    let texts: Vec<String> = messages
+        .iter()
+        .map(|m| match &m["content"] {
+            serde_json::Value::String(text) => format!("{}: {text}", m["role"].as_str().unwrap()),
+            blocks => {
+                let parts: Vec<&str> = blocks
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| b["text"].as_str().unwrap_or("<block>"))
+                    .collect();
+                format!("{}: {}", m["role"].as_str().unwrap(), parts.join(" | "))
+            }
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "user: first question",
+            "assistant: first answer",
+            "user: [system] Task: one | second question"
+        ]
+    );
+    // The next turn with another task: everything before the newest turn is the same bytes.
+    session.push(&assistant("second answer")).unwrap();
+    session.push(&user("third question")).unwrap();
+    let second = body(&mut session, "Task: two");
+    assert_eq!(second["system"], first["system"]);
+    let next = second["messages"].as_array().unwrap();
+    assert_eq!(next[..2], messages[..2], "the cached turns moved");
+    assert_eq!(next[2]["content"], "second question");
+    assert_eq!(next[3]["content"], "second answer");
+    let last = next[4]["content"].as_array().unwrap();
+    assert_eq!(last[0]["text"], "[system] Task: two");
+    assert_eq!(last[1]["text"], "third question");
+    assert!(!second["system"].to_string().contains("Task"), "{second}");
+}
