@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 
 use ctxwin_core::estimator::Margin;
+use ctxwin_core::{Config, Level};
 
 const PERMILLE: u128 = 1_000;
 
@@ -459,6 +460,67 @@ impl Calibrator {
             .ok()
             .and_then(|num| Margin::new(num, PERMILLE as u16))
             .unwrap_or(current)
+    }
+
+    /// `configured` with the budget [`recommended_budget`](Self::recommended_budget) gives:
+    /// what the core should plan with so that a payload it composes costs at most
+    /// `configured.budget()` billed tokens. Unchanged before the first observation.
+    ///
+    /// When estimates ran high (the default estimator's margin over-counts most text), the
+    /// budget rises above the configured one: the margin the estimator was built with is
+    /// tightened to what the provider bills, and the same water marks fill more of the real
+    /// window. When they ran low, it falls. The reply reserve stays; the level budgets (as
+    /// [`Config::level_budget`] caps them, then taken as given: `fit_budgets` off) scale with
+    /// a raised budget, and shrink with a lowered one only when they would no longer fit.
+    ///
+    /// ```
+    /// use ctxwin_core::Config;
+    /// use ctxwin_std::tokens::Calibrator;
+    ///
+    /// let mut calibrator = Calibrator::new();
+    /// assert_eq!(calibrator.calibrated_config(&Config::DEFAULT), Config::DEFAULT);
+    /// for _ in 0..4 {
+    ///     calibrator.observe(1_400, 1_000)?; // the provider billed 1/1.4 of the estimate
+    /// }
+    /// let raised = calibrator.calibrated_config(&Config::DEFAULT);
+    /// assert!(raised.budget() > Config::DEFAULT.budget());
+    /// // A payload of the whole raised budget, billed at the observed ratio, still fits.
+    /// assert!(u64::from(raised.budget()) * 1_000 <= u64::from(Config::DEFAULT.budget()) * 1_400);
+    /// assert_eq!(raised.reply_reserve(), Config::DEFAULT.reply_reserve());
+    /// assert!(raised.validate().is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn calibrated_config(&self, configured: &Config) -> Config {
+        let real = configured.budget();
+        if self.observations == 0 || real == 0 {
+            return *configured;
+        }
+        let budget = self.recommended_budget(real);
+        if budget == real {
+            return *configured;
+        }
+        let reserve = configured.reply_reserve();
+        // What the core plans with (`fit_budgets` caps), taken as given from here on: the
+        // caps would otherwise move with the calibrated window.
+        let levels = [Level::Permanent, Level::Session, Level::Working]
+            .map(|level| configured.level_budget(level));
+        let sum: u64 = levels.iter().map(|&b| u64::from(b)).sum();
+        let scaled = |level: u32| {
+            u32::try_from(u64::from(level) * u64::from(budget) / u64::from(real))
+                .unwrap_or(u32::MAX)
+        };
+        let levels =
+            if budget > real || sum > u64::from(budget) { levels.map(scaled) } else { levels };
+        let [permanent_budget, session_budget, working_budget] = levels;
+        Config {
+            context_window: budget.saturating_add(reserve),
+            reserved_for_reply: reserve,
+            permanent_budget,
+            session_budget,
+            working_budget,
+            fit_budgets: false,
+            ..*configured
+        }
     }
 
     /// Forgets every observation (the configuration stays).
