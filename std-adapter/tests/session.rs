@@ -655,3 +655,44 @@ fn anthropic_keeps_dynamic_context_before_the_newest_user_turn() {
     assert_eq!(last[1]["text"], "third question");
     assert!(!second["system"].to_string().contains("Task"), "{second}");
 }
+
+/// A provider that bills less than the estimate (the default estimator's margin over-counts
+/// most text): the calibrated window grows, payloads fill more of the real window, and a
+/// payload billed at the observed ratio still fits it.
+#[test]
+fn calibration_fills_the_window_when_estimates_run_high() {
+    let configured = Config {
+        context_window: 8_192,
+        reserved_for_reply: 1_024,
+        permanent_budget: 500,
+        session_budget: 500,
+        working_budget: 6_000,
+        fit_budgets: false,
+        ..Config::DEFAULT
+    };
+    let mut session = SessionBuilder::new("generous").config(configured).build().unwrap();
+    session.push(&ChatMessage::text(Role::System, "You answer questions about logs.")).unwrap();
+    let real_budget = configured.budget();
+    let billed = |tokens: u32| u64::from(tokens) * 7 / 10;
+    let mut largest_before = 0;
+    let mut largest_after = 0;
+    for i in 0..400 {
+        let text = format!("Log {i}: worker {} restarted after {} ms; queue {}.", i % 7, i * 13, i);
+        session.push(&user(text)).unwrap();
+        session.push(&assistant(format!("Noted restart {i}; nothing to do yet."))).unwrap();
+        let payload = session.compose(&[]).unwrap();
+        assert!(payload.tokens <= payload.budget);
+        assert!(billed(payload.tokens) <= u64::from(real_budget), "turn {i}: billed over");
+        if i < 200 {
+            largest_before = largest_before.max(payload.tokens);
+        } else {
+            largest_after = largest_after.max(payload.tokens);
+            session.record_usage(payload.tokens, billed(payload.tokens) as u32).unwrap();
+        }
+    }
+    assert!(largest_before <= real_budget);
+    assert!(largest_after > real_budget, "{largest_after} estimated: the window did not grow");
+    let stats = session.stats().unwrap();
+    assert!(stats.calibration.effective_window > stats.calibration.configured_window);
+    assert_eq!(session.configured().context_window, 8_192);
+}
