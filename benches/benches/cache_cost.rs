@@ -29,7 +29,9 @@
 //! `-- budget128k` for one half).
 
 use ctxwin_benches::api::{config_8k, config_128k};
-use ctxwin_benches::cache::{CacheStats, ExactTokens, Policy, replay, replay_with, turn_ends};
+use ctxwin_benches::cache::{
+    CacheStats, ExactTokens, Policy, estimator_by_class, replay, replay_with, turn_ends,
+};
 use ctxwin_benches::conv10k;
 use ctxwin_core::StrategyKind;
 
@@ -49,6 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         messages.len(),
         turn_ends(&messages).len()
     );
+    estimator_table(&messages, &mut exact);
     if wants("cache_cost_budget8k") {
         println!("\nbudget 8,000 (benches' level split, default estimator)");
         header(false);
@@ -59,6 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             row(&policy.label(), &stats, false);
             rows.push((policy, stats));
         }
+        calibrated_notes(&rows);
         targets_8k(&rows);
     }
     if wants("cache_cost_budget128k") {
@@ -66,21 +70,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "\nbudget 128,000 (Config::DEFAULT otherwise; manager rows with a std Session's capacities)"
         );
         header(true);
-        let mut default = None;
+        let mut rows = Vec::new();
         for policy in Policy::all() {
             let config = config_128k(StrategyKind::SlidingWindow);
             let stats = replay_with(&messages, policy, config, &mut exact, true)?;
             row(&policy.label(), &stats, true);
-            if policy == Policy::Manager(StrategyKind::default()) {
-                default = Some(stats);
-            }
+            rows.push((policy, stats));
         }
-        if let Some((mean, _)) = default.as_ref().and_then(CacheStats::history_share) {
-            println!(
-                "target (128k, default configuration): history ≥ 70% of the budget once full: {:.1}% {}",
-                mean * 100.0,
-                mark(mean >= 0.70)
-            );
+        calibrated_notes(&rows);
+        let kind = StrategyKind::default();
+        for policy in [Policy::Manager(kind), Policy::Calibrated(kind)] {
+            let stats = rows.iter().find(|(p, _)| *p == policy).map(|(_, s)| s);
+            if let Some((mean, min)) = stats.and_then(CacheStats::history_share) {
+                println!(
+                    "target (128k, default configuration{}): history ≥ 70% of the budget once full: {:.1}% (min {:.1}%) {} · max {} {}",
+                    if policy == Policy::Manager(kind) {
+                        ", estimator alone"
+                    } else {
+                        ", estimator + calibrator"
+                    },
+                    mean * 100.0,
+                    min * 100.0,
+                    mark(mean >= 0.70),
+                    stats.map_or(0, |s| s.max_fill),
+                    mark(stats.is_some_and(|s| s.max_fill <= s.budget)),
+                );
+            }
         }
     }
     Ok(())
@@ -138,13 +153,16 @@ fn targets_8k(rows: &[(Policy, CacheStats)]) {
     println!(
         "\ntargets (8,000 budget, conv_10000): stable ≥ 90%, cacheable ≥ 80%, mean fill ≥ 70%, max ≤ budget, cost ratio ≤ 0.30"
     );
-    for kind in [StrategyKind::SlidingWindow, StrategyKind::Hierarchical] {
-        let Some((_, s)) = rows.iter().find(|(p, _)| *p == Policy::Manager(kind)) else {
+    let policies = [StrategyKind::SlidingWindow, StrategyKind::Hierarchical]
+        .into_iter()
+        .flat_map(|kind| [Policy::Manager(kind), Policy::Calibrated(kind)]);
+    for policy in policies {
+        let Some((_, s)) = rows.iter().find(|(p, _)| *p == policy) else {
             continue;
         };
         println!(
-            "  {:<14} stable {:.1}% {} · cacheable {:.1}% {} · mean fill {:.1}% {} · max {} {} · cost {:.3} {}",
-            kind.as_str(),
+            "  {:<29} stable {:.1}% {} · cacheable {:.1}% {} · mean fill {:.1}% {} · max {} {} · cost {:.3} {}",
+            policy.label(),
             s.stable_share() * 100.0,
             mark(s.stable_share() >= 0.90),
             s.cacheable_share() * 100.0,
@@ -166,20 +184,94 @@ fn sweep(
     pairs: &str,
     exact: &mut ExactTokens,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    println!("\nwater-mark sweep, budget 8,000 (benches' level split, default estimator)");
-    header(false);
+    // CACHE_COST_SWEEP_BUDGET=128k sweeps the 128k configuration; CACHE_COST_SWEEP_ROWS=calibrated
+    // leaves out the rows without a calibrator.
+    let big = std::env::var("CACHE_COST_SWEEP_BUDGET").is_ok_and(|b| b == "128k");
+    let only_calibrated = std::env::var("CACHE_COST_SWEEP_ROWS").is_ok_and(|r| r == "calibrated");
+    if big {
+        println!(
+            "\nwater-mark sweep, budget 128,000 (Config::DEFAULT otherwise, a Session's capacities)"
+        );
+    } else {
+        println!("\nwater-mark sweep, budget 8,000 (benches' level split, default estimator)");
+    }
+    header(big);
     for pair in pairs.split(',') {
         let (high, low) = pair.split_once(':').ok_or("CACHE_COST_SWEEP: high:low,…")?;
         let (high, low): (u8, u8) = (high.trim().parse()?, low.trim().parse()?);
         for kind in [StrategyKind::SlidingWindow, StrategyKind::Hierarchical] {
-            let config = ctxwin_core::Config {
-                trigger_percent: high,
-                low_water_percent: low,
-                ..config_8k(kind)
-            };
-            let stats = replay(messages, Policy::Manager(kind), config, exact)?;
-            row(&format!("{high}/{low} {}", kind.as_str()), &stats, false);
+            for policy in [Policy::Manager(kind), Policy::Calibrated(kind)] {
+                if only_calibrated && policy == Policy::Manager(kind) {
+                    continue;
+                }
+                let config = ctxwin_core::Config {
+                    trigger_percent: high,
+                    low_water_percent: low,
+                    ..config_8k(kind)
+                };
+                let stats = if big {
+                    let config = ctxwin_core::Config {
+                        trigger_percent: high,
+                        low_water_percent: low,
+                        ..config_128k(kind)
+                    };
+                    replay_with(messages, policy, config, exact, true)?
+                } else {
+                    replay(messages, policy, config, exact)?
+                };
+                row(&format!("{high}/{low} {}", policy.label()), &stats, big);
+            }
         }
     }
     Ok(())
+}
+
+/// The default estimator against exact cl100k on conv_10000, by content class.
+fn estimator_table(messages: &[ctxwin_std::ChatMessage], exact: &mut ExactTokens) {
+    println!(
+        "\ndefault estimator on conv_10000 by content class (estimate / exact cl100k; margin ×{}/{})",
+        ctxwin_core::estimator::Margin::DEFAULT.num(),
+        ctxwin_core::estimator::Margin::DEFAULT.den()
+    );
+    println!(
+        "{:<32} {:>7} {:>11} {:>8} {:>8} {:>14}",
+        "class", "texts", "exact", "×1", "default", "under (dflt)"
+    );
+    let rows = estimator_by_class(messages, exact);
+    let (mut x, mut t, mut e) = (0u64, 0u64, 0u64);
+    for (label, texts, exact, tight, safe, under) in &rows {
+        println!(
+            "{:<32} {:>7} {:>11} {:>8.3} {:>8.3} {:>13.1}%",
+            label,
+            texts,
+            exact,
+            *tight as f64 / (*exact).max(1) as f64,
+            *safe as f64 / (*exact).max(1) as f64,
+            under * 100.0
+        );
+        (x, t, e) = (x + exact, t + tight, e + safe);
+    }
+    println!(
+        "{:<32} {:>7} {:>11} {:>8.3} {:>8.3}",
+        "all texts",
+        rows.iter().map(|r| r.1).sum::<usize>(),
+        x,
+        t as f64 / x.max(1) as f64,
+        e as f64 / x.max(1) as f64
+    );
+}
+
+/// The calibrated rows' final budget and ratio.
+fn calibrated_notes(rows: &[(Policy, CacheStats)]) {
+    for (policy, stats) in rows {
+        if let Some((budget, ratio)) = stats.calibrated {
+            println!(
+                "  {}: billed/estimated {:.3} (mean), the manager plans with {} estimated tokens for the {} budget",
+                policy.label(),
+                ratio,
+                budget,
+                stats.budget
+            );
+        }
+    }
 }

@@ -155,6 +155,15 @@ impl Replayer {
         with_manager!(self, m => m.budget())
     }
 
+    /// Gives the manager another configuration (a calibrated window).
+    ///
+    /// # Errors
+    ///
+    /// A configuration the core refuses.
+    pub fn set_config(&mut self, config: Config) -> Result<(), ctxwin_core::ConfigError> {
+        with_manager!(self, m => m.set_config(config))
+    }
+
     /// Pushes one session message (stamped with the replay clock, advancing
     /// [`MESSAGE_INTERVAL_MS`]) and drains the outbox into a no-op archive.
     ///

@@ -23,7 +23,7 @@ use std::hash::{BuildHasher, RandomState};
 
 use ctxwin_core::{Role, StrategyKind};
 use ctxwin_std::ChatMessage;
-use ctxwin_std::tokens::{ExactCounter, TokenizerError};
+use ctxwin_std::tokens::{Calibrator, ExactCounter, TokenizerError};
 
 use crate::api::{
     CALL_OVERHEAD, DYNAMIC, MESSAGE_OVERHEAD, Part, REQUEST_OVERHEAD, Replayer, Sent,
@@ -101,6 +101,9 @@ pub struct CacheStats {
     pub turns_full: u64,
     /// The payload budget.
     pub budget: u32,
+    /// With a calibrator: the budget (estimated tokens) the manager planned with at the end,
+    /// and the calibrator's mean billed/estimated ratio.
+    pub calibrated: Option<(u32, f64)>,
 }
 
 impl CacheStats {
@@ -149,8 +152,15 @@ impl CacheStats {
         })
     }
 
-    /// Records a turn's payload against the previous one.
-    fn record(&mut self, previous: &[Sent], payload: &[Sent], exact: &mut ExactTokens, full: bool) {
+    /// Records a turn's payload against the previous one; returns its exact tokens (what a
+    /// provider would bill as `usage.prompt_tokens`).
+    fn record(
+        &mut self,
+        previous: &[Sent],
+        payload: &[Sent],
+        exact: &mut ExactTokens,
+        full: bool,
+    ) -> u32 {
         let tokens: Vec<u32> = payload.iter().map(|m| exact.message(m)).collect();
         let total = tokens.iter().sum::<u32>() + REQUEST_OVERHEAD;
         let prefix = previous.iter().zip(payload).take_while(|(a, b)| a == b).count();
@@ -181,6 +191,7 @@ impl CacheStats {
             self.history_full += u64::from(history);
             self.history_full_min = self.history_full_min.min(history);
         }
+        total
     }
 }
 
@@ -189,6 +200,10 @@ impl CacheStats {
 pub enum Policy {
     /// A `ContextManager` with a built-in strategy (today's code: per-push eviction).
     Manager(StrategyKind),
+    /// The same with the std side's `Calibrator` fed each payload's exact cl100k count as the
+    /// provider's `usage.prompt_tokens`, its calibrated configuration applied after every turn
+    /// (what `Session::record_usage` does).
+    Calibrated(StrategyKind),
     /// Baseline: a bench-side model of today's per-push eviction (sliding window), fixed
     /// here so it keeps measuring today's behaviour after the core changes.
     PerPush,
@@ -202,6 +217,8 @@ impl Policy {
     /// Every row the bench prints: the five strategies and the two baselines.
     pub fn all() -> Vec<Policy> {
         let mut rows: Vec<Policy> = StrategyKind::ALL.into_iter().map(Policy::Manager).collect();
+        rows.push(Policy::Calibrated(StrategyKind::SlidingWindow));
+        rows.push(Policy::Calibrated(StrategyKind::Hierarchical));
         rows.push(Policy::PerPush);
         rows.push(Policy::Trim);
         rows
@@ -211,6 +228,7 @@ impl Policy {
     pub fn label(&self) -> String {
         match self {
             Policy::Manager(kind) => kind.as_str().to_owned(),
+            Policy::Calibrated(kind) => format!("{} + calibrator", kind.as_str()),
             Policy::PerPush => "baseline: per-push eviction".to_owned(),
             Policy::Trim => "baseline: newest-first trim".to_owned(),
         }
@@ -235,6 +253,60 @@ pub fn turn_ends(messages: &[ChatMessage]) -> Vec<usize> {
         }
     }
     ends
+}
+
+/// The default estimator against exact cl100k counts on `messages`, by content class: one
+/// row per class with (label, texts, exact tokens, estimate at ×1, estimate at the default
+/// margin, share of texts under their exact count at the default margin).
+pub fn estimator_by_class(
+    messages: &[ChatMessage],
+    exact: &mut ExactTokens,
+) -> Vec<(&'static str, usize, u64, u64, u64, f64)> {
+    use ctxwin_core::counter::TokenCounter;
+    use ctxwin_core::estimator::{Estimator, Margin};
+    let tight = Estimator::new().with_margin(Margin::TIGHT);
+    let safe = Estimator::new();
+    let mut classes: Vec<(&'static str, Vec<&str>)> = vec![
+        ("prose: user messages", Vec::new()),
+        ("prose: assistant text", Vec::new()),
+        ("JSON: tool-call arguments", Vec::new()),
+        ("tool output (log lines)", Vec::new()),
+        ("ids and names (calls, results)", Vec::new()),
+    ];
+    for message in messages {
+        let class = match message.role {
+            Role::User => Some(0),
+            Role::Assistant => Some(1),
+            Role::Tool => Some(3),
+            Role::System => None,
+        };
+        if let Some(class) = class.filter(|_| !message.content.is_empty()) {
+            classes[class].1.push(&message.content);
+        }
+        for call in &message.tool_calls {
+            classes[2].1.push(&call.arguments);
+            classes[4].1.push(&call.id);
+            classes[4].1.push(&call.name);
+        }
+        if let Some(id) = &message.tool_call_id {
+            classes[4].1.push(id);
+        }
+    }
+    classes
+        .into_iter()
+        .map(|(label, texts)| {
+            let (mut x, mut t, mut e, mut under) = (0u64, 0u64, 0u64, 0usize);
+            for text in &texts {
+                let n = exact.text(text);
+                let s = safe.count(text);
+                x += u64::from(n);
+                t += u64::from(tight.count(text));
+                e += u64::from(s);
+                under += usize::from(s < n);
+            }
+            (label, texts.len(), x, t, e, under as f64 / texts.len().max(1) as f64)
+        })
+        .collect()
 }
 
 /// Estimated (default estimator, framed) tokens of a session message.
@@ -285,14 +357,19 @@ pub fn replay_with(
     let mut pushed = 0u64;
     let mut next_end = ends.iter().peekable();
     let mut manager = match policy {
-        Policy::Manager(kind) if server => {
+        Policy::Manager(kind) | Policy::Calibrated(kind) if server => {
             Some(Replayer::server(ctxwin_core::Config { strategy: kind, ..config })?)
         }
-        Policy::Manager(kind) => {
+        Policy::Manager(kind) | Policy::Calibrated(kind) => {
             Some(Replayer::new(ctxwin_core::Config { strategy: kind, ..config })?)
         }
         _ => None,
     };
+    let configured = match policy {
+        Policy::Calibrated(kind) => ctxwin_core::Config { strategy: kind, ..config },
+        _ => config,
+    };
+    let mut calibrator = matches!(policy, Policy::Calibrated(_)).then(Calibrator::new);
     let mut model = PerPushModel::new(config);
     for (index, message) in messages.iter().enumerate() {
         pushed += u64::from(estimated(message));
@@ -305,13 +382,20 @@ pub fn replay_with(
             continue;
         }
         next_end.next();
-        let payload = match (&mut manager, policy) {
-            (Some(manager), _) => manager.compose()?.0,
-            (None, Policy::PerPush) => model.payload(messages),
-            _ => trim(&messages[..=index], budget),
+        let (payload, estimated) = match (&mut manager, policy) {
+            (Some(manager), _) => manager.compose()?,
+            (None, Policy::PerPush) => (model.payload(messages), 0),
+            _ => (trim(&messages[..=index], budget), 0),
         };
-        stats.record(&previous, &payload, exact, pushed > u64::from(budget));
+        let billed = stats.record(&previous, &payload, exact, pushed > u64::from(budget));
+        if let (Some(calibrator), Some(manager)) = (&mut calibrator, &mut manager) {
+            calibrator.observe(estimated, billed)?;
+            manager.set_config(calibrator.calibrated_config(&configured))?;
+        }
         previous = payload;
+    }
+    if let (Some(calibrator), Some(manager)) = (&calibrator, &mut manager) {
+        stats.calibrated = Some((manager.budget(), calibrator.ratio().unwrap_or(1.0)));
     }
     Ok(stats)
 }

@@ -160,7 +160,8 @@ pub enum DynamicPlacement {
 impl Config {
     /// The defaults: a 32k window with 4k reserved for the reply, level budgets
     /// 2,000 / 4,000 / 8,000 / the rest (capped to fit smaller windows), compaction when the
-    /// budget is full down to 50% (swept on conv_10000: `benches/README.md`), the newest 6
+    /// budget is full down to 50% (swept on conv_10000 with the estimator alone and with the
+    /// std side's calibrator: `benches/README.md`), the newest 6
     /// messages and the newest user message locked, tool results reduced above 1,000 tokens, the
     /// sliding window; summarization folds 5 turns past 10; importance summarizes from 0.6;
     /// hierarchical compresses after 5 and 30 minutes; dynamic context after the tools; 3 tokens

@@ -351,6 +351,10 @@ impl<'a> EntitiesMut<'a> {
         if value.len() > self.parts.value_capacity {
             return Err(EntityError::ValueTooLong);
         }
+        if self.get(key) == Some(value) {
+            // Unchanged: the entity block (and a cached prompt prefix) stays as it is.
+            return Ok(());
+        }
         let start = index * self.parts.value_capacity;
         let (Some(target), Some(len)) =
             (self.parts.bytes.get_mut(start..start + value.len()), self.parts.lens.get_mut(index))
@@ -367,8 +371,10 @@ impl<'a> EntitiesMut<'a> {
     pub fn clear(&mut self, key: &str) -> Result<(), EntityError> {
         let index = self.schema.position(key).ok_or(EntityError::Undeclared)?;
         if let Some(len) = self.parts.lens.get_mut(index) {
-            *len = UNSET;
-            self.changed = true;
+            if *len != UNSET {
+                *len = UNSET;
+                self.changed = true;
+            }
         }
         Ok(())
     }

@@ -339,4 +339,16 @@ fn margin_search_on_the_full_corpus() {
     {
         println!("{name}: {} messages, smallest margin {}/100", set.len(), smallest_margin(set));
     }
+    // Which content drives the margin: each type's own runs, in corpus order.
+    let mut kinds: Vec<&str> = all.iter().map(|m| m.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
+        let set: Vec<&Message> = all.iter().copied().filter(|m| m.kind == kind).collect();
+        println!(
+            "  type {kind}: {} messages, smallest margin {}/100",
+            set.len(),
+            smallest_margin(&set)
+        );
+    }
 }

@@ -596,3 +596,103 @@ fn stats_print_as_a_table_and_json() {
     assert_eq!(json["core"]["counters"]["observations_reduced"], 1);
     assert_eq!(json["archive"]["messages"], 6);
 }
+
+/// With the dynamic context before the newest user message, the Anthropic body keeps it
+/// there: a `[system]` text block in the newest user turn, never hoisted into the top-level
+/// `system` (which would put text that changes every turn ahead of the whole history).
+#[test]
+fn anthropic_keeps_dynamic_context_before_the_newest_user_turn() {
+    let config = Config {
+        dynamic_placement: ctxwin_core::DynamicPlacement::BeforeNewestUser,
+        ..Config::DEFAULT
+    };
+    let mut session = SessionBuilder::new("placed").config(config).build().unwrap();
+    session.push(&ChatMessage::text(Role::System, "You are terse.")).unwrap();
+    session.push(&user("first question")).unwrap();
+    session.push(&assistant("first answer")).unwrap();
+    session.push(&user("second question")).unwrap();
+    let body = |session: &mut Session, task: &str| {
+        let payload = session.compose(&[task]).unwrap();
+        parse_json(&payload.write(Format::AnthropicJson).unwrap())
+    };
+    let first = body(&mut session, "Task: one");
+    assert_eq!(first["system"], "You are terse.", "{first}");
+    let messages = first["messages"].as_array().unwrap();
+    let texts: Vec<String> = messages
+        .iter()
+        .map(|m| match &m["content"] {
+            serde_json::Value::String(text) => format!("{}: {text}", m["role"].as_str().unwrap()),
+            blocks => {
+                let parts: Vec<&str> = blocks
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| b["text"].as_str().unwrap_or("<block>"))
+                    .collect();
+                format!("{}: {}", m["role"].as_str().unwrap(), parts.join(" | "))
+            }
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "user: first question",
+            "assistant: first answer",
+            "user: [system] Task: one | second question"
+        ]
+    );
+    // The next turn with another task: everything before the newest turn is the same bytes.
+    session.push(&assistant("second answer")).unwrap();
+    session.push(&user("third question")).unwrap();
+    let second = body(&mut session, "Task: two");
+    assert_eq!(second["system"], first["system"]);
+    let next = second["messages"].as_array().unwrap();
+    assert_eq!(next[..2], messages[..2], "the cached turns moved");
+    assert_eq!(next[2]["content"], "second question");
+    assert_eq!(next[3]["content"], "second answer");
+    let last = next[4]["content"].as_array().unwrap();
+    assert_eq!(last[0]["text"], "[system] Task: two");
+    assert_eq!(last[1]["text"], "third question");
+    assert!(!second["system"].to_string().contains("Task"), "{second}");
+}
+
+/// A provider that bills less than the estimate (the default estimator's margin over-counts
+/// most text): the calibrated window grows, payloads fill more of the real window, and a
+/// payload billed at the observed ratio still fits it.
+#[test]
+fn calibration_fills_the_window_when_estimates_run_high() {
+    let configured = Config {
+        context_window: 8_192,
+        reserved_for_reply: 1_024,
+        permanent_budget: 500,
+        session_budget: 500,
+        working_budget: 6_000,
+        fit_budgets: false,
+        ..Config::DEFAULT
+    };
+    let mut session = SessionBuilder::new("generous").config(configured).build().unwrap();
+    session.push(&ChatMessage::text(Role::System, "You answer questions about logs.")).unwrap();
+    let real_budget = configured.budget();
+    let billed = |tokens: u32| u64::from(tokens) * 7 / 10;
+    let mut largest_before = 0;
+    let mut largest_after = 0;
+    for i in 0..400 {
+        let text = format!("Log {i}: worker {} restarted after {} ms; queue {}.", i % 7, i * 13, i);
+        session.push(&user(text)).unwrap();
+        session.push(&assistant(format!("Noted restart {i}; nothing to do yet."))).unwrap();
+        let payload = session.compose(&[]).unwrap();
+        assert!(payload.tokens <= payload.budget);
+        assert!(billed(payload.tokens) <= u64::from(real_budget), "turn {i}: billed over");
+        if i < 200 {
+            largest_before = largest_before.max(payload.tokens);
+        } else {
+            largest_after = largest_after.max(payload.tokens);
+            session.record_usage(payload.tokens, billed(payload.tokens) as u32).unwrap();
+        }
+    }
+    assert!(largest_before <= real_budget);
+    assert!(largest_after > real_budget, "{largest_after} estimated: the window did not grow");
+    let stats = session.stats().unwrap();
+    assert!(stats.calibration.effective_window > stats.calibration.configured_window);
+    assert_eq!(session.configured().context_window, 8_192);
+}

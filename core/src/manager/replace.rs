@@ -186,6 +186,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         };
         if changed {
             self.recount_entities();
+            // The entity block comes before the history: a payload no longer extends the
+            // previous one (the cache accounting of the next compose).
+            self.mark_changed(Level::Session);
         }
         Ok(())
     }
@@ -311,5 +314,38 @@ mod tests {
         assert_eq!(manager.entities().get("owner"), Some("Dana Scully"));
         manager.set_entity("owner", None).unwrap();
         assert_eq!(manager.used(), empty);
+    }
+
+    #[test]
+    fn a_changed_entity_breaks_the_cached_prefix() {
+        let schema = EntitySchema::new(&["branch"]).unwrap();
+        let config = Config { entity_schema: schema, ..Config::DEFAULT };
+        let mut manager = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        manager.push(Message::system("You are terse.")).unwrap();
+        manager.push(Message::user("Build it.")).unwrap();
+        manager.compose(&[]).unwrap();
+        manager.push(Message::assistant("Built.")).unwrap();
+        manager.compose(&[]).unwrap();
+        let extending = manager.stats().counters.composes_extending;
+        assert_eq!(extending, 1, "an append extends the previous payload");
+        // A new value: the entity block, before the history, changed.
+        manager.set_entity("branch", Some("main")).unwrap();
+        manager.compose(&[]).unwrap();
+        assert_eq!(manager.stats().counters.composes_extending, extending);
+        manager.compose(&[]).unwrap();
+        assert_eq!(manager.stats().counters.composes_extending, extending + 1);
+        // The same value again changes nothing: the next payload still extends.
+        manager.set_entity("branch", Some("main")).unwrap();
+        manager.compose(&[]).unwrap();
+        assert_eq!(manager.stats().counters.composes_extending, extending + 2);
+        // A changed value comes before the history: the cache holds the system prompt only.
+        let counters = manager.stats().counters;
+        manager.set_entity("branch", Some("fix-io")).unwrap();
+        manager.compose(&[]).unwrap();
+        let after = manager.stats().counters;
+        assert_eq!(after.composes_extending, counters.composes_extending);
+        assert!(
+            after.prompt_tokens_cached - counters.prompt_tokens_cached < u64::from(manager.used())
+        );
     }
 }

@@ -1,7 +1,7 @@
-//! Calibration: the provider's billed prompt tokens shrink the window the core plans with, so
+//! Calibration: the provider's billed prompt tokens set the window the core plans with, so
 //! that real payloads stay under the real window.
 
-use ctxwin_core::{Config, Level};
+use ctxwin_core::Config;
 
 use super::{Session, SessionError};
 use crate::tokens::Calibrator;
@@ -52,43 +52,12 @@ impl Session {
     }
 }
 
-/// `configured` with its budget lowered to what `calibrator` recommends (never raised; level
-/// budgets scaled down with it when they would no longer fit). Unchanged before the first
-/// observation.
+/// `configured` with the budget `calibrator` recommends
+/// ([`Calibrator::calibrated_config`]): lowered when the provider billed more than estimated,
+/// raised when it billed less (the estimator's margin tightened to the billed usage).
+/// Unchanged before the first observation.
 pub(crate) fn effective_config(configured: &Config, calibrator: &Calibrator) -> Config {
-    let real = configured.budget();
-    if calibrator.observations() == 0 || real == 0 {
-        return *configured;
-    }
-    let budget = calibrator.recommended_budget(real).min(real);
-    if budget == real {
-        return *configured;
-    }
-    let scale = |level: u32| (u64::from(level) * u64::from(budget) / u64::from(real)) as u32;
-    // The numbers the core plans with (`fit_budgets` caps), taken as given from here on: the
-    // cap would otherwise move with the shrunken window.
-    let reserve = configured.reply_reserve();
-    let (permanent, session, working) = (
-        configured.level_budget(Level::Permanent),
-        configured.level_budget(Level::Session),
-        configured.level_budget(Level::Working),
-    );
-    let levels = u64::from(permanent) + u64::from(session) + u64::from(working);
-    let mut effective = Config {
-        context_window: budget.saturating_add(reserve),
-        reserved_for_reply: reserve,
-        permanent_budget: permanent,
-        session_budget: session,
-        working_budget: working,
-        fit_budgets: false,
-        ..*configured
-    };
-    if levels > u64::from(budget) {
-        effective.permanent_budget = scale(permanent);
-        effective.session_budget = scale(session);
-        effective.working_budget = scale(working);
-    }
-    effective
+    calibrator.calibrated_config(configured)
 }
 
 #[cfg(test)]
@@ -97,13 +66,21 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn unchanged_before_observations_and_for_overestimates() {
+    fn unchanged_before_observations_raised_for_overestimates() {
         let mut calibrator = Calibrator::new();
         assert_eq!(effective_config(&Config::DEFAULT, &calibrator), Config::DEFAULT);
         for _ in 0..40 {
             calibrator.observe(1_250, 1_000).unwrap();
         }
-        assert_eq!(effective_config(&Config::DEFAULT, &calibrator), Config::DEFAULT);
+        let effective = effective_config(&Config::DEFAULT, &calibrator);
+        assert!(effective.validate().is_ok());
+        assert!(effective.budget() > Config::DEFAULT.budget());
+        // A payload of the whole raised budget, billed at 1/1.25 of its estimate, fits.
+        let billed = u64::from(effective.budget()) * 1_000 / 1_250;
+        assert!(billed <= u64::from(Config::DEFAULT.budget()), "{billed}");
+        assert_eq!(effective.reply_reserve(), Config::DEFAULT.reply_reserve());
+        // The level budgets keep their share of the budget.
+        assert!(effective.working_budget > Config::DEFAULT.working_budget);
     }
 
     #[test]
@@ -138,7 +115,7 @@ mod tests {
             }
             let effective = effective_config(&configured, &calibrator);
             prop_assert!(effective.validate().is_ok());
-            prop_assert!(effective.context_window <= configured.context_window);
+            prop_assert_eq!(effective.reply_reserve(), configured.reply_reserve());
             let worst = ratios.iter().max().copied().unwrap_or(1_000);
             // A payload of the whole effective budget, billed at the worst ratio seen.
             let billed = u64::from(effective.budget()) * u64::from(worst) / 1_000;

@@ -19,9 +19,10 @@
 //!   checkpoint left off, skipping damaged files. Checkpoints are taken every
 //!   [`checkpoint_interval_messages`](SessionBuilder::checkpoint_interval_messages) pushes.
 //! * **Calibration.** [`record_usage`](Session::record_usage) feeds the provider's
-//!   `usage.prompt_tokens` to the calibrator and shrinks the core's effective window so that a
+//!   `usage.prompt_tokens` to the calibrator and sets the core's effective window so that a
 //!   composed payload, scaled by the worst ratio seen, still fits the real window: the
-//!   estimator is never the reason a request is rejected.
+//!   estimator is never the reason a request is rejected, and when it over-counts (the
+//!   default margin does on most text) the window it plans with grows to fill the real one.
 //! * **LLM summaries.** With [`SessionBuilder::llm`], a background worker rewrites the core's
 //!   extractive summaries (and extracts entity values) with a model; the agent keeps composing
 //!   with the extractive text until the model's is swapped in. Failures fall back and are

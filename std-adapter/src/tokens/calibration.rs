@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 
 use ctxwin_core::estimator::Margin;
+use ctxwin_core::{Config, Level};
 
 const PERMILLE: u128 = 1_000;
 
@@ -61,12 +62,23 @@ pub struct CalibratorConfig {
     pub release: f64,
     /// Extra safety on top of the observed ratios, in thousandths (20 = 2%).
     pub headroom_permille: u16,
+    /// Most a calibrated budget may exceed the configured one, in thousandths of it (at
+    /// least 1000; 1500 = ×1.5), whatever the reports say: a provider that under-reports (a
+    /// cached prefix left out of `input_tokens`) cannot inflate the window without bound.
+    pub max_raise_permille: u16,
 }
 
 impl CalibratorConfig {
-    /// 32 recent observations, mean weight 1/8, release 1/16, headroom 2%.
-    pub const DEFAULT: CalibratorConfig =
-        CalibratorConfig { window: 32, mean_weight: 0.125, release: 0.0625, headroom_permille: 20 };
+    /// 32 recent observations, mean weight 1/8, release 1/16, headroom 2%, a calibrated
+    /// budget at most ×1.5 the configured one (the default estimator's margin, ×1.24, on
+    /// text it already counts 1.2× high).
+    pub const DEFAULT: CalibratorConfig = CalibratorConfig {
+        window: 32,
+        mean_weight: 0.125,
+        release: 0.0625,
+        headroom_permille: 20,
+        max_raise_permille: 1_500,
+    };
 
     /// Checks every field is in range.
     ///
@@ -89,6 +101,9 @@ impl CalibratorConfig {
         }
         if !(0.0..=1.0).contains(&self.release) {
             return Err(CalibrationError::Config("release must be in [0, 1]"));
+        }
+        if self.max_raise_permille < 1_000 {
+            return Err(CalibrationError::Config("max_raise_permille must be at least 1000"));
         }
         Ok(())
     }
@@ -461,6 +476,72 @@ impl Calibrator {
             .unwrap_or(current)
     }
 
+    /// `configured` with the budget [`recommended_budget`](Self::recommended_budget) gives:
+    /// what the core should plan with so that a payload it composes costs at most
+    /// `configured.budget()` billed tokens. Unchanged before the first observation.
+    ///
+    /// When estimates ran high (the default estimator's margin over-counts most text), the
+    /// budget rises above the configured one: the margin the estimator was built with is
+    /// tightened to what the provider bills, and the same water marks fill more of the real
+    /// window, up to [`max_raise_permille`](CalibratorConfig::max_raise_permille) of the
+    /// configured budget. When they ran low, it falls. The reply reserve stays; the level budgets (as
+    /// [`Config::level_budget`] caps them, then taken as given: `fit_budgets` off) scale with
+    /// a raised budget, and shrink with a lowered one only when they would no longer fit.
+    ///
+    /// ```
+    /// use ctxwin_core::Config;
+    /// use ctxwin_std::tokens::Calibrator;
+    ///
+    /// let mut calibrator = Calibrator::new();
+    /// assert_eq!(calibrator.calibrated_config(&Config::DEFAULT), Config::DEFAULT);
+    /// for _ in 0..4 {
+    ///     calibrator.observe(1_400, 1_000)?; // the provider billed 1/1.4 of the estimate
+    /// }
+    /// let raised = calibrator.calibrated_config(&Config::DEFAULT);
+    /// assert!(raised.budget() > Config::DEFAULT.budget());
+    /// // A payload of the whole raised budget, billed at the observed ratio, still fits.
+    /// assert!(u64::from(raised.budget()) * 1_000 <= u64::from(Config::DEFAULT.budget()) * 1_400);
+    /// assert_eq!(raised.reply_reserve(), Config::DEFAULT.reply_reserve());
+    /// assert!(raised.validate().is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn calibrated_config(&self, configured: &Config) -> Config {
+        let real = configured.budget();
+        if self.observations == 0 || real == 0 {
+            return *configured;
+        }
+        let ceiling = u64::from(real) * u64::from(self.config.max_raise_permille) / 1_000;
+        let budget = match u32::try_from(ceiling) {
+            Ok(ceiling) => self.recommended_budget(real).min(ceiling),
+            Err(_) => self.recommended_budget(real),
+        };
+        if budget == real {
+            return *configured;
+        }
+        let reserve = configured.reply_reserve();
+        // What the core plans with (`fit_budgets` caps), taken as given from here on: the
+        // caps would otherwise move with the calibrated window.
+        let levels = [Level::Permanent, Level::Session, Level::Working]
+            .map(|level| configured.level_budget(level));
+        let sum: u64 = levels.iter().map(|&b| u64::from(b)).sum();
+        let scaled = |level: u32| {
+            u32::try_from(u64::from(level) * u64::from(budget) / u64::from(real))
+                .unwrap_or(u32::MAX)
+        };
+        let levels =
+            if budget > real || sum > u64::from(budget) { levels.map(scaled) } else { levels };
+        let [permanent_budget, session_budget, working_budget] = levels;
+        Config {
+            context_window: budget.saturating_add(reserve),
+            reserved_for_reply: reserve,
+            permanent_budget,
+            session_budget,
+            working_budget,
+            fit_budgets: false,
+            ..*configured
+        }
+    }
+
     /// Forgets every observation (the configuration stays).
     ///
     /// ```
@@ -547,6 +628,20 @@ mod tests {
         calibrator.observe(10, 20).unwrap();
         calibrator.observe(10, 10).unwrap();
         assert_eq!(calibrator.safety_factor(), 2.0 * 1.02);
+    }
+
+    #[test]
+    fn a_calibrated_budget_rises_at_most_to_the_ceiling() {
+        // A provider reporting a tenth of the estimate (a cached prefix left out).
+        let calibrator = fed(&[(10_000, 1_000)]);
+        let raised = calibrator.calibrated_config(&Config::DEFAULT);
+        assert_eq!(raised.budget(), Config::DEFAULT.budget() * 3 / 2);
+        assert!(raised.validate().is_ok());
+        let config = CalibratorConfig { max_raise_permille: 999, ..CalibratorConfig::DEFAULT };
+        assert!(config.validate().unwrap_err().to_string().contains("max_raise_permille"));
+        // Lowering is never capped.
+        let lowered = fed(&[(1_000, 10_000)]).calibrated_config(&Config::DEFAULT);
+        assert!(lowered.budget() < Config::DEFAULT.budget() / 9);
     }
 
     #[test]
