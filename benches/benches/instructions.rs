@@ -13,14 +13,19 @@
 //! `CTXWIN_REQUIRE_GUNGRAUN` is set.
 //!
 //! The histories are built natively once, by the global setup, and saved as snapshots under
-//! the target directory; each benchmark's setup (not counted) restores one.
+//! the target directory; each benchmark's setup (not counted) restores one. Each history is
+//! then settled (`Driver::settle`): copies of one turn run until two compactions, so every
+//! history's window holds the same messages at the same point of the water-mark cycle. A
+//! turn's cost follows the size of the window it writes, which the water marks let range from
+//! half the budget to all of it; settled histories differ only in their length, which is
+//! what the counts must not grow with.
 
 use std::hint::black_box;
 use std::path::PathBuf;
 
 use ctxwin_benches::replay::{Session, Turn, core_messages, tool_calls};
 use ctxwin_benches::workload::{
-    BODY_CAPACITY, DYNAMIC, HISTORY_LENGTHS, Manager, managers_at, run_turn, turn_config,
+    BODY_CAPACITY, DYNAMIC, HISTORY_LENGTHS, Manager, managers_settled, run_turn, turn_config,
 };
 use ctxwin_core::{Message, OpenAiRequest, StrategyKind};
 use gungraun::{library_benchmark, library_benchmark_group};
@@ -37,7 +42,7 @@ fn history_path(length: usize) -> PathBuf {
 fn write_histories() {
     let session = Session::load().expect("shipped session");
     let config = turn_config(StrategyKind::SlidingWindow);
-    let drivers = managers_at(&session, config, &HISTORY_LENGTHS).expect("replay");
+    let drivers = managers_settled(&session, config, &HISTORY_LENGTHS).expect("replay");
     std::fs::create_dir_all(HISTORY_DIR).expect("history directory");
     let mut buffer = vec![0u8; Manager::SNAPSHOT_MAX_SIZE];
     for ((reached, driver), length) in drivers.iter().zip(HISTORY_LENGTHS) {

@@ -43,4 +43,10 @@ pub enum WorkloadError {
     /// The manager refused an operation.
     #[error("the manager refused: {0}")]
     Core(#[from] ctxwin_core::Error),
+    /// Settling a manager ran out of turns before the compactions it waits for.
+    #[error("no compaction within 10,000 settling turns after {after} messages")]
+    NoCompaction {
+        /// Messages pushed when the replay gave up.
+        after: usize,
+    },
 }

@@ -196,6 +196,61 @@ impl<'s> Driver<'s> {
         }
         Ok(())
     }
+
+    /// Runs copies of the session's first turn (fresh tool-call ids each time) through at
+    /// least `compactions` compactions and on to the first compaction that leaves the same fill
+    /// as the one two before it and no more than the one before it, stopping right after it
+    /// (at most 10,000 turns); returns whether it got there. After two compactions the window holds the system prompt and
+    /// copies of that turn only; the water-mark cycle over identical turns settles into a
+    /// loop of one or two compactions (measured on the benches' configuration: alternating
+    /// between two fills), and stopping at its low point puts
+    /// every manager at the same state whatever history came before. Probes on managers settled
+    /// this way differ only in the history's length (ids, counters, ring positions), which is
+    /// what a flat per-turn cost must not depend on.
+    ///
+    /// # Errors
+    ///
+    /// As [`run_turn`].
+    ///
+    /// ```
+    /// use ctxwin_benches::replay::Session;
+    /// use ctxwin_benches::workload::{turn_config, Driver};
+    /// use ctxwin_core::StrategyKind;
+    /// let session = Session::load()?;
+    /// let mut driver = Driver::new(&session, turn_config(StrategyKind::SlidingWindow))?;
+    /// assert!(driver.settle(2)?);
+    /// assert!(driver.manager().stats().counters.compactions >= 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn settle(&mut self, compactions: u64) -> Result<bool, Error> {
+        const MAX_TURNS: usize = 10_000;
+        let start = self.manager.stats().counters.compactions;
+        let mut seen = start;
+        // The fills the last two compactions left, newest last.
+        let mut fills: [Option<u32>; 2] = [None, None];
+        let Some(first) = self.session.turns.first() else { return Ok(false) };
+        for copy in 0..MAX_TURNS {
+            let turn = first.with_id_prefix(&format!("settle{copy}_"));
+            let calls = tool_calls(&turn.messages);
+            let messages = core_messages(&turn.messages, &calls, self.clock);
+            self.messages += messages.len();
+            self.clock += messages.len() as u64 * MESSAGE_INTERVAL_MS;
+            self.run_messages(&messages)?;
+            let now = self.manager.stats().counters.compactions;
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            let fill = self.manager.used();
+            let [before_last, last] = fills;
+            let in_loop_low = before_last == Some(fill) && last.is_some_and(|l| fill <= l);
+            if now - start >= compactions && in_loop_low {
+                return Ok(true);
+            }
+            fills = [last, Some(fill)];
+        }
+        Ok(false)
+    }
 }
 
 /// Managers after replaying the session to each of `lengths` (ascending) messages under
@@ -225,6 +280,39 @@ pub fn managers_at<'s>(
     for &length in lengths {
         driver.advance_to(length)?;
         out.push((driver.messages(), driver.clone()));
+    }
+    Ok(out)
+}
+
+/// As [`managers_at`], then each manager [settled](Driver::settle) by two compactions, so
+/// every history's window holds the same messages at the same point of the water-mark cycle.
+///
+/// # Errors
+///
+/// As [`run_turn`], and [`WorkloadError::NoCompaction`] when the compactions do not come.
+///
+/// ```
+/// use ctxwin_benches::replay::Session;
+/// use ctxwin_benches::workload::{managers_settled, turn_config};
+/// use ctxwin_core::StrategyKind;
+/// let session = Session::load()?;
+/// let config = turn_config(StrategyKind::SlidingWindow);
+/// let managers = managers_settled(&session, config, &[100, 500])?;
+/// let used: Vec<u32> = managers.iter().map(|(_, d)| d.manager().used()).collect();
+/// assert_eq!(used[0], used[1], "{used:?}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn managers_settled<'s>(
+    session: &'s Session,
+    config: Config,
+    lengths: &[usize],
+) -> Result<Vec<(usize, Driver<'s>)>, WorkloadError> {
+    let mut out = managers_at(session, config, lengths)?;
+    for (reached, driver) in &mut out {
+        if !driver.settle(2)? {
+            return Err(WorkloadError::NoCompaction { after: driver.messages() });
+        }
+        *reached = driver.messages();
     }
     Ok(out)
 }
