@@ -122,11 +122,30 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Frees the space of evicted units of `levels` in [`OutboxMode::Discard`]. Only at the end
     /// of an operation, or for the one level being made room in: it moves indices.
+    ///
+    /// A level without evicted headers costs nothing, and evicted headers at the front (the
+    /// oldest units, what eviction takes first) are released without moving the others.
     fn release_discarded(&mut self, levels: &[Level]) {
         if self.config.outbox == OutboxMode::Discard {
             for &level in levels {
-                self.ring_mut(level).retain(|h| h.is_live());
+                let live = self.state.live.get(level.index()).copied().unwrap_or(0) as usize;
+                let mut ring = self.ring_mut(level);
+                if ring.as_ref().len() == live {
+                    continue;
+                }
+                ring.pop_front_while(|h| !h.is_live());
+                if ring.as_ref().len() != live {
+                    ring.retain(|h| h.is_live());
+                }
             }
+        }
+    }
+
+    /// Frees the evicted headers at the front of `level` in [`OutboxMode::Discard`]: they
+    /// come before every index a caller may hold next, so only this operation's indices move.
+    fn release_discarded_front(&mut self, level: Level) {
+        if self.config.outbox == OutboxMode::Discard {
+            self.ring_mut(level).pop_front_while(|h| !h.is_live());
         }
     }
 
@@ -180,13 +199,16 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         } else {
             (self.config.trigger_tokens(), self.config.trigger_percent.min(RING_TRIGGER_PERCENT))
         };
-        let lock = self.lock();
+        // The lock is computed once, and only when something must leave (most pushes evict
+        // nothing).
+        let mut lock = None;
         // Each round evicts a unit or stops, so rounds are bounded by the stored units.
         loop {
             let total_over = self.used() > target || self.over_max_messages();
             let mut victim = None;
             for level in [Level::Volatile, Level::Working] {
                 if self.level_over_at(level, percent) || total_over {
+                    let lock = *lock.get_or_insert_with(|| self.lock());
                     if let Some(unit) = self.choose_victim(level, &lock) {
                         victim = Some((level, unit));
                         break;
@@ -194,7 +216,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 }
             }
             match victim {
-                Some((level, unit)) => self.leave(level, unit),
+                Some((level, unit)) => {
+                    self.leave(level, unit);
+                    // A discarded unit at the front goes now, so the next round does not walk
+                    // past it again (indices are recomputed every round).
+                    self.release_discarded_front(level);
+                }
                 None if self.level_over(Level::Session) => {
                     if !self.shrink_session() {
                         break;
