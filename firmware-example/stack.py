@@ -187,6 +187,13 @@ def main():
                 elif not (name in outlined_tail and ins is lines[-1]):
                     unresolved.append(ins.strip())
                 continue
+            m = re.match(r"\s*mov(?:\.w)?\s+(r\d+|lr),\s*(r\d+|lr)\s*$", ins)
+            if m:  # a register copy carries the literal (`mov r2, r9` ... `blx r2`)
+                if m.group(2) in literal:
+                    literal[m.group(1)] = literal[m.group(2)]
+                else:
+                    literal.pop(m.group(1), None)
+                continue
             m = re.match(r"\s*\w+(?:\.w)?\s+(r\d+|lr)\b", ins)
             if m and not ins.strip().startswith(("str", "cmp", "tst", "push", "stm", "b")):
                 literal.pop(m.group(1), None)  # the register was overwritten

@@ -226,11 +226,19 @@ impl Config {
     /// assert_eq!(ctxwin_core::Config::DEFAULT.volatile_budget(), 14_672);
     /// ```
     pub const fn volatile_budget(&self) -> u32 {
-        use crate::level::Level;
-        self.budget()
-            .saturating_sub(self.level_budget(Level::Permanent))
-            .saturating_sub(self.level_budget(Level::Session))
-            .saturating_sub(self.level_budget(Level::Working))
+        let budget = self.budget();
+        budget
+            .saturating_sub(self.capped(self.permanent_budget, budget / 4))
+            .saturating_sub(self.capped(self.session_budget, budget / 4))
+            .saturating_sub(self.capped(self.working_budget, budget / 2))
+    }
+
+    /// A level's `given` budget, at most `cap` with [`fit_budgets`](Config::fit_budgets). (Not
+    /// through [`level_budget`](Config::level_budget), which calls
+    /// [`volatile_budget`](Config::volatile_budget): no recursion for firmware's static stack
+    /// analysis to give up on.)
+    const fn capped(&self, given: u32, cap: u32) -> u32 {
+        if self.fit_budgets { min(given, cap) } else { given }
     }
 
     /// Budget of `level`, as capped by [`fit_budgets`](Config::fit_budgets).
@@ -243,13 +251,12 @@ impl Config {
     /// ```
     pub const fn level_budget(&self, level: crate::level::Level) -> u32 {
         let budget = self.budget();
-        let (given, cap) = match level {
-            crate::level::Level::Permanent => (self.permanent_budget, budget / 4),
-            crate::level::Level::Session => (self.session_budget, budget / 4),
-            crate::level::Level::Working => (self.working_budget, budget / 2),
-            crate::level::Level::Volatile => return self.volatile_budget(),
-        };
-        if self.fit_budgets { min(given, cap) } else { given }
+        match level {
+            crate::level::Level::Permanent => self.capped(self.permanent_budget, budget / 4),
+            crate::level::Level::Session => self.capped(self.session_budget, budget / 4),
+            crate::level::Level::Working => self.capped(self.working_budget, budget / 2),
+            crate::level::Level::Volatile => self.volatile_budget(),
+        }
     }
 
     /// Usage above which a compaction starts (the high-water mark): `trigger_percent` of the

@@ -174,9 +174,11 @@ fn fit<'a>(
 /// then head and tail are dropped to the marker and whatever part of the tail fits).
 pub(crate) fn reduce<'a>(text: &'a str, limit: u32, counter: &impl TokenCounter) -> Reduction<'a> {
     let marker_cost = counter.count(Marker::new(true, 1_000_000).as_str());
+    // The one pass over the whole text: each cut then counts only what it keeps.
+    let newlines = newlines(text);
     let mut room = limit.saturating_sub(marker_cost);
     for _ in 0..8 {
-        let reduction = cut(text, room, counter);
+        let reduction = cut(text, newlines, room, counter);
         let cost =
             reduction.parts().iter().map(|p| counter.count(p)).fold(0u32, u32::saturating_add);
         if cost <= limit {
@@ -190,20 +192,44 @@ pub(crate) fn reduce<'a>(text: &'a str, limit: u32, counter: &impl TokenCounter)
         room = scaled.min(room.saturating_sub(cost - limit)).min(room - 1);
     }
     // Last resort: no head; the tail cut to what the marker leaves.
-    let marker = Marker::new(false, crate::small::split_lines(text).count());
+    let marker = Marker::new(false, lines(text, newlines));
     let left = limit.saturating_sub(counter.count(marker.as_str()));
     let tail = fit(text, left, counter, suffix);
     let tail = if counter.count(tail) <= left { tail } else { "" };
     Reduction { head: "", tail, marker }
 }
 
-/// One cut with `room` tokens for head and tail.
-fn cut<'a>(text: &'a str, room: u32, counter: &impl TokenCounter) -> Reduction<'a> {
+/// Newline bytes in `text`. Counted in blocks of 255 bytes into a `u8`, a loop the compiler
+/// vectorizes 16 bytes at a time (a `usize` count per byte, or a search per line, is several
+/// instructions a byte).
+fn newlines(text: &str) -> usize {
+    text.as_bytes()
+        .chunks(255)
+        .map(|block| block.iter().fold(0u8, |n, &b| n.wrapping_add(u8::from(b == b'\n'))))
+        .map(usize::from)
+        .sum()
+}
+
+/// `split_lines(text).count()` for a `text` holding `newlines` newline bytes: one line per
+/// newline, plus an unterminated last line.
+fn lines(text: &str, newlines: usize) -> usize {
+    newlines + usize::from(text.as_bytes().last().is_some_and(|&b| b != b'\n'))
+}
+
+/// One cut with `room` tokens for head and tail; `newlines` is [`newlines`] of `text`, so
+/// the omitted lines are counted from what the cut keeps, not by reading the middle again.
+fn cut<'a>(
+    text: &'a str,
+    newlines: usize,
+    room: u32,
+    counter: &impl TokenCounter,
+) -> Reduction<'a> {
     let head = head_lines(text, room * 3 / 5, counter);
     let rest = text.get(head.len()..).unwrap_or_default();
     let tail = tail_lines(rest, room - room * 3 / 5, counter);
     let middle = rest.get(..rest.len() - tail.len()).unwrap_or_default();
-    let omitted = crate::small::split_lines(middle).count();
+    let kept = self::newlines(head) + self::newlines(tail);
+    let omitted = lines(middle, newlines.saturating_sub(kept));
     let marker = Marker::new(!head.is_empty() && !head.ends_with('\n'), omitted);
     Reduction { head, tail, marker }
 }
@@ -299,6 +325,12 @@ mod tests {
                 proptest::prop_assert!(cost(&reduced, &QuarterDown) <= limit);
                 proptest::prop_assert!(cost(&reduced, &QuarterBytes) <= limit + 3);
             }
+        }
+
+        #[test]
+        fn line_counts_match_split_lines(text in "(a|é|\n|\r\n){0,40}") {
+            let expected = crate::small::split_lines(&text).count();
+            proptest::prop_assert_eq!(lines(&text, newlines(&text)), expected);
         }
 
         #[test]

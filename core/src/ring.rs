@@ -283,6 +283,20 @@ impl<'a> RingMut<'a> {
         }
     }
 
+    /// Releases the oldest headers while `drop` accepts them; the others stay where they are.
+    /// O(headers released).
+    pub(crate) fn pop_front_while(&mut self, mut drop: impl FnMut(&Header) -> bool) {
+        while let Some(header) = self.as_ref().first().copied() {
+            if !drop(&header) {
+                break;
+            }
+            let capacity = self.headers.len() as u32;
+            self.state.head = if self.state.head + 1 >= capacity { 0 } else { self.state.head + 1 };
+            self.state.len -= 1;
+            self.release(&header);
+        }
+    }
+
     /// Keeps the headers `keep` accepts, in order, releasing the others' spans. O(`N`).
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Header) -> bool) {
         let mut kept = 0usize;
@@ -526,6 +540,7 @@ mod tests {
         Pack,
         RetainOdd,
         Replace(usize, usize),
+        PopFrontBelow(u64),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -537,6 +552,7 @@ mod tests {
             1 => Just(Op::Pack),
             1 => Just(Op::RetainOdd),
             2 => (any::<usize>(), 0usize..60).prop_map(|(i, l)| Op::Replace(i, l)),
+            1 => (0u64..200).prop_map(Op::PopFrontBelow),
         ]
     }
 
@@ -622,6 +638,12 @@ mod tests {
                         }
                     }
                     Op::Pack => view.pack(),
+                    Op::PopFrontBelow(id) => {
+                        view.pop_front_while(|h| h.id < id);
+                        while model.front().is_some_and(|m| m.0 < id) {
+                            model.pop_front();
+                        }
+                    }
                     Op::RetainOdd => {
                         view.retain(|h| h.id % 2 == 1);
                         model.retain(|m| m.0 % 2 == 1);

@@ -69,8 +69,7 @@ fn check_reduced(manager: &EdgeManager, report: &mut Report) {
 #[inline(never)]
 pub fn compose(manager: &mut EdgeManager, payload: &mut [u8], report: &mut Report) -> usize {
     let budget = manager.budget();
-    let written = manager
-        .compose(&DYNAMIC)
+    let written = compose_payload(manager)
         .and_then(|composed| write(&composed, payload).map(|len| (composed.tokens(), len)));
     let Ok((tokens, len)) = written else {
         report.check(false, "payload composed and written");
@@ -89,6 +88,13 @@ pub fn compose(manager: &mut EdgeManager, payload: &mut [u8], report: &mut Repor
     report.check(contains(json, br#""tools":[{"type":"function""#), "tools written");
     report.check(contains(json, DYNAMIC[0].as_bytes()), "dynamic context written");
     len
+}
+
+/// The payload of this turn. Out of line: compose's working state is gone by the time the
+/// payload is written (inlined, it stayed in the caller's frame under the writer's).
+#[inline(never)]
+fn compose_payload(manager: &mut EdgeManager) -> Result<Payload<'_>, ctxwin_core::Error> {
+    manager.compose(&DYNAMIC)
 }
 
 /// Writes the request body of `composed` into `payload`. Out of line: the JSON writer's

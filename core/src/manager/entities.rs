@@ -16,6 +16,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if role == Role::User && level.is_history() && !self.config.entity_schema.is_empty() {
             self.extract_entities(id);
         }
+        if !self.strategy.needs(&self.config).plans {
+            return;
+        }
         let plan = {
             let parts = self.parts();
             let env = parts.env();

@@ -31,6 +31,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// At a compaction: asks the strategy for its plan now and runs it.
     pub(crate) fn run_deferred_plan(&mut self) {
+        if !self.strategy.needs(&self.config).plans {
+            return;
+        }
         let plan = {
             let parts = self.parts();
             let env = parts.env();

@@ -324,8 +324,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             .get(head)
             .and_then(|header| {
                 let ring = self.ring(pending.level);
-                record::ToolCalls::new(header, ring.record(header))
-                    .position(|call| call.id == call_id)
+                record::ToolCalls::new(header, ring.record(header)).position_of(call_id)
             })
             .ok_or(Error::OrphanToolResult)?;
         if pending.answered & bit(index) != 0 {

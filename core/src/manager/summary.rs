@@ -416,13 +416,40 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.state.live.get(level.index()).copied().unwrap_or(0)
     }
 
-    /// [`shrink_session`](Self::shrink_session)'s work.
+    /// [`shrink_session`](Self::shrink_session)'s work: the summarizer first (a small frame),
+    /// then either the merged summary replaces the entries
+    /// ([`replace_session`](Self::replace_session), out of line with its range table) or,
+    /// when the summarizer declines, the oldest entry leaves. So the two paths' frames are
+    /// never stacked, and a strategy that never summarizes pays only for the eviction.
     pub(super) fn merge_session(&mut self) {
-        let (written, ranges, newest, rolling) = {
+        let written = {
             let mut parts = self.parts();
             let session = parts.ring(Level::Session);
-            let mut ranges = Ranges::new();
-            let (mut newest, mut rolling) = (0u64, false);
+            let budget = parts.budget(Detail::Digest);
+            let source =
+                SummarySource::unit(LevelMessages::new(session, Level::Session), 0, u64::MAX);
+            parts.summarize("", source, Detail::Digest, budget)
+        };
+        match written {
+            Ok(written) => self.replace_session(written),
+            Err(_) => {
+                let lock = self.lock();
+                if let Some(unit) = self.oldest_evictable(Level::Session, &lock) {
+                    self.evict(Level::Session, unit);
+                }
+            }
+        }
+    }
+
+    /// Replaces the session level's live entries with the merged summary of `written` bytes
+    /// waiting in the scratch: summaries merged in are superseded, entries the caller pushed
+    /// leave through the outbox; the new summary stands for all their sources.
+    #[inline(never)]
+    fn replace_session(&mut self, written: usize) {
+        let mut ranges = Ranges::new();
+        let (mut newest, mut rolling) = (0u64, false);
+        {
+            let session = self.ring(Level::Session);
             for header in session.iter().filter(|h| h.is_live()) {
                 if header.has(flags::SUMMARY) {
                     record::SourceRanges::new(header, session.record(header))
@@ -433,18 +460,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 newest = newest.max(header.timestamp);
                 rolling |= header.has(flags::ROLLING);
             }
-            let budget = parts.budget(Detail::Digest);
-            let source =
-                SummarySource::unit(LevelMessages::new(session, Level::Session), 0, u64::MAX);
-            (parts.summarize("", source, Detail::Digest, budget), ranges.finish(), newest, rolling)
-        };
-        let Ok(written) = written else {
-            let lock = self.lock();
-            if let Some(unit) = self.oldest_evictable(Level::Session, &lock) {
-                self.evict(Level::Session, unit);
-            }
-            return;
-        };
+        }
+        let ranges = ranges.finish();
         let mut index = 0;
         while let Some(header) = self.ring(Level::Session).get(index).copied() {
             if !header.is_live() {

@@ -230,6 +230,10 @@ impl<'a> Env<'a> {
 /// assert_eq!(SlidingWindow::new().needs(&Config::DEFAULT), Needs::NOTHING);
 /// let importance = Config { strategy: StrategyKind::Importance, ..Config::DEFAULT };
 /// assert!(Builtin::new().needs(&importance).terms);
+/// // Plans after a push: entity extraction trims to the tail, summarization folds turns.
+/// let entities = Config { strategy: StrategyKind::EntityExtraction, ..Config::DEFAULT };
+/// assert!(Builtin::new().needs(&entities).plans);
+/// assert!(!Builtin::new().needs(&Config::DEFAULT).plans);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Needs {
@@ -241,13 +245,18 @@ pub struct Needs {
     /// What becomes of a leaving unit ([`Strategy::on_leave`]) and the unit view it reads;
     /// without it every leaving unit is dropped.
     pub summary_sources: bool,
+    /// Work after a push ([`Strategy::after_push`]): asked only when this is set, so a
+    /// strategy without plans links none of the plans' code (folding, compressing by age).
+    pub plans: bool,
 }
 
 impl Needs {
     /// Everything: the default for strategies of your own.
-    pub const ALL: Needs = Needs { terms: true, importance: true, summary_sources: true };
+    pub const ALL: Needs =
+        Needs { terms: true, importance: true, summary_sources: true, plans: true };
     /// Nothing: a sliding window.
-    pub const NOTHING: Needs = Needs { terms: false, importance: false, summary_sources: false };
+    pub const NOTHING: Needs =
+        Needs { terms: false, importance: false, summary_sources: false, plans: false };
 }
 
 /// Decides what leaves the window and what becomes of it; the manager does the rest.
@@ -483,9 +492,10 @@ impl<Z: Summarizer, X: Extractor> Strategy for Builtin<Z, X> {
     #[inline]
     fn needs(&self, config: &Config) -> Needs {
         match config.strategy {
-            StrategyKind::SlidingWindow | StrategyKind::EntityExtraction => Needs::NOTHING,
+            StrategyKind::SlidingWindow => Needs::NOTHING,
+            StrategyKind::EntityExtraction => Needs { plans: true, ..Needs::NOTHING },
             StrategyKind::Summarization | StrategyKind::Hierarchical => {
-                Needs { summary_sources: true, ..Needs::NOTHING }
+                Needs { summary_sources: true, plans: true, ..Needs::NOTHING }
             }
             StrategyKind::Importance => Needs::ALL,
         }
