@@ -25,7 +25,8 @@ use std::path::PathBuf;
 
 use ctxwin_benches::replay::{Session, Turn, core_messages, tool_calls};
 use ctxwin_benches::workload::{
-    BODY_CAPACITY, DYNAMIC, HISTORY_LENGTHS, Manager, managers_settled, run_turn, turn_config,
+    BODY_CAPACITY, DYNAMIC, Driver, HISTORY_LENGTHS, Manager, managers_settled, run_turn,
+    turn_config,
 };
 use ctxwin_core::{Message, OpenAiRequest, StrategyKind};
 use gungraun::{library_benchmark, library_benchmark_group};
@@ -37,6 +38,10 @@ fn history_path(length: usize) -> PathBuf {
     PathBuf::from(HISTORY_DIR).join(format!("history-{length}.bin"))
 }
 
+fn before_compaction_path(length: usize) -> PathBuf {
+    PathBuf::from(HISTORY_DIR).join(format!("before-compaction-{length}.bin"))
+}
+
 /// Global setup: replays the session to every history length and saves each manager as
 /// the caller's clock (8 bytes, little endian) followed by its snapshot.
 fn write_histories() {
@@ -46,17 +51,48 @@ fn write_histories() {
     std::fs::create_dir_all(HISTORY_DIR).expect("history directory");
     let mut buffer = vec![0u8; Manager::SNAPSHOT_MAX_SIZE];
     for ((reached, driver), length) in drivers.iter().zip(HISTORY_LENGTHS) {
-        let snapshot = driver.manager().snapshot_into(&mut buffer).expect("snapshot fits");
-        let mut file = driver.clock().to_le_bytes().to_vec();
-        file.extend_from_slice(snapshot);
-        std::fs::write(history_path(length), file).expect("write history");
-        eprintln!("history {length}: {reached} messages, snapshot {} bytes", snapshot.len());
+        save(&mut buffer, driver, &history_path(length));
+        let before = before_compaction(driver);
+        save(&mut buffer, &before, &before_compaction_path(length));
+        eprintln!("history {length}: {reached} messages, compaction after {}", before.messages());
     }
+}
+
+/// `driver` advanced by copies of the probe turn to the last turn boundary before the next
+/// compaction: the probe turn run there compacts.
+fn before_compaction<'s>(driver: &Driver<'s>) -> Driver<'s> {
+    let compacts_next = |driver: &Driver<'_>| {
+        let mut trial = driver.clone();
+        let before = trial.manager().stats().counters.compactions;
+        assert!(trial.run_copy().expect("copy runs"), "session has turns");
+        trial.manager().stats().counters.compactions != before
+    };
+    let mut at = driver.clone();
+    for _ in 0..1_000 {
+        if compacts_next(&at) {
+            return at;
+        }
+        at.run_copy().expect("copy runs");
+    }
+    panic!("no compaction within 1,000 copies of the probe turn");
+}
+
+/// Saves the driver's clock (8 bytes, little endian) followed by its manager's snapshot.
+fn save(buffer: &mut [u8], driver: &Driver<'_>, path: &std::path::Path) {
+    let snapshot = driver.manager().snapshot_into(buffer).expect("snapshot fits");
+    let mut file = driver.clock().to_le_bytes().to_vec();
+    file.extend_from_slice(snapshot);
+    std::fs::write(path, file).expect("write history");
 }
 
 /// The manager saved for `length`, and the clock for its next message.
 fn history(length: usize) -> (Box<Manager>, u64) {
-    let file = std::fs::read(history_path(length)).expect("history written by the setup");
+    load(&history_path(length))
+}
+
+/// The manager saved at `path` by [`save`], and the clock for its next message.
+fn load(path: &std::path::Path) -> (Box<Manager>, u64) {
+    let file = std::fs::read(path).expect("history written by the setup");
     let (clock, snapshot) = file.split_at(8);
     let clock = u64::from_le_bytes(clock.try_into().expect("8 bytes"));
     let mut manager = Box::new(Manager::new());
@@ -79,8 +115,12 @@ struct Probe {
 }
 
 fn probe(length: usize, turn: fn(&Session) -> Turn) -> Probe {
+    probe_at(&history_path(length), turn)
+}
+
+fn probe_at(path: &std::path::Path, turn: fn(&Session) -> Turn) -> Probe {
     let session = Session::load().expect("shipped session");
-    let (manager, clock) = history(length);
+    let (manager, clock) = load(path);
     Probe {
         manager,
         messages: leaked_messages(turn(&session), clock),
@@ -90,6 +130,11 @@ fn probe(length: usize, turn: fn(&Session) -> Turn) -> Probe {
 
 fn typical(length: usize) -> Probe {
     probe(length, Session::typical_turn)
+}
+
+/// The typical turn on a history one turn before a compaction: the turn compacts.
+fn compacting(length: usize) -> Probe {
+    probe_at(&before_compaction_path(length), Session::typical_turn)
 }
 
 fn heavy(length: usize) -> Probe {
@@ -126,6 +171,21 @@ fn to_restore(length: usize) -> (Box<Manager>, Vec<u8>) {
 fn turn_typical(mut probe: Probe) -> Probe {
     let len = run_turn(&mut probe.manager, &probe.messages, &mut probe.body);
     black_box(len.expect("turn runs"));
+    probe
+}
+
+// The typical turn where it passes the high-water mark: the compaction down to the low one
+// is part of the turn.
+#[library_benchmark]
+#[bench::h100(args = (100), setup = compacting)]
+#[bench::h1k(args = (1_000), setup = compacting)]
+#[bench::h10k(args = (10_000), setup = compacting)]
+#[bench::h100k(args = (100_000), setup = compacting)]
+fn turn_compacting(mut probe: Probe) -> Probe {
+    let compactions = probe.manager.stats().counters.compactions;
+    let len = run_turn(&mut probe.manager, &probe.messages, &mut probe.body);
+    black_box(len.expect("turn runs"));
+    assert_ne!(probe.manager.stats().counters.compactions, compactions, "the turn compacts");
     probe
 }
 
@@ -191,7 +251,7 @@ fn restore(state: (Box<Manager>, Vec<u8>)) -> (Box<Manager>, Vec<u8>) {
     (manager, bytes)
 }
 
-library_benchmark_group!(name = per_turn; benchmarks = turn_typical, turn_heavy);
+library_benchmark_group!(name = per_turn; benchmarks = turn_typical, turn_compacting, turn_heavy);
 library_benchmark_group!(name = parts; benchmarks = push, compose);
 library_benchmark_group!(name = snapshots; benchmarks = snapshot, restore);
 

@@ -97,6 +97,7 @@ pub struct Driver<'s> {
     messages: usize,
     clock: u64,
     body: Vec<u8>,
+    copies: usize,
 }
 
 impl<'s> Driver<'s> {
@@ -119,6 +120,7 @@ impl<'s> Driver<'s> {
             messages: session.system.len(),
             clock,
             body: vec![0; BODY_CAPACITY],
+            copies: 0,
         })
     }
 
@@ -197,6 +199,36 @@ impl<'s> Driver<'s> {
         Ok(())
     }
 
+    /// Runs a copy of the session's first turn with tool-call ids no earlier copy used;
+    /// returns `false` (running nothing) for a session without turns.
+    ///
+    /// # Errors
+    ///
+    /// As [`run_turn`].
+    ///
+    /// ```
+    /// use ctxwin_benches::replay::Session;
+    /// use ctxwin_benches::workload::{turn_config, Driver};
+    /// use ctxwin_core::StrategyKind;
+    /// let session = Session::load()?;
+    /// let mut driver = Driver::new(&session, turn_config(StrategyKind::SlidingWindow))?;
+    /// let before = driver.messages();
+    /// assert!(driver.run_copy()? && driver.run_copy()?);
+    /// assert_eq!(driver.messages(), before + 12);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run_copy(&mut self) -> Result<bool, Error> {
+        let Some(first) = self.session.turns.first() else { return Ok(false) };
+        let turn = first.with_id_prefix(&format!("copy{}_", self.copies));
+        self.copies += 1;
+        let calls = tool_calls(&turn.messages);
+        let messages = core_messages(&turn.messages, &calls, self.clock);
+        self.messages += messages.len();
+        self.clock += messages.len() as u64 * MESSAGE_INTERVAL_MS;
+        self.run_messages(&messages)?;
+        Ok(true)
+    }
+
     /// Runs copies of the session's first turn (fresh tool-call ids each time) through at
     /// least `compactions` compactions and on to the first compaction that leaves the same fill
     /// as the one two before it and no more than the one before it, stopping right after it
@@ -228,14 +260,10 @@ impl<'s> Driver<'s> {
         let mut seen = start;
         // The fills the last two compactions left, newest last.
         let mut fills: [Option<u32>; 2] = [None, None];
-        let Some(first) = self.session.turns.first() else { return Ok(false) };
-        for copy in 0..MAX_TURNS {
-            let turn = first.with_id_prefix(&format!("settle{copy}_"));
-            let calls = tool_calls(&turn.messages);
-            let messages = core_messages(&turn.messages, &calls, self.clock);
-            self.messages += messages.len();
-            self.clock += messages.len() as u64 * MESSAGE_INTERVAL_MS;
-            self.run_messages(&messages)?;
+        for _ in 0..MAX_TURNS {
+            if !self.run_copy()? {
+                return Ok(false);
+            }
             let now = self.manager.stats().counters.compactions;
             if now == seen {
                 continue;
