@@ -223,6 +223,7 @@ impl Archive {
     /// SQLite errors (nothing is deleted then).
     pub fn delete_from(&mut self, session: &str, first: u64) -> Result<usize, ArchiveError> {
         let first = to_sql_int("message id", first)?;
+        let _turn = super::write_turn(&self.gate);
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let deleted = tx.execute(
             "DELETE FROM messages WHERE id >= ?2
