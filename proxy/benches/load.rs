@@ -234,7 +234,18 @@ fn main() {
                 let _ = stop2_rx.await;
             }));
             let url2 = format!("http://{addr2}/v1/chat/completions");
-            let mut peak = 0;
+            // The resident count, sampled every millisecond (a batch could pass the cap and
+            // fall back before its end).
+            let peak = Arc::new(AtomicU64::new(0));
+            let sampler = {
+                let (peak, app2) = (peak.clone(), app2.clone());
+                tokio::spawn(async move {
+                    loop {
+                        peak.fetch_max(app2.metrics.resident.load(Ordering::Relaxed), Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                })
+            };
             let mut errors = 0;
             let batch = 64;
             let mut done = 0;
@@ -247,8 +258,9 @@ fn main() {
                     errors += task.await.unwrap();
                 }
                 done += n;
-                peak = peak.max(app2.metrics.resident.load(Ordering::Relaxed));
             }
+            sampler.abort();
+            let peak = peak.load(Ordering::Relaxed);
             println!("phase 2: {sessions} conversations under a resident cap of {cap} in {:.1} s: peak resident {peak}, at the end {}, known {}, unloads {}, errors {errors}, RSS (statm) {} KiB",
                 started.elapsed().as_secs_f64(),
                 app2.metrics.resident.load(Ordering::Relaxed),

@@ -516,19 +516,29 @@ async fn lock_conv(
     let slot = app.slot(key);
     let mut guard = slot.conv.clone().lock_owned().await;
     if guard.is_none() {
+        // Counted as resident from now: the cap makes room before the load, not after the
+        // answer (only more conversations in flight at once than the cap can pass it).
+        app.metrics.resident.fetch_add(1, Relaxed);
+        app.enforce_cap().await;
         let dir = app.config.state_dir.clone();
         let (window, reserve) = (app.config.window_for(model), app.config.reserve);
         let key = key.to_string();
         let store = app.store.clone();
-        let conv = app
+        let opened = app
             .blocking(move || Conv::open(&dir, &store, &key, provider, window, reserve))
             .await
             .map_err(|e| {
                 Failure::new(StatusCode::INTERNAL_SERVER_ERROR, format!("loading the session: {e}"))
-            })?
-            .map_err(|e| conv_failure(&e))?;
+            })
+            .and_then(|opened| opened.map_err(|e| conv_failure(&e)));
+        let conv = match opened {
+            Ok(conv) => conv,
+            Err(failure) => {
+                app.metrics.resident.fetch_sub(1, Relaxed);
+                return Err(failure);
+            }
+        };
         *guard = Some(conv);
-        app.metrics.resident.fetch_add(1, Relaxed);
         app.metrics.loads.fetch_add(1, Relaxed);
     }
     Ok(guard)

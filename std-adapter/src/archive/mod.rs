@@ -79,6 +79,20 @@ fn gate_for(path: &Path) -> Arc<Mutex<()>> {
     gates.entry(key).or_default().clone()
 }
 
+/// Files this process has opened and checked in depth (their canonical paths).
+fn checked_files() -> MutexGuard<'static, std::collections::HashSet<PathBuf>> {
+    static CHECKED: OnceLock<Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
+    CHECKED.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn checked_before(key: &Path) -> bool {
+    checked_files().contains(key)
+}
+
+fn mark_checked(key: PathBuf) {
+    checked_files().insert(key);
+}
+
 /// Takes this file's turn to write (held until the guard drops). Callers hold it around one
 /// write transaction and call no other method that takes it meanwhile.
 fn write_turn(gate: &Option<Arc<Mutex<()>>>) -> Option<MutexGuard<'_, ()>> {
@@ -104,11 +118,18 @@ impl Archive {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ArchiveError> {
         let path = path.as_ref();
         let mut conn = Connection::open(path)?;
-        integrity::check_file(&conn, path)?;
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        // The deep check reads the whole file: once per process (a proxy opens its shared
+        // archive for every conversation it loads); the header is checked every time.
+        let deep = !checked_before(&key);
+        integrity::check_file(&conn, path, deep)?;
         schema::configure(&conn, true)?;
         schema::migrate(&mut conn)?;
         integrity::ensure_identity(&conn)?;
-        tracing::debug!(path = %path.display(), "archive: opened");
+        if deep {
+            mark_checked(key);
+        }
+        tracing::debug!(path = %path.display(), deep, "archive: opened");
         Ok(Self { conn, gate: Some(gate_for(path)) })
     }
 
@@ -276,6 +297,21 @@ mod tests {
         assert!(Arc::ptr_eq(a.gate.as_ref().unwrap(), b.gate.as_ref().unwrap()));
         assert!(!Arc::ptr_eq(a.gate.as_ref().unwrap(), other.gate.as_ref().unwrap()));
         assert!(Archive::open_in_memory().unwrap().gate.is_none());
+    }
+
+    #[test]
+    fn the_deep_check_runs_once_per_process_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        let key = || std::fs::canonicalize(&path).unwrap();
+        drop(Archive::open(&path).unwrap());
+        assert!(checked_before(&key()));
+        assert!(!checked_before(&dir.path().join("b.db")));
+        // A header damaged later is still found by the next open.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[0] = b'X';
+        std::fs::write(&path, bytes).unwrap();
+        assert!(matches!(Archive::open(&path), Err(ArchiveError::Corrupt(_))));
     }
 
     #[test]
