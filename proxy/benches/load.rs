@@ -9,7 +9,10 @@
 //! Phase 1: `LOAD_CONVERSATIONS` conversations at once, `LOAD_TURNS` requests each, every
 //! request resending the whole history. Reports the latency the proxy adds (its own time,
 //! upstream excluded, as `/metrics` measures it) p50/p99/max, errors, and resident memory
-//! per conversation (RSS growth over the phase / conversations).
+//! per conversation (RSS growth over the phase / conversations, from `/proc/self/statm`), and
+//! the CPU time per request: all of it, and the proxy's share (minus phase 0's).
+//! Phase 0: the same conversations straight to the fake upstream, no proxy: the CPU the
+//! client and the upstream (both in this process) cost.
 //! Phase 2: `LOAD_SESSIONS` one-request conversations under a resident cap of `LOAD_CAP`:
 //! reports the resident count and RSS at the end.
 
@@ -27,14 +30,31 @@ fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// Resident pages of this process, from `/proc/self/statm` (second field), in KiB.
 fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    pages * 4
+}
+
+/// CPU time (user + system) this process has used, from `/proc/self/stat`, in ms.
+fn cpu_ms() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesized name: state is field 3; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = rest.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect();
+    // `rest` starts at field 3: utime is index 11, stime 12; clock ticks are 100 per second.
+    (fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0)) * 10
+}
+
+/// The load average over the last minute (other work on the machine included).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_string()
 }
 
 async fn fake_upstream(delay: Duration) -> std::net::SocketAddr {
@@ -107,6 +127,24 @@ async fn conversation(client: reqwest::Client, url: String, id: usize, turns: us
     errors
 }
 
+/// `count` conversations at once (ids from `first`); the errors.
+async fn run_conversations(
+    client: &reqwest::Client,
+    url: &str,
+    first: usize,
+    count: usize,
+    turns: usize,
+) -> usize {
+    let tasks: Vec<_> = (first..first + count)
+        .map(|id| tokio::spawn(conversation(client.clone(), url.to_string(), id, turns)))
+        .collect();
+    let mut errors = 0;
+    for task in tasks {
+        errors += task.await.unwrap();
+    }
+    errors
+}
+
 fn main() {
     let conversations = env("LOAD_CONVERSATIONS", 200);
     let turns = env("LOAD_TURNS", 20);
@@ -134,19 +172,27 @@ fn main() {
         }));
         let url = format!("http://{addr}/v1/chat/completions");
         let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
+        // Phase 0: the same conversations straight to the upstream: the CPU the client and the
+        // fake upstream (both in this process) cost per request, to subtract.
+        let direct = format!("http://{upstream}/v1/chat/completions");
+        let cpu_before = cpu_ms();
+        let started = Instant::now();
+        let errors = run_conversations(&client, &direct, 2_000_000, conversations, turns).await;
+        let baseline_cpu = (cpu_ms() - cpu_before) as f64 / (conversations * turns) as f64;
+        println!(
+            "phase 0 (no proxy): {conversations} conversations × {turns} requests in {:.2} s, errors {errors}: client + fake upstream CPU {baseline_cpu:.2} ms per request",
+            started.elapsed().as_secs_f64()
+        );
         // Warm up: one conversation, then measure from here.
         conversation(client.clone(), url.clone(), usize::MAX, 2).await;
         let _ = app.metrics.take_samples();
         let rss_before = rss_kib();
+        let load_before = loadavg();
+        let cpu_before = cpu_ms();
         let started = Instant::now();
-        let tasks: Vec<_> = (0..conversations)
-            .map(|id| tokio::spawn(conversation(client.clone(), url.clone(), id, turns)))
-            .collect();
-        let mut errors = 0;
-        for task in tasks {
-            errors += task.await.unwrap();
-        }
+        let errors = run_conversations(&client, &url, 0, conversations, turns).await;
         let elapsed = started.elapsed();
+        let cpu = (cpu_ms() - cpu_before) as f64;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let rss_after = rss_kib();
         let samples = app.metrics.take_samples();
@@ -156,14 +202,17 @@ fn main() {
         let mut samples = samples;
         samples.sort_unstable();
         let requests = conversations * turns;
-        println!("phase 1: {conversations} concurrent conversations × {turns} requests ({requests} requests) in {:.2} s ({:.0} req/s)",
-            elapsed.as_secs_f64(), requests as f64 / elapsed.as_secs_f64());
+        println!("phase 1: {conversations} concurrent conversations × {turns} requests ({requests} requests) in {:.2} s ({:.0} req/s); load average {load_before} → {} ({} cores, shared)",
+            elapsed.as_secs_f64(), requests as f64 / elapsed.as_secs_f64(), loadavg(),
+            std::thread::available_parallelism().map_or(0, |n| n.get()));
         println!("  added latency (proxy time, upstream excluded): p50 {} µs, p99 {} µs, max {} µs ({} samples)",
             percentile(&samples, 0.5), percentile(&samples, 0.99), samples.last().copied().unwrap_or(0), samples.len());
         println!("  without the first {conversations} requests (session creation): p50 {} µs, p99 {} µs",
             percentile(&later, 0.5), percentile(&later, 0.99));
         println!("  upstream answer time {} ms; errors: {errors}", delay.as_millis());
-        println!("  resident memory: {} KiB → {} KiB: {} KiB per conversation",
+        println!("  CPU: {:.2} ms per request in all, {:.2} ms of it the proxy's (minus phase 0's client + upstream); {:.0}% of one core over the phase",
+            cpu / requests as f64, cpu / requests as f64 - baseline_cpu, cpu / elapsed.as_secs_f64() / 10.0);
+        println!("  resident memory (statm): {} KiB → {} KiB: {} KiB per conversation",
             rss_before, rss_after, rss_after.saturating_sub(rss_before) / conversations.max(1) as u64);
 
         if sessions > 0 {
@@ -185,7 +234,18 @@ fn main() {
                 let _ = stop2_rx.await;
             }));
             let url2 = format!("http://{addr2}/v1/chat/completions");
-            let mut peak = 0;
+            // The resident count, sampled every millisecond (a batch could pass the cap and
+            // fall back before its end).
+            let peak = Arc::new(AtomicU64::new(0));
+            let sampler = {
+                let (peak, app2) = (peak.clone(), app2.clone());
+                tokio::spawn(async move {
+                    loop {
+                        peak.fetch_max(app2.metrics.resident.load(Ordering::Relaxed), Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                })
+            };
             let mut errors = 0;
             let batch = 64;
             let mut done = 0;
@@ -198,9 +258,10 @@ fn main() {
                     errors += task.await.unwrap();
                 }
                 done += n;
-                peak = peak.max(app2.metrics.resident.load(Ordering::Relaxed));
             }
-            println!("phase 2: {sessions} conversations under a resident cap of {cap} in {:.1} s: peak resident {peak}, at the end {}, known {}, unloads {}, errors {errors}, RSS {} KiB",
+            sampler.abort();
+            let peak = peak.load(Ordering::Relaxed);
+            println!("phase 2: {sessions} conversations under a resident cap of {cap} in {:.1} s: peak resident {peak}, at the end {}, known {}, unloads {}, errors {errors}, RSS (statm) {} KiB",
                 started.elapsed().as_secs_f64(),
                 app2.metrics.resident.load(Ordering::Relaxed),
                 app2.known_sessions(),

@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use ctxwin_std::core::{Config, Error as CoreError, Level, Role};
@@ -104,13 +105,16 @@ pub struct Conv {
     key: String,
     provider: Provider,
     session: Session,
-    db: Connection,
+    db: Store,
     entries: Vec<Entry>,
     by_id: HashMap<u64, (usize, usize)>,
     placeholders: HashSet<u64>,
     tools_fp: u64,
     filler_rate: f64,
     last_emitted: Vec<u64>,
+    /// Some message of this conversation has left the core (evicted or summarized): only then
+    /// can retrieval find anything the payload does not hold already.
+    evicted_any: bool,
     dirty: bool,
     exchanges: u32,
     last_used: Instant,
@@ -168,7 +172,20 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 ";
 
-/// Opens the side store shared by every conversation under `state_dir`.
+/// The side store: one connection for every conversation of a proxy (a connection each would
+/// hold a page cache each and, writing one file, wait on each other in SQLite's busy handler).
+pub type Store = Arc<Mutex<Connection>>;
+
+/// Page cache of each conversation's archive handle, in KiB (SQLite's default is 2,000): the
+/// proxy holds one handle per resident conversation. Misses read the operating system's cache.
+pub const ARCHIVE_CACHE_KIB: u32 = 128;
+
+/// The side store's connection, locked.
+fn lock(store: &Store) -> MutexGuard<'_, Connection> {
+    store.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Opens the side store shared by every conversation under `state_dir` (see [`Store`]).
 ///
 /// # Errors
 /// SQLite and I/O errors.
@@ -180,18 +197,19 @@ pub fn open_store(state_dir: &Path) -> Result<Connection, ConvError> {
     Ok(db)
 }
 
-/// Creates the shared side store's tables and the shared archive (once, at start).
+/// Creates the shared side store's tables and the shared archive (once, at start); returns
+/// the side store's connection.
 ///
 /// # Errors
 /// SQLite and I/O errors.
-pub fn prepare_state(state_dir: &Path) -> Result<(), ConvError> {
+pub fn prepare_state(state_dir: &Path) -> Result<Connection, ConvError> {
     let db = open_store(state_dir)?;
     db.execute_batch(SCHEMA)?;
     drop(
         ctxwin_std::archive::Archive::open(state_dir.join("archive.db"))
             .map_err(SessionError::from)?,
     );
-    Ok(())
+    Ok(db)
 }
 
 fn to_sql(n: u64) -> i64 {
@@ -206,19 +224,23 @@ impl Conv {
     /// Session, store and I/O errors.
     pub fn open(
         state_dir: &Path,
+        store: &Store,
         key: &str,
         provider: Provider,
         window: u32,
         reserve: u32,
     ) -> Result<Self, ConvError> {
-        let db = open_store(state_dir)?;
         let meta = |name: &str| -> Result<Option<String>, rusqlite::Error> {
-            db.prepare_cached("SELECT value FROM meta WHERE conv = ?1 AND key = ?2")?
+            lock(store)
+                .prepare_cached("SELECT value FROM meta WHERE conv = ?1 AND key = ?2")?
                 .query_row([key, name], |row| row.get(0))
                 .optional()
         };
         let set_meta = |name: &str, value: &str| -> Result<(), rusqlite::Error> {
-            db.prepare_cached("INSERT OR REPLACE INTO meta (conv, key, value) VALUES (?1, ?2, ?3)")?
+            lock(store)
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO meta (conv, key, value) VALUES (?1, ?2, ?3)",
+                )?
                 .execute([key, name, value])
                 .map(drop)
         };
@@ -258,15 +280,18 @@ impl Conv {
                     );
                     generation += 1;
                     set_meta("generation", &generation.to_string())?;
-                    db.execute("DELETE FROM entries WHERE conv = ?1", [key])?;
+                    lock(store).execute("DELETE FROM entries WHERE conv = ?1", [key])?;
                 }
                 Err(error) => return Err(error.into()),
             }
         };
+        if let Some(archive) = session.archive() {
+            archive.set_cache_kib(ARCHIVE_CACHE_KIB).map_err(SessionError::from)?;
+        }
         let next_id = session.manager().next_id();
         // Entries pushed after the checkpoint the session restored are gone from it: forget
         // them too (the client resends them; the archive rows are rewritten under the same ids).
-        let dropped = db.execute(
+        let dropped = lock(store).execute(
             "DELETE FROM entries WHERE conv = ?1 AND max_id >= ?2",
             params![key, to_sql(next_id)],
         )?;
@@ -279,7 +304,8 @@ impl Conv {
         }
         let mut entries = Vec::new();
         {
-            let mut stmt = db.prepare(
+            let db = lock(store);
+            let mut stmt = db.prepare_cached(
                 "SELECT fp, ids, blocks, tokens, from_answer, raw_hash, pinned, calls FROM entries WHERE conv = ?1 ORDER BY seq",
             )?;
             let rows = stmt.query_map([key], |row| {
@@ -320,19 +346,25 @@ impl Conv {
             key: key.to_string(),
             provider,
             session,
-            db,
+            db: store.clone(),
             entries,
             by_id: HashMap::new(),
             placeholders,
             tools_fp,
             filler_rate,
             last_emitted: Vec::new(),
+            evicted_any: false,
             dirty: false,
             exchanges: 0,
             last_used: Instant::now(),
             unsaved: std::collections::BTreeMap::new(),
         };
         conv.index();
+        conv.evicted_any = conv
+            .entries
+            .iter()
+            .flat_map(|e| e.ids.iter())
+            .any(|id| conv.session.manager().get(*id).is_none());
         Ok(conv)
     }
 
@@ -444,6 +476,7 @@ impl Conv {
             new += 1;
         }
         let tokens_in = self.entries.iter().map(|e| u64::from(e.tokens)).sum();
+        self.evicted_any |= evicted > 0;
         Ok(Ingest::Extended { new, tokens_in, evicted })
     }
 
@@ -502,6 +535,7 @@ impl Conv {
             self.entries.push(entry);
             self.dirty = true;
         }
+        self.evicted_any |= evicted > 0;
         match failure {
             Some(error) => Err(error.into()),
             None => Ok(evicted),
@@ -535,7 +569,16 @@ impl Conv {
     /// # Errors
     /// `PinnedOverBudget` when what must stay does not fit; `ToolCallsPending`; store errors.
     pub fn compose(&mut self, request: &Request) -> Result<Composed, ConvError> {
+        // Retrieval leaves out what the payload holds: before anything of this conversation
+        // left the core it can find nothing, and its full-text search is most of a request's
+        // cost (the archive is shared by every conversation).
+        let mut retrieval = *self.session.retrieval();
+        if retrieval.auto != self.evicted_any {
+            retrieval.auto = self.evicted_any;
+            self.session.set_retrieval(retrieval);
+        }
         let payload = self.session.compose(&[])?;
+        self.evicted_any |= payload.evicted_units > 0;
         let manager = self.session.manager();
         let permanent: Vec<_> = manager.messages(Level::Permanent).collect();
         let history: Vec<_> = manager.history().collect();
@@ -650,7 +693,7 @@ impl Conv {
         if let Some(raw) = self.unsaved.get(&e) {
             return Ok(raw.clone());
         }
-        Ok(self.db.query_row(
+        Ok(lock(&self.db).query_row(
             "SELECT raw FROM entries WHERE conv = ?1 AND seq = ?2",
             params![self.key, to_sql(e as u64)],
             |row| row.get(0),
@@ -667,9 +710,15 @@ impl Conv {
         match self.provider {
             Provider::OpenAi => {
                 if let Some((_, Some(text))) = parts.first()
-                    && map.get("content").is_some_and(|c| c.get().starts_with('"'))
+                    && let Some(content) = map.get("content")
                 {
-                    map.insert("content".into(), raw_json(&Value::from(text.as_str())));
+                    if content.get().starts_with('"') {
+                        map.insert("content".into(), raw_json(&Value::from(text.as_str())));
+                    } else if let Ok(value) = serde_json::from_str::<Value>(content.get())
+                        && let Some(blocks) = reduced_text_blocks(&value, text)
+                    {
+                        map.insert("content".into(), raw_json(&blocks));
+                    }
                 }
             }
             Provider::Anthropic => {
@@ -686,11 +735,17 @@ impl Conv {
                     match reduced {
                         Some(text) => {
                             let mut value: Value = serde_json::from_str(block.get()).ok()?;
-                            if value.get("content").is_some_and(Value::is_string) {
-                                value["content"] = Value::from(text.as_str());
-                                keep.push(raw_json(&value));
-                            } else {
-                                keep.push(block);
+                            let reduced = match value.get("content") {
+                                Some(Value::String(_)) => Some(Value::from(text.as_str())),
+                                Some(content) => reduced_text_blocks(content, text),
+                                None => None,
+                            };
+                            match reduced {
+                                Some(content) => {
+                                    value["content"] = content;
+                                    keep.push(raw_json(&value));
+                                }
+                                None => keep.push(block),
                             }
                         }
                         None => keep.push(block),
@@ -774,7 +829,8 @@ impl Conv {
 
     /// Writes the side-store rows recorded since the last checkpoint, in one transaction.
     fn flush(&mut self) -> Result<(), ConvError> {
-        let tx = self.db.transaction()?;
+        let mut db = lock(&self.db);
+        let tx = db.transaction()?;
         {
             let mut insert = tx.prepare_cached(
                 "INSERT OR REPLACE INTO entries (conv, seq, fp, raw_hash, pinned, ids, blocks, tokens, from_answer, max_id, raw, calls)
@@ -824,6 +880,24 @@ fn calls_hash(message: &Analyzed) -> u64 {
 enum Slot {
     Entry(usize),
     Core(ChatMessage),
+}
+
+/// A tool output's `content` array reduced to one text block holding `text` (the core's
+/// reduced copy), when the array holds text blocks only; a `cache_control` mark on its last
+/// block moves to the new one. `None` when other blocks (images, documents) are there: the
+/// output is sent whole then.
+fn reduced_text_blocks(content: &Value, text: &str) -> Option<Value> {
+    let blocks = content.as_array()?;
+    let text_only = !blocks.is_empty()
+        && blocks.iter().all(|b| b.get("type").and_then(Value::as_str) == Some("text"));
+    if !text_only {
+        return None;
+    }
+    let mut block = serde_json::json!({"type": "text", "text": text});
+    if let Some(mark) = blocks.last().and_then(|b| b.get("cache_control")) {
+        block["cache_control"] = mark.clone();
+    }
+    Some(Value::Array(vec![block]))
 }
 
 fn raw_json<T: serde::Serialize + ?Sized>(value: &T) -> Box<RawValue> {
@@ -899,4 +973,97 @@ fn write_body(request: &Request, messages: &[String], system: Option<&str>) -> V
 /// The directory of conversation `key` under `state_dir`.
 pub fn conv_dir(state_dir: &Path, key: &str) -> PathBuf {
     state_dir.join(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(messages: &[Value]) -> Request {
+        let body = json!({"model": "m", "messages": messages}).to_string();
+        Request::parse(Provider::OpenAi, body.as_bytes()).unwrap()
+    }
+
+    fn turn(conv: &mut Conv, messages: &[Value]) -> String {
+        let request = request(messages);
+        let hashes = crate::wire::raw_hashes(&request);
+        assert!(matches!(conv.ingest(&request, &hashes).unwrap(), Ingest::Extended { .. }));
+        String::from_utf8(conv.compose(&request).unwrap().body).unwrap()
+    }
+
+    #[test]
+    fn a_reduced_tool_output_of_text_blocks_is_sent_reduced() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Mutex::new(prepare_state(dir.path()).unwrap()));
+        let long: String = (0..800).map(|i| format!("line {i} of the build log\n")).collect();
+        let blocks = json!([{"type": "text", "text": long}, {"type": "text", "text": "exit 1", "cache_control": {"type": "ephemeral"}}]);
+        // OpenAI: a tool message whose content is an array of text parts.
+        let mut conv =
+            Conv::open(dir.path(), &store, "o", Provider::OpenAi, 32_768, 1_024).unwrap();
+        let messages = [
+            json!({"role": "user", "content": "build it"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "build", "arguments": "{}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": blocks}),
+        ];
+        let body: Value = serde_json::from_str(&turn(&mut conv, &messages)).unwrap();
+        let content = &body["messages"][2]["content"];
+        let sent = content[0]["text"].as_str().unwrap();
+        assert!(sent.len() < long.len() / 2, "sent {} of {} bytes", sent.len(), long.len());
+        assert_eq!(content.as_array().unwrap().len(), 1);
+        assert_eq!(content[0]["cache_control"], json!({"type": "ephemeral"}));
+        // Anthropic: a tool_result block whose content is an array of text blocks.
+        let mut conv =
+            Conv::open(dir.path(), &store, "a", Provider::Anthropic, 32_768, 1_024).unwrap();
+        let messages = [
+            json!({"role": "user", "content": "build it"}),
+            json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "build", "input": {}}]}),
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": blocks}]}),
+        ];
+        let body = {
+            let body = json!({"model": "m", "max_tokens": 100, "messages": messages}).to_string();
+            let request = Request::parse(Provider::Anthropic, body.as_bytes()).unwrap();
+            let hashes = crate::wire::raw_hashes(&request);
+            conv.ingest(&request, &hashes).unwrap();
+            String::from_utf8(conv.compose(&request).unwrap().body).unwrap()
+        };
+        let body: Value = serde_json::from_str(&body).unwrap();
+        let content = &body["messages"][2]["content"][0]["content"];
+        let sent = content[0]["text"].as_str().unwrap();
+        assert!(sent.len() < long.len() / 2, "sent {} of {} bytes", sent.len(), long.len());
+        assert_eq!(content[0]["cache_control"], json!({"type": "ephemeral"}));
+    }
+
+    #[test]
+    fn retrieval_starts_with_the_first_eviction() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Mutex::new(prepare_state(dir.path()).unwrap()));
+        let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
+        assert_eq!(conv.session().archive().unwrap().cache_kib().unwrap(), 128);
+        let mut messages = vec![
+            json!({"role": "user", "content": "The staging database runs Postgres 16."}),
+            json!({"role": "assistant", "content": "Noted."}),
+        ];
+        turn(&mut conv, &messages);
+        assert!(!conv.session().retrieval().auto, "nothing has left the core");
+        let mut n = 0;
+        while !conv.evicted_any {
+            n += 1;
+            assert!(n < 200, "the fact never left the window");
+            messages.push(json!({"role": "user", "content": format!("Filler turn {n}: list the open pull requests, the failing jobs and who owns each of them.")}));
+            messages.push(json!({"role": "assistant", "content": format!("Reply {n}: three pull requests are open and one job fails.")}));
+            turn(&mut conv, &messages);
+        }
+        messages
+            .push(json!({"role": "user", "content": "Which Postgres version does staging run?"}));
+        let body = turn(&mut conv, &messages);
+        assert!(conv.session().retrieval().auto);
+        assert!(body.contains("Retrieved from archive"), "{body}");
+        assert!(body.contains("runs Postgres 16"), "{body}");
+        // Reopened from its checkpoint, it still knows that something left.
+        conv.checkpoint().unwrap();
+        drop(conv);
+        let conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
+        assert!(conv.evicted_any);
+    }
 }

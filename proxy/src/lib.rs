@@ -40,9 +40,12 @@
 //!   with that message's unit (its tool calls and their results). An Anthropic user turn
 //!   carrying tool results is pushed as one tool result per block (plus the rest), and
 //!   re-emitted with the blocks whose parts are kept. A tool output the core stored reduced
-//!   (head and tail) is sent reduced when its content is a plain string.
+//!   (head and tail) is sent reduced when its content is a plain string or text blocks only
+//!   (then as one text block, keeping the last block's `cache_control`).
 //! * **Concurrency.** One `tokio::sync::Mutex` per conversation; all session work runs in
-//!   `spawn_blocking`. At most `max_resident` conversations stay in memory: above it, the
+//!   `spawn_blocking`, at most twice the cores at once. Every conversation writes the one
+//!   shared archive through its own handle, taking turns on an in-process lock (no SQLite
+//!   busy waits); the side store is one connection for all. At most `max_resident` conversations stay in memory: above it, the
 //!   least recently used idle ones are checkpointed and unloaded, and reloaded from their
 //!   checkpoint on their next request.
 //! * **Crash safety.** Every message is in the archive (SQLite, WAL) before the core sees it.
@@ -61,17 +64,22 @@
 //!   hop-by-hop ones and `x-ctxwin-*`) is forwarded upstream; headers are never logged, and
 //!   only message bodies reach the archive. Listening off loopback needs a proxy key
 //!   (`[proxy] api_key` / `CTXWIN_PROXY_KEY`) that clients send as `x-ctxwin-key`. Bodies
-//!   above `body_limit` are refused with 413. `/metrics` holds counts only and is open.
+//!   above `body_limit` are refused with 413. With a proxy key, `/metrics` needs it too
+//!   (`x-ctxwin-key`, or `Authorization: Bearer KEY` as Prometheus sends it).
 //!
 //! # Limits
 //!
-//! * A resident session costs about 2.5 MiB: the core manager of a [`ctxwin_std::Session`]
-//!   is sized by `ServerCapacities` (1.8 MiB, windows up to 200k tokens) plus two SQLite
-//!   connections. `max_resident` bounds the total; smaller per-session capacities need a
-//!   capacity parameter on `Session` in ctxwin-std.
-//! * The budget counts opaque blocks by their estimate; tool outputs the core reduced are sent
-//!   reduced only when their content is a plain string (otherwise the original is sent and the
-//!   estimate is what the core stored).
+//! * A resident session costs about 2.2 MiB (load bench, RSS growth / sessions): the core
+//!   manager of a [`ctxwin_std::Session`] is sized by `ServerCapacities` (1.7 MiB, windows up
+//!   to 200k tokens, all of it touched when the manager is built) plus its archive handle
+//!   (page cache capped at [`conv::ARCHIVE_CACHE_KIB`]). `max_resident` bounds the total;
+//!   smaller per-session capacities need a capacity parameter on `Session` in ctxwin-std.
+//! * Retrieval from the archive runs only once something of the conversation has left the
+//!   core (before, it could find nothing the payload lacks); its full-text search covers the
+//!   archive every conversation shares.
+//! * The budget counts opaque blocks by their estimate; a tool output the core reduced whose
+//!   content mixes text with other blocks (images, documents) is sent whole (the budget counts
+//!   what the core stored).
 //! * Anthropic needs a user turn first: when eviction leaves an assistant turn first, a
 //!   one-line user turn saying earlier turns were moved out of the window is sent before it.
 //! * Only the first choice of an answer (`n > 1`) is recorded.

@@ -18,10 +18,15 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, mpsc};
 
 use crate::assemble::{self, StreamAssembler};
 use crate::config::ProxyConfig;
-use crate::conv::{Composed, Conv, ConvError, Ingest};
+use crate::conv::{Composed, Conv, ConvError, Ingest, Store};
 use crate::hash::{FNV_SEED, fnv1a, hash_str};
 use crate::metrics::Metrics;
 use crate::wire::{self, Provider, Request};
+
+/// Session tasks run at once: twice the cores (at least 2).
+fn workers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).saturating_mul(2).max(2)
+}
 
 /// The header naming a conversation.
 pub const SESSION_HEADER: &str = "x-ctxwin-session";
@@ -45,6 +50,9 @@ pub struct App {
     /// The counters.
     pub metrics: Metrics,
     client: reqwest::Client,
+    store: Store,
+    /// Permits for session work on the blocking pool (see [`App::blocking`]).
+    work: Arc<tokio::sync::Semaphore>,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     clock: AtomicU64,
 }
@@ -98,7 +106,7 @@ impl App {
     /// # Errors
     /// When the state directory or the HTTP client cannot be set up.
     pub fn new(config: ProxyConfig) -> Result<Arc<Self>, String> {
-        crate::conv::prepare_state(&config.state_dir)
+        let store = crate::conv::prepare_state(&config.state_dir)
             .map_err(|e| format!("state directory {}: {e}", config.state_dir.display()))?;
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
@@ -110,9 +118,27 @@ impl App {
             config,
             metrics: Metrics::default(),
             client,
+            store: Arc::new(Mutex::new(store)),
+            work: Arc::new(tokio::sync::Semaphore::new(workers())),
             slots: Mutex::default(),
             clock: AtomicU64::new(0),
         }))
+    }
+
+    /// Runs session work (SQLite, the core) on the blocking pool, at most [`workers`] tasks at
+    /// once: the archive takes one writer at a time and the machine has few cores, so more
+    /// threads would only wait, each with its stack, and switch. The permit goes with the
+    /// task: it is held until the work ends even if the request is dropped meanwhile.
+    async fn blocking<R: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, tokio::task::JoinError> {
+        let permit = self.work.clone().acquire_owned().await.ok();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work()
+        })
+        .await
     }
 
     fn slot(&self, key: &str) -> Arc<Slot> {
@@ -147,7 +173,7 @@ impl App {
             self.metrics.resident.fetch_sub(1, Relaxed);
             self.metrics.unloads.fetch_add(1, Relaxed);
             // The slot stays locked until the checkpoint is written: a request for it waits.
-            let _ = tokio::task::spawn_blocking(move || {
+            let _ = self.blocking(move || {
                 if let Err(error) = conv.checkpoint() {
                     tracing::error!(session = conv.key(), %error, "proxy: checkpoint before unload failed");
                 }
@@ -171,14 +197,15 @@ impl App {
             if !due {
                 continue;
             }
-            let _ = tokio::task::spawn_blocking(move || {
-                if let Some(conv) = guard.as_mut()
-                    && let Err(error) = conv.checkpoint()
-                {
-                    tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
-                }
-            })
-            .await;
+            let _ = self
+                .blocking(move || {
+                    if let Some(conv) = guard.as_mut()
+                        && let Err(error) = conv.checkpoint()
+                    {
+                        tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
+                    }
+                })
+                .await;
         }
     }
 
@@ -190,14 +217,15 @@ impl App {
         };
         for slot in slots {
             let mut guard = slot.conv.clone().lock_owned().await;
-            let _ = tokio::task::spawn_blocking(move || {
-                if let Some(conv) = guard.as_mut()
-                    && let Err(error) = conv.checkpoint()
-                {
-                    tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
-                }
-            })
-            .await;
+            let _ = self
+                .blocking(move || {
+                    if let Some(conv) = guard.as_mut()
+                        && let Err(error) = conv.checkpoint()
+                    {
+                        tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
+                    }
+                })
+                .await;
         }
     }
 }
@@ -212,7 +240,24 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-async fn metrics(State(app): State<Arc<App>>) -> Response {
+/// `GET /metrics`. With a proxy key set it needs the key too (as `x-ctxwin-key`, or as
+/// `Authorization: Bearer KEY`, which Prometheus scrape configs send): the counts tell who
+/// uses the proxy how much.
+async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .zip(app.config.proxy_key.as_deref().filter(|k| !k.is_empty()))
+        .is_some_and(|(given, key)| same_bytes(given.as_bytes(), key.as_bytes()));
+    if !authorized(&app, &headers) && !bearer {
+        app.metrics.request("metrics", 401);
+        return error_response(
+            None,
+            StatusCode::UNAUTHORIZED,
+            &format!("missing or wrong {KEY_HEADER} (or Authorization: Bearer with the proxy key)"),
+        );
+    }
     let mut response = app.metrics.render().into_response();
     response.headers_mut().insert(
         "content-type",
@@ -471,21 +516,29 @@ async fn lock_conv(
     let slot = app.slot(key);
     let mut guard = slot.conv.clone().lock_owned().await;
     if guard.is_none() {
+        // Counted as resident from now: the cap makes room before the load, not after the
+        // answer (only more conversations in flight at once than the cap can pass it).
+        app.metrics.resident.fetch_add(1, Relaxed);
+        app.enforce_cap().await;
         let dir = app.config.state_dir.clone();
         let (window, reserve) = (app.config.window_for(model), app.config.reserve);
         let key = key.to_string();
-        let conv =
-            tokio::task::spawn_blocking(move || Conv::open(&dir, &key, provider, window, reserve))
-                .await
-                .map_err(|e| {
-                    Failure::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        format!("loading the session: {e}"),
-                    )
-                })?
-                .map_err(|e| conv_failure(&e))?;
+        let store = app.store.clone();
+        let opened = app
+            .blocking(move || Conv::open(&dir, &store, &key, provider, window, reserve))
+            .await
+            .map_err(|e| {
+                Failure::new(StatusCode::INTERNAL_SERVER_ERROR, format!("loading the session: {e}"))
+            })
+            .and_then(|opened| opened.map_err(|e| conv_failure(&e)));
+        let conv = match opened {
+            Ok(conv) => conv,
+            Err(failure) => {
+                app.metrics.resident.fetch_sub(1, Relaxed);
+                return Err(failure);
+            }
+        };
         *guard = Some(conv);
-        app.metrics.resident.fetch_add(1, Relaxed);
         app.metrics.loads.fetch_add(1, Relaxed);
     }
     Ok(guard)
@@ -521,25 +574,26 @@ async fn managed_inner(
     let (mut guard, composed) = loop {
         let guard = lock_conv(app, &key, provider, &request.model).await?;
         let (req, hashes) = (request.clone(), hashes.clone());
-        let (guard, step) = tokio::task::spawn_blocking(move || {
-            let mut guard = guard;
-            let step = match guard.as_mut() {
-                Some(conv) => conv.ingest(&req, &hashes).and_then(|ingest| match ingest {
-                    Ingest::Diverged(at) => Ok(Step::Diverged(at)),
-                    Ingest::Extended { tokens_in, evicted, .. } => {
-                        let mut composed = conv.compose(&req)?;
-                        composed.evicted += evicted;
-                        Ok(Step::Composed(composed, tokens_in))
-                    }
-                }),
-                None => unreachable!("lock_conv loads the conversation"),
-            };
-            (guard, step)
-        })
-        .await
-        .map_err(|e| {
-            Failure::new(StatusCode::INTERNAL_SERVER_ERROR, format!("session task: {e}"))
-        })?;
+        let (guard, step) = app
+            .blocking(move || {
+                let mut guard = guard;
+                let step = match guard.as_mut() {
+                    Some(conv) => conv.ingest(&req, &hashes).and_then(|ingest| match ingest {
+                        Ingest::Diverged(at) => Ok(Step::Diverged(at)),
+                        Ingest::Extended { tokens_in, evicted, .. } => {
+                            let mut composed = conv.compose(&req)?;
+                            composed.evicted += evicted;
+                            Ok(Step::Composed(composed, tokens_in))
+                        }
+                    }),
+                    None => unreachable!("lock_conv loads the conversation"),
+                };
+                (guard, step)
+            })
+            .await
+            .map_err(|e| {
+                Failure::new(StatusCode::INTERNAL_SERVER_ERROR, format!("session task: {e}"))
+            })?;
         match step {
             Ok(Step::Composed(composed, tokens_in)) => {
                 app.metrics.tokens_in.fetch_add(tokens_in, Relaxed);
@@ -719,28 +773,29 @@ async fn finish_answer(
     sent_tokens: u32,
 ) {
     let every = app.config.checkpoint_every;
-    let evicted = tokio::task::spawn_blocking(move || {
-        let mut evicted = 0;
-        if let Some(conv) = guard.as_mut()
-            && let Some(answer) = answer
-        {
-            match conv.record_answer(&answer, sent_tokens) {
-                Ok(n) => evicted = n,
-                Err(error) => {
-                    tracing::warn!(session = conv.key(), %error, "proxy: answer not recorded")
+    let evicted = app
+        .blocking(move || {
+            let mut evicted = 0;
+            if let Some(conv) = guard.as_mut()
+                && let Some(answer) = answer
+            {
+                match conv.record_answer(&answer, sent_tokens) {
+                    Ok(n) => evicted = n,
+                    Err(error) => {
+                        tracing::warn!(session = conv.key(), %error, "proxy: answer not recorded")
+                    }
+                }
+                if conv.exchange_done(every)
+                    && let Err(error) = conv.checkpoint()
+                {
+                    tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
                 }
             }
-            if conv.exchange_done(every)
-                && let Err(error) = conv.checkpoint()
-            {
-                tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
-            }
-        }
-        drop(guard);
-        evicted
-    })
-    .await
-    .unwrap_or(0);
+            drop(guard);
+            evicted
+        })
+        .await
+        .unwrap_or(0);
     app.metrics.compactions.fetch_add(evicted as u64, Relaxed);
     app.enforce_cap().await;
 }

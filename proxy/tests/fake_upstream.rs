@@ -522,6 +522,15 @@ async fn the_proxy_key_is_required_when_set() {
     assert_eq!(response.status(), 401);
     let response = client.get(proxy.url("/v1/models")).send().await.unwrap();
     assert_eq!(response.status(), 401);
+    let response = client.get(proxy.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    let response = client.get(proxy.url("/metrics")).bearer_auth("pk-2").send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    let response = client.get(proxy.url("/metrics")).bearer_auth("pk-1").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let response =
+        client.get(proxy.url("/metrics")).header("x-ctxwin-key", "pk-1").send().await.unwrap();
+    assert_eq!(response.status(), 200);
     let response = client
         .post(proxy.url("/v1/chat/completions"))
         .header("x-ctxwin-key", "pk-1")

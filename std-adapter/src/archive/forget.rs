@@ -78,6 +78,9 @@ impl Archive {
         messages.sort_unstable();
         messages.dedup();
         let mut summaries = Vec::new();
+        // Held through the scrub below (a write too): a clone, so `self` stays free.
+        let gate = self.gate.clone();
+        let _turn = super::write_turn(&gate);
         let tx = self.conn.transaction()?;
         for &id in &messages {
             let Ok(id) = i64::try_from(id) else { continue };

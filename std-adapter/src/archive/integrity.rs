@@ -10,17 +10,18 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use super::error::{ArchiveError, from_sql_int, to_sql_int};
 use super::{Archive, ArchivedMessage, MESSAGE_COLUMNS, collect_messages};
 
-/// Archives up to this size get SQLite's `PRAGMA quick_check` on every open (a few
-/// milliseconds per megabyte); larger ones are checked by [`Archive::quick_check`] on demand.
+/// Archives up to this size get SQLite's `PRAGMA quick_check` when a process first opens them
+/// (a few milliseconds per megabyte); larger ones are checked by [`Archive::quick_check`] on
+/// demand. Later opens of the same file by the same process check the header only.
 pub const QUICK_CHECK_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Archives up to this size get the full `PRAGMA integrity_check` instead, which also checks
 /// every index against its table.
 const INTEGRITY_CHECK_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
-/// Checks the 100-byte SQLite header of an archive file that exists and is not empty, then
-/// runs the quick check when the file is small enough.
-pub(super) fn check_file(conn: &Connection, path: &Path) -> Result<(), ArchiveError> {
+/// Checks the 100-byte SQLite header of an archive file that exists and is not empty, then,
+/// when `deep`, runs the quick check when the file is small enough.
+pub(super) fn check_file(conn: &Connection, path: &Path, deep: bool) -> Result<(), ArchiveError> {
     let size = std::fs::metadata(path).map(|meta| meta.len()).unwrap_or(0);
     if size == 0 {
         return Ok(());
@@ -43,7 +44,9 @@ pub(super) fn check_file(conn: &Connection, path: &Path) -> Result<(), ArchiveEr
             return Err(ArchiveError::Corrupt(format!("the file header cannot be read: {error}")));
         }
     }
-    if size <= INTEGRITY_CHECK_MAX_BYTES {
+    if !deep {
+        Ok(())
+    } else if size <= INTEGRITY_CHECK_MAX_BYTES {
         check(conn, "integrity_check")
     } else if size <= QUICK_CHECK_MAX_BYTES {
         check(conn, "quick_check")
@@ -223,6 +226,7 @@ impl Archive {
     /// SQLite errors (nothing is deleted then).
     pub fn delete_from(&mut self, session: &str, first: u64) -> Result<usize, ArchiveError> {
         let first = to_sql_int("message id", first)?;
+        let _turn = super::write_turn(&self.gate);
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let deleted = tx.execute(
             "DELETE FROM messages WHERE id >= ?2

@@ -95,6 +95,7 @@ impl Archive {
         let timestamp = to_sql_int("timestamp", record.timestamp)?;
         let before = to_sql_int("tokens_before", record.tokens_before)?;
         let after = to_sql_int("tokens_after", record.tokens_after)?;
+        let _turn = super::write_turn(&self.gate);
         let tx = self.conn.transaction()?;
         let session_id = ensure_session(&tx, session)?;
         tx.prepare_cached(

@@ -25,7 +25,9 @@
 //! # Ok::<(), ctxwin_std::archive::ArchiveError>(())
 //! ```
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use rusqlite::{Connection, OptionalExtension, Row};
 
@@ -56,9 +58,45 @@ use error::from_sql_int;
 
 /// A handle on one archive database. Writes take `&mut self`; wrap it in a `Mutex` to share it
 /// between threads, or open the same file twice (WAL lets readers run beside one writer).
+///
+/// Handles on the same file in one process take turns for their write transactions on an
+/// in-process lock before SQLite's: many sessions writing one archive (the proxy's) queue
+/// for it instead of sleeping in SQLite's busy handler (1 to 100 ms a try) or failing with
+/// "database is locked" once its timeout passes.
 #[derive(Debug)]
 pub struct Archive {
     conn: Connection,
+    /// The write lock of this file in this process (none in memory).
+    gate: Option<Arc<Mutex<()>>>,
+}
+
+/// The in-process write lock of the archive file at `path`: one per file.
+fn gate_for(path: &Path) -> Arc<Mutex<()>> {
+    static GATES: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut gates =
+        GATES.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner);
+    gates.entry(key).or_default().clone()
+}
+
+/// Files this process has opened and checked in depth (their canonical paths).
+fn checked_files() -> MutexGuard<'static, std::collections::HashSet<PathBuf>> {
+    static CHECKED: OnceLock<Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
+    CHECKED.get_or_init(Mutex::default).lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn checked_before(key: &Path) -> bool {
+    checked_files().contains(key)
+}
+
+fn mark_checked(key: PathBuf) {
+    checked_files().insert(key);
+}
+
+/// Takes this file's turn to write (held until the guard drops). Callers hold it around one
+/// write transaction and call no other method that takes it meanwhile.
+fn write_turn(gate: &Option<Arc<Mutex<()>>>) -> Option<MutexGuard<'_, ()>> {
+    gate.as_deref().map(|gate| gate.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 impl Archive {
@@ -80,12 +118,19 @@ impl Archive {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ArchiveError> {
         let path = path.as_ref();
         let mut conn = Connection::open(path)?;
-        integrity::check_file(&conn, path)?;
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        // The deep check reads the whole file: once per process (a proxy opens its shared
+        // archive for every conversation it loads); the header is checked every time.
+        let deep = !checked_before(&key);
+        integrity::check_file(&conn, path, deep)?;
         schema::configure(&conn, true)?;
         schema::migrate(&mut conn)?;
         integrity::ensure_identity(&conn)?;
-        tracing::debug!(path = %path.display(), "archive: opened");
-        Ok(Self { conn })
+        if deep {
+            mark_checked(key);
+        }
+        tracing::debug!(path = %path.display(), deep, "archive: opened");
+        Ok(Self { conn, gate: Some(gate_for(path)) })
     }
 
     /// Opens a private in-memory archive (no WAL: there is no file), for tests and short runs.
@@ -100,7 +145,44 @@ impl Archive {
         schema::configure(&conn, false)?;
         schema::migrate(&mut conn)?;
         integrity::ensure_identity(&conn)?;
-        Ok(Self { conn })
+        Ok(Self { conn, gate: None })
+    }
+
+    /// Caps this handle's SQLite page cache at `kib` KiB (SQLite's default is 2,000 KiB for
+    /// each connection, filled as pages are read). A process holding many handles (the proxy:
+    /// one per resident session) bounds its memory with it; pages that do not fit are read
+    /// again from the operating system's file cache.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    ///
+    /// ```
+    /// let archive = ctxwin_std::archive::Archive::open_in_memory()?;
+    /// archive.set_cache_kib(128)?;
+    /// assert_eq!(archive.cache_kib()?, 128);
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn set_cache_kib(&self, kib: u32) -> Result<(), ArchiveError> {
+        self.conn.pragma_update(None, "cache_size", -i64::from(kib))?;
+        Ok(())
+    }
+
+    /// The page cache cap of this handle in KiB (see [`set_cache_kib`](Self::set_cache_kib)).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    ///
+    /// ```
+    /// let archive = ctxwin_std::archive::Archive::open_in_memory()?;
+    /// assert_eq!(archive.cache_kib()?, 2_000);
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn cache_kib(&self) -> Result<u64, ArchiveError> {
+        let size: i64 = self.conn.pragma_query_value(None, "cache_size", |row| row.get(0))?;
+        // Negative: KiB; positive: pages.
+        let page: i64 = self.conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
+        let kib = if size < 0 { -size } else { size.saturating_mul(page) / 1024 };
+        Ok(u64::try_from(kib).unwrap_or(0))
     }
 
     /// The journal mode in force (`"wal"` for a file, `"memory"` in memory).
@@ -196,4 +278,65 @@ fn collect_messages(
 /// Clamps a caller's `limit` for SQL.
 fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_on_one_file_share_a_write_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        // Created and closed first: a new file's schema is in its WAL until the last close.
+        drop(Archive::open(&path).unwrap());
+        drop(Archive::open(dir.path().join("b.db")).unwrap());
+        let a = Archive::open(&path).unwrap();
+        let b = Archive::open(dir.path().join(".").join("a.db")).unwrap();
+        let other = Archive::open(dir.path().join("b.db")).unwrap();
+        assert!(Arc::ptr_eq(a.gate.as_ref().unwrap(), b.gate.as_ref().unwrap()));
+        assert!(!Arc::ptr_eq(a.gate.as_ref().unwrap(), other.gate.as_ref().unwrap()));
+        assert!(Archive::open_in_memory().unwrap().gate.is_none());
+    }
+
+    #[test]
+    fn the_deep_check_runs_once_per_process_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        let key = || std::fs::canonicalize(&path).unwrap();
+        drop(Archive::open(&path).unwrap());
+        assert!(checked_before(&key()));
+        assert!(!checked_before(&dir.path().join("b.db")));
+        // A header damaged later is still found by the next open.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[0] = b'X';
+        std::fs::write(&path, bytes).unwrap();
+        assert!(matches!(Archive::open(&path), Err(ArchiveError::Corrupt(_))));
+    }
+
+    #[test]
+    fn many_writers_on_one_file_never_see_it_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        drop(Archive::open(&path).unwrap());
+        let writers: Vec<_> = (0..16)
+            .map(|w| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let mut archive = Archive::open(&path).unwrap();
+                    archive.set_cache_kib(64).unwrap();
+                    for id in 1..=40_u64 {
+                        let text = format!("writer {w} message {id}");
+                        let row = ArchivedMessage::new(id, id, ChatMessage::text(Role::User, text));
+                        archive.store_unit(&format!("s{w}"), &[row]).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let archive = Archive::open(&path).unwrap();
+        assert_eq!(archive.message_count(None).unwrap(), 16 * 40);
+    }
 }

@@ -150,6 +150,7 @@ impl Archive {
             return Err(ArchiveError::MixedUnit { first: first.unit, other: other.unit });
         }
         let encoded = messages.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
+        let _turn = super::write_turn(&self.gate);
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let session_id = ensure_session(&tx, session)?;
         let written = write(&tx, session_id, &encoded)?;
@@ -189,6 +190,7 @@ impl Archive {
         let encoded = messages.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
         let mut written = 0_usize;
         for batch in encoded.chunks(IMPORT_BATCH) {
+            let _turn = super::write_turn(&self.gate);
             let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let session_id = ensure_session(&tx, session)?;
             written = written.saturating_add(write(&tx, session_id, batch)?);

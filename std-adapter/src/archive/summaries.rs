@@ -38,6 +38,7 @@ impl Archive {
             .iter()
             .map(|&source| to_sql_int("source id", source))
             .collect::<Result<Vec<_>, _>>()?;
+        let _turn = super::write_turn(&self.gate);
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let session_id = ensure_session(&tx, session)?;
         let pk: i64 = tx
