@@ -254,7 +254,15 @@ fn main() {
             for question in chat.questions.iter().step_by(step) {
                 let live = ChatMessage::text(Role::User, question.text.clone());
                 // ctxwin, automatic recall.
-                let mut s = session(chat, budget, RetrievalSettings::DEFAULT);
+                let settings = RetrievalSettings {
+                    recency: std::env::var("RECALL_RECENCY")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(RetrievalSettings::DEFAULT.recency),
+                    neighbours: env("RECALL_NEIGHBOURS", 1) == 1,
+                    ..RetrievalSettings::DEFAULT
+                };
+                let mut s = session(chat, budget, settings);
                 s.push(&live).expect("push question");
                 let plain = {
                     let mut off = s.retrieval().to_owned();
@@ -366,6 +374,12 @@ fn main() {
             c.evidence[1],
             c.evidence[2],
             c.free_when_missed as f64 / c.missed_payloads.max(1) as f64
+        );
+        let unranked: usize = c.missing.iter().map(|m| m[0]).sum();
+        let total: usize = c.evidence.iter().sum();
+        println!(
+            "  ceiling of lexical matching (every evidence turn sharing a query word found): {:.3}",
+            1.0 - unranked as f64 / total.max(1) as f64
         );
         for (i, cause) in CAUSES.iter().enumerate() {
             println!(
