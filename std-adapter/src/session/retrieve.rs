@@ -144,7 +144,8 @@ impl Session {
     /// }
     /// let recall = session.recall("What is Caroline's dog called?", &[])?;
     /// assert!(recall.block.contains("two dogs in May"), "{}", recall.block);
-    /// assert_eq!(recall.ids, [1]);
+    /// // The hit, and in the free room the turn after it.
+    /// assert_eq!(recall.ids, [1, 2]);
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn recall(&self, query: &str, dynamic: &[&str]) -> Result<Recall, SessionError> {
