@@ -43,6 +43,16 @@ pub(crate) fn read_conversation(
     format: Option<Format>,
     cap: u64,
 ) -> Result<(Conversation, Format), CliError> {
+    read_timed(path, format, cap).map(|(conversation, format, _)| (conversation, format))
+}
+
+/// Like [`read_conversation`], with each message's time where the file has one
+/// ([`format::message_timestamps`]).
+pub(crate) fn read_timed(
+    path: &Path,
+    format: Option<Format>,
+    cap: u64,
+) -> Result<(Conversation, Format, Vec<Option<u64>>), CliError> {
     let text = read_text(path, cap)?;
     let name =
         if path == Path::new("-") { "standard input".into() } else { path.display().to_string() };
@@ -56,7 +66,8 @@ pub(crate) fn read_conversation(
     };
     let conversation = format::read(&text, format)
         .map_err(|e| CliError::BadInput(format!("{name} ({format}): {e}")))?;
-    Ok((conversation, format))
+    let timestamps = format::message_timestamps(&text, conversation.messages.len());
+    Ok((conversation, format, timestamps))
 }
 
 /// Tool calls from `--tool-calls`: OpenAI's `[{"id","type","function":{"name","arguments"}}]`

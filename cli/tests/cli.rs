@@ -164,6 +164,28 @@ fn bad_messages_are_refused_with_their_exit_code() {
 }
 
 #[test]
+fn import_keeps_the_times_the_file_records() {
+    let work = Workdir::init();
+    let file = work.write(
+        "dated.jsonl",
+        "{\"role\":\"user\",\"content\":\"We moved to Lisbon in March.\",\"timestamp\":\"2023-05-08T13:56:00Z\"}\n\
+         {\"role\":\"assistant\",\"content\":\"Lisbon sounds lovely.\",\"created\":1683554200}\n\
+         {\"role\":\"user\",\"content\":\"Lisbon has no time here.\"}\n",
+    );
+    work.ok(&["import", file.to_str().unwrap()]);
+    let found = work.json(&["search", "Lisbon", "--limit", "5"]);
+    let time = |id: u64| {
+        found["messages"].as_array().unwrap().iter().find(|m| m["id"] == id).unwrap()["timestamp"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(time(1), 1_683_554_160_000, "{found}");
+    assert_eq!(time(2), 1_683_554_200_000, "{found}");
+    // No time in the file: the import's.
+    assert!(time(3) > 1_700_000_000_000, "{found}");
+}
+
+#[test]
 fn import_reports_what_was_stored_reduced_and_evicted() {
     let work = Workdir::init();
     let report = work.json(&["import", &example()]);

@@ -204,6 +204,63 @@ pub fn same_stem(a: &str, b: &str) -> bool {
     stem(a).eq_ignore_ascii_case(stem(b))
 }
 
+/// Common English irregular verbs, one row of forms each (base, past, participle; variants
+/// after): stemming cannot join `take` and `taken`, `buy` and `bought`. Verbs whose forms are
+/// all stop words (`be`, `have`, `do`) are left out. Sorted by base form.
+#[rustfmt::skip]
+const IRREGULAR_VERBS: &[&[&str]] = &[
+    &["arise", "arose", "arisen"], &["awake", "awoke", "awoken"], &["bear", "bore", "born", "borne"],
+    &["beat", "beaten"], &["become", "became"], &["begin", "began", "begun"], &["bend", "bent"],
+    &["bet", "betting"], &["bid", "bidding"], &["bind", "bound"], &["bite", "bit", "bitten"],
+    &["bleed", "bled"], &["blow", "blew", "blown"], &["break", "broke", "broken"],
+    &["breed", "bred"], &["bring", "brought"], &["build", "built"], &["burn", "burnt"],
+    &["buy", "bought"], &["catch", "caught"], &["choose", "chose", "chosen"], &["cling", "clung"],
+    &["come", "came"], &["creep", "crept"], &["deal", "dealt"], &["dig", "dug"], &["draw", "drew", "drawn"],
+    &["dream", "dreamt"], &["drink", "drank", "drunk"], &["drive", "drove", "driven"],
+    &["eat", "ate", "eaten"], &["fall", "fell", "fallen"], &["feed", "fed"], &["feel", "felt"],
+    &["fight", "fought"], &["find", "found"], &["flee", "fled"], &["fly", "flew", "flown"],
+    &["forbid", "forbade", "forbidden"], &["forget", "forgot", "forgotten"],
+    &["forgive", "forgave", "forgiven"], &["freeze", "froze", "frozen"], &["give", "gave", "given"],
+    &["go", "went", "gone"], &["grind", "ground"], &["grow", "grew", "grown"], &["hang", "hung"],
+    &["hear", "heard"], &["hide", "hid", "hidden"], &["hit", "hitting"], &["hold", "held"],
+    &["hurt", "hurting"], &["keep", "kept"], &["kneel", "knelt"], &["know", "knew", "known"],
+    &["lay", "laid"], &["lead", "led"], &["lean", "leant"], &["leap", "leapt"], &["learn", "learnt"],
+    &["leave", "left"], &["lend", "lent"], &["lie", "lay", "lain"], &["light", "lit"],
+    &["lose", "lost"], &["mean", "meant"], &["meet", "met"], &["pay", "paid"], &["prove", "proven"],
+    &["quit", "quitting"], &["ride", "rode", "ridden"], &["ring", "rang", "rung"],
+    &["rise", "rose", "risen"], &["run", "ran", "running"], &["say", "said"], &["seek", "sought"],
+    &["sell", "sold"], &["send", "sent"], &["sew", "sewn"], &["shake", "shook", "shaken"],
+    &["shine", "shone"], &["shoot", "shot"], &["show", "shown"], &["shrink", "shrank", "shrunk"],
+    &["shut", "shutting"], &["sing", "sang", "sung"], &["sink", "sank", "sunk"], &["sit", "sat"],
+    &["sleep", "slept"], &["slide", "slid"], &["speak", "spoke", "spoken"], &["speed", "sped"],
+    &["spend", "spent"], &["spin", "spun"], &["split", "splitting"], &["spread", "spreading"],
+    &["spring", "sprang", "sprung"], &["stand", "stood"], &["steal", "stole", "stolen"],
+    &["stick", "stuck"], &["sting", "stung"], &["stink", "stank", "stunk"], &["strike", "struck"],
+    &["swear", "swore", "sworn"], &["sweep", "swept"], &["swim", "swam", "swum"],
+    &["swing", "swung"], &["take", "took", "taken"], &["teach", "taught"], &["tear", "tore", "torn"],
+    &["tell", "told"], &["think", "thought"], &["throw", "threw", "thrown"],
+    &["understand", "understood"], &["wake", "woke", "woken"], &["wear", "wore", "worn"],
+    &["weave", "wove", "woven"], &["weep", "wept"], &["win", "won"], &["wind", "wound"],
+    &["write", "wrote", "written"],
+];
+
+/// The other forms of an irregular English verb (`took` gives `take`, `took`, `taken`): what a
+/// search for one form should also match. Empty for any other word. ASCII case is ignored.
+///
+/// ```
+/// use ctxwin_core::terms::verb_forms;
+/// assert_eq!(verb_forms("Taken"), ["take", "took", "taken"]);
+/// assert_eq!(verb_forms("bought"), ["buy", "bought"]);
+/// assert!(verb_forms("adopted").is_empty());
+/// ```
+pub fn verb_forms(word: &str) -> &'static [&'static str] {
+    IRREGULAR_VERBS
+        .iter()
+        .find(|forms| forms.iter().any(|form| form.eq_ignore_ascii_case(word)))
+        .copied()
+        .unwrap_or(&[])
+}
+
 /// FNV-1a over the ASCII-lowercased bytes: the same word in any case hashes the same.
 pub(crate) fn hash(token: &str) -> u32 {
     token.bytes().fold(0x811c_9dc5u32, |hash, byte| {
@@ -288,6 +345,20 @@ impl WordSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn irregular_verbs_are_sorted_and_each_form_has_one_row() {
+        assert!(IRREGULAR_VERBS.windows(2).all(|w| w[0][0] < w[1][0]));
+        for forms in IRREGULAR_VERBS {
+            assert!(forms.len() >= 2);
+            for form in *forms {
+                // `lay` is both a base form and the past of `lie`: the first row wins.
+                if *form != "lay" {
+                    assert_eq!(verb_forms(form), *forms, "{form}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn recognises_terms() {

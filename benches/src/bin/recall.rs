@@ -11,7 +11,14 @@
 //! 10,000-message archive.
 //!
 //! `cargo run --release -p ctxwin-benches --bin recall` (`RECALL_CHATS`, `RECALL_SEED`,
-//! `RECALL_QUESTIONS` = questions per chat, sampled evenly, default 40).
+//! `RECALL_QUESTIONS` = questions per chat, sampled evenly, default 40; `RECALL_TIMING=0`
+//! skips the timing, `RECALL_RECENCY` and `RECALL_NEIGHBOURS=0` change those retrieval
+//! settings, `RECALL_EXAMPLES=1` prints the unmatched questions of the first two kinds).
+//!
+//! After the table it breaks the live-recall score down by question kind (next to the
+//! baseline's) and, per budget, counts why each missing answer turn is missing: no query word
+//! in it, a neighbour came back but not it, ranked past the candidate limit, ranked but did not
+//! fit, or ranked with room left unused; and the ceiling of lexical matching.
 
 use std::time::Instant;
 
@@ -98,6 +105,96 @@ impl Row {
     }
 }
 
+/// Why an evidence turn is missing from the live-recall payload, first matching cause wins.
+const CAUSES: [&str; 6] = [
+    "no query word in it (not ranked at all)",
+    "a neighbour came back, it did not",
+    "ranked past the candidate limit",
+    "ranked in the top 50, did not fit",
+    "ranked 51st or lower, did not fit",
+    "ranked, room left unused",
+];
+
+/// Missing evidence turns per cause, per question kind.
+#[derive(Default, Clone, Copy)]
+struct Causes {
+    missing: [[usize; 6]; 3],
+    evidence: [usize; 3],
+    /// Free budget left in payloads that missed evidence, summed.
+    free_when_missed: u64,
+    missed_payloads: usize,
+    /// Unranked evidence within two turns of a candidate.
+    unranked_near_hit: [usize; 3],
+}
+
+/// Classifies every evidence turn of `question` the payload lacks.
+#[allow(clippy::too_many_arguments)]
+fn tally(
+    causes: &mut Causes,
+    s: &Session,
+    payload_texts: &[String],
+    chat: &Chat,
+    question: &ctxwin_benches::longchat::Question,
+    recalled: &[u64],
+    free: u32,
+    cost: &dyn Fn(&str) -> u32,
+) {
+    let kind = usize::from(question.kind);
+    let settings = *s.retrieval();
+    let archive = s.archive().expect("archive");
+    // The full ranking, without what the window holds (what retrieval ranks among).
+    let ranked: Vec<u64> = archive
+        .rank("bench", &question.text, 100_000)
+        .expect("rank")
+        .into_iter()
+        .map(|hit| hit.id)
+        .filter(|&id| s.manager().get(id).is_none())
+        .collect();
+    let all_ranked = archive.rank("bench", &question.text, settings.candidates).expect("rank");
+    let candidates: Vec<u64> =
+        all_ranked.iter().map(|hit| hit.id).filter(|&id| s.manager().get(id).is_none()).collect();
+    let mut missed = false;
+    for &i in &question.evidence {
+        causes.evidence[kind] += 1;
+        let text = &chat.turns[i].text;
+        if payload_texts.iter().any(|t| t.contains(text.as_str())) {
+            continue;
+        }
+        missed = true;
+        let id = i as u64 + 1;
+        let position = ranked.iter().position(|&r| r == id);
+        let cause = if position.is_none() {
+            0
+        } else if recalled.contains(&(id - 1)) || recalled.contains(&(id + 1)) {
+            1
+        } else if !candidates.contains(&id) {
+            2
+        } else if free >= cost(text) + 8 {
+            5
+        } else if position.is_some_and(|p| p < 50) {
+            3
+        } else {
+            4
+        };
+        causes.missing[kind][cause] += 1;
+        if cause == 0 {
+            let near = (1..=2u64).any(|d| {
+                candidates.contains(&(id + d)) || candidates.contains(&id.saturating_sub(d))
+            });
+            if near {
+                causes.unranked_near_hit[kind] += 1;
+            }
+            if env("RECALL_EXAMPLES", 0) == 1 && kind < 2 {
+                eprintln!("{kind} {:?} -> {:?}", question.text, text);
+            }
+        }
+    }
+    if missed {
+        causes.free_when_missed += u64::from(free);
+        causes.missed_payloads += 1;
+    }
+}
+
 /// Newest turns that fit `room`, as (index, text), with their cost.
 fn newest(chat: &Chat, upto: usize, room: u32, cost: &dyn Fn(&str) -> u32) -> (Vec<usize>, u32) {
     let mut spent = 0;
@@ -142,6 +239,8 @@ fn main() {
         "newest turns (trim)",
     ];
     let mut kinds = [[Row::default(); 3]; 2];
+    let mut base_kinds = [[Row::default(); 3]; 2];
+    let mut causes = [Causes::default(); 2];
     let mut rows = [[Row::default(); 5]; 2];
     let mut unchanged = true;
     for (b, &budget) in BUDGETS.iter().enumerate() {
@@ -162,7 +261,15 @@ fn main() {
             for question in chat.questions.iter().step_by(step) {
                 let live = ChatMessage::text(Role::User, question.text.clone());
                 // ctxwin, automatic recall.
-                let mut s = session(chat, budget, RetrievalSettings::DEFAULT);
+                let settings = RetrievalSettings {
+                    recency: std::env::var("RECALL_RECENCY")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(RetrievalSettings::DEFAULT.recency),
+                    neighbours: env("RECALL_NEIGHBOURS", 1) == 1,
+                    ..RetrievalSettings::DEFAULT
+                };
+                let mut s = session(chat, budget, settings);
                 s.push(&live).expect("push question");
                 let plain = {
                     let mut off = s.retrieval().to_owned();
@@ -183,6 +290,16 @@ fn main() {
                 let sc = score(&texts, chat, &question.evidence);
                 rows[b][0].add(sc, payload.tokens, budget);
                 kinds[b][usize::from(question.kind)].add(sc, payload.tokens, budget);
+                tally(
+                    &mut causes[b],
+                    &s,
+                    &texts,
+                    chat,
+                    question,
+                    &payload.recall.ids,
+                    budget.saturating_sub(payload.tokens),
+                    &cost,
+                );
                 let texts: Vec<String> =
                     plain.conversation.messages.iter().map(|m| m.content.clone()).collect();
                 rows[b][2].add(score(&texts, chat, &question.evidence), plain.tokens, budget);
@@ -218,7 +335,9 @@ fn main() {
                         texts.push(hit.content);
                     }
                 }
-                rows[b][3].add(score(&texts, chat, &question.evidence), used, budget);
+                let sc = score(&texts, chat, &question.evidence);
+                rows[b][3].add(sc, used, budget);
+                base_kinds[b][usize::from(question.kind)].add(sc, used, budget);
                 // Plain trim: the newest turns that fit.
                 let (trim, spent) = newest(chat, upto, budget - q_cost, &cost);
                 let texts: Vec<String> = trim.iter().map(|&i| chat.turns[i].text.clone()).collect();
@@ -241,17 +360,52 @@ fn main() {
             rows[0][i].over_budget + rows[1][i].over_budget
         );
     }
-    for (k, label) in ["same word", "other form", "synonym only"].iter().enumerate() {
+    let labels = ["same word", "other form", "synonym only"];
+    println!("\nby question kind (ctxwin live recall | baseline)        4,096          8,192");
+    for (k, label) in labels.iter().enumerate() {
         println!(
-            "  ctxwin by question kind: {:<14} {:>24.3} {:>12.3}   (n = {})",
+            "  {:<14} n = {:<4} {:>28.3} | {:.3} {:>8.3} | {:.3}",
             label,
+            kinds[0][k].n,
             kinds[0][k].mean(),
+            base_kinds[0][k].mean(),
             kinds[1][k].mean(),
-            kinds[0][k].n
+            base_kinds[1][k].mean(),
         );
+    }
+    for (b, budget) in BUDGETS.iter().enumerate() {
+        let c = &causes[b];
+        println!(
+            "\nmissing evidence turns at {budget} (same word / other form / synonym; of {} / {} / {} evidence turns); {:.0} tokens free on average in payloads that missed some",
+            c.evidence[0],
+            c.evidence[1],
+            c.evidence[2],
+            c.free_when_missed as f64 / c.missed_payloads.max(1) as f64
+        );
+        let unranked: usize = c.missing.iter().map(|m| m[0]).sum();
+        let total: usize = c.evidence.iter().sum();
+        println!(
+            "  ceiling of lexical matching (every evidence turn sharing a query word found): {:.3}",
+            1.0 - unranked as f64 / total.max(1) as f64
+        );
+        for (i, cause) in CAUSES.iter().enumerate() {
+            println!(
+                "  {:<44} {:>4} / {:>4} / {:>4}",
+                cause, c.missing[0][i], c.missing[1][i], c.missing[2][i]
+            );
+            if i == 0 {
+                println!(
+                    "    of which within two turns of a candidate  {:>4} / {:>4} / {:>4}",
+                    c.unranked_near_hit[0], c.unranked_near_hit[1], c.unranked_near_hit[2]
+                );
+            }
+        }
     }
     println!("a build never changes what a later build sees: {unchanged}");
 
+    if env("RECALL_TIMING", 1) == 0 {
+        return;
+    }
     // Retrieval time per build on a 10,000-message archive.
     let long = generate(env("RECALL_SEED", 19) + 1, 20);
     let mut big = Chat { names: long[0].names.clone(), turns: Vec::new(), questions: Vec::new() };

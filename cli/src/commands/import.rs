@@ -54,11 +54,11 @@ pub(crate) fn run(
     session: &mut Session,
     _: &mut Workspace,
     args: &ImportArgs,
-    (conversation, format): (Conversation, Format),
+    (conversation, format, timestamps): (Conversation, Format, Vec<Option<u64>>),
 ) -> Result<Output, CliError> {
     let count = conversation.messages.len();
     let bar = progress_bar(count);
-    let result = import_chunks(session, conversation, &bar);
+    let result = import_chunks(session, conversation, &timestamps, &bar);
     bar.finish_and_clear();
     let totals = result?;
     let manager = session.manager();
@@ -140,14 +140,16 @@ fn progress_bar(messages: usize) -> ProgressBar {
 }
 
 /// Imports `conversation` all or nothing, [`CHUNK`] messages at a time, advancing `bar`.
+/// Messages carry their own time where the file has one.
 fn import_chunks(
     session: &mut Session,
     conversation: Conversation,
+    timestamps: &[Option<u64>],
     bar: &ProgressBar,
 ) -> Result<Totals, CliError> {
     let total = conversation.messages.len();
     let mut totals = Totals::default();
-    let done = session.import_atomic(&conversation, CHUNK, |report, offset| {
+    let done = session.import_atomic_timed(&conversation, timestamps, CHUNK, |report, offset| {
         totals.add(report);
         bar.set_position(offset as u64);
     });

@@ -46,7 +46,7 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
         Command::Import(args) => {
             state::StateDir::new(globals.dir).require()?;
             let limit = state::input_limit(&globals);
-            let read = input::read_conversation(&args.file, args.format.map(Into::into), limit)?;
+            let read = input::read_timed(&args.file, args.format.map(Into::into), limit)?;
             on_session(&globals, "import", same, Checkpointing::WhenChanged, |s, w| {
                 import::run(s, w, args, read)
             })

@@ -86,12 +86,12 @@ const FILLER: [&str; 10] =
 /// ("Thanks, Mel!", "Haha, totally.", "Talk soon!") says nothing a summary needs.
 #[rustfmt::skip]
 const PLEASANTRY: &[&str] = &[
-    "amazing", "awesome", "aww", "best", "bye", "care", "catch", "cheers", "congrats",
-    "congratulations", "cool", "exactly", "fair", "feeling", "fun", "glad", "good", "great",
-    "guess", "ha", "haha", "happy", "hey", "hmm", "honestly", "know", "later", "lol", "love",
-    "lovely", "morning", "nice", "night", "oh", "really", "right", "same", "sounds", "soon",
-    "sweet", "take", "talk", "thank", "thanks", "that's", "totally", "true", "way", "wow",
-    "yeah", "yep", "you're",
+    "amazing", "awesome", "aww", "best", "bye", "care", "catch", "chat", "cheers", "congrats",
+    "congratulations", "cool", "day", "doing", "exactly", "fair", "feeling", "fun", "glad",
+    "going", "good", "great", "guess", "ha", "haha", "happy", "hey", "hmm", "honestly", "know",
+    "later", "lol", "long", "love", "lovely", "minute", "morning", "new", "nice", "night", "oh",
+    "really", "right", "same", "sounds", "soon", "sweet", "take", "talk", "thank", "thanks",
+    "that's", "time", "totally", "true", "way", "week", "wow", "yeah", "yep", "you're",
 ];
 
 /// Whether `text` is only small talk: at most six words, each a pleasantry, a stop word or a
@@ -113,6 +113,36 @@ fn is_pleasantry(text: &str) -> bool {
     words > 0
 }
 
+/// Words a session or date header is made of ("Session 3 · 8 May 2023, 1:56 pm").
+#[rustfmt::skip]
+const HEADER_WORDS: &[&str] = &[
+    "am", "apr", "april", "aug", "august", "chapter", "date", "day", "dec", "december", "feb",
+    "february", "fri", "friday", "jan", "january", "jul", "july", "jun", "june", "mar", "march",
+    "may", "mon", "monday", "nov", "november", "oct", "october", "on", "part", "pm", "sat",
+    "saturday", "sep", "sept", "september", "session", "sun", "sunday", "thu", "thursday", "time",
+    "tue", "tuesday", "wed", "wednesday", "week",
+];
+
+/// Whether `text` is a header with no content of its own: a Markdown heading, a short
+/// bracketed or colon-ended label, or a session/date line ("Session 3, 8 May 2023").
+fn is_header(text: &str) -> bool {
+    let text = text.trim();
+    let words = tokens(text).count();
+    if words == 0 {
+        return false;
+    }
+    let heading =
+        text.starts_with('#') && text.trim_start_matches('#').starts_with(' ') && words <= 8;
+    let label =
+        ((text.starts_with('[') && text.ends_with(']')) || text.ends_with(':')) && words <= 8;
+    let dated = tokens(text).all(|token| {
+        !token.chars().any(char::is_alphanumeric)
+            || token.bytes().all(|b| b.is_ascii_digit() || matches!(b, b':' | b'.' | b'/' | b'-'))
+            || HEADER_WORDS.iter().any(|w| w.eq_ignore_ascii_case(token))
+    }) && tokens(text).any(|t| HEADER_WORDS.iter().any(|w| w.eq_ignore_ascii_case(t)));
+    heading || label || dated
+}
+
 /// Where a statement's text lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Part {
@@ -124,8 +154,77 @@ enum Part {
     Call,
 }
 
-/// A statement as written: a prefix saying whose it is, a tool name, and the text.
-type Line<'a> = (&'static str, &'a str, &'a str);
+/// A statement as written: the id of the message it comes from (0 when the text already
+/// names it, as an earlier summary's lines do), a prefix saying whose it is, a tool name,
+/// and the text.
+#[derive(Clone, Copy, Debug)]
+struct Line<'a> {
+    id: u64,
+    prefix: &'static str,
+    name: &'a str,
+    piece: &'a str,
+}
+
+/// A summary line's source tag, `#ID ` (the message id, for drill-down), as text on the stack.
+struct IdTag {
+    bytes: [u8; 24],
+    len: usize,
+}
+
+impl IdTag {
+    /// `#ID `, or nothing for id 0.
+    fn new(id: u64) -> Self {
+        let mut tag = IdTag { bytes: [0; 24], len: 0 };
+        if id == 0 {
+            return tag;
+        }
+        let mut digits = [0u8; 20];
+        let mut count = 0usize;
+        let mut rest = id;
+        while rest > 0 {
+            if let Some(slot) = digits.get_mut(count) {
+                *slot = b'0' + (rest % 10) as u8;
+            }
+            count += 1;
+            rest /= 10;
+        }
+        let mut push = |byte: u8| {
+            if let Some(slot) = tag.bytes.get_mut(tag.len) {
+                *slot = byte;
+                tag.len += 1;
+            }
+        };
+        push(b'#');
+        for at in (0..count).rev() {
+            push(digits.get(at).copied().unwrap_or(b'0'));
+        }
+        push(b' ');
+        tag
+    }
+
+    fn as_str(&self) -> &str {
+        core::str::from_utf8(self.bytes.get(..self.len).unwrap_or_default()).unwrap_or_default()
+    }
+}
+
+/// The message id a summary line starts with (`#42 user: …` gives 42) and the rest of it.
+///
+/// Summary lines written by [`Extractive`] name their source message this way, so a reader
+/// (or the archive's drill-down) finds the original without scanning the summary's range.
+///
+/// ```
+/// use ctxwin_core::summarize::line_source;
+/// assert_eq!(line_source("#42 user: I moved to Lisbon."), Some((42, "user: I moved to Lisbon.")));
+/// assert_eq!(line_source("no tag here"), None);
+/// ```
+pub fn line_source(line: &str) -> Option<(u64, &str)> {
+    let rest = line.trim_start().strip_prefix('#')?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, rest) = (rest.get(..digits)?, rest.get(digits..)?);
+    let rest = rest.strip_prefix(' ')?;
+    let id = number.parse().ok().filter(|&id| id > 0)?;
+    Some((id, rest))
+}
 
 /// How much an agent would miss this statement.
 fn score(text: &str, role: Role, part: Part) -> u16 {
@@ -191,7 +290,7 @@ fn score(text: &str, role: Role, part: Part) -> u16 {
         text.len() >= f.len()
             && text.as_bytes().get(..f.len()).is_some_and(|p| p.eq_ignore_ascii_case(f.as_bytes()))
     });
-    if (filler && terms == 0) || is_pleasantry(text) {
+    if (filler && terms == 0) || is_pleasantry(text) || is_header(text) {
         return 0;
     }
     // Any real statement keeps the gist when nothing better is there; filler never does.
@@ -218,6 +317,7 @@ fn origin(line: &str, role: Role, part: Part) -> (Role, Part, &str) {
         return (role, part, line);
     }
     let line = line.trim_start();
+    let line = line_source(line).map_or(line, |(_, rest)| rest);
     if let Some(rest) = line.strip_prefix("tool: ") {
         (Role::Tool, Part::Content, rest)
     } else if let Some(rest) = line.strip_prefix("user: ") {
@@ -232,18 +332,19 @@ fn origin(line: &str, role: Role, part: Part) -> (Role, Part, &str) {
 }
 
 /// Statements of `text`: lines, split further at sentence ends; each a byte range.
-fn statements(text: &str, mut visit: impl FnMut(usize, usize)) {
+/// `visit` learns whether the statement starts its line.
+fn statements(text: &str, mut visit: impl FnMut(usize, usize, bool)) {
     let mut line_start = 0usize;
     for line in crate::small::split_lines(text) {
         let mut start = 0usize;
         let bytes = line.as_bytes();
         for (at, pair) in bytes.windows(2).enumerate() {
             if matches!(pair, [b'.' | b'!' | b'?', b' ']) {
-                visit(line_start + start, line_start + at + 1);
+                visit(line_start + start, line_start + at + 1, start == 0);
                 start = at + 2;
             }
         }
-        visit(line_start + start, line_start + line.len());
+        visit(line_start + start, line_start + line.len(), start == 0);
         line_start += line.len();
     }
 }
@@ -269,9 +370,36 @@ impl Candidate<'_> {
 /// summary, then each message's content and tool calls.
 fn each_candidate<'a>(request: &SummaryRequest<'a>, mut visit: impl FnMut(Candidate<'a>)) {
     let mut order = 0u32;
-    let mut read = |text: &'a str, role: Role, part: Part, name: &'a str| {
-        statements(text, |start, end| {
+    // The source of the earlier summary's current line: its later sentences name it too.
+    let mut line_id = 0u64;
+    let mut read = |text: &'a str, role: Role, part: Part, name: &'a str, id: u64| {
+        statements(text, |start, end, first| {
             let piece = text.get(start..end).unwrap_or_default();
+            // An earlier summary (the previous one, or summaries being merged) names its
+            // sources in its lines already.
+            let id = if part == Part::Previous || role == Role::System {
+                match line_source(piece) {
+                    // The piece carries its tag.
+                    Some((tagged, _)) => {
+                        line_id = tagged;
+                        0
+                    }
+                    None if first => {
+                        line_id = 0;
+                        0
+                    }
+                    None => line_id,
+                }
+            } else {
+                id
+            };
+            // A digest of merged summaries spends its room on facts: no source tags (its
+            // ranges still name the messages it stands for).
+            let (id, piece) = if request.detail == Detail::Digest {
+                (0, line_source(piece).map_or(piece, |(_, rest)| rest))
+            } else {
+                (id, piece)
+            };
             let (scored_role, scored_part, scored) = origin(piece, role, part);
             let own = score(scored, scored_role, scored_part);
             // An earlier summary's lines stand for messages that are gone.
@@ -283,17 +411,17 @@ fn each_candidate<'a>(request: &SummaryRequest<'a>, mut visit: impl FnMut(Candid
             let specific =
                 own.saturating_sub(if scored_part == Part::Previous { 3 } else { 0 }) >= SPECIFIC;
             if score > 0 {
-                let line = Extractive::render(piece, role, part, name);
+                let line = Extractive::render(piece, role, part, name, id);
                 visit(Candidate { order, score, specific, line });
             }
             order = order.wrapping_add(1);
         });
     };
-    read(request.previous, Role::System, Part::Previous, "");
+    read(request.previous, Role::System, Part::Previous, "", 0);
     for message in request.messages.clone() {
-        read(message.content(), message.role(), Part::Content, "");
+        read(message.content(), message.role(), Part::Content, "", message.id());
         for call in message.tool_calls() {
-            read(call.arguments, message.role(), Part::Call, call.name);
+            read(call.arguments, message.role(), Part::Call, call.name, message.id());
         }
     }
 }
@@ -308,8 +436,13 @@ struct Size {
 
 impl Size {
     fn of(counter: &dyn TokenCounter, line: Line<'_>) -> Size {
-        let (prefix, name, piece) = line;
-        let bytes = prefix.len() + name.len() + usize::from(!name.is_empty()) + piece.len() + 1;
+        let Line { id, prefix, name, piece } = line;
+        let bytes = IdTag::new(id).len
+            + prefix.len()
+            + name.len()
+            + usize::from(!name.is_empty())
+            + piece.len()
+            + 1;
         Size { tokens: Extractive::cost(counter, line), bytes: bytes as u32, lines: 1 }
     }
 
@@ -409,7 +542,7 @@ pub struct Extractive;
 impl Extractive {
     /// A statement as written: trimmed, cut to [`MAX_STATEMENT`] bytes, with the prefix that
     /// says whose it is.
-    fn render<'a>(piece: &'a str, role: Role, part: Part, name: &'a str) -> Line<'a> {
+    fn render<'a>(piece: &'a str, role: Role, part: Part, name: &'a str, id: u64) -> Line<'a> {
         let piece = piece.trim();
         let piece = piece.strip_prefix("- ").unwrap_or(piece).trim();
         let mut end = piece.len().min(MAX_STATEMENT);
@@ -417,28 +550,35 @@ impl Extractive {
             end -= 1;
         }
         let piece = piece.get(..end).unwrap_or_default();
-        match (part, role) {
-            (Part::Previous, _) => ("", "", piece),
-            (Part::Call, _) => ("ran ", name, piece),
-            (_, Role::User) => ("user: ", "", piece),
-            (_, Role::Tool) => ("tool: ", "", piece),
-            _ => ("", "", piece),
-        }
+        let (prefix, name) = match (part, role) {
+            (Part::Previous, _) => ("", ""),
+            (Part::Call, _) => ("ran ", name),
+            (_, Role::User) => ("user: ", ""),
+            (_, Role::Tool) => ("tool: ", ""),
+            _ => ("", ""),
+        };
+        Line { id, prefix, name, piece }
     }
 
     /// Tokens a written line costs (pieces counted apart: never less than the whole).
-    fn cost(counter: &dyn TokenCounter, (prefix, name, piece): Line<'_>) -> u32 {
-        counter.count(prefix) + counter.count(name) + counter.count(piece) + 2
+    fn cost(counter: &dyn TokenCounter, line: Line<'_>) -> u32 {
+        counter.count(IdTag::new(line.id).as_str())
+            + counter.count(line.prefix)
+            + counter.count(line.name)
+            + counter.count(line.piece)
+            + 2
     }
 
     /// Whether `out` already has `line` as one of its lines.
-    fn has_line(out: &str, (prefix, name, piece): Line<'_>) -> bool {
-        let separator = if name.is_empty() { "" } else { " " };
-        let len = prefix.len() + name.len() + separator.len() + piece.len();
+    fn has_line(out: &str, line: Line<'_>) -> bool {
+        let tag = IdTag::new(line.id);
+        let separator = if line.name.is_empty() { "" } else { " " };
+        let parts = [tag.as_str(), line.prefix, line.name, separator, line.piece];
+        let len: usize = parts.iter().map(|part| part.len()).sum();
         crate::small::split_lines(out).any(|written| {
             let written = written.strip_suffix('\n').unwrap_or(written);
             written.len() == len
-                && [prefix, name, separator, piece]
+                && parts
                     .into_iter()
                     .try_fold(written, |rest, part| rest.strip_prefix(part))
                     .is_some()
@@ -446,24 +586,20 @@ impl Extractive {
     }
 
     /// Writes one line (newlines inside become spaces), cut to `room` bytes.
-    fn write_line(
-        out: &mut TextBuffer<'_>,
-        (prefix, name, piece): Line<'_>,
-        room: usize,
-        detail: Detail,
-    ) {
+    fn write_line(out: &mut TextBuffer<'_>, line: Line<'_>, room: usize, detail: Detail) {
         if !out.is_empty() {
             // A one-line summary keeps its few statements on one line.
             out.push_str(if detail == Detail::Line { " " } else { "\n" });
         }
         let start = out.len();
-        let separator = if name.is_empty() { "" } else { " " };
-        for part in [prefix, name, separator, piece] {
-            for (index, line) in part.split(['\n', '\r']).enumerate() {
+        let tag = IdTag::new(line.id);
+        let separator = if line.name.is_empty() { "" } else { " " };
+        for part in [tag.as_str(), line.prefix, line.name, separator, line.piece] {
+            for (index, text) in part.split(['\n', '\r']).enumerate() {
                 if index > 0 {
                     out.push_str(" ");
                 }
-                out.push_str(line);
+                out.push_str(text);
             }
         }
         if out.len() - start > room {
@@ -645,10 +781,64 @@ mod tests {
     }
 
     #[test]
+    fn summary_lines_name_their_source_in_chronological_order() {
+        let texts = [
+            "Hey Mel! How's your week going?",
+            "I moved to Lisbon in March, near the harbor.",
+            "Thanks, Caroline!",
+            "[Session 2, 8 May 2023]",
+            "## Notes",
+            "Session 3 · 9 May 2023, 1:56 pm",
+            "My sister Ingrid is getting married in June.",
+            "Decided: the reunion is on June 14 in Porto.",
+        ];
+        let summary = summarize_texts(&texts, Detail::Paragraph, 400, 4096).unwrap();
+        let sources: Vec<(u64, &str)> = summary.lines().map(|l| line_source(l).unwrap()).collect();
+        // Pleasantries and headers with no content are not kept.
+        assert_eq!(sources.len(), 3, "{summary}");
+        assert!(sources.windows(2).all(|w| w[0].0 < w[1].0), "chronological: {summary}");
+        // Each line names the message it quotes (pushed ids start at 1).
+        for (id, rest) in &sources {
+            let original = texts[*id as usize - 1];
+            assert!(original.starts_with(rest.trim_end_matches('.')), "{id}: {rest}");
+        }
+        for header in ["[Session 2, 8 May 2023]", "## Notes", "Session 3 · 9 May 2023, 1:56 pm"] {
+            assert!(is_header(header), "{header}");
+        }
+        assert!(!is_header("I moved to Lisbon in March.") && !is_header("May 14 works for me."));
+    }
+
+    #[test]
+    fn a_merged_summary_keeps_the_source_of_each_line() {
+        let previous = "#7 user: I moved to Lisbon. The flat is near the harbor.\n#9 Decided: pin tokio to 1.38.";
+        let manager = Box::new(crate::ContextManager::<crate::DefaultCapacities>::new());
+        let request = SummaryRequest {
+            previous,
+            messages: crate::summarize::SummarySource::empty(),
+            budget: 200,
+            detail: Detail::Paragraph,
+            counter: manager.counter(),
+        };
+        let mut bytes = vec![0u8; 1024];
+        let mut out = TextBuffer::new(&mut bytes);
+        Extractive.summarize(&request, &mut out).unwrap();
+        for line in out.as_str().lines() {
+            assert!(line_source(line).is_some(), "{line} in {}", out.as_str());
+        }
+        assert!(out.as_str().contains("#7 The flat is near the harbor"), "{}", out.as_str());
+        // A digest drops the tags: its room goes to facts.
+        let digest = SummaryRequest { detail: Detail::Digest, ..request };
+        let mut bytes = vec![0u8; 1024];
+        let mut out = TextBuffer::new(&mut bytes);
+        Extractive.summarize(&digest, &mut out).unwrap();
+        assert!(out.as_str().lines().all(|l| line_source(l).is_none()), "{}", out.as_str());
+    }
+
+    #[test]
     fn statements_split_lines_and_sentences() {
         let text = "One. Two! Three\nFour? Five";
         let mut found = Vec::new();
-        statements(text, |s, e| found.push(text[s..e].trim().to_string()));
+        statements(text, |s, e, _| found.push(text[s..e].trim().to_string()));
         assert_eq!(found, ["One.", "Two!", "Three", "Four?", "Five"]);
     }
 }

@@ -4,7 +4,7 @@
 mod extractive;
 mod text;
 
-pub use extractive::Extractive;
+pub use extractive::{Extractive, line_source};
 pub use text::TextBuffer;
 
 use crate::counter::TokenCounter;

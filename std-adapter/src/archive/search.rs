@@ -74,7 +74,8 @@ pub struct KeywordCount {
 /// clitics dropped, so `Caroline's` searches `Caroline`); each becomes a quoted term (FTS5
 /// operators lose their meaning), words with the same [`stem`](ctxwin_core::terms::stem) count
 /// once, and they are OR-ed so BM25 ranks the messages matching most of them first. Stop words
-/// are dropped when other words remain. The index stems with Porter, so `dogs` finds `dog`.
+/// are dropped when other words remain. The index stems with Porter, so `dogs` finds `dog`;
+/// an irregular verb also searches its other forms ([`ctxwin_core::terms::verb_forms`]).
 /// `None` when nothing is left to search for.
 pub(crate) fn fts_query(user: &str) -> Option<String> {
     let mut terms: Vec<&str> = Vec::new();
@@ -87,8 +88,12 @@ pub(crate) fn fts_query(user: &str) -> Option<String> {
         let words: Vec<&str> =
             if joined { vec![core] } else { ctxwin_core::terms::search_words(chunk).collect() };
         for word in words {
-            if !terms.iter().any(|t| ctxwin_core::terms::same_stem(t, word)) {
-                terms.push(word);
+            // An irregular verb brings its other forms (`take` finds `taken`, `took`).
+            let forms = ctxwin_core::terms::verb_forms(word);
+            for word in core::iter::once(word).chain(forms.iter().copied()) {
+                if !terms.iter().any(|t| ctxwin_core::terms::same_stem(t, word)) {
+                    terms.push(word);
+                }
             }
         }
     }
@@ -392,7 +397,12 @@ mod tests {
     #[test]
     fn quotes_every_word_and_ors_them() {
         assert_eq!(fts_query("lexer panic").as_deref(), Some(r#""lexer" OR "panic""#));
-        assert_eq!(fts_query(r#"say "parser""#).as_deref(), Some(r#""say" OR "parser""#));
+        assert_eq!(fts_query(r#"say "parser""#).as_deref(), Some(r#""say" OR "said" OR "parser""#));
+        // Irregular verbs search their other forms.
+        assert_eq!(
+            fts_query("What hobby did Sofia take up?").as_deref(),
+            Some(r#""hobby" OR "Sofia" OR "take" OR "took" OR "taken""#)
+        );
         assert_eq!(fts_query("col:val -x").as_deref(), Some(r#""col:val" OR "x""#));
         assert_eq!(fts_query("Caroline's dogs, dog").as_deref(), Some(r#""Caroline" OR "dogs""#));
     }

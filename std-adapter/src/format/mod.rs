@@ -89,6 +89,7 @@ mod error;
 mod jsonl;
 mod node;
 mod openai;
+mod timestamps;
 
 use std::fmt;
 use std::io::{BufRead, Write};
@@ -96,6 +97,7 @@ use std::str::FromStr;
 
 pub use anthropic::OPENING_USER_TEXT;
 pub use error::{FormatError, Problem, UnknownFormat};
+pub use timestamps::message_timestamps;
 
 use crate::Conversation;
 use node::Source;

@@ -94,7 +94,8 @@ impl Session {
     ///     session.push(&ChatMessage::text(Role::User, format!("turn {turn}")))?;
     /// }
     /// let payload = session.compose_recall(&[], Some("which postgres version"))?;
-    /// assert_eq!(payload.recall.ids, [1]);
+    /// // The hit, and in the free room the turn after it.
+    /// assert_eq!(payload.recall.ids, [1, 2]);
     /// assert!(payload.conversation.messages[0].content.contains("Postgres 16"));
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```

@@ -55,11 +55,38 @@ impl Session {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn import(&mut self, conversation: &Conversation) -> Result<ImportReport, SessionError> {
+        self.import_timed(conversation, &[])
+    }
+
+    /// Like [`import`](Self::import), with the time of each message where the input had one
+    /// (`timestamps[i]` for `conversation.messages[i]`, ms since the Unix epoch, e.g. from
+    /// [`message_timestamps`](crate::format::message_timestamps)); messages without one get
+    /// the import time. Ages then come from when things were said.
+    ///
+    /// # Errors
+    /// As [`import`](Self::import).
+    ///
+    /// ```
+    /// use ctxwin_std::{format, session::SessionBuilder};
+    /// let jsonl = "{\"role\":\"user\",\"content\":\"hi\",\"timestamp\":\"2023-05-08T13:56:00Z\"}\n";
+    /// let conversation = format::read(jsonl, format::Format::OpenAiJsonl).unwrap();
+    /// let stamps = format::message_timestamps(jsonl, conversation.messages.len());
+    /// let mut session = SessionBuilder::new("s").archive_in_memory().build()?;
+    /// let report = session.import_timed(&conversation, &stamps)?;
+    /// let stored = session.archive().unwrap().get_many("s", &report.ids).unwrap();
+    /// assert_eq!(stored[0].timestamp, 1_683_554_160_000);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn import_timed(
+        &mut self,
+        conversation: &Conversation,
+        timestamps: &[Option<u64>],
+    ) -> Result<ImportReport, SessionError> {
         let mut report = ImportReport::default();
         let mut batch =
             Batch { rows: Vec::new(), ids: HashSet::new(), since: self.tracker.next_id };
         let ingested = self.manager.stats().counters.tokens_ingested;
-        let result = self.import_items(conversation, &mut batch, &mut report);
+        let result = self.import_items(conversation, timestamps, &mut batch, &mut report);
         // Whatever was stored is archived, also when an item was refused.
         let flushed = self.flush(&mut batch, &mut report);
         result?;
@@ -113,6 +140,21 @@ impl Session {
         &mut self,
         conversation: &Conversation,
         chunk: usize,
+        progress: impl FnMut(&ImportReport, usize),
+    ) -> Result<CheckpointId, SessionError> {
+        self.import_atomic_timed(conversation, &[], chunk, progress)
+    }
+
+    /// [`import_atomic`](Self::import_atomic) with message times, as
+    /// [`import_timed`](Self::import_timed).
+    ///
+    /// # Errors
+    /// As [`import_atomic`](Self::import_atomic).
+    pub fn import_atomic_timed(
+        &mut self,
+        conversation: &Conversation,
+        timestamps: &[Option<u64>],
+        chunk: usize,
         mut progress: impl FnMut(&ImportReport, usize),
     ) -> Result<CheckpointId, SessionError> {
         if self.store.is_none() {
@@ -124,7 +166,7 @@ impl Session {
         };
         let policy = self.periodic.policy();
         self.periodic = PeriodicCheckpointer::new(CheckpointPolicy::DISABLED);
-        let result = self.import_chunks(conversation, chunk.max(1), &mut progress);
+        let result = self.import_chunks(conversation, timestamps, chunk.max(1), &mut progress);
         let result = match result {
             Ok(()) => {
                 self.periodic = PeriodicCheckpointer::new(policy);
@@ -147,6 +189,7 @@ impl Session {
     fn import_chunks(
         &mut self,
         conversation: &Conversation,
+        timestamps: &[Option<u64>],
         chunk: usize,
         progress: &mut impl FnMut(&ImportReport, usize),
     ) -> Result<(), SessionError> {
@@ -161,7 +204,8 @@ impl Session {
                 tools,
                 messages: conversation.messages[offset..end].to_vec(),
             };
-            let report = self.import(&part).map_err(|error| match error {
+            let times = timestamps.get(offset..end.min(timestamps.len())).unwrap_or_default();
+            let report = self.import_timed(&part, times).map_err(|error| match error {
                 SessionError::Import { item, source } => {
                     let item =
                         match item.strip_prefix("message ").and_then(|n| n.parse::<usize>().ok()) {
@@ -181,6 +225,7 @@ impl Session {
     fn import_items(
         &mut self,
         conversation: &Conversation,
+        timestamps: &[Option<u64>],
         batch: &mut Batch,
         report: &mut ImportReport,
     ) -> Result<(), SessionError> {
@@ -188,7 +233,8 @@ impl Session {
             |item: String| move |source| SessionError::Import { item, source: Box::new(source) };
         if let Some(system) = &conversation.system {
             let prompt = ChatMessage::text(Role::System, system.as_str());
-            self.import_one(&prompt, batch, report).map_err(failed("system prompt".into()))?;
+            self.import_one(&prompt, None, batch, report)
+                .map_err(failed("system prompt".into()))?;
         }
         let declared: HashSet<String> = self
             .manager
@@ -202,8 +248,9 @@ impl Session {
             report.tools += 1;
         }
         for (index, message) in conversation.messages.iter().enumerate() {
+            let at = timestamps.get(index).copied().flatten();
             let id = self
-                .import_one(message, batch, report)
+                .import_one(message, at, batch, report)
                 .map_err(failed(format!("message {index}")))?;
             report.ids.push(id);
         }
@@ -214,11 +261,12 @@ impl Session {
     fn import_one(
         &mut self,
         message: &ChatMessage,
+        at: Option<u64>,
         batch: &mut Batch,
         report: &mut ImportReport,
     ) -> Result<u64, SessionError> {
         let head = (message.role == Role::Tool).then(|| self.pending_head().map(|h| h.id()));
-        let timestamp = now_ms();
+        let timestamp = at.unwrap_or_else(now_ms);
         let options = PushOptions { timestamp: Some(timestamp), ..PushOptions::default() };
         let id = match self.push_core(message, &options, timestamp) {
             Err(CoreError::OutboxFull { .. }) => {

@@ -6,11 +6,18 @@
 //! does is kept (no eviction, no checkpoint, no change a later compose would see).
 //!
 //! Ranking: the archive's BM25 (SQLite FTS5, `k1 = 1.2`, `b = 0.75`, every column weighted
-//! 1; Porter stemming in the index; query words from [`ctxwin_core::terms::search_words`]),
-//! times a recency prior `1 + recency × position` (position 0 for the oldest candidate, 1 for
-//! the newest). Messages still in the window (or quoted whole by its summaries) are left out,
-//! as are repeated texts; a short
-//! reply brings the turn it answers, and a short question its answer, when there is room.
+//! 1; Porter stemming in the index; query words from [`ctxwin_core::terms::search_words`],
+//! irregular verbs with their other forms), times a recency prior `1 + recency × position`
+//! (position 0 for the oldest candidate, 1 for the newest). A short reply that brings the turn
+//! it answers (or a short question its answer) is ranked as the exchange of both: BM25's
+//! length normalization is redone for the pair's length, so "Thanks, Mel!" does not outrank a
+//! real statement about Mel for being two words long. Messages still in the window (or quoted
+//! whole by its summaries) are left out, as are repeated texts.
+//!
+//! Packing: ranked hits first, best first, each with the turn a short one brings, while they
+//! fit; then, in the room left, the context of the hits, best hit first: the exchange a hit
+//! started (a short question about it from the other speaker and its answer), then the turns
+//! just before and after it.
 
 use ctxwin_core::Role;
 use ctxwin_core::counter::TokenCounter;
@@ -24,6 +31,10 @@ pub const RETRIEVED_HEADER: &str = "[Retrieved from archive]";
 /// A reply of fewer words than this brings the turn it answers (its meaning is there), and a
 /// question of fewer words its answer.
 const SHORT_REPLY_WORDS: usize = 10;
+
+/// SQLite FTS5's BM25 parameters (its built-in `bm25()` uses these).
+const BM25_K1: f64 = 1.2;
+const BM25_B: f64 = 0.75;
 
 /// How a session retrieves (set with [`SessionBuilder::retrieval`](super::SessionBuilder::retrieval)
 /// or [`Session::set_retrieval`]).
@@ -133,7 +144,8 @@ impl Session {
     /// }
     /// let recall = session.recall("What is Caroline's dog called?", &[])?;
     /// assert!(recall.block.contains("two dogs in May"), "{}", recall.block);
-    /// assert_eq!(recall.ids, [1]);
+    /// // The hit, and in the free room the turn after it.
+    /// assert_eq!(recall.ids, [1, 2]);
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn recall(&self, query: &str, dynamic: &[&str]) -> Result<Recall, SessionError> {
@@ -156,6 +168,23 @@ impl Session {
         if hits.is_empty() {
             return Ok(Recall::default());
         }
+        // The turns short hits may bring, fetched at once.
+        let wanted: Vec<u64> = if settings.neighbours {
+            hits.iter()
+                .filter(|hit| hit.content.split_whitespace().count() < SHORT_REPLY_WORDS)
+                .filter_map(|hit| neighbour_of(hit.id, &hit.content))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let neighbours: std::collections::HashMap<u64, ArchivedMessage> =
+            archive.get_many(&self.name, &wanted)?.into_iter().map(|m| (m.id, m)).collect();
+        // A short hit that brings a turn is ranked as the exchange of both: BM25's length
+        // normalization, which favours a two-word "Thanks, Mel!", is redone for the pair's
+        // length (one occurrence assumed; `avgdl` from the candidates).
+        let words = |text: &str| text.split_whitespace().count().max(1) as f64;
+        let avgdl = hits.iter().map(|hit| words(&hit.content)).sum::<f64>() / hits.len() as f64;
+        let norm = |length: f64| 1.0 + BM25_K1 * (1.0 - BM25_B + BM25_B * length / avgdl);
         // Recency prior over the candidates' id range.
         let (low, high) =
             hits.iter().fold((u64::MAX, 0), |(lo, hi), hit| (lo.min(hit.id), hi.max(hit.id)));
@@ -164,24 +193,19 @@ impl Session {
             .into_iter()
             .map(|hit| {
                 let position = hit.id.saturating_sub(low) as f64 / span;
-                let score = hit.score * (1.0 + settings.recency * position);
+                let mut score = hit.score * (1.0 + settings.recency * position);
+                let length = words(&hit.content);
+                if length < SHORT_REPLY_WORDS as f64
+                    && let Some(other) = neighbour_of(hit.id, &hit.content)
+                        .and_then(|n| neighbours.get(&n))
+                        .filter(|other| is_other_speaker(other, hit.role))
+                {
+                    score *= norm(length) / norm(length + words(&other.message.content));
+                }
                 (score, hit.id, hit.role, hit.content)
             })
             .collect();
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
-
-        // The turns short hits may bring, fetched at once.
-        let wanted: Vec<u64> = if settings.neighbours {
-            ranked
-                .iter()
-                .filter(|(_, _, _, content)| content.split_whitespace().count() < SHORT_REPLY_WORDS)
-                .filter_map(|(_, id, _, content)| neighbour_of(*id, content))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let neighbours: std::collections::HashMap<u64, ArchivedMessage> =
-            archive.get_many(&self.name, &wanted)?.into_iter().map(|m| (m.id, m)).collect();
 
         let mut spent = header;
         let mut chosen: Vec<(u64, String)> = Vec::new();
@@ -232,6 +256,82 @@ impl Session {
                     &other.message.content,
                     &mut spent,
                 );
+            }
+        }
+        // Free room left once every ranked hit had its chance: the context around the hits,
+        // best hit first. First the exchange a hit started (a short question about it from
+        // the other speaker, and the answer), then the turn before and the turn after.
+        if settings.neighbours && chosen.len() < settings.max_items {
+            let primary: Vec<(u64, Role)> = ranked
+                .iter()
+                .filter(|(_, id, _, _)| chosen.iter().any(|(seen, _)| seen == id))
+                .map(|(_, id, role, _)| (*id, *role))
+                .collect();
+            let cheapest = header.max(8);
+            if room.saturating_sub(spent) > cheapest {
+                let around: Vec<u64> = primary
+                    .iter()
+                    .flat_map(|&(id, _)| [id.saturating_sub(1), id + 1, id + 2])
+                    .filter(|&id| {
+                        id > 0
+                            && !neighbours.contains_key(&id)
+                            && !chosen.iter().any(|(seen, _)| *seen == id)
+                            && self.manager.get(id).is_none()
+                    })
+                    .collect();
+                let mut context = neighbours;
+                context
+                    .extend(archive.get_many(&self.name, &around)?.into_iter().map(|m| (m.id, m)));
+                let usable = |id: u64| {
+                    context.get(&id).filter(|m| {
+                        self.manager.get(id).is_none()
+                            && matches!(m.message.role, Role::User | Role::Assistant)
+                    })
+                };
+                // The exchange a hit started.
+                for &(id, role) in &primary {
+                    if chosen.len() >= settings.max_items {
+                        break;
+                    }
+                    let Some(question) = usable(id + 1) else { continue };
+                    let text = question.message.content.trim_end();
+                    if question.message.role == role
+                        || !text.ends_with('?')
+                        || text.split_whitespace().count() >= SHORT_REPLY_WORDS
+                    {
+                        continue;
+                    }
+                    let Some(answer) = usable(id + 2) else { continue };
+                    let cost = line_cost(&format!(
+                        "- (msg {}, {}) {}",
+                        id + 1,
+                        question.message.role,
+                        text
+                    ))
+                    .saturating_add(line_cost(&format!(
+                        "- (msg {}, {}) {}",
+                        id + 2,
+                        answer.message.role,
+                        answer.message.content
+                    )));
+                    if spent.saturating_add(cost) > room {
+                        continue;
+                    }
+                    for m in [question, answer] {
+                        take(&mut chosen, m.id, m.message.role, &m.message.content, &mut spent);
+                    }
+                }
+                // The turn before and the turn after.
+                for &(id, _) in &primary {
+                    for near in [id.saturating_sub(1), id + 1] {
+                        if chosen.len() >= settings.max_items {
+                            break;
+                        }
+                        if let Some(m) = usable(near) {
+                            take(&mut chosen, m.id, m.message.role, &m.message.content, &mut spent);
+                        }
+                    }
+                }
             }
         }
         chosen.sort_by_key(|(id, _)| *id);
@@ -391,6 +491,56 @@ mod tests {
         assert!(!session.compose(&[]).unwrap().recall.ids.is_empty());
         session.set_retrieval(RetrievalSettings { auto: false, ..RetrievalSettings::DEFAULT });
         assert!(session.compose(&[]).unwrap().recall.ids.is_empty());
+    }
+
+    #[test]
+    fn a_hit_brings_the_exchange_it_started_and_irregular_verbs_match() {
+        let mut session = chat(2_000);
+        session
+            .push(&ChatMessage::text(Role::User, "I have taken up pottery on weekends lately."))
+            .unwrap();
+        session.push(&ChatMessage::text(Role::Assistant, "Oh nice, who teaches you?")).unwrap();
+        session
+            .push(&ChatMessage::text(Role::User, "Mrs. Okafor, she ran a studio for years."))
+            .unwrap();
+        for turn in 0..600 {
+            session.push(&ChatMessage::text(Role::User, format!("filler {turn}"))).unwrap();
+        }
+        // `take` finds `taken`; the question and answer that followed come with it.
+        let recall = session.recall("Which hobby did she take up?", &[]).unwrap();
+        assert!(recall.block.contains("taken up pottery"), "{}", recall.block);
+        assert!(recall.block.contains("Mrs. Okafor"), "{}", recall.block);
+    }
+
+    #[test]
+    fn a_short_reply_ranks_as_the_exchange_it_closes() {
+        let mut session = chat(2_000);
+        // A two-word reply naming Mel closes an exchange of 17 words; a ten-word turn about
+        // Mel ranks above it, although BM25 alone favours the two-word reply.
+        session
+            .push(&ChatMessage::text(
+                Role::User,
+                "The garden party ran late again and everyone stayed until midnight talking \
+                 about the weather.",
+            ))
+            .unwrap();
+        session.push(&ChatMessage::text(Role::Assistant, "Thanks, Mel!")).unwrap();
+        session
+            .push(&ChatMessage::text(
+                Role::User,
+                "Mel bought a violin last spring and loves it so.",
+            ))
+            .unwrap();
+        for turn in 0..600 {
+            session.push(&ChatMessage::text(Role::User, format!("filler {turn}"))).unwrap();
+        }
+        let archive = session.archive().unwrap();
+        let raw = archive.rank("s", "Who is Mel?", 5).unwrap();
+        assert!(raw[0].content.starts_with("Thanks"), "{raw:?}");
+        session.set_retrieval(RetrievalSettings { max_items: 1, ..RetrievalSettings::DEFAULT });
+        let recall = session.recall("Who is Mel?", &[]).unwrap();
+        assert!(recall.block.contains("bought a violin"), "{}", recall.block);
+        assert_eq!(recall.ids.len(), 1, "{}", recall.block);
     }
 
     #[test]
