@@ -192,21 +192,27 @@ impl App {
             slots.values().cloned().collect()
         };
         for slot in slots {
-            let Ok(mut guard) = slot.conv.clone().try_lock_owned() else { continue };
+            let Ok(guard) = slot.conv.clone().try_lock_owned() else { continue };
             let due = guard.as_ref().is_some_and(|c| c.is_dirty() && c.idle() >= idle);
             if !due {
                 continue;
             }
-            let _ = self
-                .blocking(move || {
-                    if let Some(conv) = guard.as_mut()
-                        && let Err(error) = conv.checkpoint()
-                    {
-                        tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
-                    }
-                })
-                .await;
+            self.checkpoint_locked(guard).await;
         }
+    }
+
+    /// Checkpoints the locked conversation (if loaded) off the async threads; a failure is
+    /// logged and leaves the conversation dirty for the next try.
+    async fn checkpoint_locked(&self, mut guard: Guard) {
+        let _ = self
+            .blocking(move || {
+                if let Some(conv) = guard.as_mut()
+                    && let Err(error) = conv.checkpoint()
+                {
+                    tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
+                }
+            })
+            .await;
     }
 
     /// Checkpoints every resident conversation (on shutdown).
@@ -216,16 +222,8 @@ impl App {
             slots.values().cloned().collect()
         };
         for slot in slots {
-            let mut guard = slot.conv.clone().lock_owned().await;
-            let _ = self
-                .blocking(move || {
-                    if let Some(conv) = guard.as_mut()
-                        && let Err(error) = conv.checkpoint()
-                    {
-                        tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
-                    }
-                })
-                .await;
+            let guard = slot.conv.clone().lock_owned().await;
+            self.checkpoint_locked(guard).await;
         }
     }
 }

@@ -19,7 +19,10 @@ use core::hint::black_box;
 use cortex_m_rt::entry;
 use cortex_m_semihosting::debug;
 use critical_section::Mutex;
-use ctxwin_core::{Config, ContextManager, EntitySchema, Error, Level, Message, OpenAiRequest, PayloadItem, StrategyKind, ToolCall};
+use ctxwin_core::{
+    Config, ContextManager, EntitySchema, Error, Level, Message, OpenAiRequest, PayloadItem,
+    StrategyKind, ToolCall,
+};
 use edge::{EDGE_CONFIG, EDGE_MANAGER, EdgeManager};
 use panic_never as _;
 use summary::{Digest, SUMMARY_BYTES};
