@@ -214,9 +214,10 @@ fn sample_totals_match_the_fit_script() {
     assert_eq!(total(Weights::SMOLLM2, Margin::TIGHT), 194_738);
 }
 
-/// Accuracy and throughput on a full corpus in the sample's format:
-/// `CTXWIN_ESTIMATOR_CORPUS=path/to/corpus.jsonl cargo test --release -p ctxwin-core \
-///  full_corpus -- --ignored --nocapture`.
+/// Accuracy and throughput on a full corpus in the sample's format (the whole corpus ships
+/// gzipped: `gunzip -k benches/data/estimator-corpus.jsonl.gz`):
+/// `CTXWIN_ESTIMATOR_CORPUS=$PWD/benches/data/estimator-corpus.jsonl cargo test --release \
+///  -p ctxwin-core full_corpus -- --ignored --nocapture`.
 #[test]
 #[ignore = "needs CTXWIN_ESTIMATOR_CORPUS; prints, asserts nothing"]
 fn full_corpus_report() {
@@ -301,7 +302,8 @@ fn the_default_margin_keeps_the_promise_on_the_sample() {
 
 /// The margin search on the full corpus and a held-out split (messages whose source name has
 /// an odd byte sum, against the rest):
-/// `CTXWIN_ESTIMATOR_CORPUS=/work/shared/data/estimator-corpus.jsonl cargo test --release \
+/// `gunzip -k benches/data/estimator-corpus.jsonl.gz`, then
+/// `CTXWIN_ESTIMATOR_CORPUS=$PWD/benches/data/estimator-corpus.jsonl cargo test --release \
 ///  -p ctxwin-core --test estimator_accuracy margin -- --ignored --nocapture`.
 #[test]
 #[ignore = "needs CTXWIN_ESTIMATOR_CORPUS"]
