@@ -3,6 +3,7 @@
 //! measured without). QEMU prints the text as is; no decoder needed.
 
 use crate::text::TextBuf;
+use cortex_m_semihosting::debug;
 use cortex_m_semihosting::hio::{self, HostStream};
 
 /// Named pass/fail checks and log lines, written to the host's stdout.
@@ -60,6 +61,19 @@ impl Report {
         }
         self.line(text.as_str());
         ok
+    }
+
+    /// Checks the painted stack's high-water mark against `stack_limit`, prints the summary
+    /// ([`Report::finish`]) and ends the QEMU run with its exit code (0 when every check held).
+    pub fn exit_checked(mut self, stack_limit: usize) -> ! {
+        let high_water = crate::stack::high_water();
+        self.value("stack high-water: ", high_water as u64, " bytes");
+        self.check(high_water <= stack_limit, "stack high-water within the limit");
+        let code = if self.finish() { debug::EXIT_SUCCESS } else { debug::EXIT_FAILURE };
+        debug::exit(code);
+        loop {
+            cortex_m::asm::wfi();
+        }
     }
 }
 

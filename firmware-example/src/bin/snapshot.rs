@@ -38,14 +38,7 @@ fn main() -> ! {
     stack::paint();
     let mut report = Report::new();
     critical_section::with(|cs| run(cs, &mut report));
-    let high_water = stack::high_water();
-    report.value("stack high-water: ", high_water as u64, " bytes");
-    report.check(high_water <= STACK_LIMIT, "stack high-water within the limit");
-    let code = if report.finish() { debug::EXIT_SUCCESS } else { debug::EXIT_FAILURE };
-    debug::exit(code);
-    loop {
-        cortex_m::asm::wfi();
-    }
+    report.exit_checked(STACK_LIMIT)
 }
 
 fn run(cs: CriticalSection<'_>, report: &mut Report) {
