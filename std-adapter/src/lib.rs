@@ -5,6 +5,7 @@ pub use ctxwin_core as core;
 
 pub mod archive;
 pub mod checkpoint;
+pub mod embed;
 pub mod format;
 pub mod llm;
 pub mod message;

@@ -45,6 +45,7 @@ mod search;
 mod store;
 mod summaries;
 mod types;
+mod vectors;
 
 pub use context::{as_dynamic_context, messages_as_dynamic_context};
 pub use error::{ArchiveError, SqliteFailure};
@@ -53,6 +54,7 @@ pub use integrity::QUICK_CHECK_MAX_BYTES;
 pub use metrics::{ArchiveStats, MetricsSummary, StrategyMetrics};
 pub use search::{KeywordCount, KeywordHit, SearchHit, SummaryHit};
 pub use types::{ArchivedMessage, CompressionRecord, SummaryRecord};
+pub use vectors::VectorRow;
 
 use error::from_sql_int;
 

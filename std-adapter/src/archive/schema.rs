@@ -9,12 +9,12 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::ArchiveError;
 
 /// Migration scripts, oldest first. Never edit a published entry: append a new one.
-pub const MIGRATIONS: &[&str] = &[V1, V2];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The schema version this build writes.
 ///
 /// ```
-/// assert_eq!(ctxwin_std::archive::schema::SCHEMA_VERSION, 2);
+/// assert_eq!(ctxwin_std::archive::schema::SCHEMA_VERSION, 3);
 /// ```
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -133,6 +133,22 @@ CREATE TABLE archive_meta (
 ) WITHOUT ROWID;
 "#;
 
+/// Version 3: semantic vectors of messages, one per message and embedding model (little-endian
+/// `f32`s). A change of the message's content deletes its vectors (they described the old
+/// text; forgetting relies on it), and so does deleting the message.
+const V3: &str = r#"
+CREATE TABLE message_vectors (
+    message_pk INTEGER NOT NULL REFERENCES messages(pk) ON DELETE CASCADE,
+    model      TEXT NOT NULL,
+    vector     BLOB NOT NULL,
+    PRIMARY KEY (message_pk, model)
+) WITHOUT ROWID;
+CREATE TRIGGER message_vectors_stale AFTER UPDATE OF content ON messages
+WHEN old.content IS NOT new.content BEGIN
+    DELETE FROM message_vectors WHERE message_pk = old.pk;
+END;
+"#;
+
 /// Applies the connection settings: foreign keys, a busy timeout, and for files WAL with
 /// `synchronous = NORMAL` (a commit survives a crash of the process; the last commits may be
 /// lost on power failure, never corrupted).
@@ -198,6 +214,6 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
         let err = migrate(&mut conn).unwrap_err();
-        assert!(matches!(err, ArchiveError::SchemaTooNew { found: 3, supported: 2 }));
+        assert!(matches!(err, ArchiveError::SchemaTooNew { found: 4, supported: 3 }));
     }
 }

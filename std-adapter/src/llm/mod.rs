@@ -9,6 +9,7 @@
 //!   [`LlmSummary`] out.
 //! - [`LlmClient::extract`]: declared keys, current values and text in, updated values out.
 //! - [`LlmClient::tokenize`]: the model's own token ids (llama-server's `/tokenize`).
+//! - [`LlmClient::embeddings`]: one vector per input text (`POST {base}/v1/embeddings`).
 //!
 //! - [`LlmSummarizer`] and [`LlmExtractor`]: the core's `Summarizer` and `Extractor` seams
 //!   answered by the model (blocking), falling back to the core's extractive summarizer and
@@ -39,6 +40,7 @@
 mod budget;
 mod builder;
 mod client;
+mod embeddings;
 mod error;
 mod extract;
 mod extractor;
@@ -56,6 +58,7 @@ pub(crate) mod worker;
 pub use budget::estimate_tokens;
 pub use builder::LlmClientBuilder;
 pub use client::{Completion, LlmClient, LlmUsage, TokenCountFn};
+pub use embeddings::Embeddings;
 pub use error::LlmError;
 pub use extract::parse_extraction;
 pub use extractor::LlmExtractor;

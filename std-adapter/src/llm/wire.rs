@@ -11,6 +11,7 @@ pub(crate) struct Endpoints {
     pub(crate) root: String,
     pub(crate) chat: String,
     pub(crate) tokenize: String,
+    pub(crate) embeddings: String,
 }
 
 impl Endpoints {
@@ -34,6 +35,7 @@ impl Endpoints {
         Ok(Self {
             chat: format!("{root}/v1/chat/completions"),
             tokenize: format!("{root}/tokenize"),
+            embeddings: format!("{root}/v1/embeddings"),
             root,
         })
     }
@@ -172,6 +174,7 @@ mod tests {
             let endpoints = Endpoints::parse(base).unwrap();
             assert_eq!(endpoints.chat, "http://127.0.0.1:8089/v1/chat/completions", "{base}");
             assert_eq!(endpoints.tokenize, "http://127.0.0.1:8089/tokenize", "{base}");
+            assert_eq!(endpoints.embeddings, "http://127.0.0.1:8089/v1/embeddings", "{base}");
         }
         let proxied = Endpoints::parse("https://gateway.example/openai/v1").unwrap();
         assert_eq!(proxied.chat, "https://gateway.example/openai/v1/chat/completions");
