@@ -114,7 +114,7 @@ fn encode(vector: &[f32]) -> Vec<u8> {
 }
 
 fn decode(blob: &[u8]) -> Result<Vec<f32>, ArchiveError> {
-    if blob.len() % 4 != 0 {
+    if !blob.len().is_multiple_of(4) {
         return Err(ArchiveError::Corrupt(format!("a vector blob of {} bytes", blob.len())));
     }
     Ok(blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())

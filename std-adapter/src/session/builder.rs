@@ -7,11 +7,13 @@ use ctxwin_core::{Config, OutboxMode};
 
 use super::capacities::boxed_manager;
 use super::llm::{LlmOptions, LlmState};
+use super::semantic::{EmbedderSlot, SemanticIndex};
 use super::stats::SessionCounters;
 use super::sync::Tracker;
-use super::{Counter, RetrievalSettings, Session, SessionError};
+use super::{Counter, Hybrid, RetrievalSettings, Session, SessionError};
 use crate::archive::Archive;
 use crate::checkpoint::{CheckpointPolicy, CheckpointStore, DEFAULT_KEEP, PeriodicCheckpointer};
+use crate::embed::Embedder;
 use crate::llm::LlmClient;
 use crate::tokens::{Calibrator, CalibratorConfig, ChatFraming};
 
@@ -62,6 +64,8 @@ pub struct SessionBuilder {
     llm: Option<LlmClient>,
     llm_options: LlmOptions,
     retrieval: RetrievalSettings,
+    embedder: Option<EmbedderSlot>,
+    hybrid: Hybrid,
 }
 
 impl SessionBuilder {
@@ -88,6 +92,8 @@ impl SessionBuilder {
             llm: None,
             llm_options: LlmOptions::default(),
             retrieval: RetrievalSettings::DEFAULT,
+            embedder: None,
+            hybrid: Hybrid::DEFAULT,
         }
     }
 
@@ -134,6 +140,35 @@ impl SessionBuilder {
     /// automatically for the live request, into all the free room).
     pub fn retrieval(mut self, settings: RetrievalSettings) -> Self {
         self.retrieval = settings;
+        self
+    }
+
+    /// Ranks archived turns for recall by BM25 fused with the cosine similarity of `embedder`'s
+    /// vectors ([`Hybrid`]), instead of BM25 alone. Needs an archive (vectors are cached
+    /// there, keyed by message and [`Embedder::model`]). A failing or slow embedder never
+    /// fails a build: that build ranks lexically
+    /// ([`SemanticStats::fallbacks`](super::SemanticStats)).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxwin_std::embed::HttpEmbedder;
+    /// use ctxwin_std::session::{SessionBuilder, SessionError};
+    /// let embedder = Arc::new(HttpEmbedder::new("http://127.0.0.1:8090", "all-MiniLM-L6-v2")?);
+    /// let session = SessionBuilder::new("s").archive_in_memory().embedder(embedder.clone()).build()?;
+    /// assert_eq!(session.semantic_stats().unwrap().model, "all-MiniLM-L6-v2");
+    /// let no_archive = SessionBuilder::new("s").embedder(embedder).build();
+    /// assert!(matches!(no_archive, Err(SessionError::Setting(_))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn embedder(mut self, embedder: std::sync::Arc<dyn Embedder>) -> Self {
+        self.embedder = Some(EmbedderSlot(embedder));
+        self
+    }
+
+    /// The fusion parameters of hybrid recall ([`Hybrid::DEFAULT`]; used with
+    /// [`embedder`](Self::embedder)).
+    pub fn hybrid(mut self, hybrid: Hybrid) -> Self {
+        self.hybrid = hybrid;
         self
     }
 
@@ -246,6 +281,11 @@ impl SessionBuilder {
                 "LLM summaries read their sources from the archive: add .archive(path) or .archive_in_memory()".into(),
             ));
         }
+        if self.embedder.is_some() && self.archive == ArchiveAt::Nowhere {
+            return Err(SessionError::Setting(
+                "semantic recall caches vectors in the archive: add .archive(path) or .archive_in_memory()".into(),
+            ));
+        }
         let calibrator = Calibrator::with_config(self.calibrator)?;
         let manager = boxed_manager(configured, self.counter)?;
         let archive = match &self.archive {
@@ -276,6 +316,7 @@ impl SessionBuilder {
                 None => None,
             },
             retrieval: self.retrieval,
+            semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
         };
         let restored = if self.restore_latest { session.restore_latest_if_any()? } else { None };
         if restored.is_none()

@@ -125,11 +125,17 @@ impl Session {
         })
     }
 
-    /// The recall for `query`, or for the live request when retrieval is automatic.
-    fn recall_for(&self, dynamic: &[&str], query: Option<&str>) -> Result<Recall, SessionError> {
-        if self.archive.is_none() {
+    /// The recall for `query`, or for the live request when retrieval is automatic (with an
+    /// embedder, the messages archived since the last build are embedded first).
+    fn recall_for(
+        &mut self,
+        dynamic: &[&str],
+        query: Option<&str>,
+    ) -> Result<Recall, SessionError> {
+        if self.archive.is_none() || (query.is_none() && !self.retrieval.auto) {
             return Ok(Recall::default());
         }
+        self.sync_vectors()?;
         let query = match query {
             Some(query) => Some(query.to_string()),
             None if self.retrieval.auto => self.live_request(),

@@ -216,6 +216,9 @@ impl Session {
             Some(archive) => archive.forget(&self.name, ids, &strs)?,
             None => Forgotten::default(),
         };
+        if let Some(index) = self.semantic.as_mut() {
+            index.remove(&archive.messages);
+        }
         let mut checkpoints_rewritten = 0;
         if let Some(store) = self.store.as_ref() {
             let dir = store.dir().to_path_buf();

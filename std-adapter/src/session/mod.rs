@@ -76,6 +76,7 @@ mod push;
 mod recover;
 mod report;
 mod retrieve;
+mod semantic;
 mod stats;
 mod sync;
 
@@ -101,6 +102,7 @@ pub use push::PushOptions;
 pub use recover::{RecoverySource, take_for_recovery};
 pub use report::{ImportReport, PushReport, Reduction, RestoreReport};
 pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
+pub use semantic::{Hybrid, SemanticStats};
 pub use stats::{
     ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats, thousands,
 };
@@ -153,6 +155,8 @@ pub struct Session {
     llm: Option<llm::LlmState>,
     /// How [`recall`](Session::recall) and the automatic recall at compose retrieve.
     retrieval: RetrievalSettings,
+    /// Vectors for hybrid recall, when built with [`SessionBuilder::embedder`].
+    semantic: Option<semantic::SemanticIndex>,
 }
 
 impl Session {

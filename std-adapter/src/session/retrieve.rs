@@ -14,6 +14,11 @@
 //! real statement about Mel for being two words long. Messages still in the window (or quoted
 //! whole by its summaries) are left out, as are repeated texts.
 //!
+//! With an embedder ([`SessionBuilder::embedder`](super::SessionBuilder::embedder)), the
+//! nearest messages by cosine similarity join the candidates and the two rankings are fused
+//! by reciprocal rank ([`Hybrid`](super::Hybrid)); a failing embedder leaves the lexical
+//! ranking alone for that build.
+//!
 //! Packing: ranked hits first, best first, each with the turn a short one brings, while they
 //! fit; then, in the room left, the context of the hits, best hit first: the exchange a hit
 //! started (a short question about it from the other speaker and its answer), then the turns
@@ -161,18 +166,32 @@ impl Session {
         let mut hits = archive.rank(&self.name, query, settings.candidates)?;
         // What the window shows already: its messages, and text its summaries quote whole.
         let summaries: Vec<&str> = self.manager.session().map(|entry| entry.content()).collect();
-        hits.retain(|hit| {
-            self.manager.get(hit.id).is_none()
-                && !summaries.iter().any(|summary| summary.contains(hit.content.trim()))
+        let shown = |id: u64, content: &str| {
+            self.manager.get(id).is_some()
+                || summaries.iter().any(|summary| summary.contains(content.trim()))
+        };
+        hits.retain(|hit| !shown(hit.id, &hit.content));
+        // With an embedder: the nearest messages by meaning, and those BM25 did not find.
+        let mut nearest = self.nearest(query, settings.candidates);
+        let missing: Vec<u64> =
+            nearest.iter().copied().filter(|id| !hits.iter().any(|hit| hit.id == *id)).collect();
+        let mut extra = archive.get_many(&self.name, &missing)?;
+        extra.retain(|m| {
+            !shown(m.id, &m.message.content)
+                && matches!(m.message.role, Role::User | Role::Assistant)
         });
-        if hits.is_empty() {
+        nearest
+            .retain(|id| hits.iter().any(|hit| hit.id == *id) || extra.iter().any(|m| m.id == *id));
+        if hits.is_empty() && extra.is_empty() {
             return Ok(Recall::default());
         }
         // The turns short hits may bring, fetched at once.
         let wanted: Vec<u64> = if settings.neighbours {
             hits.iter()
-                .filter(|hit| hit.content.split_whitespace().count() < SHORT_REPLY_WORDS)
-                .filter_map(|hit| neighbour_of(hit.id, &hit.content))
+                .map(|hit| (hit.id, hit.content.as_str()))
+                .chain(extra.iter().map(|m| (m.id, m.message.content.as_str())))
+                .filter(|(_, content)| content.split_whitespace().count() < SHORT_REPLY_WORDS)
+                .filter_map(|(id, content)| neighbour_of(id, content))
                 .collect()
         } else {
             Vec::new()
@@ -189,7 +208,7 @@ impl Session {
         let (low, high) =
             hits.iter().fold((u64::MAX, 0), |(lo, hi), hit| (lo.min(hit.id), hi.max(hit.id)));
         let span = high.saturating_sub(low).max(1) as f64;
-        let mut ranked: Vec<(f64, u64, Role, String)> = hits
+        let mut ranked: Vec<Ranked> = hits
             .into_iter()
             .map(|hit| {
                 let position = hit.id.saturating_sub(low) as f64 / span;
@@ -206,6 +225,11 @@ impl Session {
             })
             .collect();
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+        if !nearest.is_empty()
+            && let Some(index) = self.semantic.as_ref()
+        {
+            ranked = fuse(ranked, &nearest, extra, &index.hybrid);
+        }
 
         let mut spent = header;
         let mut chosen: Vec<(u64, String)> = Vec::new();
@@ -353,6 +377,23 @@ impl Session {
         }
     }
 
+    /// With an embedder, the ids of the `limit` archived messages outside the window nearest
+    /// to `query` by meaning, best first; empty without one or when it fails (counted).
+    fn nearest(&self, query: &str, limit: usize) -> Vec<u64> {
+        let Some(index) = self.semantic.as_ref() else { return Vec::new() };
+        match index.embed_query(query) {
+            Ok(vector) => index
+                .nearest(&vector, limit, |id| self.manager.get(id).is_none())
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect(),
+            Err(error) => {
+                index.fell_back(&error);
+                Vec::new()
+            }
+        }
+    }
+
     /// Tokens the core will charge for `text` as a dynamic-context message.
     fn dynamic_tokens(&self, text: &str) -> u32 {
         self.manager
@@ -378,6 +419,34 @@ impl Session {
         .unwrap_or(u32::MAX);
         free.min(cap)
     }
+}
+
+/// One ranked candidate: score, id, author, text.
+type Ranked = (f64, u64, Role, String);
+
+/// The lexical ranking (best first) fused with the semantic one (`nearest`, ids best first)
+/// by reciprocal rank; `extra` holds the messages only the semantic ranking found.
+fn fuse(
+    lexical: Vec<Ranked>,
+    nearest: &[u64],
+    extra: Vec<ArchivedMessage>,
+    hybrid: &super::Hybrid,
+) -> Vec<Ranked> {
+    let ranks: std::collections::HashMap<u64, usize> =
+        nearest.iter().enumerate().map(|(i, &id)| (id, i + 1)).collect();
+    let semantic_rank = |id: u64| ranks.get(&id).copied();
+    let mut fused: Vec<Ranked> = lexical
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, id, role, text))| {
+            (hybrid.score(Some(i + 1), semantic_rank(id)), id, role, text)
+        })
+        .collect();
+    fused.extend(extra.into_iter().map(|m| {
+        (hybrid.score(None, semantic_rank(m.id)), m.id, m.message.role, m.message.content)
+    }));
+    fused.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+    fused
 }
 
 /// The turn a short hit brings: a question its answer, a reply what it answers.

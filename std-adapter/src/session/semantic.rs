@@ -1,0 +1,447 @@
+//! Optional semantic recall: an [`Embedder`]'s vectors of the session's archived messages, held
+//! in memory for ranking, cached in the archive, and fused with BM25.
+//!
+//! Vectors are made lazily: before a compose retrieves, the messages archived since the last
+//! compose are embedded in batches (those the archive has vectors for are loaded instead) and
+//! cached in the archive under the embedder's model name. The query is embedded at recall.
+//!
+//! Fusion is reciprocal rank fusion ([`Hybrid`]): a candidate at 1-based rank `r` in a list
+//! scores `weight / (k + r)` for it, summed over the BM25 list and the cosine list; `k = 60`
+//! and both weights 1 by default. Any embedder failure (an unreachable or slow endpoint, a
+//! malformed answer) leaves that build with the lexical ranking alone, counted in
+//! [`SemanticStats::fallbacks`]; nothing fails and nothing is lost.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::sync::Arc;
+
+use super::{Session, SessionError};
+use crate::embed::{EmbedError, Embedder, normalized};
+
+/// Reciprocal rank fusion parameters of hybrid retrieval.
+///
+/// ```
+/// let hybrid = ctxwin_std::session::Hybrid::DEFAULT;
+/// assert_eq!((hybrid.k, hybrid.lexical, hybrid.semantic), (60.0, 1.0, 1.0));
+/// // The best BM25 hit that is 10th by cosine, against the reverse: a tie.
+/// assert_eq!(hybrid.score(Some(1), Some(10)), hybrid.score(Some(10), Some(1)));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hybrid {
+    /// Rank offset: larger values flatten the difference between top and lower ranks.
+    pub k: f64,
+    /// Weight of the BM25 list.
+    pub lexical: f64,
+    /// Weight of the cosine list.
+    pub semantic: f64,
+}
+
+impl Hybrid {
+    /// `k = 60` (the value of Cormack et al.'s RRF paper), equal weights.
+    pub const DEFAULT: Self = Self { k: 60.0, lexical: 1.0, semantic: 1.0 };
+
+    /// The fused score of a candidate at 1-based ranks `lexical` and `semantic` (`None`: not
+    /// in that list).
+    pub fn score(&self, lexical: Option<usize>, semantic: Option<usize>) -> f64 {
+        let part =
+            |rank: Option<usize>, weight: f64| rank.map_or(0.0, |r| weight / (self.k + r as f64));
+        part(lexical, self.lexical) + part(semantic, self.semantic)
+    }
+}
+
+impl Default for Hybrid {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// What semantic recall has done in this session ([`Session::semantic_stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SemanticStats {
+    /// The embedder's model name.
+    pub model: String,
+    /// Messages with a vector in memory.
+    pub vectors: u64,
+    /// Texts this session sent to the embedder (messages and queries).
+    pub embedded: u64,
+    /// Vectors loaded from the archive's cache instead.
+    pub loaded: u64,
+    /// Builds that ranked lexically because the embedder failed.
+    pub fallbacks: u64,
+    /// The last embedder error, if any.
+    pub last_error: Option<String>,
+}
+
+/// An embedder as the builder holds it.
+#[derive(Clone)]
+pub(crate) struct EmbedderSlot(pub(crate) Arc<dyn Embedder>);
+
+impl fmt::Debug for EmbedderSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Embedder").field(&self.0.model()).finish()
+    }
+}
+
+/// The session's vectors, normalized, in one flat array.
+pub(crate) struct SemanticIndex {
+    embedder: Arc<dyn Embedder>,
+    pub(crate) hybrid: Hybrid,
+    ids: Vec<u64>,
+    flat: Vec<f32>,
+    dims: usize,
+    /// Highest message id looked at so far.
+    seen: u64,
+    embedded: u64,
+    loaded: u64,
+    fallbacks: Cell<u64>,
+    last_error: RefCell<Option<String>>,
+}
+
+impl SemanticIndex {
+    pub(crate) fn new(slot: EmbedderSlot, hybrid: Hybrid) -> Self {
+        Self {
+            embedder: slot.0,
+            hybrid,
+            ids: Vec::new(),
+            flat: Vec::new(),
+            dims: 0,
+            seen: 0,
+            embedded: 0,
+            loaded: 0,
+            fallbacks: Cell::new(0),
+            last_error: RefCell::new(None),
+        }
+    }
+
+    fn push(&mut self, id: u64, vector: Vec<f32>) -> Result<(), EmbedError> {
+        if self.dims == 0 {
+            self.dims = vector.len();
+        }
+        if vector.len() != self.dims {
+            return Err(EmbedError::Dimensions { expected: self.dims, found: vector.len() });
+        }
+        self.ids.push(id);
+        self.flat.extend(normalized(vector));
+        Ok(())
+    }
+
+    /// Counts a failure: this build ranks lexically.
+    pub(crate) fn fell_back(&self, error: &EmbedError) {
+        tracing::warn!(%error, "semantic recall: embedder failed; this build ranks lexically");
+        self.fallbacks.set(self.fallbacks.get().saturating_add(1));
+        *self.last_error.borrow_mut() = Some(error.to_string());
+    }
+
+    /// The query's vector, normalized.
+    pub(crate) fn embed_query(&self, query: &str) -> Result<Vec<f32>, EmbedError> {
+        let mut vectors = self.embedder.embed(&[query])?;
+        let vector = vectors.pop().ok_or(EmbedError::Count { inputs: 1, vectors: 0 })?;
+        if self.dims != 0 && vector.len() != self.dims {
+            return Err(EmbedError::Dimensions { expected: self.dims, found: vector.len() });
+        }
+        Ok(normalized(vector))
+    }
+
+    /// The `limit` messages closest to `query` (a normalized vector) among those `keep`
+    /// accepts, best first, with their cosine similarity.
+    pub(crate) fn nearest(
+        &self,
+        query: &[f32],
+        limit: usize,
+        keep: impl Fn(u64) -> bool,
+    ) -> Vec<(u64, f32)> {
+        if self.dims == 0 || query.len() != self.dims || limit == 0 {
+            return Vec::new();
+        }
+        let mut scored: Vec<(u64, f32)> = self
+            .ids
+            .iter()
+            .zip(self.flat.chunks_exact(self.dims))
+            .filter(|(id, _)| keep(**id))
+            .map(|(id, v)| (*id, v.iter().zip(query).map(|(a, b)| a * b).sum()))
+            .collect();
+        let by_score = |a: &(u64, f32), b: &(u64, f32)| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0));
+        if scored.len() > limit {
+            scored.select_nth_unstable_by(limit, by_score);
+            scored.truncate(limit);
+        }
+        scored.sort_by(by_score);
+        scored
+    }
+
+    /// Drops the vectors of `ids` (forgotten messages).
+    pub(crate) fn remove(&mut self, ids: &[u64]) {
+        if ids.is_empty() || self.dims == 0 {
+            return;
+        }
+        let dims = self.dims;
+        let mut kept_ids = Vec::with_capacity(self.ids.len());
+        let mut kept = Vec::with_capacity(self.flat.len());
+        for (id, v) in self.ids.iter().zip(self.flat.chunks_exact(dims)) {
+            if !ids.contains(id) {
+                kept_ids.push(*id);
+                kept.extend_from_slice(v);
+            }
+        }
+        self.ids = kept_ids;
+        self.flat = kept;
+    }
+
+    fn stats(&self) -> SemanticStats {
+        SemanticStats {
+            model: self.embedder.model().to_owned(),
+            vectors: self.ids.len() as u64,
+            embedded: self.embedded,
+            loaded: self.loaded,
+            fallbacks: self.fallbacks.get(),
+            last_error: self.last_error.borrow().clone(),
+        }
+    }
+}
+
+/// Texts embedded per call while catching up (the embedder batches further).
+const SYNC_CHUNK: usize = 256;
+
+impl Session {
+    /// Brings the semantic index up to date: vectors for every message archived since the
+    /// last call, loaded from the archive's cache or embedded (in batches) and cached there.
+    /// Returns how many messages gained a vector. [`compose`](Self::compose) calls it before
+    /// retrieving; call it yourself to embed ahead of time. Without an embedder, 0.
+    ///
+    /// An embedder failure is not an error: it is counted in [`SemanticStats::fallbacks`], the
+    /// messages not yet embedded are tried again next time, and retrieval ranks lexically
+    /// until they are.
+    ///
+    /// # Errors
+    /// Archive errors.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxwin_std::embed::{EmbedError, Embedder};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    ///
+    /// struct Length;
+    /// impl Embedder for Length {
+    ///     fn model(&self) -> &str { "length" }
+    ///     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    ///         Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
+    ///     }
+    /// }
+    /// let mut session =
+    ///     SessionBuilder::new("s").archive_in_memory().embedder(Arc::new(Length)).build()?;
+    /// session.push(&ChatMessage::text(Role::User, "hello"))?;
+    /// assert_eq!(session.sync_vectors()?, 1);
+    /// assert_eq!(session.sync_vectors()?, 0);
+    /// assert_eq!(session.semantic_stats().unwrap().vectors, 1);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn sync_vectors(&mut self) -> Result<usize, SessionError> {
+        let (Some(index), Some(archive)) = (self.semantic.as_mut(), self.archive.as_mut()) else {
+            return Ok(0);
+        };
+        let model = index.embedder.model().to_owned();
+        let rows = archive.vector_rows(&self.name, &model, index.seen)?;
+        let mut added = 0;
+        let mut pending: Vec<(u64, String)> = Vec::new();
+        for row in rows {
+            match row.vector {
+                Some(vector) => {
+                    if let Err(error) = index.push(row.id, vector) {
+                        index.fell_back(&error);
+                        return Ok(added);
+                    }
+                    index.loaded += 1;
+                    added += 1;
+                }
+                None if row.content.trim().is_empty() => {}
+                None => pending.push((row.id, row.content)),
+            }
+            index.seen = index.seen.max(row.id);
+        }
+        let mut done_upto = index.seen;
+        for chunk in pending.chunks(SYNC_CHUNK) {
+            let texts: Vec<&str> = chunk.iter().map(|(_, text)| text.as_str()).collect();
+            let answer = index.embedder.embed(&texts).and_then(|vectors| {
+                if vectors.len() == texts.len() {
+                    Ok(vectors)
+                } else {
+                    Err(EmbedError::Count { inputs: texts.len(), vectors: vectors.len() })
+                }
+            });
+            let vectors = match answer {
+                Ok(vectors) => vectors,
+                Err(error) => {
+                    index.fell_back(&error);
+                    // Try these again next time.
+                    done_upto = chunk[0].0.saturating_sub(1);
+                    break;
+                }
+            };
+            index.embedded += texts.len() as u64;
+            let rows: Vec<(u64, Vec<f32>)> = chunk.iter().map(|(id, _)| *id).zip(vectors).collect();
+            archive.store_vectors(&self.name, &model, &rows)?;
+            for (id, vector) in rows {
+                if let Err(error) = index.push(id, vector) {
+                    index.fell_back(&error);
+                    return Ok(added);
+                }
+                added += 1;
+            }
+        }
+        index.seen = done_upto;
+        Ok(added)
+    }
+
+    /// What semantic recall has done, when the session has an embedder.
+    ///
+    /// ```
+    /// let session = ctxwin_std::session::SessionBuilder::new("s").build()?;
+    /// assert!(session.semantic_stats().is_none());
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn semantic_stats(&self) -> Option<SemanticStats> {
+        self.semantic.as_ref().map(SemanticIndex::stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(Vec<Vec<f32>>);
+    impl Embedder for Fixed {
+        fn model(&self) -> &str {
+            "fixed"
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            Ok(texts.iter().map(|t| self.0[t.len() % self.0.len()].clone()).collect())
+        }
+    }
+
+    fn index() -> SemanticIndex {
+        SemanticIndex::new(EmbedderSlot(Arc::new(Fixed(vec![vec![1.0, 0.0]]))), Hybrid::DEFAULT)
+    }
+
+    #[test]
+    fn nearest_ranks_by_cosine_and_skips_what_keep_refuses() {
+        let mut index = index();
+        index.push(1, vec![1.0, 0.0]).unwrap();
+        index.push(2, vec![0.0, 1.0]).unwrap();
+        index.push(3, vec![1.0, 1.0]).unwrap();
+        let near = index.nearest(&normalized(vec![1.0, 0.2]), 2, |_| true);
+        assert_eq!(near.iter().map(|n| n.0).collect::<Vec<_>>(), [1, 3]);
+        let near = index.nearest(&normalized(vec![1.0, 0.2]), 5, |id| id != 1);
+        assert_eq!(near.iter().map(|n| n.0).collect::<Vec<_>>(), [3, 2]);
+        index.remove(&[3]);
+        assert_eq!(index.nearest(&[1.0, 0.0], 5, |_| true).len(), 2);
+    }
+
+    #[test]
+    fn vectors_of_another_length_are_refused() {
+        let mut index = index();
+        index.push(1, vec![1.0, 0.0]).unwrap();
+        assert!(matches!(index.push(2, vec![1.0]), Err(EmbedError::Dimensions { .. })));
+        assert!(index.nearest(&[1.0], 5, |_| true).is_empty());
+    }
+
+    /// Words of one concept share a dimension: a toy model for tests.
+    struct Concepts;
+    impl Embedder for Concepts {
+        fn model(&self) -> &str {
+            "concepts"
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            let groups: [&[&str]; 3] =
+                [&["dog", "puppy", "hound"], &["violin", "cello"], &["rain", "weather"]];
+            Ok(texts
+                .iter()
+                .map(|text| {
+                    let lower = text.to_lowercase();
+                    let mut v: Vec<f32> = groups
+                        .iter()
+                        .map(|g| g.iter().filter(|w| lower.contains(*w)).count() as f32)
+                        .collect();
+                    v.push(0.1);
+                    v
+                })
+                .collect())
+        }
+    }
+
+    struct Broken;
+    impl Embedder for Broken {
+        fn model(&self) -> &str {
+            "broken"
+        }
+        fn embed(&self, _: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            Err(EmbedError::Config("down".into()))
+        }
+    }
+
+    fn chat(embedder: Option<Arc<dyn Embedder>>) -> Session {
+        use crate::message::ChatMessage;
+        use ctxwin_core::{Config, Role};
+        let config = Config { max_messages: 4, locked_tail: 1, ..Config::DEFAULT };
+        let mut builder = super::super::SessionBuilder::new("s").config(config).archive_in_memory();
+        if let Some(embedder) = embedder {
+            builder = builder.embedder(embedder);
+        }
+        let mut session = builder.build().unwrap();
+        session
+            .push(&ChatMessage::text(Role::User, "We adopted a puppy from the shelter."))
+            .unwrap();
+        for turn in 0..20 {
+            let text = format!("Status report {turn}: nothing new on the build.");
+            session.push(&ChatMessage::text(Role::User, text)).unwrap();
+        }
+        session.push(&ChatMessage::text(Role::User, "What about your dog?")).unwrap();
+        session
+    }
+
+    #[test]
+    fn hybrid_recall_finds_a_turn_sharing_no_word_with_the_request() {
+        let mut lexical = chat(None);
+        let mut settings = lexical.retrieval().to_owned();
+        settings.max_items = 1;
+        settings.neighbours = false;
+        lexical.set_retrieval(settings);
+        assert!(!lexical.compose(&[]).unwrap().recall.block.contains("puppy"));
+        let mut hybrid = chat(Some(Arc::new(Concepts)));
+        hybrid.set_retrieval(settings);
+        let payload = hybrid.compose(&[]).unwrap();
+        assert!(payload.recall.block.contains("puppy"), "{}", payload.recall.block);
+        let stats = hybrid.semantic_stats().unwrap();
+        assert_eq!((stats.vectors, stats.fallbacks), (22, 0));
+        // Cached in the archive: a fresh index loads them instead of embedding.
+        assert_eq!(hybrid.archive().unwrap().vector_count("s").unwrap(), 22);
+    }
+
+    #[test]
+    fn a_failing_embedder_falls_back_to_the_lexical_payload() {
+        let mut lexical = chat(None);
+        let mut broken = chat(Some(Arc::new(Broken)));
+        let payload = broken.compose(&[]).unwrap();
+        assert_eq!(payload, lexical.compose(&[]).unwrap());
+        let stats = broken.semantic_stats().unwrap();
+        assert_eq!(stats.vectors, 0);
+        assert!(stats.fallbacks >= 1 && stats.last_error.is_some(), "{stats:?}");
+    }
+
+    #[test]
+    fn forgotten_messages_leave_the_index() {
+        let mut session = chat(Some(Arc::new(Concepts)));
+        session.sync_vectors().unwrap();
+        session.forget_matching("puppy").unwrap();
+        assert_eq!(session.semantic_stats().unwrap().vectors, 21);
+        assert_eq!(session.archive().unwrap().vector_count("s").unwrap(), 21);
+    }
+
+    #[test]
+    fn rrf_prefers_agreement() {
+        let h = Hybrid::DEFAULT;
+        assert!(h.score(Some(3), Some(3)) > h.score(Some(1), None));
+        assert!(h.score(None, Some(1)) == h.score(Some(1), None));
+        assert_eq!(h.score(None, None), 0.0);
+    }
+}
