@@ -24,6 +24,7 @@ pub mod api;
 pub mod cache;
 pub mod conv10k;
 pub mod corpus;
+pub mod embedcache;
 mod error;
 pub mod longchat;
 pub mod replay;

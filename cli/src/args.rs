@@ -41,6 +41,16 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "CTXWIN_LLM_URL", value_name = "URL")]
     pub llm_url: Option<String>,
 
+    /// Base URL of an OpenAI-compatible `/v1/embeddings` server: `build` then ranks recall by
+    /// BM25 fused with meaning (overrides [retrieval] embeddings_url).
+    #[arg(long, global = true, env = "CTXWIN_EMBED_URL", value_name = "URL")]
+    pub embeddings_url: Option<String>,
+
+    /// The embedding model's name, sent as `model` and keying cached vectors (overrides
+    /// [retrieval] embeddings_model).
+    #[arg(long, global = true, env = "CTXWIN_EMBED_MODEL", value_name = "NAME")]
+    pub embeddings_model: Option<String>,
+
     /// Print reports and tables as JSON.
     #[arg(long, global = true)]
     pub json: bool,

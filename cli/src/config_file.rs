@@ -51,12 +51,25 @@ pub(crate) struct FileConfig {
     pub limits: Limits,
     /// `[retrieval]`, resolved.
     pub retrieval: RetrievalSettings,
+    /// `[retrieval] embeddings_url` and `embeddings_model`.
+    pub embeddings: EmbeddingsSection,
+}
+
+/// The embeddings server of hybrid recall (`[retrieval] embeddings_url`, `embeddings_model`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct EmbeddingsSection {
+    /// Base URL of an OpenAI-compatible `/v1/embeddings` server.
+    pub url: Option<String>,
+    /// The model's name.
+    pub model: Option<String>,
 }
 
 /// The `[retrieval]` section: how `build` brings archived turns back into the payload.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RetrievalSection {
+    embeddings_url: Option<String>,
+    embeddings_model: Option<String>,
     auto: Option<bool>,
     max_share_percent: Option<u8>,
     max_items: Option<usize>,
@@ -66,7 +79,7 @@ struct RetrievalSection {
 }
 
 impl RetrievalSection {
-    fn resolve(self) -> Result<RetrievalSettings, String> {
+    fn resolve(&self) -> Result<RetrievalSettings, String> {
         let d = RetrievalSettings::DEFAULT;
         let settings = RetrievalSettings {
             auto: self.auto.unwrap_or(d.auto),
@@ -177,6 +190,7 @@ impl Default for FileConfig {
             llm: LlmSection::default(),
             limits: Limits::default(),
             retrieval: RetrievalSettings::DEFAULT,
+            embeddings: EmbeddingsSection::default(),
         }
     }
 }
@@ -260,6 +274,10 @@ impl FileConfig {
             llm: sections.llm,
             limits,
             retrieval: sections.retrieval.resolve().map_err(bad)?,
+            embeddings: EmbeddingsSection {
+                url: sections.retrieval.embeddings_url,
+                model: sections.retrieval.embeddings_model,
+            },
         })
     }
 
@@ -508,7 +526,13 @@ pub(crate) fn default_toml() -> String {
          # A short reply brings the turn it answers.\n\
          # neighbours = true\n\
          # Recency prior: BM25 score x (1 + recency x position among the candidates).\n\
-         # recency = 0.2\n",
+         # recency = 0.2\n\
+         # An OpenAI-compatible /v1/embeddings server: recall then ranks by BM25 fused with\n\
+         # meaning (reciprocal rank fusion, k = 60); vectors are cached in the archive per model.\n\
+         # On any failure of the server a build ranks by BM25 alone (--embeddings-url and\n\
+         # CTXWIN_EMBED_URL override the URL, --embeddings-model and CTXWIN_EMBED_MODEL the model).\n\
+         # embeddings_url = \"http://127.0.0.1:8090\"\n\
+         # embeddings_model = \"all-MiniLM-L6-v2\"\n",
         max_input = statefs::DEFAULT_MAX_INPUT_BYTES,
         lock_wait = statefs::DEFAULT_LOCK_WAIT.as_secs(),
     ));

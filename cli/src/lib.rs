@@ -50,6 +50,7 @@
 mod args;
 mod commands;
 mod config_file;
+mod embeddings;
 mod error;
 mod input;
 mod llm;

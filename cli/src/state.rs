@@ -16,16 +16,19 @@ use std::path::{Path, PathBuf};
 use ctxwin_core::{Config, stats::Counters};
 
 use super::config_file::{self, FileConfig};
+use super::embeddings;
 use super::error::CliError;
 use super::llm;
 use super::notes::{Compression, Notes};
 use std::time::{Duration, Instant};
 
 use ctxwin_std::checkpoint::{CheckpointError, CheckpointStore};
+use ctxwin_std::embed::HttpEmbedder;
 use ctxwin_std::llm::LlmClient;
 use ctxwin_std::session::{Counter, Session, SessionBuilder};
 use ctxwin_std::statefs::{self, StateLock};
 use ctxwin_std::tokens::ExactCounter;
+use std::sync::Arc;
 
 /// The flags every command shares.
 #[derive(Clone, Copy, Debug)]
@@ -36,6 +39,8 @@ pub(crate) struct Globals<'a> {
     pub tokenizer: Option<&'a str>,
     /// `--llm-url` (or `CTXWIN_LLM_URL`).
     pub llm_url: Option<&'a str>,
+    /// `--embeddings-url` and `--embeddings-model` (or `CTXWIN_EMBED_URL`, `CTXWIN_EMBED_MODEL`).
+    pub embeddings: (Option<&'a str>, Option<&'a str>),
     /// The command's name, written into the lock file for those who wait on it.
     pub command: &'a str,
 }
@@ -180,6 +185,8 @@ pub(crate) struct Workspace {
     pub dir: StateDir,
     pub config: FileConfig,
     pub llm: Option<LlmClient>,
+    /// The embeddings server for hybrid recall, when one is configured.
+    pub embedder: Option<Arc<HttpEmbedder>>,
     /// Until when the command waits for the model's answers: `[llm] wait_secs` from the
     /// moment the state was locked, for all waits of the command together.
     llm_deadline: Option<Instant>,
@@ -200,9 +207,10 @@ impl Workspace {
         let lock = dir.lock(config.limits.lock_wait, globals.command)?;
         let counter = counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
         let llm = llm::client(globals.llm_url, &config.llm)?;
+        let embedder = embeddings::embedder(globals.embeddings, &config.embeddings)?;
         let notes = Notes::load(&dir.notes())?;
         let llm_deadline = Instant::now().checked_add(llm::wait(&config.llm));
-        Ok(Workspace { dir, config, llm, llm_deadline, notes, counter, _lock: lock })
+        Ok(Workspace { dir, config, llm, embedder, llm_deadline, notes, counter, _lock: lock })
     }
 
     /// A session builder over this directory with `config`, restoring the latest checkpoint.
@@ -216,6 +224,10 @@ impl Workspace {
             .keep_checkpoints(self.config.keep_checkpoints)
             .retrieval(self.config.retrieval)
             .restore_latest(true);
+        let builder = match &self.embedder {
+            Some(embedder) => builder.embedder(embedder.clone()),
+            None => builder,
+        };
         llm::attach_llm(builder, self.llm.as_ref())
     }
 

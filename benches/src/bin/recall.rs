@@ -15,18 +15,29 @@
 //! skips the timing, `RECALL_RECENCY` and `RECALL_NEIGHBOURS=0` change those retrieval
 //! settings, `RECALL_EXAMPLES=1` prints the unmatched questions of the first two kinds).
 //!
+//! With `CTXWIN_EMBED_URL` set (an OpenAI-compatible `/v1/embeddings` server, e.g.
+//! `scripts/embed-server.sh start`; model name from `CTXWIN_EMBED_MODEL`, default
+//! `all-MiniLM-L6-v2`) a row "ctxwin + embeddings (hybrid)" is added: the same live recall with
+//! [`SessionBuilder::embedder`], vectors cached per text for the whole run (each turn is
+//! embedded once, not once per question), and the timing gives the hybrid path's added
+//! retrieval time on the 10,000-message archive with the query's embedding measured apart.
+//!
 //! After the table it breaks the live-recall score down by question kind (next to the
 //! baseline's) and, per budget, counts why each missing answer turn is missing: no query word
 //! in it, a neighbour came back but not it, ranked past the candidate limit, ranked but did not
 //! fit, or ranked with room left unused; and the ceiling of lexical matching.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use ctxwin_benches::embedcache::CachedEmbedder;
 use ctxwin_benches::longchat::{Chat, generate};
 use ctxwin_core::Config;
 use ctxwin_core::counter::TokenCounter;
 use ctxwin_core::estimator::Estimator;
 use ctxwin_std::archive::{Archive, ArchivedMessage};
+use ctxwin_std::embed::{Embedder, HttpEmbedder};
+use ctxwin_std::llm::LlmClientBuilder;
 use ctxwin_std::session::{PushOptions, RetrievalSettings, Session, SessionBuilder};
 use ctxwin_std::{ChatMessage, core::Role};
 
@@ -53,13 +64,18 @@ fn config(budget: u32) -> Config {
     }
 }
 
-fn session(chat: &Chat, budget: u32, settings: RetrievalSettings) -> Session {
-    let mut session = SessionBuilder::new("bench")
-        .config(config(budget))
-        .archive_in_memory()
-        .retrieval(settings)
-        .build()
-        .expect("session");
+fn session(
+    chat: &Chat,
+    budget: u32,
+    settings: RetrievalSettings,
+    embedder: Option<Arc<CachedEmbedder>>,
+) -> Session {
+    let mut builder =
+        SessionBuilder::new("bench").config(config(budget)).archive_in_memory().retrieval(settings);
+    if let Some(embedder) = embedder {
+        builder = builder.embedder(embedder);
+    }
+    let mut session = builder.build().expect("session");
     for turn in &chat.turns {
         let message = ChatMessage::text(role(turn.speaker), turn.text.clone());
         session
@@ -210,8 +226,33 @@ fn newest(chat: &Chat, upto: usize, room: u32, cost: &dyn Fn(&str) -> u32) -> (V
     (out, spent)
 }
 
+/// The embeddings server from `CTXWIN_EMBED_URL`, behind a per-text cache.
+fn embedder() -> Option<Arc<CachedEmbedder>> {
+    let url = std::env::var("CTXWIN_EMBED_URL").ok().filter(|u| !u.trim().is_empty())?;
+    let model =
+        std::env::var("CTXWIN_EMBED_MODEL").unwrap_or_else(|_| "all-MiniLM-L6-v2".to_owned());
+    // Generous limits: the bench measures recall, and two other jobs may share the cores.
+    let client = LlmClientBuilder::new(&url)
+        .model(&model)
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("CTXWIN_EMBED_URL");
+    let http = HttpEmbedder::with_client(client, &model).expect("model name");
+    Some(Arc::new(CachedEmbedder::new(Arc::new(http.batch(32)))))
+}
+
+/// Embeds `texts` into the cache ahead of the sessions; the seconds it took.
+fn prewarm(embedder: &CachedEmbedder, texts: &[&str]) -> f64 {
+    let start = Instant::now();
+    for chunk in texts.chunks(512) {
+        embedder.embed(chunk).expect("embeddings server");
+    }
+    start.elapsed().as_secs_f64()
+}
+
 fn main() {
     let chats = generate(env("RECALL_SEED", 19), env("RECALL_CHATS", 10) as usize);
+    let embed = embedder();
     let per_chat = env("RECALL_QUESTIONS", 40) as usize;
     let estimator = Estimator::new();
     let overhead = u32::from(Config::DEFAULT.message_overhead);
@@ -237,11 +278,31 @@ fn main() {
         "ctxwin, no retrieval",
         "half recent / half BM25 baseline",
         "newest turns (trim)",
+        "ctxwin + embeddings (hybrid)",
     ];
+    if let Some(embed) = &embed {
+        let texts: Vec<&str> = chats
+            .iter()
+            .flat_map(|c| {
+                c.turns
+                    .iter()
+                    .map(|t| t.text.as_str())
+                    .chain(c.questions.iter().map(|q| q.text.as_str()))
+            })
+            .collect();
+        let seconds = prewarm(embed, &texts);
+        println!(
+            "embeddings: {} texts from {} in {seconds:.1} s ({:.1} ms a text)",
+            embed.sent(),
+            std::env::var("CTXWIN_EMBED_URL").unwrap_or_default(),
+            seconds * 1e3 / embed.sent().max(1) as f64
+        );
+    }
+    let mut hybrid_kinds = [[Row::default(); 3]; 2];
     let mut kinds = [[Row::default(); 3]; 2];
     let mut base_kinds = [[Row::default(); 3]; 2];
     let mut causes = [Causes::default(); 2];
-    let mut rows = [[Row::default(); 5]; 2];
+    let mut rows = [[Row::default(); 6]; 2];
     let mut unchanged = true;
     for (b, &budget) in BUDGETS.iter().enumerate() {
         for chat in &chats {
@@ -269,7 +330,23 @@ fn main() {
                     neighbours: env("RECALL_NEIGHBOURS", 1) == 1,
                     ..RetrievalSettings::DEFAULT
                 };
-                let mut s = session(chat, budget, settings);
+                if let Some(embed) = &embed {
+                    let mut h = session(chat, budget, settings, Some(embed.clone()));
+                    h.push(&live).expect("push question");
+                    let before: Vec<u64> = h.manager().history().map(|m| m.id()).collect();
+                    let payload = h.compose(&[]).expect("compose");
+                    let after: Vec<u64> = h.manager().history().map(|m| m.id()).collect();
+                    unchanged &= before == after
+                        && h.compose(&[]).expect("again").conversation == payload.conversation;
+                    let texts: Vec<String> =
+                        payload.conversation.messages.iter().map(|m| m.content.clone()).collect();
+                    let sc = score(&texts, chat, &question.evidence);
+                    rows[b][5].add(sc, payload.tokens, budget);
+                    hybrid_kinds[b][usize::from(question.kind)].add(sc, payload.tokens, budget);
+                    let stats = h.semantic_stats().expect("semantic");
+                    assert_eq!(stats.fallbacks, 0, "{:?}", stats.last_error);
+                }
+                let mut s = session(chat, budget, settings, None);
                 s.push(&live).expect("push question");
                 let plain = {
                     let mut off = s.retrieval().to_owned();
@@ -350,6 +427,10 @@ fn main() {
         "evidence recall", "4,096", "8,192"
     );
     for (i, name) in names.iter().enumerate() {
+        if i == 5 && embed.is_none() {
+            println!("{name:<55} (set CTXWIN_EMBED_URL to an embeddings server)");
+            continue;
+        }
         println!(
             "{:<55} {:>12.3} {:>12.3}   {:>5.0}% / {:>3.0}%   {}",
             name,
@@ -372,6 +453,18 @@ fn main() {
             kinds[1][k].mean(),
             base_kinds[1][k].mean(),
         );
+    }
+    if embed.is_some() {
+        println!("by question kind (ctxwin + embeddings, hybrid)");
+        for (k, label) in labels.iter().enumerate() {
+            println!(
+                "  {:<14} n = {:<4} {:>28.3} {:>17.3}",
+                label,
+                hybrid_kinds[0][k].n,
+                hybrid_kinds[0][k].mean(),
+                hybrid_kinds[1][k].mean(),
+            );
+        }
     }
     for (b, budget) in BUDGETS.iter().enumerate() {
         let c = &causes[b];
@@ -414,7 +507,7 @@ fn main() {
         big.questions.extend(chat.questions.iter().cloned());
     }
     big.turns.truncate(10_000);
-    let mut s = session(&big, 8_192, RetrievalSettings::DEFAULT);
+    let mut s = session(&big, 8_192, RetrievalSettings::DEFAULT, None);
     let archived = s.archive().map(|a| a.message_count(Some("bench")).unwrap_or(0)).unwrap_or(0);
     let questions: Vec<String> = big.questions.iter().take(200).map(|q| q.text.clone()).collect();
     let start = Instant::now();
@@ -438,5 +531,39 @@ fn main() {
     println!(
         "\nretrieval on a {archived}-message archive: recall {recall_ms:.2} ms; build {with_ms:.2} ms with it, {without_ms:.2} ms without (+{:.2} ms)",
         with_ms - without_ms
+    );
+    let Some(embed) = embed else { return };
+    // Hybrid: the archive's 10,000 vectors embedded (and cached in the archive) first; the
+    // questions' vectors too, so that the timed builds measure ranking, not the server.
+    let texts: Vec<&str> = big.turns.iter().map(|t| t.text.as_str()).collect();
+    let seconds = prewarm(&embed, &texts);
+    let queries: Vec<&str> = questions.iter().map(String::as_str).collect();
+    let fresh: Vec<String> = questions.iter().map(|q| format!("{q} (uncached)")).collect();
+    let start = Instant::now();
+    for q in &fresh {
+        std::hint::black_box(embed.embed(&[q.as_str()]).expect("embed"));
+    }
+    let query_ms = start.elapsed().as_secs_f64() * 1e3 / fresh.len() as f64;
+    prewarm(&embed, &queries);
+    let mut h = session(&big, 8_192, RetrievalSettings::DEFAULT, Some(embed.clone()));
+    let start = Instant::now();
+    let synced = h.sync_vectors().expect("sync");
+    let sync_s = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    for q in &questions {
+        std::hint::black_box(h.recall(q, &[]).expect("recall"));
+    }
+    let recall_ms = start.elapsed().as_secs_f64() * 1e3 / questions.len() as f64;
+    let start = Instant::now();
+    for q in &questions {
+        std::hint::black_box(h.compose_recall(&[], Some(q)).expect("compose").tokens);
+    }
+    let hybrid_ms = start.elapsed().as_secs_f64() * 1e3 / questions.len() as f64;
+    let stats = h.semantic_stats().expect("semantic");
+    println!(
+        "hybrid on the same archive ({synced} vectors, embedded in {seconds:.1} s, indexed in {sync_s:.2} s): recall {recall_ms:.2} ms; build {hybrid_ms:.2} ms with it (+{:.2} ms over no retrieval, +{:.2} ms over lexical), query embedding excluded; a query's embedding over HTTP {query_ms:.2} ms; fallbacks {}",
+        hybrid_ms - without_ms,
+        hybrid_ms - with_ms,
+        stats.fallbacks
     );
 }

@@ -29,6 +29,7 @@ pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliE
     let config = FileConfig::parse(&text, &origin)?;
     state::counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
     llm::client(globals.llm_url, &config.llm)?;
+    crate::embeddings::embedder(globals.embeddings, &config.embeddings)?;
     // Built in a temporary directory and renamed into place: a killed `init` leaves nothing
     // behind that looks like a state, and of two concurrent ones exactly one wins while the
     // other touches nothing of its.

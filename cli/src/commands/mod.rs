@@ -27,6 +27,7 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
         dir: &cli.dir,
         tokenizer: cli.tokenizer.as_deref(),
         llm_url: cli.llm_url.as_deref(),
+        embeddings: (cli.embeddings_url.as_deref(), cli.embeddings_model.as_deref()),
         command: name(&cli.command),
     };
     let same = |config: Config| config;

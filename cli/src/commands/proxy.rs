@@ -62,7 +62,7 @@ mod tests {
     use super::*;
 
     fn globals(dir: &Path) -> Globals<'_> {
-        Globals { dir, tokenizer: None, llm_url: None, command: "proxy" }
+        Globals { dir, tokenizer: None, llm_url: None, embeddings: (None, None), command: "proxy" }
     }
 
     fn args(listen: Option<&str>) -> ProxyArgs {

@@ -416,7 +416,13 @@ mod tests {
             (2_500, None, None),
             (8_000, None, Some("cl100k")),
         ] {
-            let globals = state::Globals { dir: &dir, tokenizer, llm_url: None, command: "trim" };
+            let globals = state::Globals {
+                dir: &dir,
+                tokenizer,
+                llm_url: None,
+                embeddings: (None, None),
+                command: "trim",
+            };
             let args = TrimArgs {
                 file: example.clone(),
                 budget,
