@@ -50,8 +50,9 @@ fn builder(dir: &std::path::Path, embedder: Option<Arc<dyn Embedder>>) -> Sessio
 
 fn chat(dir: &std::path::Path, embedder: Option<Arc<dyn Embedder>>) -> Session {
     let mut session = builder(dir, embedder).build().unwrap();
+    // Two items: BM25's only hit ("new laptop") and one more.
     session.set_retrieval(RetrievalSettings {
-        max_items: 1,
+        max_items: 2,
         neighbours: false,
         ..RetrievalSettings::DEFAULT
     });
