@@ -101,9 +101,12 @@ do_start() {
     fi
     mkdir -p "$RUN_DIR"
     # An embedding request must fit one micro-batch: 512 tokens, the model's own limit.
+    # Prompt caching is off: every text is new, and a cache of thousands of finished prompts
+    # made each request several times slower after a few thousand texts.
     LD_LIBRARY_PATH="$LLAMA_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
         setsid "$LLAMA_SERVER_BIN" -m "$GGUF" --host "$HOST" --port "$PORT" \
         --embeddings --pooling mean -c 2048 -b 2048 -ub 512 -np 4 -t "$THREADS" \
+        --no-cache-prompt --cache-ram 0 \
         </dev/null >"$LOG_FILE" 2>&1 9>&- &
     pid=$!
     printf '%s\n' "$pid" >"$PID_FILE"

@@ -2,6 +2,7 @@
 //! sessions over the same turns embeds each text once.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ctxwin_std::embed::{EmbedError, Embedder};
@@ -36,6 +37,58 @@ impl CachedEmbedder {
     /// Remembers what `inner` returns.
     pub fn new(inner: Arc<dyn Embedder>) -> Self {
         Self { inner, memory: Mutex::default(), sent: Mutex::new(0) }
+    }
+
+    /// Adds the vectors saved at `path` by [`save`](Self::save) for the same model; returns
+    /// how many (0 when the file is missing, of another model or unreadable).
+    pub fn load(&self, path: &Path) -> usize {
+        let Ok(bytes) = std::fs::read(path) else { return 0 };
+        let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = memory.len();
+        let mut at = 0usize;
+        let mut take = |n: usize| {
+            let slice = bytes.get(at..at.checked_add(n)?)?;
+            at += n;
+            Some(slice)
+        };
+        let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        let Some(model) = take(4).map(word).and_then(&mut take) else { return 0 };
+        if model != self.inner.model().as_bytes() {
+            return 0;
+        }
+        while let Some(len) = take(4).map(word) {
+            let (Some(text), Some(dims)) = (take(len).map(<[u8]>::to_vec), take(4).map(word))
+            else {
+                break;
+            };
+            let Some(raw) = take(dims * 4) else { break };
+            let vector = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            if let Ok(text) = String::from_utf8(text) {
+                memory.insert(text, vector.collect());
+            }
+        }
+        memory.len() - before
+    }
+
+    /// Writes every vector held to `path` (with the model's name), for [`load`](Self::load).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = Vec::new();
+        let word = |out: &mut Vec<u8>, n: usize| {
+            out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
+        };
+        word(&mut out, self.inner.model().len());
+        out.extend_from_slice(self.inner.model().as_bytes());
+        for (text, vector) in memory.iter() {
+            word(&mut out, text.len());
+            out.extend_from_slice(text.as_bytes());
+            word(&mut out, vector.len());
+            out.extend(vector.iter().flat_map(|x| x.to_le_bytes()));
+        }
+        std::fs::write(path, out)
     }
 
     /// Texts sent to the inner embedder so far.

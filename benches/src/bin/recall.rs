@@ -38,7 +38,7 @@ use ctxwin_core::estimator::Estimator;
 use ctxwin_std::archive::{Archive, ArchivedMessage};
 use ctxwin_std::embed::{Embedder, HttpEmbedder};
 use ctxwin_std::llm::LlmClientBuilder;
-use ctxwin_std::session::{PushOptions, RetrievalSettings, Session, SessionBuilder};
+use ctxwin_std::session::{Hybrid, PushOptions, RetrievalSettings, Session, SessionBuilder};
 use ctxwin_std::{ChatMessage, core::Role};
 
 const BUDGETS: [u32; 2] = [4_096, 8_192];
@@ -73,7 +73,7 @@ fn session(
     let mut builder =
         SessionBuilder::new("bench").config(config(budget)).archive_in_memory().retrieval(settings);
     if let Some(embedder) = embedder {
-        builder = builder.embedder(embedder);
+        builder = builder.embedder(embedder).hybrid(hybrid());
     }
     let mut session = builder.build().expect("session");
     for turn in &chat.turns {
@@ -238,16 +238,50 @@ fn embedder() -> Option<Arc<CachedEmbedder>> {
         .build()
         .expect("CTXWIN_EMBED_URL");
     let http = HttpEmbedder::with_client(client, &model).expect("model name");
-    Some(Arc::new(CachedEmbedder::new(Arc::new(http.batch(32)))))
+    let cached = CachedEmbedder::new(Arc::new(http.batch(32)));
+    if let Some(path) = vector_cache() {
+        let loaded = cached.load(&path);
+        println!("embeddings: {loaded} vectors loaded from {}", path.display());
+    }
+    Some(Arc::new(cached))
 }
 
-/// Embeds `texts` into the cache ahead of the sessions; the seconds it took.
+/// Where the run's vectors are kept between runs (`RECALL_VECTOR_CACHE`; empty: nowhere).
+fn vector_cache() -> Option<std::path::PathBuf> {
+    match std::env::var("RECALL_VECTOR_CACHE") {
+        Ok(path) if path.is_empty() => None,
+        Ok(path) => Some(path.into()),
+        Err(_) => Some(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/recall-vectors.bin"),
+        ),
+    }
+}
+
+/// Embeds `texts` into the cache ahead of the sessions (and saves it); the seconds it took.
 fn prewarm(embedder: &CachedEmbedder, texts: &[&str]) -> f64 {
     let start = Instant::now();
     for chunk in texts.chunks(512) {
         embedder.embed(chunk).expect("embeddings server");
     }
+    if let Some(path) = vector_cache()
+        && let Err(error) = embedder.save(&path)
+    {
+        eprintln!("could not save the vectors to {}: {error}", path.display());
+    }
     start.elapsed().as_secs_f64()
+}
+
+/// The fusion of the hybrid row: `RECALL_HYBRID` = `rrf` or `convex:W` (default
+/// [`Hybrid::DEFAULT`]).
+fn hybrid() -> Hybrid {
+    let value = std::env::var("RECALL_HYBRID").unwrap_or_default();
+    match value.split_once(':') {
+        _ if value == "rrf" => Hybrid::ReciprocalRank { k: 60.0, lexical: 1.0, semantic: 1.0 },
+        Some(("convex", w)) => {
+            Hybrid::Convex { semantic: w.parse().expect("RECALL_HYBRID weight") }
+        }
+        _ => Hybrid::DEFAULT,
+    }
 }
 
 fn main() {
@@ -292,10 +326,11 @@ fn main() {
             .collect();
         let seconds = prewarm(embed, &texts);
         println!(
-            "embeddings: {} texts from {} in {seconds:.1} s ({:.1} ms a text)",
+            "embeddings: {} texts from {} in {seconds:.1} s ({:.1} ms a text); fusion {:?}",
             embed.sent(),
             std::env::var("CTXWIN_EMBED_URL").unwrap_or_default(),
-            seconds * 1e3 / embed.sent().max(1) as f64
+            seconds * 1e3 / embed.sent().max(1) as f64,
+            hybrid()
         );
     }
     let mut hybrid_kinds = [[Row::default(); 3]; 2];

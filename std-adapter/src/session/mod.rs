@@ -69,6 +69,7 @@ mod convert;
 mod counter;
 mod error;
 mod forget;
+mod fusion;
 mod import;
 mod llm;
 mod persist;
@@ -96,13 +97,14 @@ pub use convert::tool_definition_json;
 pub use counter::Counter;
 pub use error::SessionError;
 pub use forget::ForgetReport;
+pub use fusion::Hybrid;
 pub use llm::{LlmOptions, LlmStats, LlmWait};
 pub use persist::RestorePoint;
 pub use push::PushOptions;
 pub use recover::{RecoverySource, take_for_recovery};
 pub use report::{ImportReport, PushReport, Reduction, RestoreReport};
 pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
-pub use semantic::{Hybrid, SemanticStats};
+pub use semantic::SemanticStats;
 pub use stats::{
     ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats, thousands,
 };

@@ -16,8 +16,8 @@
 //!
 //! With an embedder ([`SessionBuilder::embedder`](super::SessionBuilder::embedder)), the
 //! nearest messages by cosine similarity join the candidates and the two rankings are fused
-//! by reciprocal rank ([`Hybrid`](super::Hybrid)); a failing embedder leaves the lexical
-//! ranking alone for that build.
+//! ([`Hybrid`](super::Hybrid): a convex combination of normalized scores by default); a
+//! failing embedder leaves the lexical ranking alone for that build.
 //!
 //! Packing: ranked hits first, best first, each with the turn a short one brings, while they
 //! fit; then, in the room left, the context of the hits, best hit first: the exchange a hit
@@ -27,6 +27,7 @@
 use ctxwin_core::Role;
 use ctxwin_core::counter::TokenCounter;
 
+use super::fusion::{Ranked, fuse};
 use super::{Session, SessionError};
 use crate::archive::ArchivedMessage;
 
@@ -172,16 +173,20 @@ impl Session {
         };
         hits.retain(|hit| !shown(hit.id, &hit.content));
         // With an embedder: the nearest messages by meaning, and those BM25 did not find.
-        let mut nearest = self.nearest(query, settings.candidates);
-        let missing: Vec<u64> =
-            nearest.iter().copied().filter(|id| !hits.iter().any(|hit| hit.id == *id)).collect();
+        let (query_vector, mut nearest) = self.nearest(query, settings.candidates);
+        let missing: Vec<u64> = nearest
+            .iter()
+            .map(|n| n.0)
+            .filter(|id| !hits.iter().any(|hit| hit.id == *id))
+            .collect();
         let mut extra = archive.get_many(&self.name, &missing)?;
         extra.retain(|m| {
             !shown(m.id, &m.message.content)
                 && matches!(m.message.role, Role::User | Role::Assistant)
         });
-        nearest
-            .retain(|id| hits.iter().any(|hit| hit.id == *id) || extra.iter().any(|m| m.id == *id));
+        nearest.retain(|(id, _)| {
+            hits.iter().any(|hit| hit.id == *id) || extra.iter().any(|m| m.id == *id)
+        });
         if hits.is_empty() && extra.is_empty() {
             return Ok(Recall::default());
         }
@@ -225,10 +230,9 @@ impl Session {
             })
             .collect();
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
-        if !nearest.is_empty()
-            && let Some(index) = self.semantic.as_ref()
-        {
-            ranked = fuse(ranked, &nearest, extra, &index.hybrid);
+        if let (Some(index), Some(vector)) = (self.semantic.as_ref(), query_vector.as_deref()) {
+            let cosine = |id: u64| index.similarity(vector, id);
+            ranked = fuse(ranked, &nearest, extra, cosine, &index.hybrid);
         }
 
         let mut spent = header;
@@ -377,19 +381,19 @@ impl Session {
         }
     }
 
-    /// With an embedder, the ids of the `limit` archived messages outside the window nearest
-    /// to `query` by meaning, best first; empty without one or when it fails (counted).
-    fn nearest(&self, query: &str, limit: usize) -> Vec<u64> {
-        let Some(index) = self.semantic.as_ref() else { return Vec::new() };
+    /// With an embedder, the query's vector and the `limit` archived messages outside the
+    /// window nearest to it by meaning, best first, with their cosines; nothing without one
+    /// or when it fails (counted).
+    fn nearest(&self, query: &str, limit: usize) -> (Option<Vec<f32>>, Vec<(u64, f32)>) {
+        let Some(index) = self.semantic.as_ref() else { return (None, Vec::new()) };
         match index.embed_query(query) {
-            Ok(vector) => index
-                .nearest(&vector, limit, |id| self.manager.get(id).is_none())
-                .into_iter()
-                .map(|(id, _)| id)
-                .collect(),
+            Ok(vector) => {
+                let near = index.nearest(&vector, limit, |id| self.manager.get(id).is_none());
+                (Some(vector), near)
+            }
             Err(error) => {
                 index.fell_back(&error);
-                Vec::new()
+                (None, Vec::new())
             }
         }
     }
@@ -419,34 +423,6 @@ impl Session {
         .unwrap_or(u32::MAX);
         free.min(cap)
     }
-}
-
-/// One ranked candidate: score, id, author, text.
-type Ranked = (f64, u64, Role, String);
-
-/// The lexical ranking (best first) fused with the semantic one (`nearest`, ids best first)
-/// by reciprocal rank; `extra` holds the messages only the semantic ranking found.
-fn fuse(
-    lexical: Vec<Ranked>,
-    nearest: &[u64],
-    extra: Vec<ArchivedMessage>,
-    hybrid: &super::Hybrid,
-) -> Vec<Ranked> {
-    let ranks: std::collections::HashMap<u64, usize> =
-        nearest.iter().enumerate().map(|(i, &id)| (id, i + 1)).collect();
-    let semantic_rank = |id: u64| ranks.get(&id).copied();
-    let mut fused: Vec<Ranked> = lexical
-        .into_iter()
-        .enumerate()
-        .map(|(i, (_, id, role, text))| {
-            (hybrid.score(Some(i + 1), semantic_rank(id)), id, role, text)
-        })
-        .collect();
-    fused.extend(extra.into_iter().map(|m| {
-        (hybrid.score(None, semantic_rank(m.id)), m.id, m.message.role, m.message.content)
-    }));
-    fused.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
-    fused
 }
 
 /// The turn a short hit brings: a question its answer, a reply what it answers.

@@ -5,9 +5,7 @@
 //! compose are embedded in batches (those the archive has vectors for are loaded instead) and
 //! cached in the archive under the embedder's model name. The query is embedded at recall.
 //!
-//! Fusion is reciprocal rank fusion ([`Hybrid`]): a candidate at 1-based rank `r` in a list
-//! scores `weight / (k + r)` for it, summed over the BM25 list and the cosine list; `k = 60`
-//! and both weights 1 by default. Any embedder failure (an unreachable or slow endpoint, a
+//! The two rankings are fused as [`Hybrid`] says. Any embedder failure (an unreachable or slow endpoint, a
 //! malformed answer) leaves that build with the lexical ranking alone, counted in
 //! [`SemanticStats::fallbacks`]; nothing fails and nothing is lost.
 
@@ -15,45 +13,8 @@ use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::sync::Arc;
 
-use super::{Session, SessionError};
+use super::{Hybrid, Session, SessionError};
 use crate::embed::{EmbedError, Embedder, normalized};
-
-/// Reciprocal rank fusion parameters of hybrid retrieval.
-///
-/// ```
-/// let hybrid = ctxwin_std::session::Hybrid::DEFAULT;
-/// assert_eq!((hybrid.k, hybrid.lexical, hybrid.semantic), (60.0, 1.0, 1.0));
-/// // The best BM25 hit that is 10th by cosine, against the reverse: a tie.
-/// assert_eq!(hybrid.score(Some(1), Some(10)), hybrid.score(Some(10), Some(1)));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Hybrid {
-    /// Rank offset: larger values flatten the difference between top and lower ranks.
-    pub k: f64,
-    /// Weight of the BM25 list.
-    pub lexical: f64,
-    /// Weight of the cosine list.
-    pub semantic: f64,
-}
-
-impl Hybrid {
-    /// `k = 60` (the value of Cormack et al.'s RRF paper), equal weights.
-    pub const DEFAULT: Self = Self { k: 60.0, lexical: 1.0, semantic: 1.0 };
-
-    /// The fused score of a candidate at 1-based ranks `lexical` and `semantic` (`None`: not
-    /// in that list).
-    pub fn score(&self, lexical: Option<usize>, semantic: Option<usize>) -> f64 {
-        let part =
-            |rank: Option<usize>, weight: f64| rank.map_or(0.0, |r| weight / (self.k + r as f64));
-        part(lexical, self.lexical) + part(semantic, self.semantic)
-    }
-}
-
-impl Default for Hybrid {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
 
 /// What semantic recall has done in this session ([`Session::semantic_stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -167,6 +128,15 @@ impl SemanticIndex {
         }
         scored.sort_by(by_score);
         scored
+    }
+
+    /// The cosine similarity of message `id` to `query` (a normalized vector), if it has a
+    /// vector.
+    pub(crate) fn similarity(&self, query: &[f32], id: u64) -> Option<f32> {
+        // Ids are pushed in increasing order (sync walks the archive in id order).
+        let at = self.ids.binary_search(&id).ok()?;
+        let v = self.flat.get(at * self.dims..(at + 1) * self.dims)?;
+        Some(v.iter().zip(query).map(|(a, b)| a * b).sum())
     }
 
     /// Drops the vectors of `ids` (forgotten messages).
@@ -435,13 +405,5 @@ mod tests {
         session.forget_matching("puppy").unwrap();
         assert_eq!(session.semantic_stats().unwrap().vectors, 21);
         assert_eq!(session.archive().unwrap().vector_count("s").unwrap(), 21);
-    }
-
-    #[test]
-    fn rrf_prefers_agreement() {
-        let h = Hybrid::DEFAULT;
-        assert!(h.score(Some(3), Some(3)) > h.score(Some(1), None));
-        assert!(h.score(None, Some(1)) == h.score(Some(1), None));
-        assert_eq!(h.score(None, None), 0.0);
     }
 }
