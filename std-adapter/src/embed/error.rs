@@ -36,6 +36,9 @@ pub enum EmbedError {
         /// The length found.
         found: usize,
     },
+    /// The embedder failed moments ago; it is not asked again until its cooldown ends.
+    #[error("the embedder failed moments ago; ranking lexically until its cooldown ends")]
+    CoolingDown,
     /// The embedder was set up wrongly (empty model name, zero batch size).
     #[error("embedder misconfigured: {0}")]
     Config(String),

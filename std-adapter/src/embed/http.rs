@@ -32,8 +32,9 @@ pub struct HttpEmbedder {
 
 impl HttpEmbedder {
     /// An embedder for the server at `base_url` and model `model` with settings for a
-    /// request on the build path: 5 s per attempt, 2 s to connect, one retry. A slower or
-    /// failing server makes that build rank lexically.
+    /// request on the build path: 3 s per attempt, 1 s to connect, no retry. A slower or
+    /// failing server makes that build rank lexically (and the next builds, for the session's
+    /// cooldown).
     ///
     /// # Errors
     /// [`EmbedError::Config`] for an empty model name, [`EmbedError::Request`] for a bad URL.
@@ -46,10 +47,9 @@ impl HttpEmbedder {
     pub fn new(base_url: &str, model: &str) -> Result<Self, EmbedError> {
         let client = LlmClientBuilder::new(base_url)
             .model(model)
-            .timeout(Duration::from_secs(5))
-            .connect_timeout(Duration::from_secs(2))
-            .max_retries(1)
-            .backoff(Duration::from_millis(100), Duration::from_millis(500))
+            .timeout(Duration::from_secs(3))
+            .connect_timeout(Duration::from_secs(1))
+            .max_retries(0)
             .build()?;
         Self::with_client(client, model)
     }

@@ -104,7 +104,7 @@ pub use push::PushOptions;
 pub use recover::{RecoverySource, take_for_recovery};
 pub use report::{ImportReport, PushReport, Reduction, RestoreReport};
 pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
-pub use semantic::SemanticStats;
+pub use semantic::{EMBEDDER_COOLDOWN, SemanticStats};
 pub use stats::{
     ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats, thousands,
 };

@@ -30,6 +30,7 @@ use ctxwin_core::counter::TokenCounter;
 use super::fusion::{Ranked, fuse};
 use super::{Session, SessionError};
 use crate::archive::ArchivedMessage;
+use crate::embed::EmbedError;
 
 /// First line of a retrieved block.
 pub const RETRIEVED_HEADER: &str = "[Retrieved from archive]";
@@ -391,6 +392,7 @@ impl Session {
                 let near = index.nearest(&vector, limit, |id| self.manager.get(id).is_none());
                 (Some(vector), near)
             }
+            Err(EmbedError::CoolingDown) => (None, Vec::new()),
             Err(error) => {
                 index.fell_back(&error);
                 (None, Vec::new())

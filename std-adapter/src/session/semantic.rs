@@ -12,6 +12,7 @@
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{Hybrid, Session, SessionError};
 use crate::embed::{EmbedError, Embedder, normalized};
@@ -32,6 +33,10 @@ pub struct SemanticStats {
     /// The last embedder error, if any.
     pub last_error: Option<String>,
 }
+
+/// How long after a failure builds rank lexically without asking the embedder again: a slow
+/// or dead endpoint costs one timeout, not one per build.
+pub const EMBEDDER_COOLDOWN: Duration = Duration::from_secs(30);
 
 /// An embedder as the builder holds it.
 #[derive(Clone)]
@@ -56,6 +61,8 @@ pub(crate) struct SemanticIndex {
     loaded: u64,
     fallbacks: Cell<u64>,
     last_error: RefCell<Option<String>>,
+    /// When the embedder last failed.
+    failed_at: Cell<Option<Instant>>,
 }
 
 impl SemanticIndex {
@@ -71,6 +78,7 @@ impl SemanticIndex {
             loaded: 0,
             fallbacks: Cell::new(0),
             last_error: RefCell::new(None),
+            failed_at: Cell::new(None),
         }
     }
 
@@ -91,10 +99,24 @@ impl SemanticIndex {
         tracing::warn!(%error, "semantic recall: embedder failed; this build ranks lexically");
         self.fallbacks.set(self.fallbacks.get().saturating_add(1));
         *self.last_error.borrow_mut() = Some(error.to_string());
+        self.failed_at.set(Some(Instant::now()));
+    }
+
+    /// Whether the embedder failed less than [`EMBEDDER_COOLDOWN`] ago (such a build is
+    /// counted as a fallback and ranks lexically without asking).
+    fn cooling_down(&self) -> bool {
+        let cooling = self.failed_at.get().is_some_and(|at| at.elapsed() < EMBEDDER_COOLDOWN);
+        if cooling {
+            self.fallbacks.set(self.fallbacks.get().saturating_add(1));
+        }
+        cooling
     }
 
     /// The query's vector, normalized.
     pub(crate) fn embed_query(&self, query: &str) -> Result<Vec<f32>, EmbedError> {
+        if self.cooling_down() {
+            return Err(EmbedError::CoolingDown);
+        }
         let mut vectors = self.embedder.embed(&[query])?;
         let vector = vectors.pop().ok_or(EmbedError::Count { inputs: 1, vectors: 0 })?;
         if self.dims != 0 && vector.len() != self.dims {
@@ -180,7 +202,7 @@ impl Session {
     ///
     /// An embedder failure is not an error: it is counted in [`SemanticStats::fallbacks`], the
     /// messages not yet embedded are tried again next time, and retrieval ranks lexically
-    /// until they are.
+    /// until they are; for [`EMBEDDER_COOLDOWN`] after a failure the embedder is not asked.
     ///
     /// # Errors
     /// Archive errors.
@@ -210,6 +232,9 @@ impl Session {
         let (Some(index), Some(archive)) = (self.semantic.as_mut(), self.archive.as_mut()) else {
             return Ok(0);
         };
+        if index.cooling_down() {
+            return Ok(0);
+        }
         let model = index.embedder.model().to_owned();
         let rows = archive.vector_rows(&self.name, &model, index.seen)?;
         let mut added = 0;
@@ -339,12 +364,14 @@ mod tests {
         }
     }
 
-    struct Broken;
+    #[derive(Default)]
+    struct Broken(std::sync::atomic::AtomicUsize);
     impl Embedder for Broken {
         fn model(&self) -> &str {
             "broken"
         }
         fn embed(&self, _: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Err(EmbedError::Config("down".into()))
         }
     }
@@ -390,12 +417,16 @@ mod tests {
     #[test]
     fn a_failing_embedder_falls_back_to_the_lexical_payload() {
         let mut lexical = chat(None);
-        let mut broken = chat(Some(Arc::new(Broken)));
+        let embedder = Arc::new(Broken::default());
+        let mut broken = chat(Some(embedder.clone()));
         let payload = broken.compose(&[]).unwrap();
         assert_eq!(payload, lexical.compose(&[]).unwrap());
         let stats = broken.semantic_stats().unwrap();
         assert_eq!(stats.vectors, 0);
         assert!(stats.fallbacks >= 1 && stats.last_error.is_some(), "{stats:?}");
+        // Within the cooldown the next build does not ask the embedder again.
+        assert_eq!(broken.compose(&[]).unwrap(), payload);
+        assert_eq!(embedder.0.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 
     #[test]
