@@ -33,7 +33,7 @@ mod vector;
 
 pub use error::EmbedError;
 pub use http::HttpEmbedder;
-pub use vector::{cosine, normalized};
+pub use vector::{cosine, dot, normalized};
 
 /// Turns texts into vectors whose cosine similarity says how close their meanings are.
 ///

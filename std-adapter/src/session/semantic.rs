@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Hybrid, Session, SessionError};
-use crate::embed::{EmbedError, Embedder, normalized};
+use crate::embed::{EmbedError, Embedder, dot, normalized};
 
 /// What semantic recall has done in this session ([`Session::semantic_stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -141,7 +141,7 @@ impl SemanticIndex {
             .iter()
             .zip(self.flat.chunks_exact(self.dims))
             .filter(|(id, _)| keep(**id))
-            .map(|(id, v)| (*id, v.iter().zip(query).map(|(a, b)| a * b).sum()))
+            .map(|(id, v)| (*id, dot(v, query)))
             .collect();
         let by_score = |a: &(u64, f32), b: &(u64, f32)| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0));
         if scored.len() > limit {
@@ -158,7 +158,7 @@ impl SemanticIndex {
         // Ids are pushed in increasing order (sync walks the archive in id order).
         let at = self.ids.binary_search(&id).ok()?;
         let v = self.flat.get(at * self.dims..(at + 1) * self.dims)?;
-        Some(v.iter().zip(query).map(|(a, b)| a * b).sum())
+        Some(dot(v, query))
     }
 
     /// Drops the vectors of `ids` (forgotten messages).
