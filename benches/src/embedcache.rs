@@ -126,3 +126,35 @@ impl Embedder for CachedEmbedder {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Len(&'static str);
+    impl Embedder for Len {
+        fn model(&self) -> &str {
+            self.0
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            Ok(texts.iter().map(|t| vec![t.len() as f32, 0.5]).collect())
+        }
+    }
+
+    #[test]
+    fn saved_vectors_load_for_the_same_model_only() {
+        let dir = std::env::temp_dir().join(format!("ctxwin-embedcache-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("v.bin");
+        let first = CachedEmbedder::new(Arc::new(Len("a")));
+        first.embed(&["héllo", "x"]).unwrap();
+        first.save(&path).unwrap();
+        let again = CachedEmbedder::new(Arc::new(Len("a")));
+        assert_eq!(again.load(&path), 2);
+        assert_eq!(again.embed(&["héllo"]).unwrap(), [[6.0, 0.5]]);
+        assert_eq!(again.sent(), 0);
+        assert_eq!(CachedEmbedder::new(Arc::new(Len("b"))).load(&path), 0);
+        assert_eq!(again.load(&dir.join("missing")), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
