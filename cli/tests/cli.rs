@@ -393,6 +393,14 @@ fn compress_summarize_and_search_with_drill_down() {
     assert_eq!(before["messages"], after["messages"], "{before} {after}");
     assert_eq!(before["tokens"]["used"], after["tokens"]["used"]);
     assert_eq!(before["evicted"], after["evicted"]);
+
+    // A dead embeddings server: the build ranks lexically, same payload, and succeeds.
+    let query = ["build", "--retrieve", "negative quantity", "--format", "text"];
+    let lexical = work.ok(&query).stdout;
+    let dead = [&query[..], &["--embeddings-url", "http://127.0.0.1:1", "--embeddings-model", "m"]]
+        .concat();
+    assert_eq!(work.ok(&dead).stdout, lexical);
+    work.fails(&["build", "--embeddings-url", "http://127.0.0.1:1"], CONFIG, "embeddings_model");
 }
 
 #[test]
