@@ -18,6 +18,7 @@ use std::time::Instant;
 use ctxwin_std::ChatMessage;
 use ctxwin_std::core::{Config, Role};
 use ctxwin_std::embed::{Embedder, HttpEmbedder, cosine};
+use ctxwin_std::llm::LlmClientBuilder;
 use ctxwin_std::session::{RetrievalSettings, Session, SessionBuilder};
 
 const MODEL: &str = "all-MiniLM-L6-v2";
@@ -31,7 +32,14 @@ fn server(test: &str) -> Option<HttpEmbedder> {
         );
         return None;
     };
-    Some(HttpEmbedder::new(&url, MODEL).unwrap())
+    // A long limit: these tests check what the vectors do, not the build path's 3 s limit,
+    // and CI's cores may be busy.
+    let client = LlmClientBuilder::new(&url)
+        .model(MODEL)
+        .timeout(std::time::Duration::from_secs(120))
+        .build()
+        .unwrap();
+    Some(HttpEmbedder::with_client(client, MODEL).unwrap())
 }
 
 /// A chat whose window holds only its last turns: the pet fact is archived, out of the window,
