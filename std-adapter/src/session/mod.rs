@@ -27,6 +27,10 @@
 //!   extractive summaries (and extracts entity values) with a model; the agent keeps composing
 //!   with the extractive text until the model's is swapped in. Failures fall back and are
 //!   counted; see [`LlmStats`] and [`Session::wait_for_summaries`].
+//! * **Semantic recall (optional).** With [`SessionBuilder::embedder`], recall fuses BM25
+//!   with the cosine similarity of an [`Embedder`](crate::embed::Embedder)'s vectors
+//!   ([`Hybrid`]); vectors are cached in the archive and every embedder failure falls back to
+//!   BM25 for that build ([`Session::semantic_stats`]).
 //! * **Threads.** `Session` is `Send` but not `Sync` (the archive's SQLite connection is not
 //!   `Sync`); share one between threads as a [`SharedSession`] (`Arc<Mutex<Session>>`).
 //!
