@@ -696,3 +696,38 @@ fn calibration_fills_the_window_when_estimates_run_high() {
     assert!(stats.calibration.effective_window > stats.calibration.configured_window);
     assert_eq!(session.configured().context_window, 8_192);
 }
+
+#[test]
+fn an_untimed_import_ages_by_turn_order() {
+    // Plans run at every push (no water marks), so ages act during the import itself.
+    let config = Config {
+        strategy: StrategyKind::Hierarchical,
+        trigger_percent: 100,
+        low_water_percent: 100,
+        ..Config::DEFAULT
+    };
+    let mut session =
+        SessionBuilder::new("turns").config(config).archive_in_memory().build().unwrap();
+    let messages: Vec<ChatMessage> = (0..40)
+        .map(|i| match i % 2 {
+            0 => user(format!("Step {i}: rename the field `count_{i}` in the ledger module.")),
+            _ => assistant(format!("Renamed `count_{}` and updated its callers.", i - 1)),
+        })
+        .collect();
+    let conversation = ctxwin_std::Conversation { messages, ..Default::default() };
+    let report = session.import(&conversation).unwrap();
+    let stored = session.archive().unwrap().get_many("turns", &report.ids).unwrap();
+    assert_eq!(stored.len(), 40);
+    for pair in stored.windows(2) {
+        assert_eq!(
+            pair[1].timestamp - pair[0].timestamp,
+            ctxwin_std::session::UNTIMED_TURN_INTERVAL_MS,
+            "one interval per turn"
+        );
+    }
+    // Older turns than the working age (5 one-minute turns) were summarized by age.
+    let working = session.manager().messages(ctxwin_core::Level::Working).count();
+    assert!(working <= 8, "{working} turns still whole");
+    let summaries = session.manager().messages(ctxwin_core::Level::Session).count();
+    assert!(summaries >= 1, "no summary of the old turns");
+}

@@ -95,6 +95,7 @@ pub use convert::tool_definition_json;
 pub use counter::Counter;
 pub use error::SessionError;
 pub use forget::ForgetReport;
+pub use import::UNTIMED_TURN_INTERVAL_MS;
 pub use llm::{LlmOptions, LlmStats, LlmWait};
 pub use persist::RestorePoint;
 pub use push::PushOptions;
