@@ -69,6 +69,13 @@ pub enum Error {
     InvalidConfig(ConfigError),
     /// Writing the payload failed.
     Io(embedded_io::ErrorKind),
+    /// A stored message is 2^32 or more ids older than the next one: headers keep ids as
+    /// 32-bit offsets from the oldest stored message. Unreachable below 4,294,967,296 pushes;
+    /// evicting or replacing the oldest messages (e.g. the system prompt) makes room again.
+    IdSpan {
+        /// Id of the oldest stored message.
+        oldest: u64,
+    },
 }
 
 /// What is wrong with a message.
@@ -132,6 +139,9 @@ impl core::fmt::Display for Error {
             }
             Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
             Error::Io(kind) => write!(f, "write failed: {kind:?}"),
+            Error::IdSpan { oldest } => {
+                write!(f, "message {oldest} is 2^32 or more ids older than the next one")
+            }
         }
     }
 }

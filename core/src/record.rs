@@ -5,7 +5,12 @@
 //! tool result       content | tool_call_id
 //! assistant calls   content | items × (id_len u16, name_len u16, args_len u32) | id name args …
 //! summary           content | items × (first_id u64, last_id u64)
+//! with flags::TRAILER  … | [original_tokens u32] | [terms 4 × u16] | kind u8
 //! ```
+//! The trailer keeps what only some records need out of the fixed-size header: the token
+//! count before reduction (`kind` bit 0, reduced records only) and the term hashes (`kind`
+//! bit 1, only under a strategy that uses terms). Snapshots carry both as header fields, so the
+//! wire format does not know the trailer.
 //! All integers little-endian. Text is re-validated as UTF-8 on every read (the crate has no
 //! `unsafe`); restore validates it once up front, so reads never fall back in practice.
 
@@ -55,6 +60,103 @@ fn text(bytes: &[u8]) -> &str {
     core::str::from_utf8(bytes).unwrap_or_default()
 }
 
+/// Bytes of the trailer's kind byte.
+const KIND_LEN: usize = 1;
+/// Trailer kind bit: an original token count.
+const HAS_ORIGINAL: u8 = 1;
+/// Trailer kind bit: term hashes.
+const HAS_TERMS: u8 = 1 << 1;
+
+/// What a record keeps after its body: its original token count when it differs, its terms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Trailer {
+    /// Token cost before reduction, when the record was reduced.
+    pub original: Option<u32>,
+    /// Hashes of up to four identifiers, paths or numbers (0 = none).
+    pub terms: [u16; 4],
+}
+
+impl Trailer {
+    pub(crate) const NONE: Trailer = Trailer { original: None, terms: [0; 4] };
+
+    fn kind(&self) -> u8 {
+        (if self.original.is_some() { HAS_ORIGINAL } else { 0 })
+            | (if self.terms == [0; 4] { 0 } else { HAS_TERMS })
+    }
+
+    /// Bytes it takes at the end of a record (0 for none).
+    pub(crate) fn len(&self) -> usize {
+        match self.kind() {
+            0 => 0,
+            kind => trailer_len(kind),
+        }
+    }
+
+    /// [`flags::TRAILER`] when it takes any bytes.
+    pub(crate) fn flag(&self) -> u8 {
+        if self.kind() == 0 { 0 } else { flags::TRAILER }
+    }
+
+    /// Writes it (nothing for none).
+    pub(crate) fn write(&self, out: &mut SpanWriter<'_>) {
+        let kind = self.kind();
+        if kind == 0 {
+            return;
+        }
+        if let Some(original) = self.original {
+            out.put(&original.to_le_bytes());
+        }
+        if kind & HAS_TERMS != 0 {
+            for term in self.terms {
+                out.put(&term.to_le_bytes());
+            }
+        }
+        out.put(&[kind]);
+    }
+
+    /// The trailer of a stored record ([`NONE`](Self::NONE) without [`flags::TRAILER`]).
+    pub(crate) fn of(header: &Header, record: &[u8]) -> Trailer {
+        let mut trailer = Trailer::NONE;
+        if !header.has(flags::TRAILER) {
+            return trailer;
+        }
+        let Some(&kind) = record.last() else { return trailer };
+        let mut at = record.len().saturating_sub(trailer_len(kind));
+        if kind & HAS_ORIGINAL != 0 {
+            trailer.original = le_u32(record, at).map(|v| v as u32);
+            at += 4;
+        }
+        if kind & HAS_TERMS != 0 {
+            for term in trailer.terms.iter_mut() {
+                *term = le_u16(record, at).unwrap_or(0) as u16;
+                at += 2;
+            }
+        }
+        trailer
+    }
+}
+
+/// Bytes of a trailer of `kind`.
+fn trailer_len(kind: u8) -> usize {
+    KIND_LEN
+        + if kind & HAS_ORIGINAL != 0 { 4 } else { 0 }
+        + if kind & HAS_TERMS != 0 { 8 } else { 0 }
+}
+
+/// A record without its trailer.
+pub(crate) fn body<'a>(header: &Header, record: &'a [u8]) -> &'a [u8] {
+    let trailer = match record.last() {
+        Some(&kind) if header.has(flags::TRAILER) => trailer_len(kind),
+        _ => 0,
+    };
+    record.get(..record.len().saturating_sub(trailer)).unwrap_or(&[])
+}
+
+/// Token cost before reduction or compression (the header's count when not reduced).
+pub(crate) fn original_tokens(header: &Header, record: &[u8]) -> u32 {
+    Trailer::of(header, record).original.unwrap_or(header.tokens)
+}
+
 /// The content of a record.
 pub(crate) fn content<'a>(header: &Header, record: &'a [u8]) -> &'a str {
     text(record.get(..header.content_len as usize).unwrap_or(&[]))
@@ -62,7 +164,7 @@ pub(crate) fn content<'a>(header: &Header, record: &'a [u8]) -> &'a str {
 
 /// The bytes after the content (a tool result's call id).
 pub(crate) fn tail_text<'a>(header: &Header, record: &'a [u8]) -> &'a str {
-    text(record.get(header.content_len as usize..).unwrap_or(&[]))
+    text(body(header, record).get(header.content_len as usize..).unwrap_or(&[]))
 }
 
 /// Bytes a call table plus its strings take.
@@ -155,6 +257,7 @@ impl<'a> ToolCalls<'a> {
     pub(crate) fn new(header: &Header, record: &'a [u8]) -> Self {
         let count = if header.has(flags::SUMMARY) { 0 } else { header.items as usize };
         let table = header.content_len as usize;
+        let record = body(header, record);
         Self { record, table, count, next: 0, cursor: table + count * CALL_ENTRY }
     }
 }
@@ -231,7 +334,7 @@ pub struct SourceRanges<'a> {
 impl<'a> SourceRanges<'a> {
     pub(crate) fn new(header: &Header, record: &'a [u8]) -> Self {
         let left = if header.has(flags::SUMMARY) { header.items as usize } else { 0 };
-        Self { record, at: header.content_len as usize, left }
+        Self { record: body(header, record), at: header.content_len as usize, left }
     }
 }
 

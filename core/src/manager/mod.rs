@@ -64,6 +64,9 @@ pub(crate) struct PendingSlot {
 pub(crate) struct State {
     /// Ids issued so far; the next message gets `issued + 1`.
     pub issued: u64,
+    /// What stored headers count their ids from (they keep 32-bit offsets): 0 until a
+    /// session issues 2^32 ids, then the oldest stored id (see `push::store`).
+    pub id_base: u64,
     /// User messages pushed so far (the turn clock).
     pub turn: u64,
     /// Newest user message in the history, always locked.
@@ -111,6 +114,7 @@ impl State {
 
     pub(crate) const NEW: State = State {
         issued: 0,
+        id_base: 0,
         turn: 0,
         last_user_id: None,
         pending: PendingSlot { level: 0, calls: 0, answered: 0 },
@@ -527,12 +531,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     pub(crate) fn ring(&self, level: Level) -> RingRef<'_> {
-        match level {
+        let ring = match level {
             Level::Permanent => self.permanent.view(),
             Level::Session => self.session.view(),
             Level::Working => self.working.view(),
             Level::Volatile => self.volatile.view(),
-        }
+        };
+        ring.with_id_base(self.state.id_base)
     }
 
     pub(crate) fn ring_mut(&mut self, level: Level) -> RingMut<'_> {

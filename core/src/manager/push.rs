@@ -10,7 +10,7 @@ use crate::json;
 use crate::level::Level;
 use crate::message::{MAX_TOOL_CALLS, Message};
 use crate::record::ToolCall;
-use crate::record::{self, SpanWriter, bit};
+use crate::record::{self, SpanWriter, Trailer, bit};
 use crate::reduce::{self, MIN_REDUCED_TOKENS, Reduction};
 use crate::role::Role;
 use crate::strategy::Strategy;
@@ -149,7 +149,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         } else {
             [0; 4]
         };
-        let len = message.content.len() + extra.len();
+        let trailer = Trailer { original: None, terms };
+        let len = message.content.len() + extra.len() + trailer.len();
         if level.is_history() {
             self.make_room_closing(level, Some(len))?;
             self.close_pending();
@@ -162,14 +163,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             role: message.role,
             items: message.tool_calls.len() as u8,
             tokens,
-            original_tokens: tokens,
-            terms,
             ..Header::EMPTY
         };
         if message.important {
             header.flags |= flags::IMPORTANT;
         }
-        let id = self.store(level, header, &Content::Plain(message.content), &extra)?;
+        let id = self.store(level, header, &Content::Plain(message.content), &extra, trailer)?;
         if message.role == Role::User && level.is_history() {
             self.state.turn = self.state.turn.saturating_add(1);
             self.state.last_user_id = Some(id);
@@ -205,14 +204,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let tokens = self.framed_tokens(self.counter.count(function_json), [], None);
         self.check_fits(Level::Permanent, tokens, function_json.len())?;
         self.make_room(Level::Permanent, function_json.len(), 1)?;
-        let header = Header {
-            role: Role::System,
-            flags: flags::TOOL_DEFINITION,
-            tokens,
-            original_tokens: tokens,
-            ..Header::EMPTY
-        };
-        self.store(Level::Permanent, header, &Content::Plain(function_json), &Extra::None)
+        let header =
+            Header { role: Role::System, flags: flags::TOOL_DEFINITION, tokens, ..Header::EMPTY };
+        let plain = Content::Plain(function_json);
+        self.store(Level::Permanent, header, &plain, &Extra::None, Trailer::NONE)
     }
 
     /// Adds a summary to the session level, standing for the messages in `sources` (inclusive
@@ -247,10 +242,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             flags: flags::SUMMARY | flags::SYNTHETIC,
             items: sources.len() as u8,
             tokens,
-            original_tokens: tokens,
             ..Header::EMPTY
         };
-        let id = self.store(Level::Session, header, &Content::Plain(text), &extra)?;
+        let id =
+            self.store(Level::Session, header, &Content::Plain(text), &extra, Trailer::NONE)?;
         let counters = &mut self.state.counters;
         counters.summaries_added = counters.summaries_added.saturating_add(1);
         self.state.counters.last_compression_turn = Some(self.state.turn);
@@ -416,7 +411,6 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         };
         let original_tokens = self.framed_tokens(raw_tokens, [], Some(call_id));
         let extra = Extra::CallId(call_id);
-        let len = content.len() + extra.len();
         let tokens = match &content {
             Content::Plain(_) => original_tokens,
             Content::Reduced(reduction) => {
@@ -424,6 +418,15 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 self.framed_tokens(stored, [], Some(call_id))
             }
         };
+        let trailer = Trailer {
+            original: matches!(content, Content::Reduced(_)).then_some(original_tokens),
+            terms: if self.strategy.needs(&self.config).terms {
+                key_terms([message.content])
+            } else {
+                [0; 4]
+            },
+        };
+        let len = content.len() + extra.len() + trailer.len();
         self.check_fits(level, tokens, len)?;
         self.make_room(level, len, 1)?;
         let header = Header {
@@ -432,15 +435,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             flags: if matches!(content, Content::Reduced(_)) { flags::REDUCED } else { 0 }
                 | if message.important { flags::IMPORTANT } else { 0 },
             tokens,
-            original_tokens,
-            terms: if self.strategy.needs(&self.config).terms {
-                key_terms([message.content])
-            } else {
-                [0; 4]
-            },
             ..Header::EMPTY
         };
-        let id = self.store(level, header, &content, &extra)?;
+        let id = self.store(level, header, &content, &extra, trailer)?;
         if let Content::Reduced(_) = content {
             let counters = &mut self.state.counters;
             counters.observations_reduced = counters.observations_reduced.saturating_add(1);
@@ -519,15 +516,18 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         mut header: Header,
         content: &Content<'_>,
         extra: &Extra<'_>,
+        trailer: Trailer,
     ) -> Result<u64, Error> {
-        let len = content.len() + extra.len();
+        let len = content.len() + extra.len() + trailer.len();
         let id = self.state.next_id();
-        header.id = id;
+        header.id = self.next_header_id()?;
         header.content_len = content.len() as u32;
+        header.flags = (header.flags & !flags::TRAILER) | trailer.flag();
         let stored = self.ring_mut(level).push_back(header, len, |span| {
             let mut out = SpanWriter::new(span);
             content.write(&mut out);
             extra.write(&mut out);
+            trailer.write(&mut out);
         });
         if stored.is_none() {
             return Err(Error::LevelFull { level });
@@ -539,9 +539,43 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.add_live(level, &header);
         let counters = &mut self.state.counters;
         counters.messages_pushed = counters.messages_pushed.saturating_add(1);
-        counters.tokens_ingested =
-            counters.tokens_ingested.saturating_add(u64::from(header.original_tokens));
+        counters.tokens_ingested = counters
+            .tokens_ingested
+            .saturating_add(u64::from(trailer.original.unwrap_or(header.tokens)));
         Ok(id)
+    }
+
+    /// The next id as a header offset. When it does not fit in 32 bits, every stored header
+    /// is rebased to the oldest stored id first (O(capacity), once per 2^32 ids at most while
+    /// old messages leave); [`Error::IdSpan`] when even that offset does not fit.
+    pub(super) fn next_header_id(&mut self) -> Result<u32, Error> {
+        let next = self.state.next_id();
+        if let Ok(offset) = u32::try_from(next.saturating_sub(self.state.id_base)) {
+            return Ok(offset);
+        }
+        let oldest = Level::ALL
+            .into_iter()
+            .filter_map(|level| {
+                let ring = self.ring(level);
+                ring.first().map(|h| ring.id(h))
+            })
+            .min()
+            .unwrap_or(next);
+        let Ok(offset) = u32::try_from(next.saturating_sub(oldest)) else {
+            return Err(Error::IdSpan { oldest });
+        };
+        let shift = oldest.saturating_sub(self.state.id_base);
+        let shift = u32::try_from(shift).unwrap_or(u32::MAX);
+        for level in Level::ALL {
+            let mut ring = self.ring_mut(level);
+            for index in 0..ring.as_ref().len() {
+                if let Some(header) = ring.get_mut(index) {
+                    header.id = header.id.saturating_sub(shift);
+                }
+            }
+        }
+        self.state.id_base = oldest;
+        Ok(offset)
     }
 
     /// Gives every unanswered call of the pending unit a synthetic "aborted" result, or drops
@@ -585,19 +619,15 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             let call_id =
                 core::str::from_utf8(id_buffer.get(..id_len).unwrap_or(&[])).unwrap_or_default();
             let tokens = self.framed_tokens(self.counter.count(ABORTED_RESULT), [], Some(call_id));
-            let header = Header {
-                role: Role::Tool,
-                flags: flags::SYNTHETIC,
-                tokens,
-                original_tokens: tokens,
-                ..Header::EMPTY
-            };
+            let header =
+                Header { role: Role::Tool, flags: flags::SYNTHETIC, tokens, ..Header::EMPTY };
             if self
                 .store(
                     pending.level,
                     header,
                     &Content::Plain(ABORTED_RESULT),
                     &Extra::CallId(call_id),
+                    Trailer::NONE,
                 )
                 .is_ok()
             {
@@ -614,15 +644,26 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let level = pending.level;
         let Some(header) = self.ring(level).get(head).copied() else { return };
         let count = usize::from(pending.calls).min(MAX_TOOL_CALLS);
+        let before = {
+            let ring = self.ring(level);
+            Trailer::of(&header, ring.record(&header))
+        };
+        let trailer =
+            Trailer { original: Some(before.original.unwrap_or(header.tokens)), ..before };
         let mut ring = self.ring_mut(level);
         let Some(span) = ring.record_mut(head) else { return };
+        let body_len = span.len().saturating_sub(before.len());
+        let body = span.get_mut(..body_len).unwrap_or_default();
         let new_len =
-            record::retain_calls(span, header.content_len as usize, count, pending.answered);
-        let _ = ring.truncate_record(head, new_len as u32);
+            record::retain_calls(body, header.content_len as usize, count, pending.answered);
+        // Dropping a call frees at least its table entry, more than the trailer can grow.
+        let end = new_len.saturating_add(trailer.len()).min(span.len());
+        trailer.write(&mut SpanWriter::new(span.get_mut(new_len..end).unwrap_or_default()));
+        let _ = ring.truncate_record(head, end as u32);
         let kept = pending.answered.count_ones() as u8;
         if let Some(stored) = ring.get_mut(head) {
             stored.items = kept;
-            stored.flags |= flags::REDUCED;
+            stored.flags |= flags::REDUCED | trailer.flag();
         }
         let tokens = {
             let ring = self.ring(level);
@@ -658,8 +699,74 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 #[cfg(test)]
 mod tests {
     use crate::capacity::TinyCapacities;
+    use crate::config::{Config, StrategyKind};
     use crate::error::{Error, InvalidMessage};
     use crate::manager::{ContextManager, MAX_SUMMARY_RANGES};
+    use crate::message::Message;
+    use crate::record::ToolCall;
+
+    #[test]
+    fn ids_past_32_bits_stay_exact_through_a_rebase_and_a_snapshot() {
+        let mut manager = ContextManager::<TinyCapacities>::new();
+        manager.state.issued = u64::from(u32::MAX) - 2;
+        let mut ids = Vec::new();
+        for text in ["a", "b", "c", "d"] {
+            ids.push(manager.push(Message::user(text)).unwrap());
+        }
+        let first = u64::from(u32::MAX) - 1;
+        assert_eq!(ids, [first, first + 1, first + 2, first + 3]);
+        assert_eq!(manager.state.id_base, first, "rebased to the oldest stored id");
+        let listed: Vec<u64> = manager.history().map(|m| m.id()).collect();
+        assert_eq!(listed, ids);
+        assert_eq!(manager.get(first + 2).map(|m| m.content()), Some("c"));
+        let mut buf = vec![0u8; manager.snapshot_len()];
+        let bytes = manager.snapshot_into(&mut buf).unwrap();
+        let mut restored = ContextManager::<TinyCapacities>::new();
+        restored.restore_from(bytes).unwrap();
+        let listed: Vec<u64> = restored.history().map(|m| m.id()).collect();
+        assert_eq!(listed, ids);
+        assert_eq!(restored.push(Message::user("e")), Ok(first + 4));
+    }
+
+    #[test]
+    fn a_message_2_to_the_32_ids_old_is_a_typed_error_not_a_wrap() {
+        let mut manager = ContextManager::<TinyCapacities>::new();
+        manager.push(Message::system("rules")).unwrap();
+        manager.state.issued = 1 << 32;
+        assert_eq!(manager.push(Message::user("late")), Err(Error::IdSpan { oldest: 1 }));
+        assert_eq!(manager.history().count(), 0);
+        assert_eq!(
+            manager.messages(crate::level::Level::Permanent).map(|m| m.id()).next(),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn terms_and_original_counts_live_in_the_trailer_and_survive_a_snapshot() {
+        let config = Config { strategy: StrategyKind::Importance, ..Config::DEFAULT };
+        let mut manager = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        manager.push(Message::user("check src/main.rs line 42")).unwrap();
+        let calls = [ToolCall::new("c1", "read", r#"{"path":"src/main.rs"}"#)];
+        manager.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+        let huge: String = (0..2000).map(|i| format!("src/main.rs:{i}: ok\n")).collect();
+        let id = manager.push(Message::tool_result("c1", &huge)).unwrap();
+        let result = manager.get(id).unwrap();
+        assert!(result.was_reduced() && result.original_tokens() > 4 * result.tokens());
+        assert_eq!(result.tool_call_id(), Some("c1"));
+        let terms: Vec<[u16; 4]> = manager.history().map(|m| m.terms()).collect();
+        assert!(terms.iter().all(|t| t.iter().any(|&h| h != 0)), "{terms:?}");
+        let mut buf = vec![0u8; manager.snapshot_len()];
+        let bytes = manager.snapshot_into(&mut buf).unwrap().to_vec();
+        let mut restored = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        restored.restore_from(&bytes).unwrap();
+        let again: Vec<[u16; 4]> = restored.history().map(|m| m.terms()).collect();
+        assert_eq!(again, terms);
+        let result = restored.get(id).unwrap();
+        assert_eq!(result.original_tokens(), manager.get(id).unwrap().original_tokens());
+        assert_eq!(result.tool_call_id(), Some("c1"));
+        let mut second = vec![0u8; restored.snapshot_len()];
+        assert_eq!(restored.snapshot_into(&mut second).unwrap(), &bytes[..]);
+    }
 
     #[test]
     fn too_many_summary_ranges_has_its_own_error() {
