@@ -8,7 +8,7 @@ use crate::role::Role;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
     /// Manager-wide message id, increasing with every push, as an offset from the manager's
-    /// id base (`State::id_base`; `RingRef::id` adds it back).
+    /// id base ([`id_base`] of `State::id_epoch`; `RingRef::id` adds it back).
     pub id: u32,
     /// Caller-supplied timestamp (no clock in `no_std`); milliseconds by convention.
     pub timestamp: u64,
@@ -28,6 +28,30 @@ pub(crate) struct Header {
     pub items: u8,
     /// Hierarchical detail level of the stored text (0 = full).
     pub detail: u8,
+}
+
+/// Id bases are multiples of 2^31, so views carry a 32-bit epoch instead of a 64-bit base.
+const EPOCH_SHIFT: u32 = 31;
+
+/// The id base of `epoch`.
+pub(crate) const fn id_base(epoch: u32) -> u64 {
+    (epoch as u64) << EPOCH_SHIFT
+}
+
+/// The largest epoch whose base is at or below `id`.
+pub(crate) const fn epoch_below(id: u64) -> u32 {
+    let epoch = id >> EPOCH_SHIFT;
+    if epoch > u32::MAX as u64 { u32::MAX } else { epoch as u32 }
+}
+
+/// The smallest epoch whose base is at or above `id`.
+pub(crate) const fn epoch_above(id: u64) -> u32 {
+    epoch_below(id.saturating_add((1 << EPOCH_SHIFT) - 1))
+}
+
+/// The manager-wide id of a header offset under `epoch`.
+pub(crate) const fn full_id(epoch: u32, offset: u32) -> u64 {
+    id_base(epoch) + offset as u64
 }
 
 const _: () = assert!(core::mem::size_of::<Header>() == 32, "a header is 32 bytes");

@@ -174,13 +174,13 @@ pub struct MessageRef<'a> {
     header: &'a Header,
     record: &'a [u8],
     level: Level,
-    /// The manager-wide id (the header keeps an offset).
-    id: u64,
+    /// Epoch of the header's id offset.
+    id_epoch: u32,
 }
 
 impl<'a> MessageRef<'a> {
-    pub(crate) fn new(header: &'a Header, record: &'a [u8], level: Level, id: u64) -> Self {
-        Self { header, record, level, id }
+    pub(crate) fn new(header: &'a Header, record: &'a [u8], level: Level, id_epoch: u32) -> Self {
+        Self { header, record, level, id_epoch }
     }
 
     /// Hashes of up to four identifiers, paths or numbers (all 0 when not computed).
@@ -190,7 +190,7 @@ impl<'a> MessageRef<'a> {
 
     /// Manager-wide id, increasing with every push (stable across snapshots).
     pub fn id(&self) -> u64 {
-        self.id
+        crate::header::full_id(self.id_epoch, self.header.id)
     }
 
     /// Author.

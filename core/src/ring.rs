@@ -102,7 +102,7 @@ impl<const N: usize, const B: usize> RingStorage for Ring<N, B> {
     const BYTES: usize = B;
 
     fn view(&self) -> RingRef<'_> {
-        RingRef { headers: &self.headers, arena: &self.bytes, state: self.state, id_base: 0 }
+        RingRef { headers: &self.headers, arena: &self.bytes, state: self.state, id_epoch: 0 }
     }
 
     fn view_mut(&mut self) -> RingMut<'_> {
@@ -117,8 +117,8 @@ pub struct RingRef<'a> {
     headers: &'a [Header],
     arena: &'a [u8],
     state: RingState,
-    /// What [`Header::id`] offsets are counted from (the manager's).
-    id_base: u64,
+    /// What [`Header::id`] offsets are counted from (the manager's `State::id_epoch`).
+    id_epoch: u32,
 }
 
 /// Mutable view of a ring.
@@ -138,14 +138,19 @@ fn physical(state: RingState, capacity: usize, index: usize) -> Option<usize> {
 }
 
 impl<'a> RingRef<'a> {
-    /// The same view, with header ids counted from `id_base`.
-    pub(crate) fn with_id_base(self, id_base: u64) -> Self {
-        Self { id_base, ..self }
+    /// The same view, with header ids counted from the base of `id_epoch`.
+    pub(crate) fn with_id_epoch(self, id_epoch: u32) -> Self {
+        Self { id_epoch, ..self }
+    }
+
+    /// The ids' epoch (for message views).
+    pub(crate) fn id_epoch(&self) -> u32 {
+        self.id_epoch
     }
 
     /// The manager-wide id of `header`.
     pub(crate) fn id(&self, header: &Header) -> u64 {
-        self.id_base.saturating_add(u64::from(header.id))
+        crate::header::full_id(self.id_epoch, header.id)
     }
 
     /// Headers stored (live and evicted).
@@ -222,7 +227,7 @@ impl<'a> RingRef<'a> {
 impl<'a> RingMut<'a> {
     /// A read-only view of the same ring.
     pub(crate) fn as_ref(&self) -> RingRef<'_> {
-        RingRef { headers: self.headers, arena: self.arena, state: *self.state, id_base: 0 }
+        RingRef { headers: self.headers, arena: self.arena, state: *self.state, id_epoch: 0 }
     }
 
     pub(crate) fn get_mut(&mut self, index: usize) -> Option<&mut Header> {

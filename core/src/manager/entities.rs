@@ -30,8 +30,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     #[inline(never)]
     pub(super) fn extract_entities(&mut self, id: u64) {
         let changed = {
-            let base = self.state.id_base;
-            let rings = [self.working.view(), self.volatile.view()].map(|r| r.with_id_base(base));
+            let epoch = self.state.id_epoch;
+            let rings = [self.working.view(), self.volatile.view()].map(|r| r.with_id_epoch(epoch));
             let text = rings.into_iter().find_map(|ring| {
                 ring.iter().find(|h| ring.id(h) == id).map(|h| record::content(h, ring.record(h)))
             });

@@ -64,9 +64,10 @@ pub(crate) struct PendingSlot {
 pub(crate) struct State {
     /// Ids issued so far; the next message gets `issued + 1`.
     pub issued: u64,
-    /// What stored headers count their ids from (they keep 32-bit offsets): 0 until a
-    /// session issues 2^32 ids, then the oldest stored id (see `push::store`).
-    pub id_base: u64,
+    /// Whose base (`header::id_base`) stored headers count their ids from (they keep 32-bit
+    /// offsets): 0 until a session issues 2^32 ids, then the epoch at or below the oldest
+    /// stored id (see `push::next_header_id`).
+    pub id_epoch: u32,
     /// User messages pushed so far (the turn clock).
     pub turn: u64,
     /// Newest user message in the history, always locked.
@@ -114,7 +115,7 @@ impl State {
 
     pub(crate) const NEW: State = State {
         issued: 0,
-        id_base: 0,
+        id_epoch: 0,
         turn: 0,
         last_user_id: None,
         pending: PendingSlot { level: 0, calls: 0, answered: 0 },
@@ -537,7 +538,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             Level::Working => self.working.view(),
             Level::Volatile => self.volatile.view(),
         };
-        ring.with_id_base(self.state.id_base)
+        ring.with_id_epoch(self.state.id_epoch)
     }
 
     pub(crate) fn ring_mut(&mut self, level: Level) -> RingMut<'_> {

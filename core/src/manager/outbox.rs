@@ -42,7 +42,7 @@ impl<'a> EvictedUnit<'a> {
         let (ring, level) = (self.ring, self.level);
         (self.span.start..self.span.end)
             .filter_map(move |i| ring.get(i))
-            .map(move |h| MessageRef::new(h, ring.record(h), level, ring.id(h)))
+            .map(move |h| MessageRef::new(h, ring.record(h), level, ring.id_epoch()))
     }
 
     /// Number of messages.

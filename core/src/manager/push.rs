@@ -5,7 +5,7 @@ use crate::capacity::Capacities;
 use crate::config::UnansweredCalls;
 use crate::counter::TokenCounter;
 use crate::error::{Error, InvalidMessage};
-use crate::header::{Header, flags};
+use crate::header::{Header, epoch_below, flags, id_base};
 use crate::json;
 use crate::level::Level;
 use crate::message::{MAX_TOOL_CALLS, Message};
@@ -546,11 +546,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// The next id as a header offset. When it does not fit in 32 bits, every stored header
-    /// is rebased to the oldest stored id first (O(capacity), once per 2^32 ids at most while
-    /// old messages leave); [`Error::IdSpan`] when even that offset does not fit.
+    /// is rebased to the epoch at or below the oldest stored id first (O(capacity), once per
+    /// 2^31 ids at most while old messages leave); [`Error::IdSpan`] when even that offset
+    /// does not fit (a message 2^31 to 2^32 ids older than the next is still stored).
     pub(super) fn next_header_id(&mut self) -> Result<u32, Error> {
         let next = self.state.next_id();
-        if let Ok(offset) = u32::try_from(next.saturating_sub(self.state.id_base)) {
+        let base = id_base(self.state.id_epoch);
+        if let Ok(offset) = u32::try_from(next.saturating_sub(base)) {
             return Ok(offset);
         }
         let oldest = Level::ALL
@@ -561,11 +563,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             })
             .min()
             .unwrap_or(next);
-        let Ok(offset) = u32::try_from(next.saturating_sub(oldest)) else {
+        let epoch = epoch_below(oldest);
+        let Ok(offset) = u32::try_from(next.saturating_sub(id_base(epoch))) else {
             return Err(Error::IdSpan { oldest });
         };
-        let shift = oldest.saturating_sub(self.state.id_base);
-        let shift = u32::try_from(shift).unwrap_or(u32::MAX);
+        let shift = u32::try_from(id_base(epoch).saturating_sub(base)).unwrap_or(u32::MAX);
         for level in Level::ALL {
             let mut ring = self.ring_mut(level);
             for index in 0..ring.as_ref().len() {
@@ -574,7 +576,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 }
             }
         }
-        self.state.id_base = oldest;
+        self.state.id_epoch = epoch;
         Ok(offset)
     }
 
@@ -715,7 +717,7 @@ mod tests {
         }
         let first = u64::from(u32::MAX) - 1;
         assert_eq!(ids, [first, first + 1, first + 2, first + 3]);
-        assert_eq!(manager.state.id_base, first, "rebased to the oldest stored id");
+        assert_eq!(manager.state.id_epoch, 1, "rebased to the epoch below the oldest id");
         let listed: Vec<u64> = manager.history().map(|m| m.id()).collect();
         assert_eq!(listed, ids);
         assert_eq!(manager.get(first + 2).map(|m| m.content()), Some("c"));

@@ -83,9 +83,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                     core::cmp::Ordering::Less => low = mid + 1,
                     core::cmp::Ordering::Greater => high = mid,
                     core::cmp::Ordering::Equal => {
-                        return header
-                            .is_live()
-                            .then(|| MessageRef::new(header, ring.record(header), level, id));
+                        return header.is_live().then(|| {
+                            MessageRef::new(header, ring.record(header), level, ring.id_epoch())
+                        });
                     }
                 }
             }

@@ -10,7 +10,7 @@
 use super::error::{Invariant, SnapshotError};
 use super::wire::{V16, V32, V64, level_from, role_from};
 use crate::config::{Config, DynamicPlacement, OutboxMode, StrategyKind, UnansweredCalls};
-use crate::header::{Header, flags};
+use crate::header::{Header, epoch_above, flags, id_base};
 use crate::json;
 use crate::level::Level;
 use crate::manager::{Pending, State};
@@ -126,7 +126,7 @@ impl<'a> Reader<'a> {
 /// What the record and entity checks need of the configuration and state.
 struct Head {
     next_id: u64,
-    /// What the loaded headers count their ids from (`State::id_base`).
+    /// What the loaded headers count their ids from (the base of `State::id_epoch`).
     id_base: u64,
     last_user_id: Option<u64>,
     pending: Option<Pending>,
@@ -284,11 +284,11 @@ fn head(
     }
     // The one base under which every id a snapshot may hold (below `next_id`) has a 32-bit
     // offset; the records must not be older (checked per record).
-    state.id_base = state.next_id().saturating_sub(1 << 32);
+    state.id_epoch = epoch_above(state.next_id().saturating_sub(1 << 32));
     sink.begin(&config, &state);
     Ok(Head {
         next_id: state.next_id(),
-        id_base: state.id_base,
+        id_base: id_base(state.id_epoch),
         last_user_id: state.last_user_id,
         pending,
         tokens: state.tokens,
