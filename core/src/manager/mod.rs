@@ -578,14 +578,18 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         &self.state
     }
 
-    /// Empties every ring and takes `config` and `state` (snapshot restore; the caller then
-    /// stores the records and recounts the live totals).
-    pub(crate) fn reset_to(&mut self, config: Config, state: State) {
+    /// Empties every ring and takes `config` (snapshot restore; the caller then sets the
+    /// state, stores the records and recounts the live totals).
+    pub(crate) fn reset_to(&mut self, config: &Config) {
         for level in Level::ALL {
             self.ring_mut(level).retain(|_| false);
         }
-        self.config = config;
-        self.state = state;
+        self.config = *config;
+    }
+
+    /// Takes `state` (snapshot restore, after [`reset_to`](Self::reset_to)).
+    pub(crate) fn set_state(&mut self, state: &State) {
+        self.state = *state;
     }
 
     /// Live bytes of `level`.

@@ -22,7 +22,8 @@ const MAX_NEXT_ID: u64 = 1 << 63;
 
 /// Where decoded records go.
 pub(crate) trait Sink<'a> {
-    fn begin(&mut self, config: &Config, state: &State);
+    fn config(&mut self, config: &Config);
+    fn state(&mut self, state: &State);
     /// One record as the snapshot has it: `header` without [`flags::TRAILER`], `bytes`
     /// without the trailer the manager keeps after them.
     fn record(&mut self, level: Level, header: &Header, trailer: Trailer, bytes: &'a [u8]);
@@ -34,7 +35,8 @@ pub(crate) trait Sink<'a> {
 pub(crate) struct Validate;
 
 impl<'a> Sink<'a> for Validate {
-    fn begin(&mut self, _: &Config, _: &State) {}
+    fn config(&mut self, _: &Config) {}
+    fn state(&mut self, _: &State) {}
     fn record(&mut self, _: Level, _: &Header, _: Trailer, _: &'a [u8]) {}
     fn entity(&mut self, _: usize, _: Option<&'a [u8]>) {}
     fn end(&mut self) {}
@@ -136,6 +138,9 @@ struct Head {
 
 /// Reads the configuration (in `ConfigWire` order) into `config`.
 /// Returns the retired checkpoint interval the snapshot carries (hashed into its fingerprint).
+/// Out of line: its temporaries stay off the frame that holds the configuration and the
+/// state while the sink runs.
+#[inline(never)]
 fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError> {
     c.context_window = r.u32()?;
     c.reserved_for_reply = r.u32()?;
@@ -195,6 +200,9 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError>
 }
 
 /// Reads the state (in `StateWire` order) into `state`.
+/// Out of line: its temporaries stay off the frame that holds the configuration and the
+/// state while the sink runs.
+#[inline(never)]
 fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), SnapshotError> {
     let next_id = r.u64()?;
     s.turn = r.u64()?;
@@ -249,15 +257,27 @@ fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), SnapshotError> {
     Ok(())
 }
 
-/// Decodes and checks the configuration and the state and hands them to `sink`. Out of line,
-/// so the two (several hundred bytes) are off the stack while the records are read.
-#[inline(never)]
+/// Decodes and checks the configuration, then the state, and hands each to `sink`.
 fn head(
     r: &mut Reader<'_>,
     fingerprint: u32,
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'_>,
 ) -> Result<Head, SnapshotError> {
+    let schema_len = head_config(r, fingerprint, runs, sink)?;
+    head_state(r, schema_len, sink)
+}
+
+/// Decodes and checks the configuration and hands it to `sink`; returns its schema's length.
+/// Out of line, and apart from the state: each is about 300 bytes, and only one of them is
+/// on the stack at a time, never while the records are read.
+#[inline(never)]
+fn head_config(
+    r: &mut Reader<'_>,
+    fingerprint: u32,
+    runs: Option<StrategyKind>,
+    sink: &mut dyn Sink<'_>,
+) -> Result<usize, SnapshotError> {
     let mut config = Config::DEFAULT;
     config.entity_schema = crate::entities::EntitySchema::EMPTY;
     let retired_checkpoint_interval = read_config(r, &mut config)?;
@@ -272,6 +292,17 @@ fn head(
     if config.fingerprint_with(retired_checkpoint_interval) != fingerprint {
         return Err(SnapshotError::Invalid(Invariant::Fingerprint));
     }
+    sink.config(&config);
+    Ok(config.entity_schema.len())
+}
+
+/// Decodes and checks the state and hands it to `sink` (see [`head_config`]).
+#[inline(never)]
+fn head_state(
+    r: &mut Reader<'_>,
+    schema_len: usize,
+    sink: &mut dyn Sink<'_>,
+) -> Result<Head, SnapshotError> {
     let mut state = State::NEW;
     read_state(r, &mut state)?;
     // No session reaches 2^63 messages; a larger id clock is corruption, and would overflow.
@@ -285,14 +316,14 @@ fn head(
     // The one base under which every id a snapshot may hold (below `next_id`) has a 32-bit
     // offset; the records must not be older (checked per record).
     state.id_epoch = epoch_above(state.next_id().saturating_sub(1 << 32));
-    sink.begin(&config, &state);
+    sink.state(&state);
     Ok(Head {
         next_id: state.next_id(),
         id_base: id_base(state.id_epoch),
         last_user_id: state.last_user_id,
         pending,
         tokens: state.tokens,
-        schema_len: config.entity_schema.len(),
+        schema_len,
     })
 }
 

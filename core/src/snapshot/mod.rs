@@ -44,8 +44,12 @@ use wire::{FORMAT_VERSION, HEADER_LEN, MAGIC, TRAILER_LEN};
 struct Load<'m, C: Capacities, K: TokenCounter, S: Strategy>(&'m mut ContextManager<C, K, S>);
 
 impl<'a, C: Capacities, K: TokenCounter, S: Strategy> Sink<'a> for Load<'_, C, K, S> {
-    fn begin(&mut self, config: &Config, state: &State) {
-        self.0.reset_to(*config, *state);
+    fn config(&mut self, config: &Config) {
+        self.0.reset_to(config);
+    }
+
+    fn state(&mut self, state: &State) {
+        self.0.set_state(state);
     }
 
     fn record(&mut self, level: Level, header: &Header, trailer: Trailer, bytes: &'a [u8]) {
