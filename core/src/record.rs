@@ -210,6 +210,15 @@ impl<'a> SpanWriter<'a> {
         }
     }
 
+    /// Writes `len` zero bytes.
+    pub(crate) fn put_zeros(&mut self, len: usize) {
+        let end = self.at + len;
+        if let Some(target) = self.span.get_mut(self.at..end) {
+            target.fill(0);
+        }
+        self.at = end;
+    }
+
     /// Writes one summary source range.
     pub(crate) fn put_range(&mut self, first: u64, last: u64) {
         self.put(&first.to_le_bytes());
@@ -263,6 +272,26 @@ impl<'a> ToolCalls<'a> {
 }
 
 impl ToolCalls<'_> {
+    /// Where the id of call `index` lies in the record.
+    pub(crate) fn id_span(mut self, index: usize) -> Option<core::ops::Range<usize>> {
+        while self.next < self.count {
+            let entry = self.table + self.next * CALL_ENTRY;
+            let id_len = le_u16(self.record, entry)?;
+            let name_len = le_u16(self.record, entry + 2)?;
+            let args_len = le_u32(self.record, entry + 4)?;
+            let end = self.cursor + id_len + name_len + args_len;
+            if end > self.record.len() {
+                return None;
+            }
+            if self.next == index {
+                return Some(self.cursor..self.cursor + id_len);
+            }
+            self.cursor = end;
+            self.next += 1;
+        }
+        None
+    }
+
     /// Position of the call whose id is `id`, comparing bytes: no text is decoded, so the
     /// calls before it cost their table entries only.
     pub(crate) fn position_of(mut self, id: &str) -> Option<usize> {

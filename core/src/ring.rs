@@ -240,6 +240,32 @@ impl<'a> RingMut<'a> {
         self.arena.get_mut(header.start as usize..header.end() as usize)
     }
 
+    /// Copies `len` bytes at offset `from.1` of record `from.0` to offset `to.1` of record
+    /// `to.0`, two different records (so the ranges never overlap). `None` (nothing copied)
+    /// when a range is outside its record.
+    pub(crate) fn copy_between(
+        &mut self,
+        from: (usize, usize),
+        to: (usize, usize),
+        len: usize,
+    ) -> Option<()> {
+        let view = self.as_ref();
+        let (source, target) = (view.get(from.0)?, view.get(to.0)?);
+        let at = |header: &Header, offset: usize| {
+            let start = (header.start as usize).checked_add(offset)?;
+            (start.checked_add(len)? <= header.end() as usize).then_some(start)
+        };
+        let (source, target) = (at(source, from.1)?, at(target, to.1)?);
+        if from.0 == to.0 {
+            return None;
+        }
+        for i in 0..len {
+            let byte = *self.arena.get(source + i)?;
+            *self.arena.get_mut(target + i)? = byte;
+        }
+        Some(())
+    }
+
     /// Appends a record of `len` bytes described by `header` (its `start` and `len` are set
     /// here) and lets `fill` write the bytes. Returns the new logical index, or `None` (and
     /// changes nothing) when the ring has no header slot or too few bytes even after packing.

@@ -22,10 +22,11 @@ pub const MAX_TOOL_CALL_ID_LEN: usize = 128;
 /// Content of the synthetic result stored for a call that never got one.
 pub const ABORTED_RESULT: &str = "[ctxwin] Tool call aborted: no result was received.";
 
-/// What a new record's content is made of.
+/// What a new record's content is made of. The reduction by reference: with its marker
+/// buffer inline, every `Content` (the synthetic results' too) would take 80 bytes of stack.
 enum Content<'a> {
     Plain(&'a str),
-    Reduced(Reduction<'a>),
+    Reduced(&'a Reduction<'a>),
 }
 
 impl Content<'_> {
@@ -52,6 +53,8 @@ enum Extra<'a> {
     Calls(&'a [ToolCall<'a>]),
     CallId(&'a str),
     Ranges(&'a [(u64, u64)]),
+    /// Zero bytes, overwritten once the record is stored.
+    Blank(usize),
 }
 
 impl Extra<'_> {
@@ -61,6 +64,7 @@ impl Extra<'_> {
             Extra::Calls(calls) => record::calls_len(calls),
             Extra::CallId(id) => id.len(),
             Extra::Ranges(ranges) => ranges.len() * record::RANGE_ENTRY,
+            Extra::Blank(len) => *len,
         }
     }
 
@@ -70,6 +74,7 @@ impl Extra<'_> {
             Extra::Calls(calls) => out.put_calls(calls),
             Extra::CallId(id) => out.put(id.as_bytes()),
             Extra::Ranges(ranges) => ranges.iter().for_each(|&(a, b)| out.put_range(a, b)),
+            Extra::Blank(len) => out.put_zeros(*len),
         }
     }
 }
@@ -402,10 +407,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 .saturating_sub(self.framed_tokens(0, [], Some(call_id))),
         );
         let raw_tokens = self.counter.count(message.content);
+        let reduction;
         let content = if raw_tokens <= limit {
             Content::Plain(message.content)
         } else if limit >= MIN_REDUCED_TOKENS {
-            Content::Reduced(reduce::reduce(message.content, limit, &self.counter))
+            reduction = reduce::reduce(message.content, limit, &self.counter);
+            Content::Reduced(&reduction)
         } else {
             return Err(Error::MessageTooLarge { needed: raw_tokens, limit });
         };
@@ -601,38 +608,32 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             if pending.answered & bit(index) != 0 {
                 continue;
             }
-            let mut id_buffer = [0u8; MAX_TOOL_CALL_ID_LEN];
-            let id_len = {
+            // The call id is copied inside the arena after the result is stored: no copy of
+            // it (up to 128 bytes) on the stack of the push path.
+            let (id_at, id_len, tokens) = {
                 let ring = self.ring(pending.level);
-                let Some(call) = ring
-                    .get(head)
-                    .and_then(|h| record::ToolCalls::new(h, ring.record(h)).nth(index))
-                else {
+                let Some((h, span)) = ring.get(head).and_then(|h| {
+                    Some((h, record::ToolCalls::new(h, ring.record(h)).id_span(index)?))
+                }) else {
                     continue;
                 };
-                let len = call.id.len().min(MAX_TOOL_CALL_ID_LEN);
-                if let (Some(target), Some(source)) =
-                    (id_buffer.get_mut(..len), call.id.as_bytes().get(..len))
-                {
-                    target.copy_from_slice(source);
-                }
-                len
+                let len = span.len().min(MAX_TOOL_CALL_ID_LEN);
+                let id = ring.record(h).get(span.start..span.start + len).unwrap_or_default();
+                let call_id = core::str::from_utf8(id).unwrap_or_default();
+                let aborted = self.counter.count(ABORTED_RESULT);
+                (span.start, len, self.framed_tokens(aborted, [], Some(call_id)))
             };
-            let call_id =
-                core::str::from_utf8(id_buffer.get(..id_len).unwrap_or(&[])).unwrap_or_default();
-            let tokens = self.framed_tokens(self.counter.count(ABORTED_RESULT), [], Some(call_id));
             let header =
                 Header { role: Role::Tool, flags: flags::SYNTHETIC, tokens, ..Header::EMPTY };
-            if self
-                .store(
-                    pending.level,
-                    header,
-                    &Content::Plain(ABORTED_RESULT),
-                    &Extra::CallId(call_id),
-                    Trailer::NONE,
-                )
-                .is_ok()
-            {
+            let content = Content::Plain(ABORTED_RESULT);
+            let stored = self
+                .store(pending.level, header, &content, &Extra::Blank(id_len), Trailer::NONE)
+                .is_ok();
+            if stored {
+                let mut ring = self.ring_mut(pending.level);
+                let result = ring.as_ref().len().saturating_sub(1);
+                // Both spans were just checked by `id_span` and `store`: the copy cannot miss.
+                let _ = ring.copy_between((head, id_at), (result, ABORTED_RESULT.len()), id_len);
                 self.mark_answered(index);
                 let counters = &mut self.state.counters;
                 counters.calls_aborted = counters.calls_aborted.saturating_add(1);
