@@ -69,9 +69,10 @@ pub enum Error {
     InvalidConfig(ConfigError),
     /// Writing the payload failed.
     Io(embedded_io::ErrorKind),
-    /// A stored message is 2^32 or more ids older than the next one: headers keep ids as
-    /// 32-bit offsets from the oldest stored message. Unreachable below 4,294,967,296 pushes;
-    /// evicting or replacing the oldest messages (e.g. the system prompt) makes room again.
+    /// A stored message is too many ids older than the next one: headers keep ids as 32-bit
+    /// offsets from a base at most 2^31 below the oldest stored id, so a span of 2^31 ids
+    /// always fits and one of 2^32 never does. Unreachable below 2,147,483,648 pushes; once
+    /// the oldest messages (e.g. a system prompt) leave, pushes succeed again.
     IdSpan {
         /// Id of the oldest stored message.
         oldest: u64,
@@ -140,7 +141,7 @@ impl core::fmt::Display for Error {
             Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
             Error::Io(kind) => write!(f, "write failed: {kind:?}"),
             Error::IdSpan { oldest } => {
-                write!(f, "message {oldest} is 2^32 or more ids older than the next one")
+                write!(f, "message {oldest} is too many ids (2^31 or more) older than the next one")
             }
         }
     }

@@ -5,7 +5,7 @@ use ctxwin_core::{
     estimator::Estimator, ring::Ring, strategy::SlidingWindow,
 };
 
-/// Level capacities of a 64 KiB-RAM part: 8,760 B per manager.
+/// Level capacities of a 64 KiB-RAM part: 8,040 B per manager.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EdgeCapacities;
 
