@@ -745,6 +745,42 @@ mod tests {
     }
 
     #[test]
+    fn dropping_calls_keeps_the_trailer_and_records_the_count_before() {
+        let config = Config {
+            strategy: StrategyKind::Importance,
+            unanswered_calls: crate::config::UnansweredCalls::DropCalls,
+            ..Config::DEFAULT
+        };
+        let mut manager = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        manager.push(Message::user("read src/lib.rs and src/main.rs")).unwrap();
+        let calls = [
+            ToolCall::new("c1", "read", r#"{"path":"src/lib.rs"}"#),
+            ToolCall::new("c2", "read", r#"{"path":"src/main.rs"}"#),
+        ];
+        let head = manager.push(Message::assistant("two reads").with_tool_calls(&calls)).unwrap();
+        let (terms, before) = {
+            let stored = manager.get(head).unwrap();
+            (stored.terms(), stored.tokens())
+        };
+        assert_ne!(terms, [0; 4]);
+        manager.push(Message::tool_result("c2", "fn main() {}")).unwrap();
+        manager.push(Message::user("never mind")).unwrap();
+        let stored = manager.get(head).unwrap();
+        let kept: Vec<&str> = stored.tool_calls().map(|c| c.id).collect();
+        assert_eq!(kept, ["c2"]);
+        assert_eq!(stored.content(), "two reads");
+        assert!(stored.was_reduced() && stored.tokens() < before);
+        assert_eq!((stored.original_tokens(), stored.terms()), (before, terms));
+        let mut buf = vec![0u8; manager.snapshot_len()];
+        let bytes = manager.snapshot_into(&mut buf).unwrap().to_vec();
+        let mut restored = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        restored.restore_from(&bytes).unwrap();
+        let again = restored.get(head).unwrap();
+        assert_eq!((again.original_tokens(), again.terms()), (before, terms));
+        assert_eq!(again.tool_calls().map(|c| c.id).collect::<Vec<_>>(), ["c2"]);
+    }
+
+    #[test]
     fn terms_and_original_counts_live_in_the_trailer_and_survive_a_snapshot() {
         let config = Config { strategy: StrategyKind::Importance, ..Config::DEFAULT };
         let mut manager = ContextManager::<TinyCapacities>::with_config(config).unwrap();
