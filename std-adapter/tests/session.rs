@@ -286,6 +286,47 @@ fn restart_continues_from_the_latest_checkpoint() {
 }
 
 #[test]
+fn sessions_move_up_a_tier_and_checkpoints_of_either_tier_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    // The default 32k window: its budgets let more text stay than the small tier holds.
+    let restartable = |dir: &Path, restore: bool| {
+        SessionBuilder::new("restart")
+            .archive(dir.join("archive.db"))
+            .checkpoints(dir.join("snapshots"))
+            .restore_latest(restore)
+            .build()
+    };
+    let mut session = restartable(dir.path(), true).unwrap();
+    let first = session.push(&user("a short conversation stays in the small tier")).unwrap().id;
+    assert_eq!(session.manager().tier(), "small");
+    session.checkpoint().unwrap();
+    drop(session);
+
+    let mut reopened = restartable(dir.path(), true).unwrap();
+    assert_eq!(reopened.manager().tier(), "small");
+    let mut pushed = Vec::new();
+    for turn in 0..8 {
+        pushed.extend(agent_turn(&mut reopened, turn, true).into_iter().map(|(m, r)| (m, r.id)));
+    }
+    assert_eq!(reopened.manager().tier(), "server", "eight big tool outputs need the server tier");
+    reopened.checkpoint().unwrap();
+    let core = reopened.stats().unwrap().core;
+    drop(reopened);
+
+    // A checkpoint of the server tier (the only tier before tiers existed) restores into a
+    // session that starts small, moving it up.
+    let again = restartable(dir.path(), true).unwrap();
+    assert_eq!(again.manager().tier(), "server");
+    assert_eq!(again.stats().unwrap().core, core);
+    let archive = again.archive().unwrap();
+    assert!(archive.get("restart", first).unwrap().is_some());
+    for (message, id) in &pushed {
+        let row = archive.get("restart", *id).unwrap().unwrap();
+        assert_eq!(row.full_text(), message.content, "message {id}");
+    }
+}
+
+#[test]
 fn a_damaged_newest_checkpoint_is_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let mut session = restartable(dir.path(), false).unwrap();

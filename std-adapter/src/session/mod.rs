@@ -2,8 +2,9 @@
 //! an archive that keeps every evicted unit, crash-safe checkpoints, exact token counts and
 //! calibration against the provider's billed tokens.
 //!
-//! A session owns a boxed core [`ContextManager`](ctxwin_core::ContextManager) sized by
-//! [`ServerCapacities`], an optional SQLite [`Archive`], an optional [`CheckpointStore`] with a
+//! A session owns a boxed core [`ContextManager`](ctxwin_core::ContextManager) (a
+//! [`SessionManager`]: [`SmallCapacities`] until its content needs [`ServerCapacities`]), an
+//! optional SQLite [`Archive`], an optional [`CheckpointStore`] with a
 //! [`PeriodicCheckpointer`], and a [`Calibrator`]. Build one with [`SessionBuilder`].
 //!
 //! * **Nothing is lost.** [`push`](Session::push) writes the message to the archive *before*
@@ -78,6 +79,7 @@ mod report;
 mod retrieve;
 mod stats;
 mod sync;
+mod tier;
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -89,7 +91,7 @@ use crate::checkpoint::{CheckpointId, CheckpointStore, PeriodicCheckpointer};
 use crate::tokens::Calibrator;
 
 pub use builder::SessionBuilder;
-pub use capacities::{ServerCapacities, SessionManager};
+pub use capacities::{ServerCapacities, SmallCapacities};
 pub use compose::ComposedPayload;
 pub use convert::tool_definition_json;
 pub use counter::Counter;
@@ -104,6 +106,7 @@ pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
 pub use stats::{
     ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats, thousands,
 };
+pub use tier::{ServerManager, SessionManager, SmallManager};
 
 use sync::Tracker;
 
@@ -130,7 +133,7 @@ pub type SharedSession = Arc<Mutex<Session>>;
 /// [module documentation](self).
 pub struct Session {
     name: String,
-    manager: Box<SessionManager>,
+    manager: SessionManager,
     /// The configuration the caller asked for (framing applied); calibration only ever
     /// lowers the window the core gets from it.
     configured: Config,

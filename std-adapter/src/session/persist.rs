@@ -14,10 +14,10 @@
 use ctxwin_core::SnapshotError;
 use serde::{Deserialize, Serialize};
 
-use super::capacities::SessionManager;
 use super::report::RestoreReport;
 use super::stats::SessionCounters;
 use super::sync::Tracker;
+use super::tier::SessionManager;
 use super::{Session, SessionError};
 use crate::archive::ArchiveError;
 use crate::checkpoint::{CheckpointId, CheckpointInfo};
@@ -370,7 +370,10 @@ fn restore_into(
     if state.session != name {
         return Err(format!("it belongs to session {:?}", state.session));
     }
-    manager.restore_from(core).map_err(|error| snapshot_reason(&error))?;
+    manager.restore_tiered(core).map_err(|error| match error {
+        SessionError::Snapshot(error) => snapshot_reason(&error),
+        other => other.to_string(),
+    })?;
     Ok(Restored { state })
 }
 
