@@ -275,6 +275,7 @@ impl SessionBuilder {
                 None => None,
             },
             retrieval: self.retrieval,
+            batch: None,
         };
         let restored = if self.restore_latest { session.restore_latest_if_any()? } else { None };
         if restored.is_none()
@@ -282,7 +283,7 @@ impl SessionBuilder {
         {
             let messages = archive.message_count(Some(&session.name))?;
             if messages > 0 {
-                return Err(SessionError::ArchiveInUse { session: session.name, messages });
+                return Err(SessionError::ArchiveInUse { session: session.name.clone(), messages });
             }
         }
         tracing::info!(

@@ -62,6 +62,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod batch;
 mod builder;
 mod calibrate;
 mod capacities;
@@ -156,6 +157,8 @@ pub struct Session {
     llm: Option<llm::LlmState>,
     /// How [`recall`](Session::recall) and the automatic recall at compose retrieve.
     retrieval: RetrievalSettings,
+    /// Rows of the open archive batch ([`Session::begin_batch`]), in write order.
+    batch: Option<Vec<ArchivedMessage>>,
 }
 
 impl Session {

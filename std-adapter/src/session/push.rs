@@ -345,8 +345,9 @@ impl Session {
             return Ok(());
         }
         let row = self.ahead_row(message, plan, timestamp);
+        let Some(row) = self.batched(vec![row]) else { return Ok(()) };
         if let Some(archive) = self.archive.as_mut() {
-            archive.store_unit(&self.name, &[row])?;
+            archive.store_unit(&self.name, &row)?;
             self.counters.archive_rows_written += 1;
         }
         Ok(())

@@ -76,10 +76,11 @@ impl Session {
 
     /// Writes `rows` now, or keeps them for the next operation if the archive fails.
     pub(super) fn write_rows(&mut self, rows: Vec<ArchivedMessage>) -> Result<(), SessionError> {
-        let Some(archive) = self.archive.as_mut() else { return Ok(()) };
-        if rows.is_empty() {
+        if self.archive.is_none() || rows.is_empty() {
             return Ok(());
         }
+        let Some(rows) = self.batched(rows) else { return Ok(()) };
+        let Some(archive) = self.archive.as_mut() else { return Ok(()) };
         match archive.store_messages(&self.name, &rows) {
             Ok(_) => {
                 self.counters.archive_rows_written += rows.len() as u64;
