@@ -889,6 +889,12 @@ impl Conv {
         Ok(evicted)
     }
 
+    /// Whether recording the next answer and counting its exchange would write anything: an
+    /// answer still waits (it is taken first), or a checkpoint falls due (every `every`).
+    pub fn answer_needs_io(&self, every: u32) -> bool {
+        self.pending_answer.is_some() || self.exchanges.saturating_add(1) >= every
+    }
+
     /// Counts one exchange; true when `every` have passed since the last checkpoint.
     pub fn exchange_done(&mut self, every: u32) -> bool {
         self.last_used = Instant::now();
