@@ -473,6 +473,17 @@ fn summarizing_import_records_drillable_summaries() {
 
 #[test]
 fn a_push_that_needs_drained_space_is_retried_under_the_right_id() {
+    drained_space_retry(false);
+}
+
+#[test]
+fn the_repair_of_a_wrong_id_follows_the_wrong_row_in_a_batch() {
+    drained_space_retry(true);
+}
+
+/// A push the core takes only after the session drains its outbox, where summaries take the
+/// predicted id meanwhile; with `batched`, inside an archive batch.
+fn drained_space_retry(batched: bool) {
     let config = Config {
         context_window: 200_000,
         working_budget: 150_000,
@@ -495,7 +506,11 @@ fn a_push_that_needs_drained_space_is_retried_under_the_right_id() {
     assert_eq!(session.stats().unwrap().core.counters.units_evicted, 0);
     let big = user(format!("{} the end", "=".repeat(250_000)));
     let predicted = pushed.last().unwrap().0 + 1;
+    if batched {
+        session.begin_batch();
+    }
     let report = session.push(&big).unwrap();
+    session.end_batch().unwrap();
     assert!(report.id > predicted, "hierarchical summaries took ids while making room");
     assert!(!report.evicted_units.is_empty());
     pushed.push((report.id, big));

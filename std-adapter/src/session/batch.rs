@@ -15,8 +15,9 @@ impl Session {
     /// Nothing of the batch is acknowledged before [`end_batch`](Self::end_batch) returns:
     /// the pushes of a batch write the core and the batch's rows, both in memory, and a row
     /// whose write fails stays queued as after any failed write (written before anything else
-    /// by the next operation, and before any checkpoint). [`checkpoint`](Self::checkpoint)
-    /// and [`restore`](Self::restore) end a batch first, and so does dropping the session.
+    /// by the next operation, and before any checkpoint). [`checkpoint`](Self::checkpoint),
+    /// [`restore`](Self::restore) and the `forget` calls end a batch first, and so does
+    /// dropping the session.
     /// Retrieval reads the archive: end the batch before composing. Without an archive, or
     /// with LLM summaries (their worker reads sources from the archive at once), there is
     /// nothing to batch and rows are written as usual.

@@ -318,10 +318,9 @@ impl Session {
         };
         tracing::warn!(id = displaced, "session: repaired an archive row written under a wrong id");
         self.counters.id_repairs += 1;
-        if let Some(archive) = self.archive.as_mut() {
-            archive.store_unit(&self.name, &[row])?;
-        }
-        Ok(())
+        // After the wrong row, in an open batch too: written directly, the repair would be
+        // overwritten when the batch's write-ahead row of the same id followed it.
+        self.write_rows(vec![row])
     }
 }
 
