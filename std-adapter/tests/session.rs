@@ -286,6 +286,47 @@ fn restart_continues_from_the_latest_checkpoint() {
 }
 
 #[test]
+fn sessions_move_up_a_tier_and_checkpoints_of_either_tier_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    // The default 32k window: its budgets let more text stay than the small tier holds.
+    let restartable = |dir: &Path, restore: bool| {
+        SessionBuilder::new("restart")
+            .archive(dir.join("archive.db"))
+            .checkpoints(dir.join("snapshots"))
+            .restore_latest(restore)
+            .build()
+    };
+    let mut session = restartable(dir.path(), true).unwrap();
+    let first = session.push(&user("a short conversation stays in the small tier")).unwrap().id;
+    assert_eq!(session.manager().tier(), "small");
+    session.checkpoint().unwrap();
+    drop(session);
+
+    let mut reopened = restartable(dir.path(), true).unwrap();
+    assert_eq!(reopened.manager().tier(), "small");
+    let mut pushed = Vec::new();
+    for turn in 0..8 {
+        pushed.extend(agent_turn(&mut reopened, turn, true).into_iter().map(|(m, r)| (m, r.id)));
+    }
+    assert_eq!(reopened.manager().tier(), "server", "eight big tool outputs need the server tier");
+    reopened.checkpoint().unwrap();
+    let core = reopened.stats().unwrap().core;
+    drop(reopened);
+
+    // A checkpoint of the server tier (the only tier before tiers existed) restores into a
+    // session that starts small, moving it up.
+    let again = restartable(dir.path(), true).unwrap();
+    assert_eq!(again.manager().tier(), "server");
+    assert_eq!(again.stats().unwrap().core, core);
+    let archive = again.archive().unwrap();
+    assert!(archive.get("restart", first).unwrap().is_some());
+    for (message, id) in &pushed {
+        let row = archive.get("restart", *id).unwrap().unwrap();
+        assert_eq!(row.full_text(), message.content, "message {id}");
+    }
+}
+
+#[test]
 fn a_damaged_newest_checkpoint_is_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let mut session = restartable(dir.path(), false).unwrap();
@@ -432,6 +473,17 @@ fn summarizing_import_records_drillable_summaries() {
 
 #[test]
 fn a_push_that_needs_drained_space_is_retried_under_the_right_id() {
+    drained_space_retry(false);
+}
+
+#[test]
+fn the_repair_of_a_wrong_id_follows_the_wrong_row_in_a_batch() {
+    drained_space_retry(true);
+}
+
+/// A push the core takes only after the session drains its outbox, where summaries take the
+/// predicted id meanwhile; with `batched`, inside an archive batch.
+fn drained_space_retry(batched: bool) {
     let config = Config {
         context_window: 200_000,
         working_budget: 150_000,
@@ -454,7 +506,11 @@ fn a_push_that_needs_drained_space_is_retried_under_the_right_id() {
     assert_eq!(session.stats().unwrap().core.counters.units_evicted, 0);
     let big = user(format!("{} the end", "=".repeat(250_000)));
     let predicted = pushed.last().unwrap().0 + 1;
+    if batched {
+        session.begin_batch();
+    }
     let report = session.push(&big).unwrap();
+    session.end_batch().unwrap();
     assert!(report.id > predicted, "hierarchical summaries took ids while making room");
     assert!(!report.evicted_units.is_empty());
     pushed.push((report.id, big));

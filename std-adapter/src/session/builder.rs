@@ -5,11 +5,10 @@ use std::path::PathBuf;
 
 use ctxwin_core::{Config, OutboxMode};
 
-use super::capacities::boxed_manager;
 use super::llm::{LlmOptions, LlmState};
 use super::stats::SessionCounters;
 use super::sync::Tracker;
-use super::{Counter, RetrievalSettings, Session, SessionError};
+use super::{Counter, RetrievalSettings, Session, SessionError, SessionManager};
 use crate::archive::Archive;
 use crate::checkpoint::{CheckpointPolicy, CheckpointStore, DEFAULT_KEEP, PeriodicCheckpointer};
 use crate::llm::LlmClient;
@@ -247,7 +246,7 @@ impl SessionBuilder {
             ));
         }
         let calibrator = Calibrator::with_config(self.calibrator)?;
-        let manager = boxed_manager(configured, self.counter)?;
+        let manager = SessionManager::small(configured, self.counter)?;
         let archive = match &self.archive {
             ArchiveAt::Nowhere => None,
             ArchiveAt::Memory => Some(Archive::open_in_memory()?),
@@ -276,6 +275,7 @@ impl SessionBuilder {
                 None => None,
             },
             retrieval: self.retrieval,
+            batch: None,
         };
         let restored = if self.restore_latest { session.restore_latest_if_any()? } else { None };
         if restored.is_none()
@@ -283,7 +283,7 @@ impl SessionBuilder {
         {
             let messages = archive.message_count(Some(&session.name))?;
             if messages > 0 {
-                return Err(SessionError::ArchiveInUse { session: session.name, messages });
+                return Err(SessionError::ArchiveInUse { session: session.name.clone(), messages });
             }
         }
         tracing::info!(

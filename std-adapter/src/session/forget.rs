@@ -127,6 +127,7 @@ impl Session {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forget(&mut self, id: u64) -> Result<ForgetReport, SessionError> {
+        self.end_batch()?;
         self.write_pending_rows()?;
         let mut texts: Vec<String> = Vec::new();
         if let Some(message) = self.manager.get(id) {
@@ -156,6 +157,7 @@ impl Session {
         if text.is_empty() {
             return Err(SessionError::Setting("nothing to forget: the text is empty".into()));
         }
+        self.end_batch()?;
         self.write_pending_rows()?;
         self.forget_texts(&[], &[text.to_string()])
     }
@@ -190,6 +192,7 @@ impl Session {
             .map_err(|e| SessionError::Setting(format!("entity {key:?}: {e}")))?;
         let report = match old {
             Some(old) if !old.is_empty() && !value.is_some_and(|v| v.contains(old.as_str())) => {
+                self.end_batch()?;
                 self.write_pending_rows()?;
                 self.forget_texts(&[], &[old])?
             }

@@ -297,6 +297,7 @@ impl Session {
         let head = (message.role == Role::Tool).then(|| self.pending_head().map(|h| h.id()));
         let timestamp = at.unwrap_or_else(now_ms);
         let options = PushOptions { timestamp: Some(timestamp), ..PushOptions::default() };
+        self.make_tier_room(message, &options)?;
         let id = match self.push_core(message, &options, timestamp) {
             Err(CoreError::OutboxFull { .. }) => {
                 self.flush(batch, report)?;
