@@ -8,7 +8,10 @@ e.g. compiler-builtins' assembly) from its prologue: `push`/`push.w`/`stmdb sp!`
 the start of another function (a tail call) in `llvm-objdump -d`. The worst path from the
 entry (`main`, cortex-m-rt's `Reset` and `__stext`) is the bound; exception handlers run on
 the same stack and are added on top (the firmware takes none). Indirect calls (`blx rN`) and
-recursion make the bound unknown: both are reported, the run fails.
+recursion make the bound unknown: both are reported, the run fails. One exception: the panic
+machinery (a panic handler logging, which could panic again) is counted once on a path, a
+second panic is cut there. The bound does not depend on the order calls are visited in
+(results that cut a cycle above them are not cached; `STACK_DEBUG=1` prints the raw path).
 
 usage: stack.py ELF [--top N]   prints the worst path and its total in bytes, last line
 `worst-case stack: <n> B`.
@@ -19,7 +22,6 @@ import re
 import struct
 import subprocess
 import sys
-from functools import lru_cache
 
 
 def llvm_tool(name):
@@ -206,30 +208,56 @@ def main():
 
     on_path = set()
     cycles = []
+    memo = {}
 
-    @lru_cache(maxsize=None)
+    # A result that cut a cycle at a function still on the path above is only valid on this
+    # path: cached, it would undercount the other paths (and the bound would depend on the
+    # order the calls are visited in). Only results whose cuts are all at the function itself
+    # are cached; the rest are recomputed (the cycles are the panic machinery's, small).
+    # A panic inside the panic machinery (the handler logging) would panic again: its first
+    # entry on a path counts, a second one (any copy of the panic functions) is cut there.
+    panics = []
+
     def worst(name):
-        if name in on_path:
+        # Inside a panic the same function reaches less (no second panic): cached apart.
+        key = (name, bool(panics))
+        if key in memo:
+            return memo[key]
+        panic = "panic" in name
+        if name in on_path or (panic and panics):
             cycles.append(name)
-            return 0, ()
+            return 0, (), frozenset(["<panic>" if panic and panics else name])
         on_path.add(name)
-        best, path = 0, ()
-        for callee in calls.get(name, ()):
-            total, sub = worst(callee)
+        if panic:
+            panics.append(name)
+        best, path, cuts = 0, (), frozenset()
+        for callee in sorted(calls.get(name, ())):
+            total, sub, cut = worst(callee)
+            cuts |= cut
             if total > best:
                 best, path = total, sub
         on_path.discard(name)
-        return frames.get(name, 0) + best, (name,) + path
+        cuts -= {name}
+        if panic:
+            panics.pop()
+            if not panics:
+                cuts -= {"<panic>"}
+        result = (frames.get(name, 0) + best, (name,) + path, cuts)
+        if not cuts:
+            memo[key] = result
+        return result
 
     sys.setrecursionlimit(100000)
     entries = [e for e in ("__stext", "Reset", "main") if e in funcs]
-    total, path = max(worst(e) for e in entries)
+    total, path, _ = max(worst(e) for e in entries)
     by_addr = {}
     for line in run(llvm_tool("llvm-nm"), "-C", args.elf).splitlines():
         parts = line.split(" ", 2)
         if len(parts) == 3 and re.fullmatch(r"[0-9a-f]+", parts[0]):
             by_addr.setdefault(int(parts[0], 16) & ~1, parts[2])
     demangled = {n: by_addr.get(funcs[n][0], n) for n in path}
+    if os.environ.get("STACK_DEBUG"):
+        print("path:", " -> ".join(path))
     with_sizes = sum(1 for s in source.values() if s == "stack-sizes")
     print(f"frames: {with_sizes} of {len(funcs)} functions from .stack_sizes, "
           f"{len(funcs) - with_sizes} from their prologue")

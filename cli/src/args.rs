@@ -91,6 +91,9 @@ pub(crate) enum Command {
     /// Forget a message, or every occurrence of a text: out of the window, the archive and
     /// every checkpoint, with no byte left on disk.
     Forget(ForgetArgs),
+    /// Show the entity values (`[context] entity_schema`), or update or delete one: the old
+    /// value is forgotten as `forget --match` forgets a text.
+    Entity(EntityArgs),
     /// Trim a conversation to a token budget without any state: print what ctxwin would send.
     Trim(TrimArgs),
     /// Run the OpenAI/Anthropic proxy: any agent gets a managed context window by pointing its
@@ -167,6 +170,19 @@ pub(crate) struct ForgetArgs {
     /// Forget every occurrence of this exact text instead (a leaked secret).
     #[arg(long = "match", value_name = "TEXT")]
     pub text: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EntityArgs {
+    /// The key (all keys and values when left out).
+    #[arg(value_name = "KEY", required_if_eq("delete", "true"))]
+    pub key: Option<String>,
+    /// The new value.
+    #[arg(value_name = "VALUE", allow_hyphen_values = true, conflicts_with = "delete")]
+    pub value: Option<String>,
+    /// Delete the key's value.
+    #[arg(long)]
+    pub delete: bool,
 }
 
 #[derive(Debug, Args)]

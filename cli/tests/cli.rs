@@ -633,3 +633,27 @@ fn forget_match_leaves_no_byte_of_a_secret_on_disk() {
         assert!(files_holding(&work.state(), b"88-19-44").is_empty());
     }
 }
+
+#[test]
+fn entity_update_and_delete_leave_no_byte_of_the_old_value() {
+    let work = Workdir::new();
+    let config = work.write("entities.toml", "[context]\nentity_schema = [\"card\", \"branch\"]\n");
+    work.ok(&["init", "--config", config.to_str().unwrap()]);
+    let old = "4111-9902-7731-0044";
+    work.ok(&["entity", "card", old]);
+    work.ok(&["add", "user", &format!("pay with card {old} please")]);
+    work.ok(&["checkpoint"]);
+    assert_eq!(work.json(&["entity", "card"])["card"], old);
+    assert!(!files_holding(&work.state(), old.as_bytes()).is_empty(), "the test sees it first");
+
+    let report = work.json(&["entity", "card", "5500-0000-0000-0004"]);
+    assert_eq!(report["value"], "5500-0000-0000-0004", "{report}");
+    assert!(report["checkpoints_rewritten"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(files_holding(&work.state(), old.as_bytes()), Vec::<std::path::PathBuf>::new());
+    assert_eq!(work.json(&["entity"])["card"], "5500-0000-0000-0004", "a later process sees it");
+
+    work.ok(&["entity", "card", "--delete"]);
+    assert!(files_holding(&work.state(), b"5500-0000-0000-0004").is_empty());
+    assert_eq!(work.json(&["entity"])["card"], serde_json::Value::Null);
+    work.fails(&["entity", "nope", "x"], 2, "no entity key \"nope\"");
+}

@@ -76,7 +76,7 @@ impl<const N: usize> ScratchStorage for Scratch<N> {
     }
 }
 
-/// Server-sized defaults (about 230 KiB): room for the default budgets' text several times
+/// Server-sized defaults (about 220 KiB): room for the default budgets' text several times
 /// over, so evicted units can wait in the outbox; a 4 KiB summary scratch; 8 entities.
 ///
 /// ```

@@ -69,6 +69,14 @@ pub enum Error {
     InvalidConfig(ConfigError),
     /// Writing the payload failed.
     Io(embedded_io::ErrorKind),
+    /// A stored message is too many ids older than the next one: headers keep ids as 32-bit
+    /// offsets from a base at most 2^31 below the oldest stored id, so a span of 2^31 ids
+    /// always fits and one of 2^32 never does. Unreachable below 2,147,483,648 pushes; once
+    /// the oldest messages (e.g. a system prompt) leave, pushes succeed again.
+    IdSpan {
+        /// Id of the oldest stored message.
+        oldest: u64,
+    },
 }
 
 /// What is wrong with a message.
@@ -132,6 +140,9 @@ impl core::fmt::Display for Error {
             }
             Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
             Error::Io(kind) => write!(f, "write failed: {kind:?}"),
+            Error::IdSpan { oldest } => {
+                write!(f, "message {oldest} is too many ids (2^31 or more) older than the next one")
+            }
         }
     }
 }

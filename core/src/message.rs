@@ -174,20 +174,23 @@ pub struct MessageRef<'a> {
     header: &'a Header,
     record: &'a [u8],
     level: Level,
+    /// Epoch of the header's id offset.
+    id_epoch: u32,
 }
 
 impl<'a> MessageRef<'a> {
-    pub(crate) fn new(header: &'a Header, record: &'a [u8], level: Level) -> Self {
-        Self { header, record, level }
+    pub(crate) fn new(header: &'a Header, record: &'a [u8], level: Level, id_epoch: u32) -> Self {
+        Self { header, record, level, id_epoch }
     }
 
-    pub(crate) fn header(&self) -> &'a Header {
-        self.header
+    /// Hashes of up to four identifiers, paths or numbers (all 0 when not computed).
+    pub(crate) fn terms(&self) -> [u16; 4] {
+        record::Trailer::of(self.header, self.record).terms
     }
 
     /// Manager-wide id, increasing with every push (stable across snapshots).
     pub fn id(&self) -> u64 {
-        self.header.id
+        crate::header::full_id(self.id_epoch, self.header.id)
     }
 
     /// Author.
@@ -232,7 +235,7 @@ impl<'a> MessageRef<'a> {
 
     /// Token cost before reduction or compression.
     pub fn original_tokens(&self) -> u32 {
-        self.header.original_tokens
+        record::original_tokens(self.header, self.record)
     }
 
     /// Whether the stored text is shorter than what was pushed.

@@ -5,7 +5,12 @@
 //! tool result       content | tool_call_id
 //! assistant calls   content | items × (id_len u16, name_len u16, args_len u32) | id name args …
 //! summary           content | items × (first_id u64, last_id u64)
+//! with flags::TRAILER  … | [original_tokens u32] | [terms 4 × u16] | kind u8
 //! ```
+//! The trailer keeps what only some records need out of the fixed-size header: the token
+//! count before reduction (`kind` bit 0, reduced records only) and the term hashes (`kind`
+//! bit 1, only under a strategy that uses terms). Snapshots carry both as header fields, so the
+//! wire format does not know the trailer.
 //! All integers little-endian. Text is re-validated as UTF-8 on every read (the crate has no
 //! `unsafe`); restore validates it once up front, so reads never fall back in practice.
 
@@ -55,6 +60,103 @@ fn text(bytes: &[u8]) -> &str {
     core::str::from_utf8(bytes).unwrap_or_default()
 }
 
+/// Bytes of the trailer's kind byte.
+const KIND_LEN: usize = 1;
+/// Trailer kind bit: an original token count.
+const HAS_ORIGINAL: u8 = 1;
+/// Trailer kind bit: term hashes.
+const HAS_TERMS: u8 = 1 << 1;
+
+/// What a record keeps after its body: its original token count when it differs, its terms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Trailer {
+    /// Token cost before reduction, when the record was reduced.
+    pub original: Option<u32>,
+    /// Hashes of up to four identifiers, paths or numbers (0 = none).
+    pub terms: [u16; 4],
+}
+
+impl Trailer {
+    pub(crate) const NONE: Trailer = Trailer { original: None, terms: [0; 4] };
+
+    fn kind(&self) -> u8 {
+        (if self.original.is_some() { HAS_ORIGINAL } else { 0 })
+            | (if self.terms == [0; 4] { 0 } else { HAS_TERMS })
+    }
+
+    /// Bytes it takes at the end of a record (0 for none).
+    pub(crate) fn len(&self) -> usize {
+        match self.kind() {
+            0 => 0,
+            kind => trailer_len(kind),
+        }
+    }
+
+    /// [`flags::TRAILER`] when it takes any bytes.
+    pub(crate) fn flag(&self) -> u8 {
+        if self.kind() == 0 { 0 } else { flags::TRAILER }
+    }
+
+    /// Writes it (nothing for none).
+    pub(crate) fn write(&self, out: &mut SpanWriter<'_>) {
+        let kind = self.kind();
+        if kind == 0 {
+            return;
+        }
+        if let Some(original) = self.original {
+            out.put(&original.to_le_bytes());
+        }
+        if kind & HAS_TERMS != 0 {
+            for term in self.terms {
+                out.put(&term.to_le_bytes());
+            }
+        }
+        out.put(&[kind]);
+    }
+
+    /// The trailer of a stored record ([`NONE`](Self::NONE) without [`flags::TRAILER`]).
+    pub(crate) fn of(header: &Header, record: &[u8]) -> Trailer {
+        let mut trailer = Trailer::NONE;
+        if !header.has(flags::TRAILER) {
+            return trailer;
+        }
+        let Some(&kind) = record.last() else { return trailer };
+        let mut at = record.len().saturating_sub(trailer_len(kind));
+        if kind & HAS_ORIGINAL != 0 {
+            trailer.original = le_u32(record, at).map(|v| v as u32);
+            at += 4;
+        }
+        if kind & HAS_TERMS != 0 {
+            for term in trailer.terms.iter_mut() {
+                *term = le_u16(record, at).unwrap_or(0) as u16;
+                at += 2;
+            }
+        }
+        trailer
+    }
+}
+
+/// Bytes of a trailer of `kind`.
+fn trailer_len(kind: u8) -> usize {
+    KIND_LEN
+        + if kind & HAS_ORIGINAL != 0 { 4 } else { 0 }
+        + if kind & HAS_TERMS != 0 { 8 } else { 0 }
+}
+
+/// A record without its trailer.
+pub(crate) fn body<'a>(header: &Header, record: &'a [u8]) -> &'a [u8] {
+    let trailer = match record.last() {
+        Some(&kind) if header.has(flags::TRAILER) => trailer_len(kind),
+        _ => 0,
+    };
+    record.get(..record.len().saturating_sub(trailer)).unwrap_or(&[])
+}
+
+/// Token cost before reduction or compression (the header's count when not reduced).
+pub(crate) fn original_tokens(header: &Header, record: &[u8]) -> u32 {
+    Trailer::of(header, record).original.unwrap_or(header.tokens)
+}
+
 /// The content of a record.
 pub(crate) fn content<'a>(header: &Header, record: &'a [u8]) -> &'a str {
     text(record.get(..header.content_len as usize).unwrap_or(&[]))
@@ -62,7 +164,7 @@ pub(crate) fn content<'a>(header: &Header, record: &'a [u8]) -> &'a str {
 
 /// The bytes after the content (a tool result's call id).
 pub(crate) fn tail_text<'a>(header: &Header, record: &'a [u8]) -> &'a str {
-    text(record.get(header.content_len as usize..).unwrap_or(&[]))
+    text(body(header, record).get(header.content_len as usize..).unwrap_or(&[]))
 }
 
 /// Bytes a call table plus its strings take.
@@ -106,6 +208,15 @@ impl<'a> SpanWriter<'a> {
             self.put(call.name.as_bytes());
             self.put(call.arguments.as_bytes());
         }
+    }
+
+    /// Writes `len` zero bytes.
+    pub(crate) fn put_zeros(&mut self, len: usize) {
+        let end = self.at + len;
+        if let Some(target) = self.span.get_mut(self.at..end) {
+            target.fill(0);
+        }
+        self.at = end;
     }
 
     /// Writes one summary source range.
@@ -155,11 +266,32 @@ impl<'a> ToolCalls<'a> {
     pub(crate) fn new(header: &Header, record: &'a [u8]) -> Self {
         let count = if header.has(flags::SUMMARY) { 0 } else { header.items as usize };
         let table = header.content_len as usize;
+        let record = body(header, record);
         Self { record, table, count, next: 0, cursor: table + count * CALL_ENTRY }
     }
 }
 
 impl ToolCalls<'_> {
+    /// Where the id of call `index` lies in the record.
+    pub(crate) fn id_span(mut self, index: usize) -> Option<core::ops::Range<usize>> {
+        while self.next < self.count {
+            let entry = self.table + self.next * CALL_ENTRY;
+            let id_len = le_u16(self.record, entry)?;
+            let name_len = le_u16(self.record, entry + 2)?;
+            let args_len = le_u32(self.record, entry + 4)?;
+            let end = self.cursor + id_len + name_len + args_len;
+            if end > self.record.len() {
+                return None;
+            }
+            if self.next == index {
+                return Some(self.cursor..self.cursor + id_len);
+            }
+            self.cursor = end;
+            self.next += 1;
+        }
+        None
+    }
+
     /// Position of the call whose id is `id`, comparing bytes: no text is decoded, so the
     /// calls before it cost their table entries only.
     pub(crate) fn position_of(mut self, id: &str) -> Option<usize> {
@@ -231,7 +363,7 @@ pub struct SourceRanges<'a> {
 impl<'a> SourceRanges<'a> {
     pub(crate) fn new(header: &Header, record: &'a [u8]) -> Self {
         let left = if header.has(flags::SUMMARY) { header.items as usize } else { 0 };
-        Self { record, at: header.content_len as usize, left }
+        Self { record: body(header, record), at: header.content_len as usize, left }
     }
 }
 

@@ -172,6 +172,30 @@ fn fit<'a>(
 /// `len / 4` counter gives `"abc\nabc\n"` 2 tokens, its lines 1 each), so when the pieces
 /// overshoot, the room shrinks in proportion and the cut is made again (at most 8 times,
 /// then head and tail are dropped to the marker and whatever part of the tail fits).
+/// `value · numerator / denominator` rounded down, for `numerator < denominator` (so the
+/// result is below `value`), by shift-and-subtract on the 64-bit product: exact, and without
+/// a 64-bit division (a compiler-builtins helper of almost 1 KiB on a 32-bit device).
+/// Returns `value` when `numerator >= denominator`.
+fn scale_down(value: u32, numerator: u32, denominator: u32) -> u32 {
+    if numerator >= denominator {
+        return value;
+    }
+    let product = u64::from(value) * u64::from(numerator);
+    let divisor = u64::from(denominator);
+    // The high word is below the divisor, so the quotient fits in 32 bits.
+    let mut rest = product >> 32;
+    let mut quotient = 0u32;
+    for bit in (0..32).rev() {
+        rest = (rest << 1) | ((product >> bit) & 1);
+        quotient <<= 1;
+        if rest >= divisor {
+            rest -= divisor;
+            quotient |= 1;
+        }
+    }
+    quotient
+}
+
 pub(crate) fn reduce<'a>(text: &'a str, limit: u32, counter: &impl TokenCounter) -> Reduction<'a> {
     let marker_cost = counter.count(Marker::new(true, 1_000_000).as_str());
     // The one pass over the whole text: each cut then counts only what it keeps.
@@ -188,7 +212,7 @@ pub(crate) fn reduce<'a>(text: &'a str, limit: u32, counter: &impl TokenCounter)
             break;
         }
         // Shrink in proportion (one more cut usually fits), and by at least the excess.
-        let scaled = (u64::from(room) * u64::from(limit) / u64::from(cost)) as u32;
+        let scaled = scale_down(room, limit, cost);
         room = scaled.min(room.saturating_sub(cost - limit)).min(room - 1);
     }
     // Last resort: no head; the tail cut to what the marker leaves.
@@ -237,6 +261,26 @@ fn cut<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The 32-bit scaling equals the 64-bit division it replaces.
+        #[test]
+        fn scale_down_is_the_64_bit_division(value: u32, a: u32, b: u32) {
+            let (numerator, denominator) = (a.min(b), a.max(b).max(1));
+            let expected = u64::from(value) * u64::from(numerator) / u64::from(denominator);
+            let expected = if numerator >= denominator { value } else { expected as u32 };
+            prop_assert_eq!(scale_down(value, numerator, denominator), expected);
+        }
+    }
+
+    #[test]
+    fn scale_down_edges() {
+        assert_eq!(scale_down(u32::MAX, u32::MAX - 1, u32::MAX), u32::MAX - 1);
+        assert_eq!(scale_down(7, 0, 1), 0);
+        assert_eq!(scale_down(7, 5, 5), 7);
+        assert_eq!(scale_down(1_000, 1, 3), 333);
+    }
 
     /// One token per line-or-4-bytes, enough to make the arithmetic visible.
     struct QuarterBytes;

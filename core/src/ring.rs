@@ -25,8 +25,8 @@ pub(crate) struct RingState {
 /// Storage for one level: `N` message headers and `B` bytes of message text.
 ///
 /// It is only ever used as a [`Capacities`](crate::capacity::Capacities) associated type, e.g.
-/// `type Working = Ring<256, 65_536>;`. `size_of::<Ring<N, B>>()` is `48·N + B` plus
-/// 16 bytes (a header is 48 bytes; `B` rounds up to a multiple of 8).
+/// `type Working = Ring<256, 65_536>;`. `size_of::<Ring<N, B>>()` is `32·N + B` plus
+/// 16 bytes (a header is 32 bytes; `B` rounds up to a multiple of 8).
 ///
 /// ```
 /// use ctxwin_core::{ring::Ring, ring::RingStorage};
@@ -102,7 +102,7 @@ impl<const N: usize, const B: usize> RingStorage for Ring<N, B> {
     const BYTES: usize = B;
 
     fn view(&self) -> RingRef<'_> {
-        RingRef { headers: &self.headers, arena: &self.bytes, state: self.state }
+        RingRef { headers: &self.headers, arena: &self.bytes, state: self.state, id_epoch: 0 }
     }
 
     fn view_mut(&mut self) -> RingMut<'_> {
@@ -117,6 +117,8 @@ pub struct RingRef<'a> {
     headers: &'a [Header],
     arena: &'a [u8],
     state: RingState,
+    /// What [`Header::id`] offsets are counted from (the manager's `State::id_epoch`).
+    id_epoch: u32,
 }
 
 /// Mutable view of a ring.
@@ -136,6 +138,21 @@ fn physical(state: RingState, capacity: usize, index: usize) -> Option<usize> {
 }
 
 impl<'a> RingRef<'a> {
+    /// The same view, with header ids counted from the base of `id_epoch`.
+    pub(crate) fn with_id_epoch(self, id_epoch: u32) -> Self {
+        Self { id_epoch, ..self }
+    }
+
+    /// The ids' epoch (for message views).
+    pub(crate) fn id_epoch(&self) -> u32 {
+        self.id_epoch
+    }
+
+    /// The manager-wide id of `header`.
+    pub(crate) fn id(&self, header: &Header) -> u64 {
+        crate::header::full_id(self.id_epoch, header.id)
+    }
+
     /// Headers stored (live and evicted).
     pub(crate) fn len(&self) -> usize {
         self.state.len as usize
@@ -210,7 +227,7 @@ impl<'a> RingRef<'a> {
 impl<'a> RingMut<'a> {
     /// A read-only view of the same ring.
     pub(crate) fn as_ref(&self) -> RingRef<'_> {
-        RingRef { headers: self.headers, arena: self.arena, state: *self.state }
+        RingRef { headers: self.headers, arena: self.arena, state: *self.state, id_epoch: 0 }
     }
 
     pub(crate) fn get_mut(&mut self, index: usize) -> Option<&mut Header> {
@@ -221,6 +238,32 @@ impl<'a> RingMut<'a> {
     pub(crate) fn record_mut(&mut self, index: usize) -> Option<&mut [u8]> {
         let header = *self.as_ref().get(index)?;
         self.arena.get_mut(header.start as usize..header.end() as usize)
+    }
+
+    /// Copies `len` bytes at offset `from.1` of record `from.0` to offset `to.1` of record
+    /// `to.0`, two different records (so the ranges never overlap). `None` (nothing copied)
+    /// when a range is outside its record.
+    pub(crate) fn copy_between(
+        &mut self,
+        from: (usize, usize),
+        to: (usize, usize),
+        len: usize,
+    ) -> Option<()> {
+        let view = self.as_ref();
+        let (source, target) = (view.get(from.0)?, view.get(to.0)?);
+        let at = |header: &Header, offset: usize| {
+            let start = (header.start as usize).checked_add(offset)?;
+            (start.checked_add(len)? <= header.end() as usize).then_some(start)
+        };
+        let (source, target) = (at(source, from.1)?, at(target, to.1)?);
+        if from.0 == to.0 {
+            return None;
+        }
+        for i in 0..len {
+            let byte = *self.arena.get(source + i)?;
+            *self.arena.get_mut(target + i)? = byte;
+        }
+        Some(())
     }
 
     /// Appends a record of `len` bytes described by `header` (its `start` and `len` are set
@@ -453,15 +496,15 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::VecDeque;
 
-    fn header(id: u64) -> Header {
+    fn header(id: u32) -> Header {
         Header { id, ..Header::EMPTY }
     }
 
-    fn push(ring: &mut RingMut<'_>, id: u64, len: usize) -> Option<usize> {
+    fn push(ring: &mut RingMut<'_>, id: u32, len: usize) -> Option<usize> {
         ring.push_back(header(id), len, |span| span.fill(id as u8))
     }
 
-    fn check(ring: &RingRef<'_>, model: &VecDeque<(u64, usize)>) {
+    fn check(ring: &RingRef<'_>, model: &VecDeque<(u32, usize)>) {
         assert_eq!(ring.len(), model.len());
         let mut spans = Vec::new();
         for (header, &(id, len)) in ring.iter().zip(model) {
@@ -540,7 +583,7 @@ mod tests {
         Pack,
         RetainOdd,
         Replace(usize, usize),
-        PopFrontBelow(u64),
+        PopFrontBelow(u32),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -552,7 +595,7 @@ mod tests {
             1 => Just(Op::Pack),
             1 => Just(Op::RetainOdd),
             2 => (any::<usize>(), 0usize..60).prop_map(|(i, l)| Op::Replace(i, l)),
-            1 => (0u64..200).prop_map(Op::PopFrontBelow),
+            1 => (0u32..200).prop_map(Op::PopFrontBelow),
         ]
     }
 
@@ -609,8 +652,8 @@ mod tests {
         fn behaves_like_a_vecdeque(ops in proptest::collection::vec(op(), 1..200)) {
             let mut ring = Ring::<8, 96>::new();
             let mut view = ring.view_mut();
-            let mut model: VecDeque<(u64, usize)> = VecDeque::new();
-            let mut next_id = 1u64;
+            let mut model: VecDeque<(u32, usize)> = VecDeque::new();
+            let mut next_id = 1u32;
             for op in ops {
                 match op {
                     Op::Push(len) => {
@@ -625,7 +668,7 @@ mod tests {
                     Op::PopBack => prop_assert_eq!(view.pop_back().map(|h| h.id), model.pop_back().map(|m| m.0)),
                     Op::Retain(mask) => {
                         // Drops the records whose id bit is set in `mask`: front, middle or back.
-                        let keep = |id: u64| mask & (1 << (id % 64)) == 0;
+                        let keep = |id: u32| mask & (1 << (id % 64)) == 0;
                         view.retain(|h| keep(h.id));
                         model.retain(|m| keep(m.0));
                     }
@@ -669,8 +712,8 @@ mod tests {
     /// The size formula in [`Ring`]'s docs.
     #[test]
     fn the_documented_size_formula_holds() {
-        assert_eq!(core::mem::size_of::<Ring<4, 64>>(), 48 * 4 + 64 + 16);
-        assert_eq!(core::mem::size_of::<Ring<256, 65_536>>(), 48 * 256 + 65_536 + 16);
-        assert_eq!(core::mem::size_of::<Ring<1, 8>>(), 48 + 8 + 16);
+        assert_eq!(core::mem::size_of::<Ring<4, 64>>(), 32 * 4 + 64 + 16);
+        assert_eq!(core::mem::size_of::<Ring<256, 65_536>>(), 32 * 256 + 65_536 + 16);
+        assert_eq!(core::mem::size_of::<Ring<1, 8>>(), 32 + 8 + 16);
     }
 }

@@ -35,7 +35,7 @@ impl<'a> LevelMessages<'a> {
     }
 
     fn message(&self, header: &'a Header) -> MessageRef<'a> {
-        MessageRef::new(header, self.ring.record(header), self.level)
+        MessageRef::new(header, self.ring.record(header), self.level, self.ring.id_epoch())
     }
 }
 

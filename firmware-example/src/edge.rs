@@ -5,7 +5,8 @@ use ctxwin_core::{
     estimator::Estimator, ring::Ring, strategy::SlidingWindow,
 };
 
-/// Level capacities of a 64 KiB-RAM part: 8,760 B per manager.
+/// Level capacities of a 64 KiB-RAM part: 7,656 B per manager. No summary scratch: the
+/// sliding window never summarizes (the firmware writes its own summaries).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EdgeCapacities;
 
@@ -14,13 +15,27 @@ impl Capacities for EdgeCapacities {
     type Session = Ring<8, 768>;
     type Working = Ring<32, 3072>;
     type Volatile = Ring<4, 512>;
-    type Scratch = Scratch<384>;
+    type Scratch = Scratch<0>;
     type Entities = EntityTable<2, 24>;
+}
+
+/// [`EdgeCapacities`] with a 384-byte summary scratch, for strategies that summarize (the
+/// `Builtin` ones the panic-never proof runs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SummarizingCapacities;
+
+impl Capacities for SummarizingCapacities {
+    type Permanent = <EdgeCapacities as Capacities>::Permanent;
+    type Session = <EdgeCapacities as Capacities>::Session;
+    type Working = <EdgeCapacities as Capacities>::Working;
+    type Volatile = <EdgeCapacities as Capacities>::Volatile;
+    type Scratch = Scratch<384>;
+    type Entities = <EdgeCapacities as Capacities>::Entities;
 }
 
 /// The manager the firmware runs: the sliding window without the core's summarizer, extractor
 /// and scoring code (the firmware writes its own summaries of evicted units), the smallest
-/// footprint. `ContextManager<EdgeCapacities>` (the `Builtin` strategies) links them all.
+/// footprint. `ContextManager<SummarizingCapacities>` (the `Builtin` strategies) links them all.
 pub type EdgeManager = ContextManager<EdgeCapacities, Estimator, SlidingWindow>;
 
 /// A 4k-token window (a small on-premise model), tool outputs reduced above 160 tokens.

@@ -26,7 +26,7 @@ use ctxwin_core::{
 use ctxwin_firmware_example::check::Checks;
 use ctxwin_firmware_example::edge::{EDGE_CONFIG, EDGE_MANAGER, EdgeManager};
 use ctxwin_firmware_example::scenario::{self, DYNAMIC, NoProbe, TurnOutcome};
-use ctxwin_firmware_example::sink::contains;
+use ctxwin_firmware_example::sink::{SliceOut, contains};
 use ctxwin_firmware_example::stack;
 use ctxwin_firmware_example::summary::Digest;
 use defmt::{error, info};
@@ -187,7 +187,8 @@ fn compose(manager: &mut EdgeManager, payload: &mut [u8], turn: u32, checks: &mu
     let written = manager.compose(&DYNAMIC).and_then(|composed| {
         let tokens = composed.tokens();
         let history = composed.history().count();
-        composed.write_openai(&mut payload[..], REQUEST).map(|len| (tokens, history, len))
+        let out = SliceOut::new(payload);
+        composed.write_openai(out, REQUEST).map(|len| (tokens, history, len))
     });
     let (tokens, history, len) = match written {
         Ok(written) => written,

@@ -5,6 +5,7 @@
 use crate::check::Checks;
 use crate::edge::EdgeManager;
 use crate::scenario::DYNAMIC;
+use crate::sink::SliceOut;
 use ctxwin_core::OpenAiRequest;
 use defmt::{error, info};
 
@@ -56,7 +57,9 @@ fn write_payload(
     out: &mut [u8],
     request: OpenAiRequest<'_>,
 ) -> Result<usize, ctxwin_core::Error> {
-    manager.compose(&DYNAMIC).and_then(|composed| composed.write_openai(out, request))
+    manager
+        .compose(&DYNAMIC)
+        .and_then(|composed| composed.write_openai(SliceOut::new(out), request))
 }
 
 /// Whether `manager` composes exactly `expected`, written into `scratch`.

@@ -121,6 +121,10 @@ pub struct Conv {
     /// Side-store rows to write at the next checkpoint, with their raw JSON (rows newer than
     /// the checkpoint would be forgotten at a restore anyway).
     unsaved: std::collections::BTreeMap<usize, String>,
+    /// The upstream's last answer, not yet in the session: taken with the next request's
+    /// messages in one archive transaction (as the client's copy when the client echoes it),
+    /// or at the next checkpoint.
+    pending_answer: Option<Value>,
 }
 
 impl std::fmt::Debug for Conv {
@@ -178,7 +182,11 @@ pub type Store = Arc<Mutex<Connection>>;
 
 /// Page cache of each conversation's archive handle, in KiB (SQLite's default is 2,000): the
 /// proxy holds one handle per resident conversation. Misses read the operating system's cache.
-pub const ARCHIVE_CACHE_KIB: u32 = 128;
+/// Every conversation writes the one archive file, so a handle finds its cache stale at
+/// nearly every transaction and rereads the pages anyway: the cache only serves the pages a
+/// transaction touches twice (B-tree roots and interior pages), which 12 pages hold (128 KiB
+/// cost 49 KiB more per conversation in the load bench for the same CPU per request).
+pub const ARCHIVE_CACHE_KIB: u32 = 48;
 
 /// The side store's connection, locked.
 fn lock(store: &Store) -> MutexGuard<'_, Connection> {
@@ -358,6 +366,7 @@ impl Conv {
             exchanges: 0,
             last_used: Instant::now(),
             unsaved: std::collections::BTreeMap::new(),
+            pending_answer: None,
         };
         conv.index();
         conv.evicted_any = conv
@@ -412,41 +421,46 @@ impl Conv {
     /// pushed before the failure stay recorded.
     pub fn ingest(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
         self.last_used = Instant::now();
+        // One archive transaction for the request: its messages and the answer before them.
+        self.session.begin_batch();
+        let ingested = self.ingest_batch(request, hashes);
+        let ended = self.session.end_batch();
+        let ingested = ingested?;
+        ended?;
+        Ok(ingested)
+    }
+
+    /// [`ingest`](Self::ingest) inside the archive batch.
+    fn ingest_batch(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
+        let diverged = self.compare_prefix(request, hashes)?;
+        if let Some(message) = self.pending_answer.take() {
+            let evicted = match response_fingerprint(self.provider, &message) {
+                Ok(answer) if diverged.is_none() && self.echoes(request, &answer) => 0,
+                Ok(answer) => {
+                    let raw = message.to_string();
+                    let raw_hash = hash_str(&raw);
+                    self.record(&answer, &raw, raw_hash, true)?
+                }
+                Err(reason) => {
+                    tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
+                    0
+                }
+            };
+            return match self.ingest_batch(request, hashes)? {
+                Ingest::Extended { new, tokens_in, evicted: more } => {
+                    Ok(Ingest::Extended { new, tokens_in, evicted: evicted + more })
+                }
+                diverged => Ok(diverged),
+            };
+        }
+        if let Some(at) = diverged {
+            return Ok(Ingest::Diverged(at));
+        }
         let provider = self.provider;
         let analyze =
             |i: usize| analyze_item(provider, request, i).map_err(|e| ConvError::BadRequest(e.0));
         let known = self.entries.len();
         let incoming = request.items.len();
-        for (i, &hash) in hashes.iter().enumerate().take(known.min(incoming)) {
-            if self.entries[i].raw_hash == hash {
-                continue;
-            }
-            let message = analyze(i)?;
-            if self.entries[i].fp == message.fp {
-                // The same message, serialized otherwise (a cache mark moved).
-                self.entries[i].raw_hash = hash;
-                continue;
-            }
-            // The client's copy of an answer the proxy assembled: the same message, serialized
-            // by the client's library. Adopt its fingerprint.
-            // The tool calls must be the same: the core holds them, and their results.
-            let adopt = i + 1 == known
-                && self.entries[i].from_answer
-                && message.role == "assistant"
-                && self.entries[i].calls == calls_hash(&message);
-            if !adopt {
-                return Ok(Ingest::Diverged(i));
-            }
-            tracing::debug!(session = %self.key, index = i, "proxy: adopting the client's copy of an answer");
-            let entry = &mut self.entries[i];
-            entry.fp = message.fp;
-            entry.raw_hash = hash;
-            entry.from_answer = false;
-            self.unsaved.insert(i, request.items[i].get().to_string());
-        }
-        if incoming < known {
-            return Ok(Ingest::Diverged(incoming));
-        }
         if let Some(last) = self.entries.last_mut()
             && last.from_answer
             && incoming > known
@@ -478,6 +492,65 @@ impl Conv {
         let tokens_in = self.entries.iter().map(|e| u64::from(e.tokens)).sum();
         self.evicted_any |= evicted > 0;
         Ok(Ingest::Extended { new, tokens_in, evicted })
+    }
+
+    /// Whether the request carries, right after the recorded messages, the client's copy of
+    /// `answer`: the same message, or an assistant message with the same tool calls (the
+    /// client's library serializes it its own way).
+    fn echoes(&self, request: &Request, answer: &Analyzed) -> bool {
+        let at = self.entries.len();
+        if at >= request.items.len() {
+            return false;
+        }
+        analyze_item(self.provider, request, at).is_ok_and(|copy| {
+            copy.fp == answer.fp
+                || (copy.role == "assistant" && calls_hash(&copy) == calls_hash(answer))
+        })
+    }
+
+    /// Compares the request's history with the recorded messages: the index where it leaves
+    /// them, if it does. A recorded message the client sends serialized otherwise is updated.
+    fn compare_prefix(
+        &mut self,
+        request: &Request,
+        hashes: &[u64],
+    ) -> Result<Option<usize>, ConvError> {
+        let provider = self.provider;
+        let analyze =
+            |i: usize| analyze_item(provider, request, i).map_err(|e| ConvError::BadRequest(e.0));
+        let known = self.entries.len();
+        let incoming = request.items.len();
+        for (i, &hash) in hashes.iter().enumerate().take(known.min(incoming)) {
+            if self.entries[i].raw_hash == hash {
+                continue;
+            }
+            let message = analyze(i)?;
+            if self.entries[i].fp == message.fp {
+                // The same message, serialized otherwise (a cache mark moved).
+                self.entries[i].raw_hash = hash;
+                continue;
+            }
+            // The client's copy of an answer the proxy assembled: the same message, serialized
+            // by the client's library. Adopt its fingerprint.
+            // The tool calls must be the same: the core holds them, and their results.
+            let adopt = i + 1 == known
+                && self.entries[i].from_answer
+                && message.role == "assistant"
+                && self.entries[i].calls == calls_hash(&message);
+            if !adopt {
+                return Ok(Some(i));
+            }
+            tracing::debug!(session = %self.key, index = i, "proxy: adopting the client's copy of an answer");
+            let entry = &mut self.entries[i];
+            entry.fp = message.fp;
+            entry.raw_hash = hash;
+            entry.from_answer = false;
+            self.unsaved.insert(i, request.items[i].get().to_string());
+        }
+        if incoming < known {
+            return Ok(Some(incoming));
+        }
+        Ok(None)
     }
 
     /// Pushes the parts of one message and records it. Returns the units evicted.
@@ -775,23 +848,17 @@ impl Conv {
         .to_string()
     }
 
-    /// Records the upstream's answer: pushed into the session like a message, usage fed to
-    /// the calibrator. Returns the units evicted.
+    /// Records the upstream's answer, usage fed to the calibrator now. The message waits for
+    /// the next request (taken in its archive transaction; see [`ingest`](Self::ingest)) or
+    /// the next checkpoint, whichever comes first. Returns the units evicted (by an earlier
+    /// answer still waiting, taken now).
     ///
     /// # Errors
     /// Session refusals and store failures.
     pub fn record_answer(&mut self, answer: &Answer, sent_tokens: u32) -> Result<usize, ConvError> {
-        let evicted = match response_fingerprint(self.provider, &answer.message) {
-            Ok(analyzed) => {
-                let raw = answer.message.to_string();
-                let raw_hash = hash_str(&raw);
-                self.record(&analyzed, &raw, raw_hash, true)?
-            }
-            Err(reason) => {
-                tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
-                0
-            }
-        };
+        let evicted = self.settle_answer()?;
+        self.pending_answer = Some(answer.message.clone());
+        self.dirty = true;
         if let Some(prompt) = answer.prompt_tokens.filter(|p| *p > 0)
             && sent_tokens > 0
             && let Err(error) = self.session.record_usage(sent_tokens, prompt)
@@ -799,6 +866,33 @@ impl Conv {
             tracing::warn!(session = %self.key, %error, "proxy: usage not recorded");
         }
         Ok(evicted)
+    }
+
+    /// Pushes the waiting answer into the session (in one archive transaction). Returns the
+    /// units evicted.
+    fn settle_answer(&mut self) -> Result<usize, ConvError> {
+        let Some(message) = self.pending_answer.take() else { return Ok(0) };
+        let analyzed = match response_fingerprint(self.provider, &message) {
+            Ok(analyzed) => analyzed,
+            Err(reason) => {
+                tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
+                return Ok(0);
+            }
+        };
+        let raw = message.to_string();
+        let raw_hash = hash_str(&raw);
+        self.session.begin_batch();
+        let recorded = self.record(&analyzed, &raw, raw_hash, true);
+        let ended = self.session.end_batch();
+        let evicted = recorded?;
+        ended?;
+        Ok(evicted)
+    }
+
+    /// Whether recording the next answer and counting its exchange would write anything: an
+    /// answer still waits (it is taken first), or a checkpoint falls due (every `every`).
+    pub fn answer_needs_io(&self, every: u32) -> bool {
+        self.pending_answer.is_some() || self.exchanges.saturating_add(1) >= every
     }
 
     /// Counts one exchange; true when `every` have passed since the last checkpoint.
@@ -819,6 +913,7 @@ impl Conv {
     /// Session errors.
     pub fn checkpoint(&mut self) -> Result<(), ConvError> {
         if self.dirty {
+            self.settle_answer()?;
             self.flush()?;
             self.session.checkpoint()?;
             self.dirty = false;
@@ -1035,11 +1130,40 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Mutex::new(prepare_state(dir.path()).unwrap()));
+        let mut conv = Conv::open(dir.path(), &store, "w", Provider::OpenAi, 8_192, 512).unwrap();
+        let rows =
+            |conv: &Conv| conv.session().archive().unwrap().message_count(Some("w")).unwrap();
+        let mut messages = vec![json!({"role": "user", "content": "Is the build green?"})];
+        turn(&mut conv, &messages);
+        let answer = json!({"role": "assistant", "content": "Yes, all 42 tests pass."});
+        let reply = Answer { message: answer.clone(), prompt_tokens: None };
+        conv.record_answer(&reply, 0).unwrap();
+        assert_eq!((rows(&conv), conv.len()), (1, 1), "the answer waits for the next request");
+        // The client echoes it (its library adds a field) with the next question: one row each.
+        messages.push(
+            json!({"role": "assistant", "content": "Yes, all 42 tests pass.", "refusal": null}),
+        );
+        messages.push(json!({"role": "user", "content": "Deploy it."}));
+        turn(&mut conv, &messages);
+        assert_eq!((rows(&conv), conv.len()), (3, 3));
+        // An answer no request follows is taken at the checkpoint.
+        conv.record_answer(&Answer { message: answer, prompt_tokens: None }, 0).unwrap();
+        conv.checkpoint().unwrap();
+        assert_eq!((rows(&conv), conv.len()), (4, 4));
+    }
+
+    #[test]
     fn retrieval_starts_with_the_first_eviction() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Mutex::new(prepare_state(dir.path()).unwrap()));
         let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
-        assert_eq!(conv.session().archive().unwrap().cache_kib().unwrap(), 128);
+        assert_eq!(
+            conv.session().archive().unwrap().cache_kib().unwrap(),
+            u64::from(ARCHIVE_CACHE_KIB)
+        );
         let mut messages = vec![
             json!({"role": "user", "content": "The staging database runs Postgres 16."}),
             json!({"role": "assistant", "content": "Noted."}),

@@ -57,8 +57,11 @@
 //!   conversation's archive still holds each message once (the session copies the rows it
 //!   rewound aside, under `<key>@rewound-…`, rather than lose them).
 //! * **Answers.** Streams are passed through chunk by chunk while the assistant message is
-//!   assembled on the side; a complete answer is pushed into the session and its `usage`
-//!   feeds the calibrator. A truncated stream records nothing and ends with an error event.
+//!   assembled on the side; a complete answer's `usage` feeds the calibrator at once, and the
+//!   answer is pushed into the session with the next request's messages, in that request's
+//!   one archive transaction (as the client's own copy when the client echoes it), or at the
+//!   next checkpoint (idle sweep, unload, shutdown), whichever comes first. A truncated stream
+//!   records nothing and ends with an error event.
 //!
 //! * **Security.** The client's `Authorization` / `x-api-key` (and every other header but
 //!   hop-by-hop ones and `x-ctxwin-*`) is forwarded upstream; headers are never logged, and
@@ -69,11 +72,12 @@
 //!
 //! # Limits
 //!
-//! * A resident session costs about 2.2 MiB (load bench, RSS growth / sessions): the core
-//!   manager of a [`ctxwin_std::Session`] is sized by `ServerCapacities` (1.7 MiB, windows up
-//!   to 200k tokens, all of it touched when the manager is built) plus its archive handle
-//!   (page cache capped at [`conv::ARCHIVE_CACHE_KIB`]). `max_resident` bounds the total;
-//!   smaller per-session capacities need a capacity parameter on `Session` in ctxwin-std.
+//! * A resident session costs about 560 KiB (load bench, RSS growth / sessions): its core
+//!   manager starts in the `SmallCapacities` tier (about 150 KiB, all of it touched when
+//!   built) and moves to `ServerCapacities` (1.7 MiB, windows up to 200k tokens) when its
+//!   content needs it; the session's own archive handle (SQLite connection: page cache capped
+//!   at [`conv::ARCHIVE_CACHE_KIB`], lookaside, compiled statements) is about 200 KiB more.
+//!   `max_resident` bounds the total.
 //! * Retrieval from the archive runs only once something of the conversation has left the
 //!   core (before, it could find nothing the payload lacks); its full-text search covers the
 //!   archive every conversation shares.

@@ -770,30 +770,32 @@ async fn finish_answer(
     answer: Option<assemble::Answer>,
     sent_tokens: u32,
 ) {
+    let inline =
+        guard.as_ref().is_none_or(|conv| !conv.answer_needs_io(app.config.checkpoint_every));
     let every = app.config.checkpoint_every;
-    let evicted = app
-        .blocking(move || {
-            let mut evicted = 0;
-            if let Some(conv) = guard.as_mut()
-                && let Some(answer) = answer
-            {
-                match conv.record_answer(&answer, sent_tokens) {
-                    Ok(n) => evicted = n,
-                    Err(error) => {
-                        tracing::warn!(session = conv.key(), %error, "proxy: answer not recorded")
-                    }
-                }
-                if conv.exchange_done(every)
-                    && let Err(error) = conv.checkpoint()
-                {
-                    tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
+    let finish = move || {
+        let mut evicted = 0;
+        if let Some(conv) = guard.as_mut()
+            && let Some(answer) = answer
+        {
+            match conv.record_answer(&answer, sent_tokens) {
+                Ok(n) => evicted = n,
+                Err(error) => {
+                    tracing::warn!(session = conv.key(), %error, "proxy: answer not recorded")
                 }
             }
-            drop(guard);
-            evicted
-        })
-        .await
-        .unwrap_or(0);
+            if conv.exchange_done(every)
+                && let Err(error) = conv.checkpoint()
+            {
+                tracing::error!(session = conv.key(), %error, "proxy: checkpoint failed");
+            }
+        }
+        drop(guard);
+        evicted
+    };
+    // Keeping the answer for the next request is a few microseconds of memory work: done here,
+    // a hop to the blocking pool (a thread woken and switched to) would cost more than it.
+    let evicted = if inline { finish() } else { app.blocking(finish).await.unwrap_or(0) };
     app.metrics.compactions.fetch_add(evicted as u64, Relaxed);
     app.enforce_cap().await;
 }

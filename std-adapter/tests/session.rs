@@ -286,6 +286,47 @@ fn restart_continues_from_the_latest_checkpoint() {
 }
 
 #[test]
+fn sessions_move_up_a_tier_and_checkpoints_of_either_tier_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    // The default 32k window: its budgets let more text stay than the small tier holds.
+    let restartable = |dir: &Path, restore: bool| {
+        SessionBuilder::new("restart")
+            .archive(dir.join("archive.db"))
+            .checkpoints(dir.join("snapshots"))
+            .restore_latest(restore)
+            .build()
+    };
+    let mut session = restartable(dir.path(), true).unwrap();
+    let first = session.push(&user("a short conversation stays in the small tier")).unwrap().id;
+    assert_eq!(session.manager().tier(), "small");
+    session.checkpoint().unwrap();
+    drop(session);
+
+    let mut reopened = restartable(dir.path(), true).unwrap();
+    assert_eq!(reopened.manager().tier(), "small");
+    let mut pushed = Vec::new();
+    for turn in 0..8 {
+        pushed.extend(agent_turn(&mut reopened, turn, true).into_iter().map(|(m, r)| (m, r.id)));
+    }
+    assert_eq!(reopened.manager().tier(), "server", "eight big tool outputs need the server tier");
+    reopened.checkpoint().unwrap();
+    let core = reopened.stats().unwrap().core;
+    drop(reopened);
+
+    // A checkpoint of the server tier (the only tier before tiers existed) restores into a
+    // session that starts small, moving it up.
+    let again = restartable(dir.path(), true).unwrap();
+    assert_eq!(again.manager().tier(), "server");
+    assert_eq!(again.stats().unwrap().core, core);
+    let archive = again.archive().unwrap();
+    assert!(archive.get("restart", first).unwrap().is_some());
+    for (message, id) in &pushed {
+        let row = archive.get("restart", *id).unwrap().unwrap();
+        assert_eq!(row.full_text(), message.content, "message {id}");
+    }
+}
+
+#[test]
 fn a_damaged_newest_checkpoint_is_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let mut session = restartable(dir.path(), false).unwrap();
@@ -432,6 +473,17 @@ fn summarizing_import_records_drillable_summaries() {
 
 #[test]
 fn a_push_that_needs_drained_space_is_retried_under_the_right_id() {
+    drained_space_retry(false);
+}
+
+#[test]
+fn the_repair_of_a_wrong_id_follows_the_wrong_row_in_a_batch() {
+    drained_space_retry(true);
+}
+
+/// A push the core takes only after the session drains its outbox, where summaries take the
+/// predicted id meanwhile; with `batched`, inside an archive batch.
+fn drained_space_retry(batched: bool) {
     let config = Config {
         context_window: 200_000,
         working_budget: 150_000,
@@ -454,7 +506,11 @@ fn a_push_that_needs_drained_space_is_retried_under_the_right_id() {
     assert_eq!(session.stats().unwrap().core.counters.units_evicted, 0);
     let big = user(format!("{} the end", "=".repeat(250_000)));
     let predicted = pushed.last().unwrap().0 + 1;
+    if batched {
+        session.begin_batch();
+    }
     let report = session.push(&big).unwrap();
+    session.end_batch().unwrap();
     assert!(report.id > predicted, "hierarchical summaries took ids while making room");
     assert!(!report.evicted_units.is_empty());
     pushed.push((report.id, big));
@@ -695,4 +751,39 @@ fn calibration_fills_the_window_when_estimates_run_high() {
     let stats = session.stats().unwrap();
     assert!(stats.calibration.effective_window > stats.calibration.configured_window);
     assert_eq!(session.configured().context_window, 8_192);
+}
+
+#[test]
+fn an_untimed_import_ages_by_turn_order() {
+    // Plans run at every push (no water marks), so ages act during the import itself.
+    let config = Config {
+        strategy: StrategyKind::Hierarchical,
+        trigger_percent: 100,
+        low_water_percent: 100,
+        ..Config::DEFAULT
+    };
+    let mut session =
+        SessionBuilder::new("turns").config(config).archive_in_memory().build().unwrap();
+    let messages: Vec<ChatMessage> = (0..40)
+        .map(|i| match i % 2 {
+            0 => user(format!("Step {i}: rename the field `count_{i}` in the ledger module.")),
+            _ => assistant(format!("Renamed `count_{}` and updated its callers.", i - 1)),
+        })
+        .collect();
+    let conversation = ctxwin_std::Conversation { messages, ..Default::default() };
+    let report = session.import(&conversation).unwrap();
+    let stored = session.archive().unwrap().get_many("turns", &report.ids).unwrap();
+    assert_eq!(stored.len(), 40);
+    for pair in stored.windows(2) {
+        assert_eq!(
+            pair[1].timestamp - pair[0].timestamp,
+            ctxwin_std::session::UNTIMED_TURN_INTERVAL_MS,
+            "one interval per turn"
+        );
+    }
+    // Older turns than the working age (5 one-minute turns) were summarized by age.
+    let working = session.manager().messages(ctxwin_core::Level::Working).count();
+    assert!(working <= 8, "{working} turns still whole");
+    let summaries = session.manager().messages(ctxwin_core::Level::Session).count();
+    assert!(summaries >= 1, "no summary of the old turns");
 }

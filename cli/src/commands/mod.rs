@@ -4,6 +4,7 @@ mod add;
 mod build;
 mod checkpoints;
 mod compress;
+mod entity;
 mod forget;
 mod import;
 mod init;
@@ -86,6 +87,10 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
         Command::Forget(args) => {
             on_session(&globals, "forget", same, Checkpointing::Never, |s, _| forget::run(s, args))
         }
+        Command::Entity(args) => {
+            // An update checkpoints itself (the forgotten value's checkpoints are rewritten).
+            on_session(&globals, "entity", same, Checkpointing::Never, |s, _| entity::run(s, args))
+        }
     }
 }
 
@@ -106,6 +111,7 @@ fn name(command: &Command) -> &'static str {
         Command::Search(_) => "search",
         Command::Trim(_) => "trim",
         Command::Forget(_) => "forget",
+        Command::Entity(_) => "entity",
         Command::Proxy(_) => "proxy",
     }
 }

@@ -55,14 +55,13 @@ fn run_with(
         && client.is_none()
         && file.context.strategy == StrategyKind::SlidingWindow
         && file.context.entity_schema.is_empty();
-    if stateless && let Some(output) = stateless_trim(args, file.context, &counter)? {
+    // `--config`'s `[limits] max_input_bytes` bounds the input, as it does for `import`.
+    let cap = file.limits.max_input_bytes;
+    if stateless && let Some(output) = stateless_trim(args, file.context, &counter, cap)? {
         return Ok(output);
     }
-    let (conversation, format) = input::read_conversation(
-        &args.file,
-        args.input_format.map(Into::into),
-        ctxwin_std::statefs::DEFAULT_MAX_INPUT_BYTES,
-    )?;
+    let (conversation, format) =
+        input::read_conversation(&args.file, args.input_format.map(Into::into), cap)?;
     let permanent = permanent_tokens(&conversation, file.context, &counter, args.budget)?;
     let config = trim_config(file.context, args.budget, permanent)?;
     let mut builder = SessionBuilder::new("trim").config(config).counter(counter.clone());
@@ -98,8 +97,9 @@ fn stateless_trim(
     args: &TrimArgs,
     context: Config,
     counter: &Counter,
+    cap: u64,
 ) -> Result<Option<Output>, CliError> {
-    let text = input::read_text(&args.file, ctxwin_std::statefs::DEFAULT_MAX_INPUT_BYTES)?;
+    let text = input::read_text(&args.file, cap)?;
     let format = match args.input_format.map(Into::into).or_else(|| format::detect(&text)) {
         Some(format) => format,
         None => return Ok(None),
@@ -431,7 +431,8 @@ mod tests {
                 config: None,
             };
             let counter = state::counter(tokenizer, None).unwrap();
-            let direct = stateless_trim(&args, FileConfig::default().context, &counter).unwrap();
+            let direct =
+                stateless_trim(&args, FileConfig::default().context, &counter, u64::MAX).unwrap();
             assert!(direct.is_some(), "the stateless path answers (budget {budget})");
             let stateless = raw(run_with(&globals, &args, true).unwrap());
             let session = raw(run_with(&globals, &args, false).unwrap());

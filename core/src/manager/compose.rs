@@ -70,7 +70,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// The cache accounting of one compose, in O(1) besides hashing `dynamic`: whether this
     /// payload begins with the whole previous one (nothing in it changed since, see
     /// [`Counters::prefix_changes`]), and how many of its tokens a provider's prompt cache
-    /// could serve.
+    /// could serve. Out of line: its history walk stays off the frame that builds the payload.
+    #[inline(never)]
     fn account_compose(&mut self, dynamic: &[&str], tokens: u32, dynamic_tokens: u32) {
         // With the dynamic context before the newest user message, what the next payload can
         // reuse ends before it; what follows (the newest turn) is paid for again.

@@ -30,8 +30,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     #[inline(never)]
     pub(super) fn extract_entities(&mut self, id: u64) {
         let changed = {
-            let text = [self.working.view(), self.volatile.view()].into_iter().find_map(|ring| {
-                ring.iter().find(|h| h.id == id).map(|h| record::content(h, ring.record(h)))
+            let epoch = self.state.id_epoch;
+            let rings = [self.working.view(), self.volatile.view()].map(|r| r.with_id_epoch(epoch));
+            let text = rings.into_iter().find_map(|ring| {
+                ring.iter().find(|h| ring.id(h) == id).map(|h| record::content(h, ring.record(h)))
             });
             let Some(text) = text else { return };
             let mut entities =

@@ -57,7 +57,7 @@ impl Lock {
         }
         (unit.start..unit.end)
             .filter_map(|i| ring.get(i))
-            .any(|h| h.id >= self.from_id || Some(h.id) == self.user_id)
+            .any(|h| ring.id(h) >= self.from_id || Some(ring.id(h)) == self.user_id)
     }
 }
 
@@ -88,7 +88,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 while *end > 0 {
                     match ring.get(*end - 1) {
                         Some(h) if h.is_live() => {
-                            *newest = Some(h.id);
+                            *newest = Some(ring.id(h));
                             break;
                         }
                         _ => *end -= 1,

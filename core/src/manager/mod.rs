@@ -64,6 +64,10 @@ pub(crate) struct PendingSlot {
 pub(crate) struct State {
     /// Ids issued so far; the next message gets `issued + 1`.
     pub issued: u64,
+    /// Whose base (`header::id_base`) stored headers count their ids from (they keep 32-bit
+    /// offsets): 0 until a session issues 2^32 ids, then the epoch at or below the oldest
+    /// stored id (see `push::next_header_id`).
+    pub id_epoch: u32,
     /// User messages pushed so far (the turn clock).
     pub turn: u64,
     /// Newest user message in the history, always locked.
@@ -111,6 +115,7 @@ impl State {
 
     pub(crate) const NEW: State = State {
         issued: 0,
+        id_epoch: 0,
         turn: 0,
         last_user_id: None,
         pending: PendingSlot { level: 0, calls: 0, answered: 0 },
@@ -527,12 +532,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     pub(crate) fn ring(&self, level: Level) -> RingRef<'_> {
-        match level {
+        let ring = match level {
             Level::Permanent => self.permanent.view(),
             Level::Session => self.session.view(),
             Level::Working => self.working.view(),
             Level::Volatile => self.volatile.view(),
-        }
+        };
+        ring.with_id_epoch(self.state.id_epoch)
     }
 
     pub(crate) fn ring_mut(&mut self, level: Level) -> RingMut<'_> {
@@ -572,14 +578,18 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         &self.state
     }
 
-    /// Empties every ring and takes `config` and `state` (snapshot restore; the caller then
-    /// stores the records and recounts the live totals).
-    pub(crate) fn reset_to(&mut self, config: Config, state: State) {
+    /// Empties every ring and takes `config` (snapshot restore; the caller then sets the
+    /// state, stores the records and recounts the live totals).
+    pub(crate) fn reset_to(&mut self, config: &Config) {
         for level in Level::ALL {
             self.ring_mut(level).retain(|_| false);
         }
-        self.config = config;
-        self.state = state;
+        self.config = *config;
+    }
+
+    /// Takes `state` (snapshot restore, after [`reset_to`](Self::reset_to)).
+    pub(crate) fn set_state(&mut self, state: &State) {
+        self.state = *state;
     }
 
     /// Live bytes of `level`.

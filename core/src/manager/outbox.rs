@@ -42,7 +42,7 @@ impl<'a> EvictedUnit<'a> {
         let (ring, level) = (self.ring, self.level);
         (self.span.start..self.span.end)
             .filter_map(move |i| ring.get(i))
-            .map(move |h| MessageRef::new(h, ring.record(h), level))
+            .map(move |h| MessageRef::new(h, ring.record(h), level, ring.id_epoch()))
     }
 
     /// Number of messages.
@@ -57,7 +57,7 @@ impl<'a> EvictedUnit<'a> {
 
     /// Id of its first message.
     pub fn first_id(&self) -> u64 {
-        self.ring.get(self.span.start).map_or(0, |h| h.id)
+        self.ring.get(self.span.start).map_or(0, |h| self.ring.id(h))
     }
 
     /// Tokens it cost in the context.

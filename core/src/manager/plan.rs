@@ -164,7 +164,7 @@ impl Iterator for HistoryUnits<'_> {
                 let span = UnitSpan { start: *at, end: unit_end(ring, *at) };
                 match ring.get(*at) {
                     Some(h) if h.is_live() => {
-                        *head = Some((h.id, span));
+                        *head = Some((ring.id(h), span));
                         break;
                     }
                     _ => *at = span.end,
@@ -183,8 +183,8 @@ impl Iterator for HistoryUnits<'_> {
             *at = span.end;
         }
         let level = if pick == 0 { Level::Working } else { Level::Volatile };
-        let first = ring.get(span.start).map_or(0, |h| h.id);
-        let last = ring.get(span.end.saturating_sub(1)).map_or(first, |h| h.id);
+        let first = ring.get(span.start).map_or(0, |h| ring.id(h));
+        let last = ring.get(span.end.saturating_sub(1)).map_or(first, |h| ring.id(h));
         Some((level, span, first, last))
     }
 }

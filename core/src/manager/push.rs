@@ -5,12 +5,12 @@ use crate::capacity::Capacities;
 use crate::config::UnansweredCalls;
 use crate::counter::TokenCounter;
 use crate::error::{Error, InvalidMessage};
-use crate::header::{Header, flags};
+use crate::header::{Header, epoch_below, flags, id_base};
 use crate::json;
 use crate::level::Level;
 use crate::message::{MAX_TOOL_CALLS, Message};
 use crate::record::ToolCall;
-use crate::record::{self, SpanWriter, bit};
+use crate::record::{self, SpanWriter, Trailer, bit};
 use crate::reduce::{self, MIN_REDUCED_TOKENS, Reduction};
 use crate::role::Role;
 use crate::strategy::Strategy;
@@ -22,10 +22,11 @@ pub const MAX_TOOL_CALL_ID_LEN: usize = 128;
 /// Content of the synthetic result stored for a call that never got one.
 pub const ABORTED_RESULT: &str = "[ctxwin] Tool call aborted: no result was received.";
 
-/// What a new record's content is made of.
+/// What a new record's content is made of. The reduction by reference: with its marker
+/// buffer inline, every `Content` (the synthetic results' too) would take 80 bytes of stack.
 enum Content<'a> {
     Plain(&'a str),
-    Reduced(Reduction<'a>),
+    Reduced(&'a Reduction<'a>),
 }
 
 impl Content<'_> {
@@ -52,6 +53,8 @@ enum Extra<'a> {
     Calls(&'a [ToolCall<'a>]),
     CallId(&'a str),
     Ranges(&'a [(u64, u64)]),
+    /// Zero bytes, overwritten once the record is stored.
+    Blank(usize),
 }
 
 impl Extra<'_> {
@@ -61,6 +64,7 @@ impl Extra<'_> {
             Extra::Calls(calls) => record::calls_len(calls),
             Extra::CallId(id) => id.len(),
             Extra::Ranges(ranges) => ranges.len() * record::RANGE_ENTRY,
+            Extra::Blank(len) => *len,
         }
     }
 
@@ -70,6 +74,7 @@ impl Extra<'_> {
             Extra::Calls(calls) => out.put_calls(calls),
             Extra::CallId(id) => out.put(id.as_bytes()),
             Extra::Ranges(ranges) => ranges.iter().for_each(|&(a, b)| out.put_range(a, b)),
+            Extra::Blank(len) => out.put_zeros(*len),
         }
     }
 }
@@ -149,7 +154,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         } else {
             [0; 4]
         };
-        let len = message.content.len() + extra.len();
+        let trailer = Trailer { original: None, terms };
+        let len = message.content.len() + extra.len() + trailer.len();
         if level.is_history() {
             self.make_room_closing(level, Some(len))?;
             self.close_pending();
@@ -162,14 +168,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             role: message.role,
             items: message.tool_calls.len() as u8,
             tokens,
-            original_tokens: tokens,
-            terms,
             ..Header::EMPTY
         };
         if message.important {
             header.flags |= flags::IMPORTANT;
         }
-        let id = self.store(level, header, &Content::Plain(message.content), &extra)?;
+        let id = self.store(level, header, &Content::Plain(message.content), &extra, trailer)?;
         if message.role == Role::User && level.is_history() {
             self.state.turn = self.state.turn.saturating_add(1);
             self.state.last_user_id = Some(id);
@@ -205,14 +209,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let tokens = self.framed_tokens(self.counter.count(function_json), [], None);
         self.check_fits(Level::Permanent, tokens, function_json.len())?;
         self.make_room(Level::Permanent, function_json.len(), 1)?;
-        let header = Header {
-            role: Role::System,
-            flags: flags::TOOL_DEFINITION,
-            tokens,
-            original_tokens: tokens,
-            ..Header::EMPTY
-        };
-        self.store(Level::Permanent, header, &Content::Plain(function_json), &Extra::None)
+        let header =
+            Header { role: Role::System, flags: flags::TOOL_DEFINITION, tokens, ..Header::EMPTY };
+        let plain = Content::Plain(function_json);
+        self.store(Level::Permanent, header, &plain, &Extra::None, Trailer::NONE)
     }
 
     /// Adds a summary to the session level, standing for the messages in `sources` (inclusive
@@ -247,10 +247,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             flags: flags::SUMMARY | flags::SYNTHETIC,
             items: sources.len() as u8,
             tokens,
-            original_tokens: tokens,
             ..Header::EMPTY
         };
-        let id = self.store(Level::Session, header, &Content::Plain(text), &extra)?;
+        let id =
+            self.store(Level::Session, header, &Content::Plain(text), &extra, Trailer::NONE)?;
         let counters = &mut self.state.counters;
         counters.summaries_added = counters.summaries_added.saturating_add(1);
         self.state.counters.last_compression_turn = Some(self.state.turn);
@@ -407,16 +407,17 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 .saturating_sub(self.framed_tokens(0, [], Some(call_id))),
         );
         let raw_tokens = self.counter.count(message.content);
+        let reduction;
         let content = if raw_tokens <= limit {
             Content::Plain(message.content)
         } else if limit >= MIN_REDUCED_TOKENS {
-            Content::Reduced(reduce::reduce(message.content, limit, &self.counter))
+            reduction = reduce::reduce(message.content, limit, &self.counter);
+            Content::Reduced(&reduction)
         } else {
             return Err(Error::MessageTooLarge { needed: raw_tokens, limit });
         };
         let original_tokens = self.framed_tokens(raw_tokens, [], Some(call_id));
         let extra = Extra::CallId(call_id);
-        let len = content.len() + extra.len();
         let tokens = match &content {
             Content::Plain(_) => original_tokens,
             Content::Reduced(reduction) => {
@@ -424,6 +425,15 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 self.framed_tokens(stored, [], Some(call_id))
             }
         };
+        let trailer = Trailer {
+            original: matches!(content, Content::Reduced(_)).then_some(original_tokens),
+            terms: if self.strategy.needs(&self.config).terms {
+                key_terms([message.content])
+            } else {
+                [0; 4]
+            },
+        };
+        let len = content.len() + extra.len() + trailer.len();
         self.check_fits(level, tokens, len)?;
         self.make_room(level, len, 1)?;
         let header = Header {
@@ -432,15 +442,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             flags: if matches!(content, Content::Reduced(_)) { flags::REDUCED } else { 0 }
                 | if message.important { flags::IMPORTANT } else { 0 },
             tokens,
-            original_tokens,
-            terms: if self.strategy.needs(&self.config).terms {
-                key_terms([message.content])
-            } else {
-                [0; 4]
-            },
             ..Header::EMPTY
         };
-        let id = self.store(level, header, &content, &extra)?;
+        let id = self.store(level, header, &content, &extra, trailer)?;
         if let Content::Reduced(_) = content {
             let counters = &mut self.state.counters;
             counters.observations_reduced = counters.observations_reduced.saturating_add(1);
@@ -519,15 +523,18 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         mut header: Header,
         content: &Content<'_>,
         extra: &Extra<'_>,
+        trailer: Trailer,
     ) -> Result<u64, Error> {
-        let len = content.len() + extra.len();
+        let len = content.len() + extra.len() + trailer.len();
         let id = self.state.next_id();
-        header.id = id;
+        header.id = self.next_header_id()?;
         header.content_len = content.len() as u32;
+        header.flags = (header.flags & !flags::TRAILER) | trailer.flag();
         let stored = self.ring_mut(level).push_back(header, len, |span| {
             let mut out = SpanWriter::new(span);
             content.write(&mut out);
             extra.write(&mut out);
+            trailer.write(&mut out);
         });
         if stored.is_none() {
             return Err(Error::LevelFull { level });
@@ -539,9 +546,45 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.add_live(level, &header);
         let counters = &mut self.state.counters;
         counters.messages_pushed = counters.messages_pushed.saturating_add(1);
-        counters.tokens_ingested =
-            counters.tokens_ingested.saturating_add(u64::from(header.original_tokens));
+        counters.tokens_ingested = counters
+            .tokens_ingested
+            .saturating_add(u64::from(trailer.original.unwrap_or(header.tokens)));
         Ok(id)
+    }
+
+    /// The next id as a header offset. When it does not fit in 32 bits, every stored header
+    /// is rebased to the epoch at or below the oldest stored id first (O(capacity), once per
+    /// 2^31 ids at most while old messages leave); [`Error::IdSpan`] when even that offset
+    /// does not fit (a message 2^31 to 2^32 ids older than the next is still stored).
+    pub(super) fn next_header_id(&mut self) -> Result<u32, Error> {
+        let next = self.state.next_id();
+        let base = id_base(self.state.id_epoch);
+        if let Ok(offset) = u32::try_from(next.saturating_sub(base)) {
+            return Ok(offset);
+        }
+        let oldest = Level::ALL
+            .into_iter()
+            .filter_map(|level| {
+                let ring = self.ring(level);
+                ring.first().map(|h| ring.id(h))
+            })
+            .min()
+            .unwrap_or(next);
+        let epoch = epoch_below(oldest);
+        let Ok(offset) = u32::try_from(next.saturating_sub(id_base(epoch))) else {
+            return Err(Error::IdSpan { oldest });
+        };
+        let shift = u32::try_from(id_base(epoch).saturating_sub(base)).unwrap_or(u32::MAX);
+        for level in Level::ALL {
+            let mut ring = self.ring_mut(level);
+            for index in 0..ring.as_ref().len() {
+                if let Some(header) = ring.get_mut(index) {
+                    header.id = header.id.saturating_sub(shift);
+                }
+            }
+        }
+        self.state.id_epoch = epoch;
+        Ok(offset)
     }
 
     /// Gives every unanswered call of the pending unit a synthetic "aborted" result, or drops
@@ -565,42 +608,32 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             if pending.answered & bit(index) != 0 {
                 continue;
             }
-            let mut id_buffer = [0u8; MAX_TOOL_CALL_ID_LEN];
-            let id_len = {
+            // The call id is copied inside the arena after the result is stored: no copy of
+            // it (up to 128 bytes) on the stack of the push path.
+            let (id_at, id_len, tokens) = {
                 let ring = self.ring(pending.level);
-                let Some(call) = ring
-                    .get(head)
-                    .and_then(|h| record::ToolCalls::new(h, ring.record(h)).nth(index))
-                else {
+                let Some((h, span)) = ring.get(head).and_then(|h| {
+                    Some((h, record::ToolCalls::new(h, ring.record(h)).id_span(index)?))
+                }) else {
                     continue;
                 };
-                let len = call.id.len().min(MAX_TOOL_CALL_ID_LEN);
-                if let (Some(target), Some(source)) =
-                    (id_buffer.get_mut(..len), call.id.as_bytes().get(..len))
-                {
-                    target.copy_from_slice(source);
-                }
-                len
+                let len = span.len().min(MAX_TOOL_CALL_ID_LEN);
+                let id = ring.record(h).get(span.start..span.start + len).unwrap_or_default();
+                let call_id = core::str::from_utf8(id).unwrap_or_default();
+                let aborted = self.counter.count(ABORTED_RESULT);
+                (span.start, len, self.framed_tokens(aborted, [], Some(call_id)))
             };
-            let call_id =
-                core::str::from_utf8(id_buffer.get(..id_len).unwrap_or(&[])).unwrap_or_default();
-            let tokens = self.framed_tokens(self.counter.count(ABORTED_RESULT), [], Some(call_id));
-            let header = Header {
-                role: Role::Tool,
-                flags: flags::SYNTHETIC,
-                tokens,
-                original_tokens: tokens,
-                ..Header::EMPTY
-            };
-            if self
-                .store(
-                    pending.level,
-                    header,
-                    &Content::Plain(ABORTED_RESULT),
-                    &Extra::CallId(call_id),
-                )
-                .is_ok()
-            {
+            let header =
+                Header { role: Role::Tool, flags: flags::SYNTHETIC, tokens, ..Header::EMPTY };
+            let content = Content::Plain(ABORTED_RESULT);
+            let stored = self
+                .store(pending.level, header, &content, &Extra::Blank(id_len), Trailer::NONE)
+                .is_ok();
+            if stored {
+                let mut ring = self.ring_mut(pending.level);
+                let result = ring.as_ref().len().saturating_sub(1);
+                // Both spans were just checked by `id_span` and `store`: the copy cannot miss.
+                let _ = ring.copy_between((head, id_at), (result, ABORTED_RESULT.len()), id_len);
                 self.mark_answered(index);
                 let counters = &mut self.state.counters;
                 counters.calls_aborted = counters.calls_aborted.saturating_add(1);
@@ -614,15 +647,26 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let level = pending.level;
         let Some(header) = self.ring(level).get(head).copied() else { return };
         let count = usize::from(pending.calls).min(MAX_TOOL_CALLS);
+        let before = {
+            let ring = self.ring(level);
+            Trailer::of(&header, ring.record(&header))
+        };
+        let trailer =
+            Trailer { original: Some(before.original.unwrap_or(header.tokens)), ..before };
         let mut ring = self.ring_mut(level);
         let Some(span) = ring.record_mut(head) else { return };
+        let body_len = span.len().saturating_sub(before.len());
+        let body = span.get_mut(..body_len).unwrap_or_default();
         let new_len =
-            record::retain_calls(span, header.content_len as usize, count, pending.answered);
-        let _ = ring.truncate_record(head, new_len as u32);
+            record::retain_calls(body, header.content_len as usize, count, pending.answered);
+        // Dropping a call frees at least its table entry, more than the trailer can grow.
+        let end = new_len.saturating_add(trailer.len()).min(span.len());
+        trailer.write(&mut SpanWriter::new(span.get_mut(new_len..end).unwrap_or_default()));
+        let _ = ring.truncate_record(head, end as u32);
         let kept = pending.answered.count_ones() as u8;
         if let Some(stored) = ring.get_mut(head) {
             stored.items = kept;
-            stored.flags |= flags::REDUCED;
+            stored.flags |= flags::REDUCED | trailer.flag();
         }
         let tokens = {
             let ring = self.ring(level);
@@ -658,8 +702,110 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 #[cfg(test)]
 mod tests {
     use crate::capacity::TinyCapacities;
+    use crate::config::{Config, StrategyKind};
     use crate::error::{Error, InvalidMessage};
     use crate::manager::{ContextManager, MAX_SUMMARY_RANGES};
+    use crate::message::Message;
+    use crate::record::ToolCall;
+
+    #[test]
+    fn ids_past_32_bits_stay_exact_through_a_rebase_and_a_snapshot() {
+        let mut manager = ContextManager::<TinyCapacities>::new();
+        manager.state.issued = u64::from(u32::MAX) - 2;
+        let mut ids = Vec::new();
+        for text in ["a", "b", "c", "d"] {
+            ids.push(manager.push(Message::user(text)).unwrap());
+        }
+        let first = u64::from(u32::MAX) - 1;
+        assert_eq!(ids, [first, first + 1, first + 2, first + 3]);
+        assert_eq!(manager.state.id_epoch, 1, "rebased to the epoch below the oldest id");
+        let listed: Vec<u64> = manager.history().map(|m| m.id()).collect();
+        assert_eq!(listed, ids);
+        assert_eq!(manager.get(first + 2).map(|m| m.content()), Some("c"));
+        let mut buf = vec![0u8; manager.snapshot_len()];
+        let bytes = manager.snapshot_into(&mut buf).unwrap();
+        let mut restored = ContextManager::<TinyCapacities>::new();
+        restored.restore_from(bytes).unwrap();
+        let listed: Vec<u64> = restored.history().map(|m| m.id()).collect();
+        assert_eq!(listed, ids);
+        assert_eq!(restored.push(Message::user("e")), Ok(first + 4));
+    }
+
+    #[test]
+    fn a_message_2_to_the_32_ids_old_is_a_typed_error_not_a_wrap() {
+        let mut manager = ContextManager::<TinyCapacities>::new();
+        manager.push(Message::system("rules")).unwrap();
+        manager.state.issued = 1 << 32;
+        assert_eq!(manager.push(Message::user("late")), Err(Error::IdSpan { oldest: 1 }));
+        assert_eq!(manager.history().count(), 0);
+        assert_eq!(
+            manager.messages(crate::level::Level::Permanent).map(|m| m.id()).next(),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn dropping_calls_keeps_the_trailer_and_records_the_count_before() {
+        let config = Config {
+            strategy: StrategyKind::Importance,
+            unanswered_calls: crate::config::UnansweredCalls::DropCalls,
+            ..Config::DEFAULT
+        };
+        let mut manager = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        manager.push(Message::user("read src/lib.rs and src/main.rs")).unwrap();
+        let calls = [
+            ToolCall::new("c1", "read", r#"{"path":"src/lib.rs"}"#),
+            ToolCall::new("c2", "read", r#"{"path":"src/main.rs"}"#),
+        ];
+        let head = manager.push(Message::assistant("two reads").with_tool_calls(&calls)).unwrap();
+        let (terms, before) = {
+            let stored = manager.get(head).unwrap();
+            (stored.terms(), stored.tokens())
+        };
+        assert_ne!(terms, [0; 4]);
+        manager.push(Message::tool_result("c2", "fn main() {}")).unwrap();
+        manager.push(Message::user("never mind")).unwrap();
+        let stored = manager.get(head).unwrap();
+        let kept: Vec<&str> = stored.tool_calls().map(|c| c.id).collect();
+        assert_eq!(kept, ["c2"]);
+        assert_eq!(stored.content(), "two reads");
+        assert!(stored.was_reduced() && stored.tokens() < before);
+        assert_eq!((stored.original_tokens(), stored.terms()), (before, terms));
+        let mut buf = vec![0u8; manager.snapshot_len()];
+        let bytes = manager.snapshot_into(&mut buf).unwrap().to_vec();
+        let mut restored = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        restored.restore_from(&bytes).unwrap();
+        let again = restored.get(head).unwrap();
+        assert_eq!((again.original_tokens(), again.terms()), (before, terms));
+        assert_eq!(again.tool_calls().map(|c| c.id).collect::<Vec<_>>(), ["c2"]);
+    }
+
+    #[test]
+    fn terms_and_original_counts_live_in_the_trailer_and_survive_a_snapshot() {
+        let config = Config { strategy: StrategyKind::Importance, ..Config::DEFAULT };
+        let mut manager = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        manager.push(Message::user("check src/main.rs line 42")).unwrap();
+        let calls = [ToolCall::new("c1", "read", r#"{"path":"src/main.rs"}"#)];
+        manager.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+        let huge: String = (0..2000).map(|i| format!("src/main.rs:{i}: ok\n")).collect();
+        let id = manager.push(Message::tool_result("c1", &huge)).unwrap();
+        let result = manager.get(id).unwrap();
+        assert!(result.was_reduced() && result.original_tokens() > 4 * result.tokens());
+        assert_eq!(result.tool_call_id(), Some("c1"));
+        let terms: Vec<[u16; 4]> = manager.history().map(|m| m.terms()).collect();
+        assert!(terms.iter().all(|t| t.iter().any(|&h| h != 0)), "{terms:?}");
+        let mut buf = vec![0u8; manager.snapshot_len()];
+        let bytes = manager.snapshot_into(&mut buf).unwrap().to_vec();
+        let mut restored = ContextManager::<TinyCapacities>::with_config(config).unwrap();
+        restored.restore_from(&bytes).unwrap();
+        let again: Vec<[u16; 4]> = restored.history().map(|m| m.terms()).collect();
+        assert_eq!(again, terms);
+        let result = restored.get(id).unwrap();
+        assert_eq!(result.original_tokens(), manager.get(id).unwrap().original_tokens());
+        assert_eq!(result.tool_call_id(), Some("c1"));
+        let mut second = vec![0u8; restored.snapshot_len()];
+        assert_eq!(restored.snapshot_into(&mut second).unwrap(), &bytes[..]);
+    }
 
     #[test]
     fn too_many_summary_ranges_has_its_own_error() {

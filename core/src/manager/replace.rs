@@ -100,7 +100,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let session = self.ring(Level::Session);
         let found = (0..session.len()).find_map(|index| {
             let header = session.get(index)?;
-            (header.id == id && header.is_live() && header.has(flags::SUMMARY))
+            (session.id(header) == id && header.is_live() && header.has(flags::SUMMARY))
                 .then_some((index, *header))
         });
         let Some((index, old)) = found else { return Err(ReplaceError::NotASummary { id }) };
@@ -139,8 +139,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         *stored = Header {
             content_len: text.len() as u32,
             tokens,
-            original_tokens: tokens,
-            flags: stored.flags & !flags::REDUCED,
+            // The new text has no trailer: no original count, no terms (summaries have none).
+            flags: stored.flags & !(flags::REDUCED | flags::TRAILER),
             ..*stored
         };
         let stored = *stored;

@@ -289,7 +289,6 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             detail: detail.code(),
             content_len: len as u32,
             tokens,
-            original_tokens: tokens,
             ..Header::EMPTY
         };
         let write = |span: &mut [u8], text: &[u8]| {
@@ -335,7 +334,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 self.state.counters.summaries_failed.saturating_add(1);
             return;
         }
-        let id = self.state.next_id();
+        let Ok(id) = self.next_header_id() else { return };
         let scratch = self.scratch.bytes().get(..len).unwrap_or_default();
         let header = Header { id, ..header };
         if self.session.view_mut().push_back(header, total, |span| write(span, scratch)).is_some() {
@@ -455,7 +454,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                     record::SourceRanges::new(header, session.record(header))
                         .for_each(|r| ranges.add(r));
                 } else {
-                    ranges.add((header.id, header.id));
+                    ranges.add((session.id(header), session.id(header)));
                 }
                 newest = newest.max(header.timestamp);
                 rolling |= header.has(flags::ROLLING);

@@ -79,13 +79,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             while low < high {
                 let mid = low + (high - low) / 2;
                 let header = ring.get(mid)?;
-                match header.id.cmp(&id) {
+                match ring.id(header).cmp(&id) {
                     core::cmp::Ordering::Less => low = mid + 1,
                     core::cmp::Ordering::Greater => high = mid,
                     core::cmp::Ordering::Equal => {
-                        return header
-                            .is_live()
-                            .then(|| MessageRef::new(header, ring.record(header), level));
+                        return header.is_live().then(|| {
+                            MessageRef::new(header, ring.record(header), level, ring.id_epoch())
+                        });
                     }
                 }
             }

@@ -10,11 +10,11 @@
 use super::error::{Invariant, SnapshotError};
 use super::wire::{V16, V32, V64, level_from, role_from};
 use crate::config::{Config, DynamicPlacement, OutboxMode, StrategyKind, UnansweredCalls};
-use crate::header::{Header, flags};
+use crate::header::{Header, epoch_above, flags, id_base};
 use crate::json;
 use crate::level::Level;
 use crate::manager::{Pending, State};
-use crate::record::{self, Fault, bit};
+use crate::record::{self, Fault, Trailer, bit};
 use crate::role::Role;
 
 /// Largest id clock a snapshot may carry.
@@ -22,8 +22,11 @@ const MAX_NEXT_ID: u64 = 1 << 63;
 
 /// Where decoded records go.
 pub(crate) trait Sink<'a> {
-    fn begin(&mut self, config: &Config, state: &State);
-    fn record(&mut self, level: Level, header: &Header, bytes: &'a [u8]);
+    fn config(&mut self, config: &Config);
+    fn state(&mut self, state: &State);
+    /// One record as the snapshot has it: `header` without [`flags::TRAILER`], `bytes`
+    /// without the trailer the manager keeps after them.
+    fn record(&mut self, level: Level, header: &Header, trailer: Trailer, bytes: &'a [u8]);
     fn entity(&mut self, index: usize, value: Option<&'a [u8]>);
     fn end(&mut self);
 }
@@ -32,8 +35,9 @@ pub(crate) trait Sink<'a> {
 pub(crate) struct Validate;
 
 impl<'a> Sink<'a> for Validate {
-    fn begin(&mut self, _: &Config, _: &State) {}
-    fn record(&mut self, _: Level, _: &Header, _: &'a [u8]) {}
+    fn config(&mut self, _: &Config) {}
+    fn state(&mut self, _: &State) {}
+    fn record(&mut self, _: Level, _: &Header, _: Trailer, _: &'a [u8]) {}
     fn entity(&mut self, _: usize, _: Option<&'a [u8]>) {}
     fn end(&mut self) {}
 }
@@ -124,6 +128,8 @@ impl<'a> Reader<'a> {
 /// What the record and entity checks need of the configuration and state.
 struct Head {
     next_id: u64,
+    /// What the loaded headers count their ids from (the base of `State::id_epoch`).
+    id_base: u64,
     last_user_id: Option<u64>,
     pending: Option<Pending>,
     tokens: [u32; 4],
@@ -132,6 +138,9 @@ struct Head {
 
 /// Reads the configuration (in `ConfigWire` order) into `config`.
 /// Returns the retired checkpoint interval the snapshot carries (hashed into its fingerprint).
+/// Out of line: its temporaries stay off the frame that holds the configuration and the
+/// state while the sink runs.
+#[inline(never)]
 fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError> {
     c.context_window = r.u32()?;
     c.reserved_for_reply = r.u32()?;
@@ -191,6 +200,9 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError>
 }
 
 /// Reads the state (in `StateWire` order) into `state`.
+/// Out of line: its temporaries stay off the frame that holds the configuration and the
+/// state while the sink runs.
+#[inline(never)]
 fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), SnapshotError> {
     let next_id = r.u64()?;
     s.turn = r.u64()?;
@@ -245,15 +257,27 @@ fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), SnapshotError> {
     Ok(())
 }
 
-/// Decodes and checks the configuration and the state and hands them to `sink`. Out of line,
-/// so the two (several hundred bytes) are off the stack while the records are read.
-#[inline(never)]
+/// Decodes and checks the configuration, then the state, and hands each to `sink`.
 fn head(
     r: &mut Reader<'_>,
     fingerprint: u32,
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'_>,
 ) -> Result<Head, SnapshotError> {
+    let schema_len = head_config(r, fingerprint, runs, sink)?;
+    head_state(r, schema_len, sink)
+}
+
+/// Decodes and checks the configuration and hands it to `sink`; returns its schema's length.
+/// Out of line, and apart from the state: each is about 300 bytes, and only one of them is
+/// on the stack at a time, never while the records are read.
+#[inline(never)]
+fn head_config(
+    r: &mut Reader<'_>,
+    fingerprint: u32,
+    runs: Option<StrategyKind>,
+    sink: &mut dyn Sink<'_>,
+) -> Result<usize, SnapshotError> {
     let mut config = Config::DEFAULT;
     config.entity_schema = crate::entities::EntitySchema::EMPTY;
     let retired_checkpoint_interval = read_config(r, &mut config)?;
@@ -268,6 +292,17 @@ fn head(
     if config.fingerprint_with(retired_checkpoint_interval) != fingerprint {
         return Err(SnapshotError::Invalid(Invariant::Fingerprint));
     }
+    sink.config(&config);
+    Ok(config.entity_schema.len())
+}
+
+/// Decodes and checks the state and hands it to `sink` (see [`head_config`]).
+#[inline(never)]
+fn head_state(
+    r: &mut Reader<'_>,
+    schema_len: usize,
+    sink: &mut dyn Sink<'_>,
+) -> Result<Head, SnapshotError> {
     let mut state = State::NEW;
     read_state(r, &mut state)?;
     // No session reaches 2^63 messages; a larger id clock is corruption, and would overflow.
@@ -278,35 +313,50 @@ fn head(
     if pending.is_some_and(|p| !p.level.is_history() || p.calls == 0 || usize::from(p.calls) > 64) {
         return Err(SnapshotError::Invalid(Invariant::Pending));
     }
-    sink.begin(&config, &state);
+    // The one base under which every id a snapshot may hold (below `next_id`) has a 32-bit
+    // offset; the records must not be older (checked per record).
+    state.id_epoch = epoch_above(state.next_id().saturating_sub(1 << 32));
+    sink.state(&state);
     Ok(Head {
         next_id: state.next_id(),
+        id_base: id_base(state.id_epoch),
         last_user_id: state.last_user_id,
         pending,
         tokens: state.tokens,
-        schema_len: config.entity_schema.len(),
+        schema_len,
     })
 }
 
-/// Reads one record's header fields (in `RecordWire` order) and its bytes.
-fn read_record<'a>(r: &mut Reader<'a>, level: Level) -> Result<(Header, &'a [u8]), SnapshotError> {
+/// Reads one record's header fields (in `RecordWire` order), what the manager keeps of them
+/// in the record's trailer, and its bytes. A token count before reduction is only kept for a
+/// record marked reduced.
+fn read_record<'a>(
+    r: &mut Reader<'a>,
+    level: Level,
+) -> Result<(u64, Header, Trailer, &'a [u8]), SnapshotError> {
     let mut header = Header::EMPTY;
-    header.id = r.u64()?;
+    let mut trailer = Trailer::NONE;
+    let id = r.u64()?;
     header.timestamp = r.u64()?;
     header.content_len = r.u32()?;
     header.tokens = r.u32()?;
-    header.original_tokens = r.u32()?;
+    let original = r.u32()?;
     let role = r.u8()?;
     header.flags = r.u8()?;
     header.items = r.u8()?;
     header.detail = r.u8()?;
-    for term in header.terms.iter_mut() {
+    for term in trailer.terms.iter_mut() {
         *term = r.u16()?;
     }
     let bytes = r.bytes()?;
     header.len = bytes.len() as u32;
     header.role = role_from(role).ok_or(SnapshotError::Invalid(Invariant::Role { level }))?;
-    Ok((header, bytes))
+    if header.has(flags::REDUCED) {
+        trailer.original = Some(original);
+    } else if original != header.tokens {
+        return Err(SnapshotError::Invalid(Invariant::Flags { level }));
+    }
+    Ok((id, header, trailer, bytes))
 }
 
 /// The unit being read in a history level: its head and which of its calls have results.
@@ -329,6 +379,8 @@ impl OpenUnit<'_> {
 /// Running checks over one level's records.
 struct LevelCheck<'a> {
     level: Level,
+    /// Ids must lie in `id_base..next_id`.
+    id_base: u64,
     next_id: u64,
     last_id: Option<u64>,
     unit: Option<OpenUnit<'a>>,
@@ -337,16 +389,22 @@ struct LevelCheck<'a> {
 }
 
 impl<'a> LevelCheck<'a> {
-    fn new(level: Level, next_id: u64) -> Self {
-        Self { level, next_id, last_id: None, unit: None, tokens: 0, bytes: 0 }
+    fn new(level: Level, (id_base, next_id): (u64, u64)) -> Self {
+        Self { level, id_base, next_id, last_id: None, unit: None, tokens: 0, bytes: 0 }
     }
 
-    fn record(&mut self, header: &Header, bytes: &'a [u8]) -> Result<(), Invariant> {
+    fn record(
+        &mut self,
+        id: u64,
+        header: &Header,
+        trailer: Trailer,
+        bytes: &'a [u8],
+    ) -> Result<(), Invariant> {
         let level = self.level;
-        if self.last_id.is_some_and(|last| header.id <= last) || header.id >= self.next_id {
+        if self.last_id.is_some_and(|last| id <= last) || id >= self.next_id || id < self.id_base {
             return Err(Invariant::Order { level });
         }
-        self.last_id = Some(header.id);
+        self.last_id = Some(id);
         if header.flags & !flags::KNOWN != 0 || header.detail > 3 {
             return Err(Invariant::Flags { level });
         }
@@ -361,7 +419,7 @@ impl<'a> LevelCheck<'a> {
         if header.is_live() {
             self.tokens = self.tokens.saturating_add(u64::from(header.tokens));
         }
-        self.bytes += bytes.len();
+        self.bytes += bytes.len() + trailer.len();
         Ok(())
     }
 
@@ -465,15 +523,16 @@ pub(crate) fn decode<'a>(
         if count as usize > messages {
             return Err(SnapshotError::Invalid(Invariant::TooManyMessages { level }));
         }
-        let mut check = LevelCheck::new(level, head.next_id);
+        let mut check = LevelCheck::new(level, (head.id_base, head.next_id));
         for _ in 0..count {
-            let (header, bytes) = read_record(&mut r, level)?;
-            check.record(&header, bytes).map_err(SnapshotError::Invalid)?;
-            if head.last_user_id == Some(header.id) {
+            let (id, mut header, trailer, bytes) = read_record(&mut r, level)?;
+            check.record(id, &header, trailer, bytes).map_err(SnapshotError::Invalid)?;
+            header.id = u32::try_from(id.saturating_sub(head.id_base)).unwrap_or(u32::MAX);
+            if head.last_user_id == Some(id) {
                 last_user_seen |=
                     level.is_history() && header.role == Role::User && header.is_live();
             }
-            sink.record(level, &header, bytes);
+            sink.record(level, &header, trailer, bytes);
         }
         check.finish(&head, bytes).map_err(SnapshotError::Invalid)?;
     }
@@ -574,15 +633,8 @@ mod tests {
     }
 
     fn record<'a>(id: u64, role: Role, content: &'a [u8], tokens: u32) -> RecordWire<'a> {
-        let header = Header {
-            id,
-            role,
-            content_len: content.len() as u32,
-            tokens,
-            original_tokens: tokens,
-            ..Header::EMPTY
-        };
-        RecordWire::new(&header, content)
+        let header = Header { role, content_len: content.len() as u32, tokens, ..Header::EMPTY };
+        RecordWire { id, ..RecordWire::new(&header, content) }
     }
 
     fn state(next_id: u64, tokens: [u32; 4]) -> StateWire {
@@ -859,8 +911,14 @@ mod tests {
                 let (record, after) = postcard::take_from_bytes::<RecordWire<'_>>(rest).unwrap();
                 rest = after;
                 let header = record.header(stored.role);
-                assert_eq!(header, Header { start: 0, ..*stored });
-                assert_eq!(record.bytes, ring.record(stored));
+                let bytes = record::body(stored, ring.record(stored));
+                let flags = stored.flags & !flags::TRAILER;
+                let len = bytes.len() as u32;
+                assert_eq!(header, Header { start: 0, len, flags, ..*stored });
+                assert_eq!(record.bytes, bytes);
+                let trailer = Trailer::of(stored, ring.record(stored));
+                assert_eq!(record.terms, trailer.terms);
+                assert_eq!(record.original_tokens, trailer.original.unwrap_or(stored.tokens));
             }
         }
     }

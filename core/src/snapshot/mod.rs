@@ -29,9 +29,11 @@ use crate::capacity::{Capacities, capacities_of};
 use crate::config::Config;
 use crate::counter::TokenCounter;
 use crate::entities::EntityStorage;
+use crate::header::Header;
 use crate::level::Level;
 use crate::manager::ContextManager;
 use crate::manager::State;
+use crate::record::{SpanWriter, Trailer};
 use crate::strategy::Strategy;
 use crc::Crc32;
 use decode::{Sink, Validate, decode};
@@ -42,15 +44,21 @@ use wire::{FORMAT_VERSION, HEADER_LEN, MAGIC, TRAILER_LEN};
 struct Load<'m, C: Capacities, K: TokenCounter, S: Strategy>(&'m mut ContextManager<C, K, S>);
 
 impl<'a, C: Capacities, K: TokenCounter, S: Strategy> Sink<'a> for Load<'_, C, K, S> {
-    fn begin(&mut self, config: &Config, state: &State) {
-        self.0.reset_to(*config, *state);
+    fn config(&mut self, config: &Config) {
+        self.0.reset_to(config);
     }
 
-    fn record(&mut self, level: Level, header: &crate::header::Header, bytes: &'a [u8]) {
-        let _ = self
-            .0
-            .ring_mut(level)
-            .push_back(*header, bytes.len(), |span| span.copy_from_slice(bytes));
+    fn state(&mut self, state: &State) {
+        self.0.set_state(state);
+    }
+
+    fn record(&mut self, level: Level, header: &Header, trailer: Trailer, bytes: &'a [u8]) {
+        let header = Header { flags: header.flags | trailer.flag(), ..*header };
+        let _ = self.0.ring_mut(level).push_back(header, bytes.len() + trailer.len(), |span| {
+            let mut out = SpanWriter::new(span);
+            out.put(bytes);
+            trailer.write(&mut out);
+        });
     }
 
     fn entity(&mut self, index: usize, value: Option<&'a [u8]>) {

@@ -19,11 +19,12 @@ use crate::config::{DynamicPlacement, OutboxMode, UnansweredCalls};
 #[cfg(test)]
 use crate::entities::EntitySchema;
 use crate::entities::{Entities, MAX_ENTITY_KEY_LEN, MAX_ENTITY_KEYS};
-use crate::header::Header;
+use crate::header::{Header, flags};
 use crate::level::Level;
 #[cfg(test)]
 use crate::manager::Pending;
 use crate::manager::State;
+use crate::record::{self, Trailer};
 use crate::ring::RingRef;
 use crate::role::Role;
 #[cfg(test)]
@@ -397,37 +398,37 @@ pub(crate) const RECORD_OVERHEAD_MAX: usize = 2 * V64 + 3 * V32 + 4 + 4 * V16 + 
 
 #[cfg(test)]
 impl<'a> RecordWire<'a> {
-    pub(crate) fn new(header: &Header, bytes: &'a [u8]) -> Self {
+    /// The wire form of a stored record (`record` with its trailer, if any).
+    pub(crate) fn new(header: &Header, record: &'a [u8]) -> Self {
+        let trailer = Trailer::of(header, record);
         RecordWire {
-            id: header.id,
+            id: header.id.into(),
             timestamp: header.timestamp,
             content_len: header.content_len,
             tokens: header.tokens,
-            original_tokens: header.original_tokens,
+            original_tokens: trailer.original.unwrap_or(header.tokens),
             role: header.role as u8,
-            flags: header.flags,
+            flags: header.flags & !flags::TRAILER,
             items: header.items,
             detail: header.detail,
-            terms: header.terms,
-            bytes,
+            terms: trailer.terms,
+            bytes: record::body(header, record),
         }
     }
 
     /// The header this record describes (its span is set when it is stored).
     pub(crate) fn header(&self, role: Role) -> Header {
         Header {
-            id: self.id,
+            id: self.id as u32,
             timestamp: self.timestamp,
             start: 0,
             len: self.bytes.len() as u32,
             content_len: self.content_len,
             tokens: self.tokens,
-            original_tokens: self.original_tokens,
             role,
             flags: self.flags,
             items: self.items,
             detail: self.detail,
-            terms: self.terms,
         }
     }
 }
@@ -606,18 +607,20 @@ fn encode_state(e: &mut Enc<'_>, s: &State) {
     e.varint(s.now);
 }
 
-/// One stored message, in `RecordWire` order.
-fn encode_record(e: &mut Enc<'_>, h: &Header, bytes: &[u8]) {
-    e.varint(h.id);
+/// One stored message, in `RecordWire` order: the trailer's fields as header fields, the
+/// record's bytes without it.
+fn encode_record(e: &mut Enc<'_>, id: u64, h: &Header, record: &[u8]) {
+    let trailer = Trailer::of(h, record);
+    e.varint(id);
     e.varint(h.timestamp);
-    for value in [h.content_len, h.tokens, h.original_tokens] {
+    for value in [h.content_len, h.tokens, trailer.original.unwrap_or(h.tokens)] {
         e.varint(value.into());
     }
-    e.put(&[h.role as u8, h.flags, h.items, h.detail]);
-    for term in h.terms {
+    e.put(&[h.role as u8, h.flags & !flags::TRAILER, h.items, h.detail]);
+    for term in trailer.terms {
         e.varint(term.into());
     }
-    e.bytes(bytes);
+    e.bytes(record::body(h, record));
 }
 
 /// Encodes a whole body into `out`: configuration, state, the four levels, the entity table
@@ -638,7 +641,7 @@ pub(crate) fn encode_body(
     for ring in rings {
         e.varint(ring.len() as u64);
         for header in ring.iter() {
-            encode_record(&mut e, header, ring.record(header));
+            encode_record(&mut e, ring.id(header), header, ring.record(header));
         }
     }
     e.varint(keys as u64);

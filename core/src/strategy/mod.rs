@@ -92,7 +92,7 @@ impl<'a> UnitView<'a> {
             last_id: first.id(),
             tokens: first.tokens(),
             important: first.is_important(),
-            terms: first.header().terms,
+            terms: first.terms(),
             newest: first.timestamp(),
         };
         for message in messages {
@@ -100,7 +100,7 @@ impl<'a> UnitView<'a> {
             unit.tokens = unit.tokens.saturating_add(message.tokens());
             unit.important |= message.is_important();
             unit.newest = unit.newest.max(message.timestamp());
-            for term in message.header().terms {
+            for term in message.terms() {
                 if term != 0 && !unit.terms.contains(&term) {
                     if let Some(slot) = unit.terms.iter_mut().find(|t| **t == 0) {
                         *slot = term;
@@ -207,7 +207,7 @@ impl<'a> Env<'a> {
         }
         let (_, last) = unit.ids();
         let later = self.history().rev().take_while(|m| m.id() > last);
-        later.filter(|m| share_a_term(unit.terms(), &m.header().terms)).count() as u32
+        later.filter(|m| share_a_term(unit.terms(), &m.terms())).count() as u32
     }
 
     /// Live user turns in the history.

@@ -38,7 +38,7 @@ static RESTORED: Mutex<RefCell<EdgeManager>> = Mutex::new(RefCell::new(EDGE_MANA
 static BUILTIN: Mutex<RefCell<BuiltinManager>> =
     Mutex::new(RefCell::new(BuiltinManager::UNCONFIGURED));
 
-type BuiltinManager = ContextManager<edge::EdgeCapacities>;
+type BuiltinManager = ContextManager<edge::SummarizingCapacities>;
 
 #[entry]
 fn main() -> ! {

@@ -5,6 +5,13 @@
 //! `compose` and a `write_openai`. After each measured region it logs `REGION <label>
 //! <messages>`; `icount.py` pairs those lines, in order, with the instruction counts it
 //! reads from QEMU's execution trace. Exit code 0 if every operation succeeded.
+//!
+//! Before a measured turn at a full-ring checkpoint (100 messages and more) the history is
+//! settled, as the host benches settle theirs (`Driver::settle`): unmeasured turns are played
+//! on until one of them compacted (the water-mark cycle's low point) and the next turn has the
+//! same place in the four-turn cycle of volatile notes. Every checkpoint then measures the
+//! same scenario turn at the same point of the compaction cycle, so the counts differ only in
+//! what a flat cost must not depend on: the history's length.
 #![no_std]
 #![no_main]
 #![deny(unsafe_code)]
@@ -24,6 +31,12 @@ use defmt_semihosting as _;
 
 /// History lengths (messages pushed) at which operations are measured.
 const CHECKPOINTS: [u64; 4] = [10, 100, 1_000, 3_000];
+/// From this checkpoint on the rings are full and the history is settled before measuring.
+const SETTLED_FROM: u64 = 100;
+/// Compactions a settling run waits for at least (the first may end a partial cycle).
+const SETTLE_COMPACTIONS: u64 = 2;
+/// Bound on the unmeasured turns of one settling run.
+const SETTLE_TURNS: u32 = 256;
 const PAYLOAD_BYTES: usize = 8 * 1024;
 const REQUEST: OpenAiRequest<'static> =
     OpenAiRequest { model: Some("edge-agent"), max_tokens: Some(256) };
@@ -78,6 +91,18 @@ fn run(cs: CriticalSection<'_>) -> bool {
             }
             turn += 1;
         }
+        if checkpoint >= SETTLED_FROM {
+            match settle(&mut manager, &mut turn, &mut digest) {
+                Some(turns) => info!("settled after {=u32} turns", turns),
+                None => {
+                    error!(
+                        "no settled point within {=u32} turns of {=u64}",
+                        SETTLE_TURNS, checkpoint
+                    );
+                    return false;
+                }
+            }
+        }
         let at = manager.stats().counters.messages_pushed;
         let mut markers = Markers { at };
         if let Err(e) = scenario::play_turn(&mut manager, turn, None, &mut digest, &mut markers) {
@@ -103,6 +128,24 @@ fn run(cs: CriticalSection<'_>) -> bool {
         }
     }
     true
+}
+
+/// Plays unmeasured turns until one compacted (at least [`SETTLE_COMPACTIONS`] since the
+/// start) and the next, `turn`, is the fourth of its cycle (the one with a volatile note).
+/// Returns the turns played, `None` past [`SETTLE_TURNS`] or on a refused turn.
+fn settle(manager: &mut EdgeManager, turn: &mut u32, digest: &mut Digest) -> Option<u32> {
+    let compactions = |m: &EdgeManager| m.stats().counters.compactions;
+    let start = compactions(manager);
+    for played in 1..=SETTLE_TURNS {
+        let before = compactions(manager);
+        scenario::play_turn(manager, *turn, None, digest, &mut NoProbe).ok()?;
+        *turn += 1;
+        let now = compactions(manager);
+        if now > before && now - start >= SETTLE_COMPACTIONS && *turn % 4 == 3 {
+            return Some(played);
+        }
+    }
+    None
 }
 
 #[panic_handler]

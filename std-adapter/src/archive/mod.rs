@@ -217,12 +217,15 @@ impl Archive {
     }
 }
 
-/// The row id of session `name`, created if new.
+/// The row id of session `name`, created if new (looked up first: every write of a session
+/// but its first finds the row, and an insert attempt would cost a write).
 fn ensure_session(conn: &Connection, name: &str) -> Result<i64, ArchiveError> {
-    conn.prepare_cached("INSERT INTO sessions (name) VALUES (?1) ON CONFLICT (name) DO NOTHING")?
-        .execute([name])?;
-    let mut stmt = conn.prepare_cached("SELECT id FROM sessions WHERE name = ?1")?;
-    Ok(stmt.query_row([name], |row| row.get(0))?)
+    let mut select = conn.prepare_cached("SELECT id FROM sessions WHERE name = ?1")?;
+    if let Some(id) = select.query_row([name], |row| row.get(0)).optional()? {
+        return Ok(id);
+    }
+    let mut insert = conn.prepare_cached("INSERT INTO sessions (name) VALUES (?1) RETURNING id")?;
+    Ok(insert.query_row([name], |row| row.get(0))?)
 }
 
 /// The `messages` columns [`decode_message`] reads, in its order, for a table aliased `m`.

@@ -13,9 +13,10 @@ const FIELDS: [&str; 5] = ["timestamp", "created_at", "created", "time", "date"]
 /// The timestamp (ms since the Unix epoch) of each of `count` read messages, from the raw
 /// `input` (JSON document or JSONL). The raw message objects are matched to the read messages
 /// one to one, or with system/developer messages left out (the reader may move them to
-/// [`Conversation::system`](crate::Conversation::system)); when neither count matches (a
-/// format that splits a message, as Anthropic tool results do), every entry is `None`, and
-/// ages come from turn order.
+/// [`Conversation::system`](crate::Conversation::system)), or as the Anthropic reader splits
+/// them (each `tool_result` block and each text block of a user turn is a message of its own,
+/// all with that turn's time); when nothing matches, every entry is `None`, and `import` gives
+/// those messages ages in turn order.
 ///
 /// ```
 /// use ctxwin_std::format::message_timestamps;
@@ -55,7 +56,24 @@ pub fn message_timestamps(input: &str, count: usize) -> Vec<Option<u64>> {
         matches!(value.get("role").and_then(Value::as_str), Some("system" | "developer"))
     };
     let spoken = stamps(&mut objects.iter().filter(|v| !is_system(v)));
-    if spoken.len() == count { spoken } else { vec![None; count] }
+    if spoken.len() == count {
+        return spoken;
+    }
+    split_stamps(&objects, count).unwrap_or_else(|| vec![None; count])
+}
+
+/// Each object's time repeated for every message the Anthropic reader makes of it (a user
+/// turn with tool results becomes one message per result and per text block), when those
+/// counts add up to `count`. The reader itself does the counting, so the split stays the one
+/// `import` reads.
+fn split_stamps(objects: &[Value], count: usize) -> Option<Vec<Option<u64>>> {
+    let mut stamps = Vec::with_capacity(count);
+    for object in objects {
+        let alone = serde_json::to_string(&[object]).ok()?;
+        let made = super::read(&alone, super::Format::AnthropicJson).ok()?.messages.len();
+        stamps.extend(std::iter::repeat_n(message_time(object), made));
+    }
+    (stamps.len() == count).then_some(stamps)
 }
 
 fn message_time(message: &Value) -> Option<u64> {
@@ -176,5 +194,28 @@ mod tests {
         assert_eq!(message_timestamps("not json", 2), [None, None]);
         let one = "{\"role\":\"user\",\"content\":\"a\",\"time\":1683554160}\n";
         assert_eq!(message_timestamps(one, 1), [Some(1_683_554_160_000)]);
+    }
+
+    #[test]
+    fn anthropic_turns_split_by_the_reader_keep_their_time() {
+        let body = r#"{"messages":[
+            {"role":"user","content":"list files","timestamp":"2023-05-08T10:00:00Z"},
+            {"role":"assistant","timestamp":"2023-05-08T10:00:05Z","content":[
+                {"type":"text","text":"Looking."},
+                {"type":"tool_use","id":"a","name":"ls","input":{}},
+                {"type":"tool_use","id":"b","name":"pwd","input":{}}]},
+            {"role":"user","timestamp":"2023-05-08T10:01:00Z","content":[
+                {"type":"tool_result","tool_use_id":"a","content":"x.rs"},
+                {"type":"tool_result","tool_use_id":"b","content":"/src"},
+                {"type":"text","text":"and now?"}]}]}"#;
+        let read = crate::format::read(body, crate::format::Format::AnthropicJson).unwrap();
+        assert_eq!(read.messages.len(), 5, "the user turn splits into two results and a text");
+        let at = |hms: &str| parse_iso(&format!("2023-05-08T{hms}Z"));
+        assert_eq!(
+            message_timestamps(body, read.messages.len()),
+            [at("10:00:00"), at("10:00:05"), at("10:01:00"), at("10:01:00"), at("10:01:00")]
+        );
+        // A count the reader's split does not give is still not guessed.
+        assert_eq!(message_timestamps(body, 4), [None; 4]);
     }
 }

@@ -5,12 +5,11 @@ use std::path::PathBuf;
 
 use ctxwin_core::{Config, OutboxMode};
 
-use super::capacities::boxed_manager;
 use super::llm::{LlmOptions, LlmState};
 use super::semantic::{EmbedderSlot, SemanticIndex};
 use super::stats::SessionCounters;
 use super::sync::Tracker;
-use super::{Counter, Hybrid, RetrievalSettings, Session, SessionError};
+use super::{Counter, Hybrid, RetrievalSettings, Session, SessionError, SessionManager};
 use crate::archive::Archive;
 use crate::checkpoint::{CheckpointPolicy, CheckpointStore, DEFAULT_KEEP, PeriodicCheckpointer};
 use crate::embed::Embedder;
@@ -287,7 +286,7 @@ impl SessionBuilder {
             ));
         }
         let calibrator = Calibrator::with_config(self.calibrator)?;
-        let manager = boxed_manager(configured, self.counter)?;
+        let manager = SessionManager::small(configured, self.counter)?;
         let archive = match &self.archive {
             ArchiveAt::Nowhere => None,
             ArchiveAt::Memory => Some(Archive::open_in_memory()?),
@@ -317,6 +316,7 @@ impl SessionBuilder {
             },
             retrieval: self.retrieval,
             semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
+            batch: None,
         };
         let restored = if self.restore_latest { session.restore_latest_if_any()? } else { None };
         if restored.is_none()
@@ -324,7 +324,7 @@ impl SessionBuilder {
         {
             let messages = archive.message_count(Some(&session.name))?;
             if messages > 0 {
-                return Err(SessionError::ArchiveInUse { session: session.name, messages });
+                return Err(SessionError::ArchiveInUse { session: session.name.clone(), messages });
             }
         }
         tracing::info!(

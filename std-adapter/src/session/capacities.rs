@@ -1,11 +1,12 @@
-//! [`ServerCapacities`]: ring sizes for agent sessions on a server, and allocating a manager
-//! of that size on the heap.
+//! [`SmallCapacities`] and [`ServerCapacities`]: ring sizes of the two tiers of a session's
+//! manager, and allocating a server-tier manager on the heap.
 
 use ctxwin_core::{
     Capacities, Config, ContextManager, Level, capacity::Scratch, entities::EntityTable,
     ring::Ring, ring::RingStorage,
 };
 
+use super::tier::ServerManager;
 use super::{Counter, SessionError};
 
 /// Capacities for server and desktop agents with 32k–200k-token windows (about 1.8 MiB of
@@ -29,12 +30,45 @@ use super::{Counter, SessionError};
 /// need to be large enough not to be what evicts first.
 ///
 /// ```
-/// use ctxwin_std::session::SessionManager;
-/// let size = core::mem::size_of::<SessionManager>();
+/// use ctxwin_std::session::ServerManager;
+/// let size = core::mem::size_of::<ServerManager>();
 /// assert!(size > 1_500_000 && size < 2_000_000, "{size}");
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ServerCapacities;
+
+/// Capacities every session starts with (about 150 KiB): a short conversation never needs
+/// more, and a proxy holds hundreds of them resident.
+///
+/// The session moves to [`ServerCapacities`] before any ring passes 40% of its bytes or
+/// slots (see [`SessionManager::has_room`](super::SessionManager::has_room)), far below the
+/// `trigger_percent` at which the core would evict for lack of room, so the budgets of the
+/// [`Config`] decide evictions in both tiers alike. The scratch buffer and entity table are
+/// the server tier's: a summary can be as long in either tier.
+///
+/// | level | messages | bytes |
+/// |---|---:|---:|
+/// | permanent | 32 | 24 KiB |
+/// | session | 32 | 40 KiB |
+/// | working | 256 | 48 KiB |
+/// | volatile | 32 | 8 KiB |
+///
+/// ```
+/// use ctxwin_std::session::SmallManager;
+/// let size = core::mem::size_of::<SmallManager>();
+/// assert!(size < 160 * 1024, "{size}");
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SmallCapacities;
+
+impl Capacities for SmallCapacities {
+    type Permanent = Ring<32, { 24 * 1024 }>;
+    type Session = Ring<32, { 40 * 1024 }>;
+    type Working = Ring<256, { 48 * 1024 }>;
+    type Volatile = Ring<32, { 8 * 1024 }>;
+    type Scratch = Scratch<{ 16 * 1024 }>;
+    type Entities = EntityTable<8, 256>;
+}
 
 impl Capacities for ServerCapacities {
     type Permanent = Ring<128, { 128 * 1024 }>;
@@ -64,20 +98,17 @@ impl ServerCapacities {
     }
 }
 
-/// The core manager a [`Session`](super::Session) drives.
-pub type SessionManager = ContextManager<ServerCapacities, Counter>;
-
-/// Builds an empty manager directly on the heap.
+/// Builds an empty server-tier manager directly on the heap.
 ///
 /// The manager is almost 2 MiB and a value is built on the stack before `Box::new` moves it;
 /// unoptimized builds keep several copies there, more than a 2 MiB thread stack holds. The
 /// core has no in-place constructor and this crate uses no `unsafe`, so the value is built on
 /// a short-lived thread with a stack large enough, and only the `Box` comes back.
-pub(crate) fn boxed_manager(
+pub(crate) fn boxed_server(
     config: Config,
     counter: Counter,
-) -> Result<Box<SessionManager>, SessionError> {
-    let stack = core::mem::size_of::<SessionManager>().saturating_mul(8).saturating_add(1 << 20);
+) -> Result<Box<ServerManager>, SessionError> {
+    let stack = core::mem::size_of::<ServerManager>().saturating_mul(8).saturating_add(1 << 20);
     let worker = std::thread::Builder::new()
         .name("ctxwin-session-alloc".into())
         .stack_size(stack)
@@ -104,14 +135,14 @@ mod tests {
     fn builds_on_a_small_stack_thread() {
         let handle = std::thread::Builder::new()
             .stack_size(256 * 1024)
-            .spawn(|| boxed_manager(Config::DEFAULT, Counter::default()).map(|m| m.budget()))
+            .spawn(|| boxed_server(Config::DEFAULT, Counter::default()).map(|m| m.budget()))
             .unwrap();
         assert_eq!(handle.join().unwrap().unwrap(), Config::DEFAULT.budget());
     }
 
     #[test]
     fn a_200k_window_fits_the_working_arena() {
-        let manager = boxed_manager(Config::DEFAULT, Counter::default()).unwrap();
+        let manager = boxed_server(Config::DEFAULT, Counter::default()).unwrap();
         let working = manager.stats().level(Level::Working);
         let prose = "The quick brown fox jumps over the lazy dog. ".repeat(1000);
         let bytes_per_token = prose.len() as f64 / f64::from(Counter::default().count(&prose));
@@ -123,6 +154,6 @@ mod tests {
     #[test]
     fn refuses_an_invalid_config() {
         let bad = Config { trigger_percent: 0, ..Config::DEFAULT };
-        assert!(matches!(boxed_manager(bad, Counter::default()), Err(SessionError::Config(_))));
+        assert!(matches!(boxed_server(bad, Counter::default()), Err(SessionError::Config(_))));
     }
 }

@@ -127,6 +127,7 @@ impl Session {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forget(&mut self, id: u64) -> Result<ForgetReport, SessionError> {
+        self.end_batch()?;
         self.write_pending_rows()?;
         let mut texts: Vec<String> = Vec::new();
         if let Some(message) = self.manager.get(id) {
@@ -156,13 +157,15 @@ impl Session {
         if text.is_empty() {
             return Err(SessionError::Setting("nothing to forget: the text is empty".into()));
         }
+        self.end_batch()?;
         self.write_pending_rows()?;
         self.forget_texts(&[], &[text.to_string()])
     }
 
     /// Sets entity `key` to `value` (or deletes its value with `None`) and forgets the old
     /// value as [`forget_matching`](Self::forget_matching) does: out of the window, the archive
-    /// and every checkpoint. A new value that contains the old one keeps it, of course.
+    /// and every checkpoint. A new value that contains the old one keeps it, of course. With a
+    /// checkpoint store, a checkpoint holding the new value is written before it returns.
     ///
     /// # Errors
     /// [`SessionError::Setting`] for an undeclared key or a value too long for the table;
@@ -187,13 +190,20 @@ impl Session {
         self.manager
             .set_entity(key, value)
             .map_err(|e| SessionError::Setting(format!("entity {key:?}: {e}")))?;
-        match old {
+        let report = match old {
             Some(old) if !old.is_empty() && !value.is_some_and(|v| v.contains(old.as_str())) => {
+                self.end_batch()?;
                 self.write_pending_rows()?;
-                self.forget_texts(&[], &[old])
+                self.forget_texts(&[], &[old])?
             }
-            _ => Ok(ForgetReport::default()),
+            _ => ForgetReport::default(),
+        };
+        // The rewritten checkpoints hold the old value masked, not the new one: the newest
+        // checkpoint must carry the update, or a restart would bring back the mask.
+        if self.store.is_some() {
+            self.checkpoint()?;
         }
+        Ok(report)
     }
 
     fn forget_texts(

@@ -15,6 +15,29 @@ use crate::message::{ChatMessage, Conversation};
 /// Rows buffered before one archive transaction.
 const FLUSH_ROWS: usize = 2_000;
 
+/// How far apart `import` places consecutive messages that carry no time of their own: an
+/// untimed message `k` places before the end of the imported conversation is `k` minutes
+/// older than the import, so ages follow turn order (with the default hierarchical ages, the
+/// newest five turns are under 5 minutes old, turns up to 30 back under 30 minutes).
+///
+/// ```
+/// assert_eq!(ctxwin_std::session::UNTIMED_TURN_INTERVAL_MS, 60_000);
+/// ```
+pub const UNTIMED_TURN_INTERVAL_MS: u64 = 60_000;
+
+/// Every message's time for an import of `count` messages at `now`: its own where
+/// `timestamps` has one, else its turn order back from `now`
+/// ([`UNTIMED_TURN_INTERVAL_MS`] per message).
+fn turn_order_times(timestamps: &[Option<u64>], count: usize, now: u64) -> Vec<Option<u64>> {
+    (0..count)
+        .map(|index| {
+            let back = u64::try_from(count - 1 - index).unwrap_or(u64::MAX);
+            let turn_time = now.saturating_sub(back.saturating_mul(UNTIMED_TURN_INTERVAL_MS));
+            Some(timestamps.get(index).copied().flatten().unwrap_or(turn_time))
+        })
+        .collect()
+}
+
 /// Rows waiting for the archive, and every id this import stored.
 struct Batch {
     rows: Vec<ArchivedMessage>,
@@ -25,7 +48,9 @@ struct Batch {
 
 impl Session {
     /// Pushes a whole conversation: the system prompt, the tool definitions not declared yet,
-    /// then every message in order, each stamped with the system clock.
+    /// then every message in order, stamped in turn order up to the import time
+    /// ([`UNTIMED_TURN_INTERVAL_MS`] apart; [`import_timed`](Self::import_timed) keeps the times
+    /// an input carries).
     ///
     /// Unlike [`push`](Self::push), rows are written in batches of a few thousand per
     /// transaction: each message is archived after the core stored it, and always before
@@ -60,8 +85,9 @@ impl Session {
 
     /// Like [`import`](Self::import), with the time of each message where the input had one
     /// (`timestamps[i]` for `conversation.messages[i]`, ms since the Unix epoch, e.g. from
-    /// [`message_timestamps`](crate::format::message_timestamps)); messages without one get
-    /// the import time. Ages then come from when things were said.
+    /// [`message_timestamps`](crate::format::message_timestamps)); messages without one are
+    /// placed in turn order before the import time, [`UNTIMED_TURN_INTERVAL_MS`] apart. Ages
+    /// then come from when things were said, or from how many turns ago.
     ///
     /// # Errors
     /// As [`import`](Self::import).
@@ -86,7 +112,8 @@ impl Session {
         let mut batch =
             Batch { rows: Vec::new(), ids: HashSet::new(), since: self.tracker.next_id };
         let ingested = self.manager.stats().counters.tokens_ingested;
-        let result = self.import_items(conversation, timestamps, &mut batch, &mut report);
+        let times = turn_order_times(timestamps, conversation.messages.len(), now_ms());
+        let result = self.import_items(conversation, &times, &mut batch, &mut report);
         // Whatever was stored is archived, also when an item was refused.
         let flushed = self.flush(&mut batch, &mut report);
         result?;
@@ -166,7 +193,9 @@ impl Session {
         };
         let policy = self.periodic.policy();
         self.periodic = PeriodicCheckpointer::new(CheckpointPolicy::DISABLED);
-        let result = self.import_chunks(conversation, timestamps, chunk.max(1), &mut progress);
+        // Turn-order times over the whole conversation, not per chunk.
+        let times = turn_order_times(timestamps, conversation.messages.len(), now_ms());
+        let result = self.import_chunks(conversation, &times, chunk.max(1), &mut progress);
         let result = match result {
             Ok(()) => {
                 self.periodic = PeriodicCheckpointer::new(policy);
@@ -268,6 +297,7 @@ impl Session {
         let head = (message.role == Role::Tool).then(|| self.pending_head().map(|h| h.id()));
         let timestamp = at.unwrap_or_else(now_ms);
         let options = PushOptions { timestamp: Some(timestamp), ..PushOptions::default() };
+        self.make_tier_room(message, &options)?;
         let id = match self.push_core(message, &options, timestamp) {
             Err(CoreError::OutboxFull { .. }) => {
                 self.flush(batch, report)?;

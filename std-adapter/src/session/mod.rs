@@ -2,8 +2,9 @@
 //! an archive that keeps every evicted unit, crash-safe checkpoints, exact token counts and
 //! calibration against the provider's billed tokens.
 //!
-//! A session owns a boxed core [`ContextManager`](ctxwin_core::ContextManager) sized by
-//! [`ServerCapacities`], an optional SQLite [`Archive`], an optional [`CheckpointStore`] with a
+//! A session owns a boxed core [`ContextManager`](ctxwin_core::ContextManager) (a
+//! [`SessionManager`]: [`SmallCapacities`] until its content needs [`ServerCapacities`]), an
+//! optional SQLite [`Archive`], an optional [`CheckpointStore`] with a
 //! [`PeriodicCheckpointer`], and a [`Calibrator`]. Build one with [`SessionBuilder`].
 //!
 //! * **Nothing is lost.** [`push`](Session::push) writes the message to the archive *before*
@@ -65,6 +66,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod batch;
 mod builder;
 mod calibrate;
 mod capacities;
@@ -84,6 +86,7 @@ mod retrieve;
 mod semantic;
 mod stats;
 mod sync;
+mod tier;
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -95,13 +98,14 @@ use crate::checkpoint::{CheckpointId, CheckpointStore, PeriodicCheckpointer};
 use crate::tokens::Calibrator;
 
 pub use builder::SessionBuilder;
-pub use capacities::{ServerCapacities, SessionManager};
+pub use capacities::{ServerCapacities, SmallCapacities};
 pub use compose::ComposedPayload;
 pub use convert::tool_definition_json;
 pub use counter::Counter;
 pub use error::SessionError;
 pub use forget::ForgetReport;
 pub use fusion::Hybrid;
+pub use import::UNTIMED_TURN_INTERVAL_MS;
 pub use llm::{LlmOptions, LlmStats, LlmWait};
 pub use persist::RestorePoint;
 pub use push::PushOptions;
@@ -112,6 +116,7 @@ pub use semantic::{EMBEDDER_COOLDOWN, SemanticStats};
 pub use stats::{
     ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats, thousands,
 };
+pub use tier::{ServerManager, SessionManager, SmallManager};
 
 use sync::Tracker;
 
@@ -138,7 +143,7 @@ pub type SharedSession = Arc<Mutex<Session>>;
 /// [module documentation](self).
 pub struct Session {
     name: String,
-    manager: Box<SessionManager>,
+    manager: SessionManager,
     /// The configuration the caller asked for (framing applied); calibration only ever
     /// lowers the window the core gets from it.
     configured: Config,
@@ -163,6 +168,8 @@ pub struct Session {
     retrieval: RetrievalSettings,
     /// Vectors for hybrid recall, when built with [`SessionBuilder::embedder`].
     semantic: Option<semantic::SemanticIndex>,
+    /// Rows of the open archive batch ([`Session::begin_batch`]), in write order.
+    batch: Option<Vec<ArchivedMessage>>,
 }
 
 impl Session {

@@ -14,10 +14,10 @@
 use ctxwin_core::SnapshotError;
 use serde::{Deserialize, Serialize};
 
-use super::capacities::SessionManager;
 use super::report::RestoreReport;
 use super::stats::SessionCounters;
 use super::sync::Tracker;
+use super::tier::SessionManager;
 use super::{Session, SessionError};
 use crate::archive::ArchiveError;
 use crate::checkpoint::{CheckpointId, CheckpointInfo};
@@ -114,6 +114,7 @@ impl Session {
         if self.store.is_none() {
             return Err(SessionError::NoCheckpoints { operation: "checkpoint" });
         }
+        self.end_batch()?;
         self.after_op(self.tracker.next_id, &|_| false)?;
         let mut core = vec![0u8; self.manager.snapshot_len()];
         let len = self.manager.snapshot_into(&mut core).map_err(SessionError::Snapshot)?.len();
@@ -244,6 +245,7 @@ impl Session {
     pub fn restore(&mut self, point: RestorePoint) -> Result<RestoreReport, SessionError> {
         // Rows still owed to the archive belong to the timeline being left: write them first
         // (they are then copied aside with the other rewound messages).
+        self.end_batch()?;
         self.write_pending_rows()?;
         let Session { store, manager, name, .. } = self;
         let store = store.as_ref().ok_or(SessionError::NoCheckpoints { operation: "restore" })?;
@@ -370,7 +372,10 @@ fn restore_into(
     if state.session != name {
         return Err(format!("it belongs to session {:?}", state.session));
     }
-    manager.restore_from(core).map_err(|error| snapshot_reason(&error))?;
+    manager.restore_tiered(core).map_err(|error| match error {
+        SessionError::Snapshot(error) => snapshot_reason(&error),
+        other => other.to_string(),
+    })?;
     Ok(Restored { state })
 }
 

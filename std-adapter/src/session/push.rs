@@ -124,6 +124,7 @@ impl Session {
     ) -> Result<PushReport, SessionError> {
         self.poll_llm();
         let timestamp = options.timestamp.unwrap_or_else(now_ms);
+        self.make_tier_room(message, &options)?;
         let mut plan = self.plan(message, &options)?;
         self.write_ahead(message, &plan, timestamp)?;
         let since = self.tracker.next_id;
@@ -230,6 +231,9 @@ impl Session {
     /// ```
     pub fn add_tool(&mut self, tool: &ToolDefinition) -> Result<u64, SessionError> {
         let json = tool_definition_json(tool)?;
+        if !self.manager.has_room(Level::Permanent, json.len()) {
+            self.manager.grow()?;
+        }
         let id = self.manager.add_tool_definition(&json)?;
         self.tracker.tool_definitions.insert(id);
         self.saw_id(id);
@@ -281,6 +285,32 @@ impl Session {
         Ok(plan)
     }
 
+    /// Moves the manager to the server tier when `message` would take a ring of the small
+    /// tier past its mark (before anything is written: a failed move stores nothing).
+    pub(super) fn make_tier_room(
+        &mut self,
+        message: &ChatMessage,
+        options: &PushOptions,
+    ) -> Result<(), SessionError> {
+        let level = match message.role {
+            Role::Tool => self.pending_head().map_or(Level::Working, |head| head.level()),
+            Role::System => options.level.unwrap_or(Level::Permanent),
+            _ => options.level.unwrap_or(Level::Working),
+        };
+        let calls: usize = message
+            .tool_calls
+            .iter()
+            .map(|c| c.id.len() + c.name.len() + c.arguments.len() + 8)
+            .sum();
+        let bytes =
+            message.content.len() + calls + message.tool_call_id.as_ref().map_or(0, String::len);
+        if !self.manager.has_room(level, bytes) {
+            self.manager.grow()?;
+            tracing::info!(session = %self.name, "session: manager moved to the server tier");
+        }
+        Ok(())
+    }
+
     /// Decides id, unit, level and cost, refusing what the core would refuse (its own
     /// [`check`](ctxwin_core::ContextManager::check)).
     fn plan(&self, message: &ChatMessage, options: &PushOptions) -> Result<Plan, SessionError> {
@@ -315,8 +345,9 @@ impl Session {
             return Ok(());
         }
         let row = self.ahead_row(message, plan, timestamp);
+        let Some(row) = self.batched(vec![row]) else { return Ok(()) };
         if let Some(archive) = self.archive.as_mut() {
-            archive.store_unit(&self.name, &[row])?;
+            archive.store_unit(&self.name, &row)?;
             self.counters.archive_rows_written += 1;
         }
         Ok(())

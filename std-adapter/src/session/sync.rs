@@ -76,10 +76,11 @@ impl Session {
 
     /// Writes `rows` now, or keeps them for the next operation if the archive fails.
     pub(super) fn write_rows(&mut self, rows: Vec<ArchivedMessage>) -> Result<(), SessionError> {
-        let Some(archive) = self.archive.as_mut() else { return Ok(()) };
-        if rows.is_empty() {
+        if self.archive.is_none() || rows.is_empty() {
             return Ok(());
         }
+        let Some(rows) = self.batched(rows) else { return Ok(()) };
+        let Some(archive) = self.archive.as_mut() else { return Ok(()) };
         match archive.store_messages(&self.name, &rows) {
             Ok(_) => {
                 self.counters.archive_rows_written += rows.len() as u64;
@@ -317,10 +318,9 @@ impl Session {
         };
         tracing::warn!(id = displaced, "session: repaired an archive row written under a wrong id");
         self.counters.id_repairs += 1;
-        if let Some(archive) = self.archive.as_mut() {
-            archive.store_unit(&self.name, &[row])?;
-        }
-        Ok(())
+        // After the wrong row, in an open batch too: written directly, the repair would be
+        // overwritten when the batch's write-ahead row of the same id followed it.
+        self.write_rows(vec![row])
     }
 }
 
