@@ -273,28 +273,23 @@ impl<'a> ToolCalls<'a> {
 
 impl ToolCalls<'_> {
     /// Where the id of call `index` lies in the record.
-    pub(crate) fn id_span(mut self, index: usize) -> Option<core::ops::Range<usize>> {
-        while self.next < self.count {
-            let entry = self.table + self.next * CALL_ENTRY;
-            let id_len = le_u16(self.record, entry)?;
-            let name_len = le_u16(self.record, entry + 2)?;
-            let args_len = le_u32(self.record, entry + 4)?;
-            let end = self.cursor + id_len + name_len + args_len;
-            if end > self.record.len() {
-                return None;
-            }
-            if self.next == index {
-                return Some(self.cursor..self.cursor + id_len);
-            }
-            self.cursor = end;
-            self.next += 1;
-        }
-        None
+    pub(crate) fn id_span(self, index: usize) -> Option<core::ops::Range<usize>> {
+        self.find_id(|at, _| at == index).map(|(_, span)| span)
     }
 
     /// Position of the call whose id is `id`, comparing bytes: no text is decoded, so the
     /// calls before it cost their table entries only.
-    pub(crate) fn position_of(mut self, id: &str) -> Option<usize> {
+    pub(crate) fn position_of(self, id: &str) -> Option<usize> {
+        let record = self.record;
+        self.find_id(|_, span| record.get(span) == Some(id.as_bytes())).map(|(at, _)| at)
+    }
+
+    /// The first call from here on (its position and where its id lies) that `wanted`
+    /// accepts; `None` past the last call or at an entry that runs past the record.
+    fn find_id(
+        mut self,
+        mut wanted: impl FnMut(usize, core::ops::Range<usize>) -> bool,
+    ) -> Option<(usize, core::ops::Range<usize>)> {
         while self.next < self.count {
             let entry = self.table + self.next * CALL_ENTRY;
             let id_len = le_u16(self.record, entry)?;
@@ -304,8 +299,9 @@ impl ToolCalls<'_> {
             if end > self.record.len() {
                 return None;
             }
-            if self.record.get(self.cursor..self.cursor + id_len)? == id.as_bytes() {
-                return Some(self.next);
+            let span = self.cursor..self.cursor + id_len;
+            if wanted(self.next, span.clone()) {
+                return Some((self.next, span));
             }
             self.cursor = end;
             self.next += 1;
