@@ -379,19 +379,22 @@ fn reusing_an_archived_name_without_a_checkpoint_is_refused() {
     assert!(matches!(error, SessionError::ArchiveInUse { messages: 1, .. }), "{error}");
 }
 
-#[test]
-fn calibration_keeps_real_payloads_under_the_window() {
-    let configured = Config {
+/// An 8k window with fixed level budgets, for the calibration tests.
+fn calibration_config() -> Config {
+    Config {
         context_window: 8_192,
         reserved_for_reply: 1_024,
         permanent_budget: 500,
         session_budget: 500,
         working_budget: 6_000,
-        trigger_percent: 80,
-        low_water_percent: 80,
         fit_budgets: false,
         ..Config::DEFAULT
-    };
+    }
+}
+
+#[test]
+fn calibration_keeps_real_payloads_under_the_window() {
+    let configured = Config { trigger_percent: 80, low_water_percent: 80, ..calibration_config() };
     let mut session = SessionBuilder::new("calibrated").config(configured).build().unwrap();
     session.push(&ChatMessage::text(Role::System, "You answer questions about logs.")).unwrap();
     for i in 0..200 {
@@ -717,15 +720,7 @@ fn anthropic_keeps_dynamic_context_before_the_newest_user_turn() {
 /// payload billed at the observed ratio still fits it.
 #[test]
 fn calibration_fills_the_window_when_estimates_run_high() {
-    let configured = Config {
-        context_window: 8_192,
-        reserved_for_reply: 1_024,
-        permanent_budget: 500,
-        session_budget: 500,
-        working_budget: 6_000,
-        fit_budgets: false,
-        ..Config::DEFAULT
-    };
+    let configured = calibration_config();
     let mut session = SessionBuilder::new("generous").config(configured).build().unwrap();
     session.push(&ChatMessage::text(Role::System, "You answer questions about logs.")).unwrap();
     let real_budget = configured.budget();
