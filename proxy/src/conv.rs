@@ -432,28 +432,25 @@ impl Conv {
 
     /// [`ingest`](Self::ingest) inside the archive batch.
     fn ingest_batch(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
-        let diverged = self.compare_prefix(request, hashes)?;
+        let mut diverged = self.compare_prefix(request, hashes)?;
+        let mut evicted = 0;
         if let Some(message) = self.pending_answer.take() {
-            let evicted = match response_fingerprint(self.provider, &message) {
-                Ok(answer) if diverged.is_none() && self.echoes(request, &answer) => 0,
+            match response_fingerprint(self.provider, &message) {
+                // The client's copy comes with the new messages below.
+                Ok(answer) if diverged.is_none() && self.echoes(request, &answer) => {}
                 Ok(answer) => {
                     let raw = message.to_string();
-                    let raw_hash = hash_str(&raw);
-                    self.record(&answer, &raw, raw_hash, true)?
+                    evicted += self.record(&answer, &raw, hash_str(&raw), true)?;
+                    // The request is compared with the answer now recorded too.
+                    diverged = self.compare_prefix(request, hashes)?;
                 }
                 Err(reason) => {
                     tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
-                    0
                 }
-            };
-            return match self.ingest_batch(request, hashes)? {
-                Ingest::Extended { new, tokens_in, evicted: more } => {
-                    Ok(Ingest::Extended { new, tokens_in, evicted: evicted + more })
-                }
-                diverged => Ok(diverged),
-            };
+            }
         }
         if let Some(at) = diverged {
+            self.evicted_any |= evicted > 0;
             return Ok(Ingest::Diverged(at));
         }
         let provider = self.provider;
@@ -467,7 +464,6 @@ impl Conv {
         {
             last.from_answer = false;
         }
-        let mut evicted = 0;
         if let Some(tools) = request.fields.get("tools") {
             let parsed: Value = serde_json::from_str(tools.get()).unwrap_or(Value::Null);
             let fp = hash_str(&canonical(&parsed));
