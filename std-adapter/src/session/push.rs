@@ -231,9 +231,7 @@ impl Session {
     /// ```
     pub fn add_tool(&mut self, tool: &ToolDefinition) -> Result<u64, SessionError> {
         let json = tool_definition_json(tool)?;
-        if !self.manager.has_room(Level::Permanent, json.len()) {
-            self.manager.grow()?;
-        }
+        self.manager.grow_for(Level::Permanent, json.len())?;
         let id = self.manager.add_tool_definition(&json)?;
         self.tracker.tool_definitions.insert(id);
         self.saw_id(id);
@@ -304,11 +302,7 @@ impl Session {
             .sum();
         let bytes =
             message.content.len() + calls + message.tool_call_id.as_ref().map_or(0, String::len);
-        if !self.manager.has_room(level, bytes) {
-            self.manager.grow()?;
-            tracing::info!(session = %self.name, "session: manager moved to the server tier");
-        }
-        Ok(())
+        self.manager.grow_for(level, bytes)
     }
 
     /// Decides id, unit, level and cost, refusing what the core would refuse (its own

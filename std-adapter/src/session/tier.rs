@@ -152,9 +152,29 @@ impl SessionManager {
         let len = small.snapshot_into(&mut bytes).map_err(SessionError::Snapshot)?.len();
         let mut server = boxed_server(*small.config(), small.counter().clone())?;
         server.restore_from(&bytes[..len]).map_err(SessionError::Snapshot)?;
-        tracing::debug!(bytes = len, "session: manager moved to the server tier");
+        tracing::info!(bytes = len, "session: manager moved to the server tier");
         *self = Self::Server(server);
         Ok(())
+    }
+
+    /// [`grow`](Self::grow)s unless storing `bytes` more in `level` keeps the small tier under
+    /// its mark ([`has_room`](Self::has_room)).
+    ///
+    /// # Errors
+    /// As [`grow`](Self::grow).
+    ///
+    /// ```
+    /// use ctxwin_core::Level;
+    /// use ctxwin_std::session::{Counter, SessionManager};
+    /// let mut manager = SessionManager::small(ctxwin_core::Config::DEFAULT, Counter::default())?;
+    /// manager.grow_for(Level::Working, 100)?;
+    /// assert_eq!(manager.tier(), "small");
+    /// manager.grow_for(Level::Working, 1_000_000)?;
+    /// assert_eq!(manager.tier(), "server");
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn grow_for(&mut self, level: Level, bytes: usize) -> Result<(), SessionError> {
+        if self.has_room(level, bytes) { Ok(()) } else { self.grow() }
     }
 
     /// Restores `snapshot`, moving to the server tier when the small one cannot hold it (a
