@@ -541,6 +541,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         ring.with_id_epoch(self.state.id_epoch)
     }
 
+    #[inline(never)]
     pub(crate) fn ring_mut(&mut self, level: Level) -> RingMut<'_> {
         match level {
             Level::Permanent => self.permanent.view_mut(),
