@@ -175,37 +175,53 @@ fn validate(bytes: &[u8]) -> Option<()> {
 
 /// Writes to an [`embedded_io::Write`], counting bytes, turning `Ok(0)` into an error instead
 /// of the panic of `embedded_io::Write::write_all`.
+///
+/// The first error sticks: later writes do nothing and [`finish`](Self::finish) reports it.
+/// Callers write a whole document without a `?` per piece (each one copied the error out
+/// of its callee: about a kilobyte of firmware flash on the request writer).
 pub(crate) struct JsonWriter<W> {
     out: W,
     written: usize,
+    failed: Option<ErrorKind>,
 }
 
 impl<W: Write> JsonWriter<W> {
     pub(crate) fn new(out: W) -> Self {
-        Self { out, written: 0 }
+        Self { out, written: 0, failed: None }
     }
 
-    pub(crate) fn written(&self) -> usize {
-        self.written
+    /// Bytes written so far, or the first error.
+    pub(crate) fn finish(&self) -> Result<usize, Error> {
+        match self.failed {
+            None => Ok(self.written),
+            Some(kind) => Err(Error::Io(kind)),
+        }
+    }
+
+    /// `Err(())` once a write failed: what stops a walk over the payload early.
+    pub(crate) fn status(&self) -> Result<(), ()> {
+        match self.failed {
+            None => Ok(()),
+            Some(_) => Err(()),
+        }
     }
 
     /// Writes `bytes` as they are.
-    pub(crate) fn raw(&mut self, mut bytes: &[u8]) -> Result<(), Error> {
-        while !bytes.is_empty() {
+    pub(crate) fn raw(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() && self.failed.is_none() {
             match self.out.write(bytes) {
-                Ok(0) => return Err(Error::Io(ErrorKind::WriteZero)),
+                Ok(0) => self.failed = Some(ErrorKind::WriteZero),
                 Ok(n) => {
                     self.written += n;
                     bytes = bytes.get(n..).unwrap_or_default();
                 }
-                Err(error) => return Err(Error::Io(embedded_io::Error::kind(&error))),
+                Err(error) => self.failed = Some(embedded_io::Error::kind(&error)),
             }
         }
-        Ok(())
     }
 
     /// Writes the escaped body of a JSON string (no quotes).
-    pub(crate) fn escaped(&mut self, text: &str) -> Result<(), Error> {
+    pub(crate) fn escaped(&mut self, text: &str) {
         let bytes = text.as_bytes();
         let mut run = 0usize;
         for (at, &byte) in bytes.iter().enumerate() {
@@ -218,13 +234,13 @@ impl<W: Write> JsonWriter<W> {
                 0..=0x1f => b"",
                 _ => continue,
             };
-            self.raw(bytes.get(run..at).unwrap_or_default())?;
+            self.raw(bytes.get(run..at).unwrap_or_default());
             if escape.is_empty() {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 let hex = |nibble: u8| HEX.get(usize::from(nibble)).copied().unwrap_or(b'0');
-                self.raw(&[b'\\', b'u', b'0', b'0', hex(byte >> 4), hex(byte & 0xf)])?;
+                self.raw(&[b'\\', b'u', b'0', b'0', hex(byte >> 4), hex(byte & 0xf)]);
             } else {
-                self.raw(escape)?;
+                self.raw(escape);
             }
             run = at + 1;
         }
@@ -233,7 +249,7 @@ impl<W: Write> JsonWriter<W> {
 
     /// Writes `text` escaped as a JSON string inside a JSON string (a JSON document embedded
     /// in a message's content).
-    pub(crate) fn escaped_twice(&mut self, text: &str) -> Result<(), Error> {
+    pub(crate) fn escaped_twice(&mut self, text: &str) {
         let mut run = 0usize;
         for (at, byte) in text.bytes().enumerate() {
             let special = match byte {
@@ -241,24 +257,24 @@ impl<W: Write> JsonWriter<W> {
                 b'\\' => "\\\\",
                 _ => continue,
             };
-            self.escaped(text.get(run..at).unwrap_or_default())?;
-            self.escaped(special)?;
+            self.escaped(text.get(run..at).unwrap_or_default());
+            self.escaped(special);
             run = at + 1;
         }
         self.escaped(text.get(run..).unwrap_or_default())
     }
 
     /// Writes `text` as a quoted, escaped JSON string.
-    pub(crate) fn string(&mut self, text: &str) -> Result<(), Error> {
-        self.raw(b"\"")?;
-        self.escaped(text)?;
+    pub(crate) fn string(&mut self, text: &str) {
+        self.raw(b"\"");
+        self.escaped(text);
         self.raw(b"\"")
     }
 
     /// Writes `"key":` (the key must need no escaping).
-    pub(crate) fn key(&mut self, key: &str) -> Result<(), Error> {
-        self.raw(b"\"")?;
-        self.raw(key.as_bytes())?;
+    pub(crate) fn key(&mut self, key: &str) {
+        self.raw(b"\"");
+        self.raw(key.as_bytes());
         self.raw(b"\":")
     }
 }
@@ -316,8 +332,8 @@ mod tests {
     fn escapes_what_json_requires() {
         let mut out = [0u8; 64];
         let mut writer = JsonWriter::new(&mut out[..]);
-        writer.string("a\"b\\c\nd\u{1}é").unwrap();
-        let len = writer.written();
+        writer.string("a\"b\\c\nd\u{1}é");
+        let len = writer.finish().unwrap();
         assert_eq!(core::str::from_utf8(&out[..len]).unwrap(), r#""a\"b\\c\nd\u0001é""#);
     }
 
@@ -325,7 +341,10 @@ mod tests {
     fn a_full_sink_is_an_error_not_a_panic() {
         let mut out = [0u8; 4];
         let mut writer = JsonWriter::new(&mut out[..]);
-        assert_eq!(writer.string("too long"), Err(Error::Io(ErrorKind::WriteZero)));
+        writer.string("too long");
+        assert_eq!(writer.status(), Err(()));
+        writer.raw(b"x");
+        assert_eq!(writer.finish(), Err(Error::Io(ErrorKind::WriteZero)));
     }
 
     proptest::proptest! {
@@ -333,8 +352,8 @@ mod tests {
         fn escaped_strings_are_valid_json(text in "\\PC*|[\\x00-\\x7f]*") {
             let mut out = vec![0u8; text.len() * 6 + 2];
             let mut writer = JsonWriter::new(&mut out[..]);
-            writer.string(&text).unwrap();
-            let len = writer.written();
+            writer.string(&text);
+            let len = writer.finish().unwrap();
             let written = core::str::from_utf8(&out[..len]).unwrap();
             proptest::prop_assert!(is_valid(written));
         }

@@ -268,54 +268,55 @@ impl<'a> Payload<'a> {
         request: OpenAiRequest<'_>,
     ) -> Result<usize, Error> {
         let mut json = JsonWriter::new(out);
-        json.raw(b"{")?;
+        json.raw(b"{");
         if let Some(model) = request.model {
-            json.key("model")?;
-            json.string(model)?;
-            json.raw(b",")?;
+            json.key("model");
+            json.string(model);
+            json.raw(b",");
         }
         if let Some(max_tokens) = request.max_tokens {
-            json.key("max_tokens")?;
-            write_number(&mut json, max_tokens)?;
-            json.raw(b",")?;
+            json.key("max_tokens");
+            write_number(&mut json, max_tokens);
+            json.raw(b",");
         }
-        json.key("messages")?;
-        json.raw(b"[")?;
+        json.key("messages");
+        json.raw(b"[");
         let mut first = true;
         // Each part walked by its own loop, so the frame holds one part's state at a time,
         // not the whole chain's (about 1 KiB less stack on firmware than `for item in items()`).
-        self.try_for_each_item(|item| {
+        let _ = self.try_for_each_item(|item| {
             if let PayloadItem::ToolDefinition(_) = item {
                 return Ok(());
             }
             if !first {
-                json.raw(b",")?;
+                json.raw(b",");
             }
             first = false;
-            write_item(&mut json, &item)
-        })?;
-        json.raw(b"]")?;
+            write_item(&mut json, &item);
+            json.status()
+        });
+        json.raw(b"]");
         let mut tools = self.tools().peekable();
         if tools.peek().is_some() {
-            json.raw(b",")?;
-            json.key("tools")?;
-            json.raw(b"[")?;
+            json.raw(b",");
+            json.key("tools");
+            json.raw(b"[");
             for (index, tool) in tools.enumerate() {
                 if index > 0 {
-                    json.raw(b",")?;
+                    json.raw(b",");
                 }
-                json.raw(br#"{"type":"function","function":"#)?;
-                json.raw(tool.content().as_bytes())?;
-                json.raw(b"}")?;
+                json.raw(br#"{"type":"function","function":"#);
+                json.raw(tool.content().as_bytes());
+                json.raw(b"}");
             }
-            json.raw(b"]")?;
+            json.raw(b"]");
         }
-        json.raw(b"}")?;
-        Ok(json.written())
+        json.raw(b"}");
+        json.finish()
     }
 }
 
-fn write_number<W: Write>(json: &mut JsonWriter<W>, mut value: u32) -> Result<(), Error> {
+fn write_number<W: Write>(json: &mut JsonWriter<W>, mut value: u32) {
     let mut digits = [0u8; 10];
     let mut at = digits.len();
     loop {
@@ -331,52 +332,48 @@ fn write_number<W: Write>(json: &mut JsonWriter<W>, mut value: u32) -> Result<()
     json.raw(digits.get(at..).unwrap_or_default())
 }
 
-fn write_text_message<W: Write>(
-    json: &mut JsonWriter<W>,
-    role: Role,
-    content: &str,
-) -> Result<(), Error> {
-    json.raw(b"{")?;
-    json.key("role")?;
-    json.string(role.as_str())?;
-    json.raw(b",")?;
-    json.key("content")?;
-    json.string(content)?;
+fn write_text_message<W: Write>(json: &mut JsonWriter<W>, role: Role, content: &str) {
+    json.raw(b"{");
+    json.key("role");
+    json.string(role.as_str());
+    json.raw(b",");
+    json.key("content");
+    json.string(content);
     json.raw(b"}")
 }
 
-fn write_item<W: Write>(json: &mut JsonWriter<W>, item: &PayloadItem<'_>) -> Result<(), Error> {
+fn write_item<W: Write>(json: &mut JsonWriter<W>, item: &PayloadItem<'_>) {
     match item {
         PayloadItem::System(message) => write_text_message(json, message.role(), message.content()),
-        PayloadItem::ToolDefinition(_) => Ok(()),
+        PayloadItem::ToolDefinition(_) => {}
         PayloadItem::Dynamic(text) => write_text_message(json, Role::System, text),
         PayloadItem::Entities(entities) => {
-            json.raw(br#"{"role":"system","content":""#)?;
-            json.escaped(ENTITIES_PREFIX)?;
-            json.escaped("\n{")?;
+            json.raw(br#"{"role":"system","content":""#);
+            json.escaped(ENTITIES_PREFIX);
+            json.escaped("\n{");
             for (index, (key, value)) in entities.iter().enumerate() {
                 if index > 0 {
-                    json.escaped(",")?;
+                    json.escaped(",");
                 }
-                json.escaped("\"")?;
-                json.escaped(key)?;
-                json.escaped("\":")?;
+                json.escaped("\"");
+                json.escaped(key);
+                json.escaped("\":");
                 match value {
                     Some(value) => {
-                        json.escaped("\"")?;
-                        json.escaped_twice(value)?;
-                        json.escaped("\"")?;
+                        json.escaped("\"");
+                        json.escaped_twice(value);
+                        json.escaped("\"");
                     }
-                    None => json.escaped("null")?,
+                    None => json.escaped("null"),
                 }
             }
-            json.escaped("}")?;
+            json.escaped("}");
             json.raw(br#""}"#)
         }
         PayloadItem::MemorySummary(summary) => {
-            json.raw(br#"{"role":"system","content":""#)?;
+            json.raw(br#"{"role":"system","content":""#);
             for part in summary.parts() {
-                json.escaped(part)?;
+                json.escaped(part);
             }
             json.raw(br#""}"#)
         }
@@ -384,39 +381,36 @@ fn write_item<W: Write>(json: &mut JsonWriter<W>, item: &PayloadItem<'_>) -> Res
     }
 }
 
-fn write_history_message<W: Write>(
-    json: &mut JsonWriter<W>,
-    message: &MessageRef<'_>,
-) -> Result<(), Error> {
+fn write_history_message<W: Write>(json: &mut JsonWriter<W>, message: &MessageRef<'_>) {
     match message.role() {
         Role::Tool => {
-            json.raw(br#"{"role":"tool","#)?;
-            json.key("tool_call_id")?;
-            json.string(message.tool_call_id().unwrap_or_default())?;
-            json.raw(b",")?;
-            json.key("content")?;
-            json.string(message.content())?;
+            json.raw(br#"{"role":"tool","#);
+            json.key("tool_call_id");
+            json.string(message.tool_call_id().unwrap_or_default());
+            json.raw(b",");
+            json.key("content");
+            json.string(message.content());
             json.raw(b"}")
         }
         Role::Assistant if message.tool_call_count() > 0 => {
-            json.raw(br#"{"role":"assistant","content":"#)?;
+            json.raw(br#"{"role":"assistant","content":"#);
             if message.content().is_empty() {
-                json.raw(b"null")?;
+                json.raw(b"null");
             } else {
-                json.string(message.content())?;
+                json.string(message.content());
             }
-            json.raw(br#","tool_calls":["#)?;
+            json.raw(br#","tool_calls":["#);
             for (index, call) in message.tool_calls().enumerate() {
                 if index > 0 {
-                    json.raw(b",")?;
+                    json.raw(b",");
                 }
-                json.raw(br#"{"id":"#)?;
-                json.string(call.id)?;
-                json.raw(br#","type":"function","function":{"name":"#)?;
-                json.string(call.name)?;
-                json.raw(br#","arguments":"#)?;
-                json.string(call.arguments)?;
-                json.raw(b"}}")?;
+                json.raw(br#"{"id":"#);
+                json.string(call.id);
+                json.raw(br#","type":"function","function":{"name":"#);
+                json.string(call.name);
+                json.raw(br#","arguments":"#);
+                json.string(call.arguments);
+                json.raw(b"}}");
             }
             json.raw(b"]}")
         }
