@@ -13,7 +13,11 @@ use crate::strategy::Strategy;
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// After a push: entities from a user message, then the strategy's plan.
     pub(crate) fn after_push(&mut self, role: Role, level: Level, id: u64) {
-        if role == Role::User && level.is_history() && !self.config.entity_schema.is_empty() {
+        if role == Role::User
+            && level.is_history()
+            && !self.config.entity_schema.is_empty()
+            && self.strategy.needs(&self.config).entities
+        {
             self.extract_entities(id);
         }
         if !self.strategy.needs(&self.config).plans {

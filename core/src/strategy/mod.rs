@@ -248,15 +248,24 @@ pub struct Needs {
     /// Work after a push ([`Strategy::after_push`]): asked only when this is set, so a
     /// strategy without plans links none of the plans' code (folding, compressing by age).
     pub plans: bool,
+    /// User messages go through [`Strategy::extractor`] when a schema is declared; without
+    /// it the entity values change only by restoring a snapshot (and no extraction code is
+    /// linked).
+    pub entities: bool,
 }
 
 impl Needs {
     /// Everything: the default for strategies of your own.
     pub const ALL: Needs =
-        Needs { terms: true, importance: true, summary_sources: true, plans: true };
+        Needs { terms: true, importance: true, summary_sources: true, plans: true, entities: true };
     /// Nothing: a sliding window.
-    pub const NOTHING: Needs =
-        Needs { terms: false, importance: false, summary_sources: false, plans: false };
+    pub const NOTHING: Needs = Needs {
+        terms: false,
+        importance: false,
+        summary_sources: false,
+        plans: false,
+        entities: false,
+    };
 }
 
 /// Decides what leaves the window and what becomes of it; the manager does the rest.
@@ -492,10 +501,12 @@ impl<Z: Summarizer, X: Extractor> Strategy for Builtin<Z, X> {
     #[inline]
     fn needs(&self, config: &Config) -> Needs {
         match config.strategy {
-            StrategyKind::SlidingWindow => Needs::NOTHING,
-            StrategyKind::EntityExtraction => Needs { plans: true, ..Needs::NOTHING },
+            StrategyKind::SlidingWindow => Needs { entities: true, ..Needs::NOTHING },
+            StrategyKind::EntityExtraction => {
+                Needs { plans: true, entities: true, ..Needs::NOTHING }
+            }
             StrategyKind::Summarization | StrategyKind::Hierarchical => {
-                Needs { summary_sources: true, plans: true, ..Needs::NOTHING }
+                Needs { summary_sources: true, plans: true, entities: true, ..Needs::NOTHING }
             }
             StrategyKind::Importance => Needs::ALL,
         }
