@@ -8,6 +8,7 @@
 //! - [`sink`]: byte-slice helpers for checking request bodies.
 //! - [`stack`] and [`bench`]: stack painting and instruction-count markers.
 //! - [`vectors`]: the board's 32 interrupt vectors (cortex-m-rt's `device` feature).
+//! - [`mem`]: byte-at-a-time `memcpy`/`memset`/`memcmp`, smaller than compiler-builtins'.
 //! - `snapshot` (cargo feature `snapshot`): the snapshot/restore round trip.
 //! - [`lean`] and [`report`]: the session of the `minimal` and `snapshot` binaries, reported
 //!   as plain semihosting text (no defmt).
@@ -20,6 +21,7 @@ pub mod bench;
 pub mod check;
 pub mod edge;
 pub mod lean;
+pub mod mem;
 pub mod report;
 pub mod scenario;
 pub mod sink;
