@@ -520,6 +520,21 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         }
     }
 
+    /// The event counters alone: what [`stats`](Self::stats) reports in `counters`, without
+    /// walking the levels and the outbox.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.push(Message::user("hello"))?;
+    /// assert_eq!(manager.counters().messages_pushed, 1);
+    /// assert_eq!(*manager.counters(), manager.stats().counters);
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn counters(&self) -> &Counters {
+        &self.state.counters
+    }
+
     /// Tokens of the memory-summary framing (prefix and message overhead), 0 when the session
     /// level is empty.
     pub(crate) fn summary_framing_tokens(&self) -> u32 {
