@@ -2,7 +2,7 @@
 //! for the `minimal` and `snapshot` binaries (defmt and its logger would cost flash they are
 //! measured without). QEMU prints the text as is; no decoder needed.
 
-use crate::text::TextBuf;
+use crate::text::decimal;
 use cortex_m_semihosting::debug;
 use cortex_m_semihosting::hio::{self, HostStream};
 
@@ -22,17 +22,21 @@ impl Report {
 
     /// Writes `text` and a newline.
     pub fn line(&mut self, text: &str) {
+        self.parts(&[text, "\n"]);
+    }
+
+    /// Writes `parts` one after the other (no buffer to assemble them in).
+    fn parts(&mut self, parts: &[&str]) {
         if let Some(out) = self.out.as_mut() {
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.write_all(b"\n");
+            for part in parts {
+                let _ = out.write_all(part.as_bytes());
+            }
         }
     }
 
     /// Writes `label` followed by `value` in decimal and `unit`.
     pub fn value(&mut self, label: &str, value: u64, unit: &str) {
-        let mut text = TextBuf::<96>::new();
-        text.push_str(label).push_u64(value).push_str(unit);
-        self.line(text.as_str());
+        self.parts(&[label, decimal(value, &mut [0; 20]), unit, "\n"]);
     }
 
     /// Records `ok` for the check `what`; a failure is printed.
@@ -41,9 +45,7 @@ impl Report {
             self.passed += 1;
         } else {
             self.failed += 1;
-            let mut text = TextBuf::<96>::new();
-            text.push_str("CHECK FAILED: ").push_str(what);
-            self.line(text.as_str());
+            self.parts(&["CHECK FAILED: ", what, "\n"]);
         }
         ok
     }
@@ -52,14 +54,12 @@ impl Report {
     /// held (and at least one ran).
     pub fn finish(&mut self) -> bool {
         let ok = self.failed == 0 && self.passed > 0;
-        let mut text = TextBuf::<96>::new();
         if ok {
-            text.push_str("ALL OK: ").push_u64(self.passed.into()).push_str(" checks passed");
+            self.value("ALL OK: ", self.passed.into(), " checks passed");
         } else {
-            text.push_str("FAILED: ").push_u64(self.failed.into()).push_str(" of ");
-            text.push_u64((self.passed + self.failed).into()).push_str(" checks");
+            self.parts(&["FAILED: ", decimal(self.failed.into(), &mut [0; 20])]);
+            self.value(" of ", (self.passed + self.failed).into(), " checks");
         }
-        self.line(text.as_str());
         ok
     }
 

@@ -14,6 +14,48 @@ fn div10(value: u64) -> (u64, u8) {
     (quotient, remainder as u8)
 }
 
+/// `value` in decimal, written at the end of `digits`.
+pub fn decimal(mut value: u64, digits: &mut [u8; 20]) -> &str {
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        let (quotient, digit) = div10(value);
+        if let Some(slot) = digits.get_mut(at) {
+            *slot = b'0' + digit;
+        }
+        value = quotient;
+        if value == 0 || at == 0 {
+            break;
+        }
+    }
+    core::str::from_utf8(digits.get(at..).unwrap_or_default()).unwrap_or_default()
+}
+
+/// Appends as much of `text` as fits after the first `len` bytes of `bytes`, whole chars
+/// only; returns the new length. Not generic, so every buffer size shares one copy.
+#[inline(never)]
+fn append(bytes: &mut [u8], len: usize, text: &str) -> usize {
+    let room = bytes.len().saturating_sub(len);
+    let mut take = text.len().min(room);
+    while !text.is_char_boundary(take) {
+        take -= 1;
+    }
+    let end = len + take;
+    match (bytes.get_mut(len..end), text.as_bytes().get(..take)) {
+        (Some(target), Some(source)) => {
+            target.copy_from_slice(source);
+            end
+        }
+        _ => len,
+    }
+}
+
+/// The first `len` bytes of `bytes` as text.
+#[inline(never)]
+fn text_of(bytes: &[u8], len: usize) -> &str {
+    core::str::from_utf8(bytes.get(..len).unwrap_or_default()).unwrap_or_default()
+}
+
 /// Up to `N` bytes of UTF-8 text; pushes past the end are cut at a char boundary.
 #[derive(Clone, Copy, Debug)]
 pub struct TextBuf<const N: usize> {
@@ -40,43 +82,18 @@ impl<const N: usize> TextBuf<N> {
 
     /// The text so far.
     pub fn as_str(&self) -> &str {
-        core::str::from_utf8(self.bytes.get(..self.len).unwrap_or_default()).unwrap_or_default()
+        text_of(&self.bytes, self.len)
     }
 
     /// Appends as much of `text` as fits, whole chars only.
     pub fn push_str(&mut self, text: &str) -> &mut Self {
-        let room = N - self.len;
-        let mut take = text.len().min(room);
-        while !text.is_char_boundary(take) {
-            take -= 1;
-        }
-        let end = self.len + take;
-        if let (Some(target), Some(source)) =
-            (self.bytes.get_mut(self.len..end), text.as_bytes().get(..take))
-        {
-            target.copy_from_slice(source);
-            self.len = end;
-        }
+        self.len = append(&mut self.bytes, self.len, text);
         self
     }
 
     /// Appends `value` in decimal.
-    pub fn push_u64(&mut self, mut value: u64) -> &mut Self {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            let (quotient, digit) = div10(value);
-            if let Some(slot) = digits.get_mut(at) {
-                *slot = b'0' + digit;
-            }
-            value = quotient;
-            if value == 0 || at == 0 {
-                break;
-            }
-        }
-        let text = core::str::from_utf8(digits.get(at..).unwrap_or_default()).unwrap_or_default();
-        self.push_str(text)
+    pub fn push_u64(&mut self, value: u64) -> &mut Self {
+        self.push_str(decimal(value, &mut [0; 20]))
     }
 
     /// Appends `tenths / 10` with one decimal, e.g. 215 as `21.5`.
