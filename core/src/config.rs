@@ -16,7 +16,8 @@ pub enum UnansweredCalls {
     /// Store a synthetic result saying the call was aborted, so the model learns it failed.
     #[default]
     SynthesizeAborted,
-    /// Remove the unanswered calls from their assistant message.
+    /// Remove the unanswered calls from their assistant message (needs the `drop-calls`
+    /// cargo feature, on by default).
     DropCalls,
 }
 
@@ -339,6 +340,11 @@ impl Config {
         {
             return Err(ConfigError::StrategySettings);
         }
+        if matches!(self.unanswered_calls, UnansweredCalls::DropCalls)
+            && !cfg!(feature = "drop-calls")
+        {
+            return Err(ConfigError::Unsupported);
+        }
         Ok(())
     }
 
@@ -492,6 +498,9 @@ pub enum ConfigError {
         /// What the manager's strategy runs.
         runs: StrategyKind,
     },
+    /// A setting this build of the core left out: `unanswered_calls: DropCalls` without the
+    /// `drop-calls` cargo feature.
+    Unsupported,
 }
 
 impl core::fmt::Display for ConfigError {
@@ -517,6 +526,9 @@ impl core::fmt::Display for ConfigError {
                     f,
                     "strategy {configured} is configured, but the manager's strategy runs {runs}"
                 );
+            }
+            ConfigError::Unsupported => {
+                "unanswered_calls = drop_calls needs ctxwin-core's drop-calls feature"
             }
         })
     }
@@ -596,8 +608,17 @@ impl core::fmt::Display for StrategyKind {
 
 #[cfg(test)]
 mod tests {
-    use super::percent_of;
+    use super::{Config, ConfigError, UnansweredCalls, percent_of};
     use proptest::prelude::*;
+
+    /// Dropping unanswered calls is accepted exactly when the build links it.
+    #[test]
+    fn drop_calls_needs_its_feature() {
+        let config = Config { unanswered_calls: UnansweredCalls::DropCalls, ..Config::DEFAULT };
+        let expected =
+            if cfg!(feature = "drop-calls") { Ok(()) } else { Err(ConfigError::Unsupported) };
+        assert_eq!(config.validate(), expected);
+    }
 
     proptest! {
         /// 32-bit `percent_of` equals the 64-bit formula it replaces.

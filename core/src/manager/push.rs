@@ -288,9 +288,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let Some(pending) = self.state.pending() else {
             return self.make_room(level, len, slots);
         };
-        let (bytes, results) = match self.config.unanswered_calls {
-            UnansweredCalls::DropCalls => (0, 0),
-            UnansweredCalls::SynthesizeAborted => self.aborted_results_size(pending),
+        let (bytes, results) = match self.drops_calls() {
+            true => (0, 0),
+            false => self.aborted_results_size(pending),
         };
         if pending.level == level {
             return self.make_room(level, len + bytes, slots + results);
@@ -596,10 +596,16 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             self.state.set_pending(None);
             return;
         };
-        match self.config.unanswered_calls {
-            UnansweredCalls::SynthesizeAborted => self.synthesize_aborted(pending, head),
-            UnansweredCalls::DropCalls => self.drop_unanswered(pending, head),
+        match self.drops_calls() {
+            true => self.drop_unanswered(pending, head),
+            false => self.synthesize_aborted(pending, head),
         }
+    }
+
+    /// Whether unanswered calls are dropped rather than answered with synthetic results: a
+    /// build without the `drop-calls` feature refuses that setting, and links no dropping.
+    fn drops_calls(&self) -> bool {
+        cfg!(feature = "drop-calls") && self.config.unanswered_calls == UnansweredCalls::DropCalls
     }
 
     #[inline(never)]
