@@ -7,20 +7,6 @@ use embedded_io::{ErrorKind, Write};
 /// Deepest nesting a validated document may have.
 const MAX_DEPTH: u32 = 64;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Expect {
-    /// A value.
-    Value,
-    /// A value or `]` (just after `[`).
-    ValueOrEnd,
-    /// `,` or the closing bracket of the current container.
-    AfterValue,
-    /// A key or `}` (just after `{`).
-    KeyOrEnd,
-    /// A key (after `,` in an object).
-    Key,
-}
-
 fn skip_space(bytes: &[u8], mut at: usize) -> usize {
     while bytes.get(at).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
         at += 1;
@@ -97,77 +83,76 @@ pub(crate) fn is_object(text: &str) -> bool {
     bytes.get(skip_space(bytes, 0)) == Some(&b'{') && is_valid(text)
 }
 
+/// Position of the value of the object member whose key starts at `at` (after `"key" :`).
+fn member(bytes: &[u8], at: usize) -> Option<usize> {
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let at = skip_space(bytes, string_end(bytes, at)?);
+    (bytes.get(at) == Some(&b':')).then(|| skip_space(bytes, at + 1))
+}
+
 fn validate(bytes: &[u8]) -> Option<()> {
     // Bit `d` of `objects` says whether the container at depth `d` is an object.
     let mut objects: u64 = 0;
     let mut depth: u32 = 0;
-    let mut expect = Expect::Value;
-    let mut at = 0usize;
+    let mut at = skip_space(bytes, 0);
     loop {
-        at = skip_space(bytes, at);
-        let in_object = depth > 0 && objects & (1 << (depth - 1)) != 0;
-        match expect {
-            Expect::Value | Expect::ValueOrEnd => {
-                let byte = *bytes.get(at)?;
-                if expect == Expect::ValueOrEnd && byte == b']' {
-                    depth -= 1;
-                    at += 1;
-                    expect = Expect::AfterValue;
-                    continue;
-                }
-                expect = Expect::AfterValue;
-                at = match byte {
-                    b'{' | b'[' => {
-                        if depth >= MAX_DEPTH {
-                            return None;
-                        }
-                        if byte == b'{' {
-                            objects |= 1 << depth;
-                            expect = Expect::KeyOrEnd;
-                        } else {
-                            objects &= !(1 << depth);
-                            expect = Expect::ValueOrEnd;
-                        }
-                        depth += 1;
-                        at + 1
-                    }
-                    b'"' => string_end(bytes, at)?,
-                    b't' if bytes.get(at..at + 4) == Some(b"true") => at + 4,
-                    b'f' if bytes.get(at..at + 5) == Some(b"false") => at + 5,
-                    b'n' if bytes.get(at..at + 4) == Some(b"null") => at + 4,
-                    b'-' | b'0'..=b'9' => number_end(bytes, at)?,
-                    _ => return None,
-                };
-            }
-            Expect::AfterValue => {
-                if depth == 0 {
-                    return (at == bytes.len()).then_some(());
-                }
-                match (*bytes.get(at)?, in_object) {
-                    (b',', true) => expect = Expect::Key,
-                    (b',', false) => expect = Expect::Value,
-                    (b'}', true) | (b']', false) => depth -= 1,
-                    _ => return None,
-                }
-                at += 1;
-            }
-            Expect::KeyOrEnd | Expect::Key => {
-                match *bytes.get(at)? {
-                    b'}' if expect == Expect::KeyOrEnd => {
-                        depth -= 1;
-                        at += 1;
-                        expect = Expect::AfterValue;
-                        continue;
-                    }
-                    b'"' => at = string_end(bytes, at)?,
-                    _ => return None,
-                }
-                at = skip_space(bytes, at);
-                if bytes.get(at) != Some(&b':') {
+        // A value starts at `at`.
+        let byte = *bytes.get(at)?;
+        at = match byte {
+            b'{' | b'[' => {
+                if depth >= MAX_DEPTH {
                     return None;
                 }
-                at += 1;
-                expect = Expect::Value;
+                let object = byte == b'{';
+                objects = (objects & !(1 << depth)) | (u64::from(object) << depth);
+                depth += 1;
+                at = skip_space(bytes, at + 1);
+                let close = if object { b'}' } else { b']' };
+                if bytes.get(at) != Some(&close) {
+                    if object {
+                        at = member(bytes, at)?;
+                    }
+                    continue;
+                }
+                depth -= 1;
+                at + 1
+            }
+            b'"' => string_end(bytes, at)?,
+            b'-' | b'0'..=b'9' => number_end(bytes, at)?,
+            _ => {
+                let literal: &[u8] = match byte {
+                    b't' => b"true",
+                    b'f' => b"false",
+                    _ => b"null",
+                };
+                if bytes.get(at..at + literal.len()) != Some(literal) {
+                    return None;
+                }
+                at + literal.len()
+            }
+        };
+        // After a value: close containers, or a comma before the next value.
+        loop {
+            at = skip_space(bytes, at);
+            if depth == 0 {
+                return (at == bytes.len()).then_some(());
+            }
+            let object = objects & (1 << (depth - 1)) != 0;
+            match (*bytes.get(at)?, object) {
+                (b',', _) => {
+                    at = skip_space(bytes, at + 1);
+                    if object {
+                        at = member(bytes, at)?;
+                    }
+                    break;
+                }
+                (b'}', true) | (b']', false) => {
+                    depth -= 1;
+                    at += 1;
+                }
+                _ => return None,
             }
         }
     }
