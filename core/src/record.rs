@@ -17,6 +17,8 @@
 use crate::header::{Header, flags};
 
 /// Bit `index` of a call bitmask (0 past the 64 calls a unit may hold).
+// Out of line: the checked 64-bit shift is ~20 B of Thumb code at each of its callers.
+#[inline(never)]
 pub(crate) fn bit(index: usize) -> u64 {
     u32::try_from(index).ok().and_then(|shift| 1u64.checked_shl(shift)).unwrap_or(0)
 }

@@ -7,7 +7,7 @@ use crate::counter::TokenCounter;
 use crate::error::Error;
 use crate::level::Level;
 use crate::payload::Payload;
-use crate::stats::Counters;
+use crate::stats::{Counters, bump};
 use crate::strategy::Strategy;
 
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
@@ -103,13 +103,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             0
         }
         .min(tokens);
-        counters.composes = counters.composes.saturating_add(1);
-        counters.composes_extending =
-            counters.composes_extending.saturating_add(u64::from(extends));
-        counters.prompt_tokens_cached =
-            counters.prompt_tokens_cached.saturating_add(u64::from(cached));
-        counters.prompt_tokens_new =
-            counters.prompt_tokens_new.saturating_add(u64::from(tokens - cached));
+        bump(&mut counters.composes, 1);
+        bump(&mut counters.composes_extending, u64::from(extends));
+        bump(&mut counters.prompt_tokens_cached, u64::from(cached));
+        bump(&mut counters.prompt_tokens_new, u64::from(tokens - cached));
         counters.last_prefix_tokens = tokens.saturating_sub(tail.unwrap_or(0));
         counters.last_dynamic_digest = digest;
         counters.prefix_changes = Counters::COMPOSED;

@@ -14,6 +14,7 @@ use crate::header::flags;
 use crate::level::Level;
 use crate::ring::RingRef;
 use crate::role::Role;
+use crate::stats::bump;
 use crate::strategy::Strategy;
 
 /// Share of a ring's bytes or message slots above which it is compacted, whatever the
@@ -146,12 +147,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             }
         }
         let counters = &mut self.state.counters;
-        counters.units_evicted = counters.units_evicted.saturating_add(1);
-        counters.messages_evicted = counters.messages_evicted.saturating_add(u64::from(messages));
-        counters.tokens_evicted = counters.tokens_evicted.saturating_add(u64::from(tokens));
+        bump(&mut counters.units_evicted, 1);
+        bump(&mut counters.messages_evicted, u64::from(messages));
+        bump(&mut counters.tokens_evicted, u64::from(tokens));
         counters.last_compression_turn = Some(self.state.turn);
         if self.config.outbox == OutboxMode::Discard {
-            counters.units_discarded = counters.units_discarded.saturating_add(1);
+            bump(&mut counters.units_discarded, 1);
         }
         debug!("evicted {} messages ({} tokens) from {}", messages, tokens, level);
     }
@@ -274,7 +275,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     fn count_compaction(&mut self, over: bool, units_before: u64) {
         let counters = &mut self.state.counters;
         if over && counters.units_evicted > units_before {
-            counters.compactions = counters.compactions.saturating_add(1);
+            bump(&mut counters.compactions, 1);
         }
     }
 

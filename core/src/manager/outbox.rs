@@ -7,6 +7,7 @@ use crate::counter::TokenCounter;
 use crate::level::Level;
 use crate::message::MessageRef;
 use crate::ring::RingRef;
+use crate::stats::bump;
 use crate::strategy::Strategy;
 
 /// A unit evicted from the context: one message, or an assistant message with all its tool
@@ -161,7 +162,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             self.ring_mut(level).retain(|h| h.is_live());
         }
         let counters = &mut self.state.counters;
-        counters.units_drained = counters.units_drained.saturating_add(drained as u64);
+        bump(&mut counters.units_drained, drained as u64);
         drained
     }
 }

@@ -13,6 +13,7 @@ use crate::record::ToolCall;
 use crate::record::{self, SpanWriter, Trailer, bit};
 use crate::reduce::{self, MIN_REDUCED_TOKENS, Reduction};
 use crate::role::Role;
+use crate::stats::bump;
 use crate::strategy::Strategy;
 use crate::terms::key_terms;
 
@@ -252,7 +253,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let id =
             self.store(Level::Session, header, &Content::Plain(text), &extra, Trailer::NONE)?;
         let counters = &mut self.state.counters;
-        counters.summaries_added = counters.summaries_added.saturating_add(1);
+        bump(&mut counters.summaries_added, 1);
         self.state.counters.last_compression_turn = Some(self.state.turn);
         self.collect();
         Ok(id)
@@ -447,10 +448,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let id = self.store(level, header, &content, &extra, trailer)?;
         if let Content::Reduced(_) = content {
             let counters = &mut self.state.counters;
-            counters.observations_reduced = counters.observations_reduced.saturating_add(1);
-            counters.tokens_saved_by_reduction = counters
-                .tokens_saved_by_reduction
-                .saturating_add(u64::from(original_tokens.saturating_sub(tokens)));
+            bump(&mut counters.observations_reduced, 1);
+            bump(
+                &mut counters.tokens_saved_by_reduction,
+                u64::from(original_tokens.saturating_sub(tokens)),
+            );
         }
         self.mark_answered(index);
         self.after_push(Role::Tool, level, id);
@@ -545,10 +547,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         header.len = len as u32;
         self.add_live(level, &header);
         let counters = &mut self.state.counters;
-        counters.messages_pushed = counters.messages_pushed.saturating_add(1);
-        counters.tokens_ingested = counters
-            .tokens_ingested
-            .saturating_add(u64::from(trailer.original.unwrap_or(header.tokens)));
+        bump(&mut counters.messages_pushed, 1);
+        bump(&mut counters.tokens_ingested, u64::from(trailer.original.unwrap_or(header.tokens)));
         Ok(id)
     }
 
@@ -642,7 +642,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 let _ = ring.copy_between((head, id_at), (result, ABORTED_RESULT.len()), id_len);
                 self.mark_answered(index);
                 let counters = &mut self.state.counters;
-                counters.calls_aborted = counters.calls_aborted.saturating_add(1);
+                bump(&mut counters.calls_aborted, 1);
             }
         }
     }
@@ -687,8 +687,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.add_live(level, &updated);
         self.state.set_pending(None);
         let counters = &mut self.state.counters;
-        counters.calls_dropped =
-            counters.calls_dropped.saturating_add(u64::from(pending.unanswered()));
+        bump(&mut counters.calls_dropped, u64::from(pending.unanswered()));
         if kept == 0 && header.content_len == 0 {
             // Nothing answered, so the assistant message is still the newest of its level.
             if let Some(removed) = self.ring_mut(level).pop_back() {

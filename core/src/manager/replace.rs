@@ -15,6 +15,7 @@ use crate::level::Level;
 use crate::manager::MAX_SUMMARY_RANGES;
 use crate::record::{self, RANGE_ENTRY, SpanWriter};
 use crate::ring::RingStorage;
+use crate::stats::bump;
 use crate::strategy::Strategy;
 
 /// Why [`ContextManager::replace_summary`] refused; the summary is unchanged.
@@ -147,8 +148,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.remove_live(Level::Session, &old);
         self.add_live(Level::Session, &stored);
         let counters = &mut self.state.counters;
-        counters.messages_pushed = counters.messages_pushed.saturating_add(1);
-        counters.summaries_replaced = counters.summaries_replaced.saturating_add(1);
+        bump(&mut counters.messages_pushed, 1);
+        bump(&mut counters.summaries_replaced, 1);
         debug!("summary {} replaced: {} -> {} tokens", id, old.tokens, tokens);
         Ok(id)
     }

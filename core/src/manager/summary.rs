@@ -11,6 +11,7 @@ use crate::level::Level;
 use crate::record::{self, SpanWriter};
 use crate::ring::{RingRef, RingStorage};
 use crate::role::Role;
+use crate::stats::bump;
 use crate::strategy::{Env, Strategy, UnitView};
 use crate::summarize::{Detail, SummarizeError, SummaryRequest, SummarySource, TextBuffer};
 use crate::view::{History, LevelMessages};
@@ -247,8 +248,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             Ok(written) => written,
             Err(SummarizeError::NothingToKeep) => return,
             Err(_) => {
-                self.state.counters.summaries_failed =
-                    self.state.counters.summaries_failed.saturating_add(1);
+                bump(&mut self.state.counters.summaries_failed, 1);
                 return;
             }
         };
@@ -322,7 +322,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             };
             self.remove_live(Level::Session, &old);
             let counters = &mut self.state.counters;
-            counters.summaries_replaced = counters.summaries_replaced.saturating_add(1);
+            bump(&mut counters.summaries_replaced, 1);
             if let Some(stored) = replaced {
                 self.add_live(Level::Session, &stored);
                 self.note_summary();
@@ -330,8 +330,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             }
         }
         if self.make_room(Level::Session, total, 1).is_err() {
-            self.state.counters.summaries_failed =
-                self.state.counters.summaries_failed.saturating_add(1);
+            bump(&mut self.state.counters.summaries_failed, 1);
             return;
         }
         let Ok(id) = self.next_header_id() else { return };
@@ -346,8 +345,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     pub(super) fn note_summary(&mut self) {
         let counters = &mut self.state.counters;
-        counters.messages_pushed = counters.messages_pushed.saturating_add(1);
-        counters.summaries_added = counters.summaries_added.saturating_add(1);
+        bump(&mut counters.messages_pushed, 1);
+        bump(&mut counters.summaries_added, 1);
         counters.last_compression_turn = Some(self.state.turn);
     }
 
@@ -377,7 +376,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 self.session.view_mut().retain(|h| h.id != header.id);
                 self.remove_live(Level::Session, &header);
                 let counters = &mut self.state.counters;
-                counters.summaries_replaced = counters.summaries_replaced.saturating_add(1);
+                bump(&mut counters.summaries_replaced, 1);
                 return true;
             }
             Err(_) => return false,
@@ -469,7 +468,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 self.session.view_mut().retain(|h| h.id != header.id);
                 self.remove_live(Level::Session, &header);
                 let counters = &mut self.state.counters;
-                counters.summaries_replaced = counters.summaries_replaced.saturating_add(1);
+                bump(&mut counters.summaries_replaced, 1);
             } else {
                 self.evict(Level::Session, UnitSpan { start: index, end: index + 1 });
                 index += 1;
@@ -483,8 +482,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             rolling,
             Target::Append,
         );
-        self.state.counters.summaries_merged =
-            self.state.counters.summaries_merged.saturating_add(1);
+        bump(&mut self.state.counters.summaries_merged, 1);
     }
 }
 
