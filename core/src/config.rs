@@ -201,6 +201,7 @@ impl Config {
     /// ```
     /// assert_eq!(ctxwin_core::Config::DEFAULT.budget(), 28_672);
     /// ```
+    #[inline(never)]
     pub const fn budget(&self) -> u32 {
         self.context_window.saturating_sub(self.reply_reserve())
     }

@@ -190,7 +190,8 @@ impl<'a> SpanWriter<'a> {
     pub(crate) fn put(&mut self, bytes: &[u8]) {
         let end = self.at + bytes.len();
         if let Some(target) = self.span.get_mut(self.at..end) {
-            target.copy_from_slice(bytes);
+            // Not `copy_from_slice`: the optimiser kept its length-mismatch panic here.
+            target.iter_mut().zip(bytes).for_each(|(to, from)| *to = *from);
         }
         self.at = end;
     }

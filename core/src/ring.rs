@@ -226,6 +226,7 @@ impl<'a> RingRef<'a> {
 
 impl<'a> RingMut<'a> {
     /// A read-only view of the same ring.
+    #[inline(never)]
     pub(crate) fn as_ref(&self) -> RingRef<'_> {
         RingRef { headers: self.headers, arena: self.arena, state: *self.state, id_epoch: 0 }
     }
@@ -445,9 +446,20 @@ pub(crate) fn rotate_left(bytes: &mut [u8], mid: usize) {
     if head.is_empty() || tail.is_empty() {
         return;
     }
-    head.reverse();
-    tail.reverse();
-    bytes.reverse();
+    reverse(head);
+    reverse(tail);
+    reverse(bytes);
+}
+
+/// `bytes.reverse()` without its panic path: out of line, the library's reversal keeps a
+/// bounds check (and its formatting code) the optimiser cannot remove.
+fn reverse(bytes: &mut [u8]) {
+    let mut rest = bytes;
+    while let Some((first, tail)) = rest.split_first_mut() {
+        let Some((last, middle)) = tail.split_last_mut() else { break };
+        core::mem::swap(first, last);
+        rest = middle;
+    }
 }
 
 /// `bytes.copy_within(from..from + len, to)` for a move towards the start (`to <= from`),
