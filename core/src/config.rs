@@ -112,7 +112,8 @@ pub struct Config {
     pub working_age_ms: u64,
     /// Hierarchical: age after which a paragraph summary becomes one line.
     pub session_age_ms: u64,
-    /// Declared entity keys; extraction runs on user messages when there is at least one.
+    /// Declared entity keys; extraction runs on user messages when there is at least one
+    /// (needs the `entities` cargo feature, on by default).
     pub entity_schema: EntitySchema,
     /// Low-water mark: a compaction evicts down to this share of the budget (and of each
     /// level's byte and message capacity). At or above `trigger_percent`, eviction evicts just
@@ -346,6 +347,9 @@ impl Config {
         {
             return Err(ConfigError::Unsupported);
         }
+        if !self.entity_schema.is_empty() && !cfg!(feature = "entities") {
+            return Err(ConfigError::Unsupported);
+        }
         Ok(())
     }
 
@@ -500,7 +504,7 @@ pub enum ConfigError {
         runs: StrategyKind,
     },
     /// A setting this build of the core left out: `unanswered_calls: DropCalls` without the
-    /// `drop-calls` cargo feature.
+    /// `drop-calls` cargo feature, a declared `entity_schema` without `entities`.
     Unsupported,
 }
 
@@ -529,7 +533,7 @@ impl core::fmt::Display for ConfigError {
                 );
             }
             ConfigError::Unsupported => {
-                "unanswered_calls = drop_calls needs ctxwin-core's drop-calls feature"
+                "unanswered_calls = drop_calls and entity_schema need ctxwin-core's drop-calls and entities features"
             }
         })
     }
@@ -618,6 +622,16 @@ mod tests {
         let config = Config { unanswered_calls: UnansweredCalls::DropCalls, ..Config::DEFAULT };
         let expected =
             if cfg!(feature = "drop-calls") { Ok(()) } else { Err(ConfigError::Unsupported) };
+        assert_eq!(config.validate(), expected);
+    }
+
+    /// A schema is accepted exactly when the build links entities.
+    #[test]
+    fn a_schema_needs_the_entities_feature() {
+        let schema = crate::entities::EntitySchema::new(&["city"]).unwrap();
+        let config = Config { entity_schema: schema, ..Config::DEFAULT };
+        let expected =
+            if cfg!(feature = "entities") { Ok(()) } else { Err(ConfigError::Unsupported) };
         assert_eq!(config.validate(), expected);
     }
 

@@ -150,7 +150,7 @@ impl<'a> Payload<'a> {
 
     /// The entity table, when a schema is declared.
     pub fn entities(&self) -> Option<Entities<'a>> {
-        self.entities.is_declared().then_some(self.entities)
+        (cfg!(feature = "entities") && self.entities.is_declared()).then_some(self.entities)
     }
 
     /// Token cost of the whole payload (framing and request overhead included), as counted by

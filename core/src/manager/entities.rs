@@ -15,6 +15,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub(crate) fn after_push(&mut self, role: Role, level: Level, id: u64) {
         if role == Role::User
             && level.is_history()
+            && cfg!(feature = "entities")
             && !self.config.entity_schema.is_empty()
             && self.strategy.needs(&self.config).entities
         {
@@ -69,7 +70,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Tokens the entity block costs: its label, every key and known value, and framing.
     pub(crate) fn count_entity_tokens(&self) -> u32 {
-        if self.config.entity_schema.is_empty() {
+        if !cfg!(feature = "entities") || self.config.entity_schema.is_empty() {
             return 0;
         }
         let pairs = self.entities().iter().fold(0u32, |sum, (key, value)| {

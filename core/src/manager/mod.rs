@@ -331,7 +331,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub fn set_config(&mut self, config: Config) -> Result<(), ConfigError> {
         config.validate()?;
         check_strategy(&config, &self.strategy)?;
-        let schema_changed = config.entity_schema != self.config.entity_schema;
+        let schema_changed =
+            cfg!(feature = "entities") && config.entity_schema != self.config.entity_schema;
         self.config = config;
         if schema_changed {
             // Values are stored by key position: a new schema starts from unknown values.
