@@ -347,6 +347,8 @@ fn write_item<W: Write>(json: &mut JsonWriter<W>, item: &PayloadItem<'_>) {
         PayloadItem::System(message) => write_text_message(json, message.role(), message.content()),
         PayloadItem::ToolDefinition(_) => {}
         PayloadItem::Dynamic(text) => write_text_message(json, Role::System, text),
+        // Never made without the feature (`entities()` is `None`): its writer is not linked.
+        PayloadItem::Entities(_) if !cfg!(feature = "entities") => {}
         PayloadItem::Entities(entities) => {
             json.raw(br#"{"role":"system","content":""#);
             json.escaped(ENTITIES_PREFIX);
