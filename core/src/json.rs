@@ -255,13 +255,6 @@ impl<W: Write> JsonWriter<W> {
         self.escaped(text);
         self.raw(b"\"")
     }
-
-    /// Writes `"key":` (the key must need no escaping).
-    pub(crate) fn key(&mut self, key: &str) {
-        self.raw(b"\"");
-        self.raw(key.as_bytes());
-        self.raw(b"\":")
-    }
 }
 
 #[cfg(test)]

@@ -270,17 +270,16 @@ impl<'a> Payload<'a> {
         let mut json = JsonWriter::new(out);
         json.raw(b"{");
         if let Some(model) = request.model {
-            json.key("model");
+            json.raw(br#""model":"#);
             json.string(model);
             json.raw(b",");
         }
         if let Some(max_tokens) = request.max_tokens {
-            json.key("max_tokens");
+            json.raw(br#""max_tokens":"#);
             write_number(&mut json, max_tokens);
             json.raw(b",");
         }
-        json.key("messages");
-        json.raw(b"[");
+        json.raw(br#""messages":["#);
         let mut first = true;
         // Each part walked by its own loop, so the frame holds one part's state at a time,
         // not the whole chain's (about 1 KiB less stack on firmware than `for item in items()`).
@@ -298,9 +297,7 @@ impl<'a> Payload<'a> {
         json.raw(b"]");
         let mut tools = self.tools().peekable();
         if tools.peek().is_some() {
-            json.raw(b",");
-            json.key("tools");
-            json.raw(b"[");
+            json.raw(br#","tools":["#);
             for (index, tool) in tools.enumerate() {
                 if index > 0 {
                     json.raw(b",");
@@ -333,11 +330,10 @@ fn write_number<W: Write>(json: &mut JsonWriter<W>, mut value: u32) {
 }
 
 fn write_text_message<W: Write>(json: &mut JsonWriter<W>, role: Role, content: &str) {
-    json.raw(b"{");
-    json.key("role");
-    json.string(role.as_str());
-    json.raw(b",");
-    json.key("content");
+    // Whole fragments: role names and keys need no escaping.
+    json.raw(br#"{"role":""#);
+    json.raw(role.as_str().as_bytes());
+    json.raw(br#"","content":"#);
     json.string(content);
     json.raw(b"}")
 }
@@ -373,9 +369,12 @@ fn write_item<W: Write>(json: &mut JsonWriter<W>, item: &PayloadItem<'_>) {
             json.raw(br#""}"#)
         }
         PayloadItem::MemorySummary(summary) => {
+            // What `parts()` yields, without its chained iterator.
             json.raw(br#"{"role":"system","content":""#);
-            for part in summary.parts() {
-                json.escaped(part);
+            json.escaped(MEMORY_SUMMARY_PREFIX);
+            for entry in summary.entries() {
+                json.escaped("\n");
+                json.escaped(entry.content());
             }
             json.raw(br#""}"#)
         }
@@ -386,11 +385,9 @@ fn write_item<W: Write>(json: &mut JsonWriter<W>, item: &PayloadItem<'_>) {
 fn write_history_message<W: Write>(json: &mut JsonWriter<W>, message: &MessageRef<'_>) {
     match message.role() {
         Role::Tool => {
-            json.raw(br#"{"role":"tool","#);
-            json.key("tool_call_id");
+            json.raw(br#"{"role":"tool","tool_call_id":"#);
             json.string(message.tool_call_id().unwrap_or_default());
-            json.raw(b",");
-            json.key("content");
+            json.raw(br#","content":"#);
             json.string(message.content());
             json.raw(b"}")
         }
