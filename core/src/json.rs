@@ -175,19 +175,16 @@ impl<W: Write> JsonWriter<W> {
         Self { out, written: 0, failed: None }
     }
 
+    /// Bytes written so far.
+    pub(crate) fn written(&self) -> usize {
+        self.written
+    }
+
     /// Bytes written so far, or the first error.
     pub(crate) fn finish(&self) -> Result<usize, Error> {
         match self.failed {
             None => Ok(self.written),
             Some(kind) => Err(Error::Io(kind)),
-        }
-    }
-
-    /// `Err(())` once a write failed: what stops a walk over the payload early.
-    pub(crate) fn status(&self) -> Result<(), ()> {
-        match self.failed {
-            None => Ok(()),
-            Some(_) => Err(()),
         }
     }
 
@@ -320,7 +317,6 @@ mod tests {
         let mut out = [0u8; 4];
         let mut writer = JsonWriter::new(&mut out[..]);
         writer.string("too long");
-        assert_eq!(writer.status(), Err(()));
         writer.raw(b"x");
         assert_eq!(writer.finish(), Err(Error::Io(ErrorKind::WriteZero)));
     }

@@ -204,45 +204,6 @@ impl<'a> Payload<'a> {
             .chain(self.history().filter(move |m| m.id() >= split).map(PayloadItem::Message))
     }
 
-    /// [`items`](Self::items), in the same order, handed to `f` one by one; stops at the first
-    /// error. One loop per part, no chain: a firmware writer's frame holds only the part being
-    /// walked.
-    pub(crate) fn try_for_each_item<E>(
-        &self,
-        mut f: impl FnMut(PayloadItem<'a>) -> Result<(), E>,
-    ) -> Result<(), E> {
-        for message in self.system() {
-            f(PayloadItem::System(message))?;
-        }
-        for message in self.tools() {
-            f(PayloadItem::ToolDefinition(message))?;
-        }
-        let (head, tail): (&[&str], &[&str]) = match self.dynamic_before {
-            None => (self.dynamic, &[]),
-            Some(_) => (&[], self.dynamic),
-        };
-        for text in head {
-            f(PayloadItem::Dynamic(text))?;
-        }
-        if let Some(entities) = self.entities() {
-            f(PayloadItem::Entities(entities))?;
-        }
-        if let Some(summary) = self.memory_summary() {
-            f(PayloadItem::MemorySummary(summary))?;
-        }
-        let split = self.dynamic_before.unwrap_or(0);
-        for message in self.history().filter(|m| m.id() < split) {
-            f(PayloadItem::Message(message))?;
-        }
-        for text in tail {
-            f(PayloadItem::Dynamic(text))?;
-        }
-        for message in self.history().filter(|m| m.id() >= split) {
-            f(PayloadItem::Message(message))?;
-        }
-        Ok(())
-    }
-
     /// Writes an OpenAI chat-completions request body (`model`, `messages`, `tools`) to `out`,
     /// without allocating. Returns the bytes written.
     ///
@@ -280,20 +241,49 @@ impl<'a> Payload<'a> {
             json.raw(b",");
         }
         json.raw(br#""messages":["#);
-        let mut first = true;
-        // Each part walked by its own loop, so the frame holds one part's state at a time,
-        // not the whole chain's (about 1 KiB less stack on firmware than `for item in items()`).
-        let _ = self.try_for_each_item(|item| {
-            if let PayloadItem::ToolDefinition(_) = item {
-                return Ok(());
+        let start = json.written();
+        // The parts of `items()` (but the tools) in order, each walked by its own loop: the
+        // frame holds one part's state at a time, not the whole chain's (about 1 KiB less
+        // stack on firmware than `for item in items()`), and no item is dispatched twice.
+        let (head, tail): (&[&str], &[&str]) = match self.dynamic_before {
+            None => (self.dynamic, &[]),
+            Some(_) => (&[], self.dynamic),
+        };
+        for message in self.system() {
+            comma(&mut json, start);
+            write_text_message(&mut json, message.role(), message.content());
+        }
+        for text in head {
+            comma(&mut json, start);
+            write_text_message(&mut json, Role::System, text);
+        }
+        if let Some(entities) = self.entities() {
+            comma(&mut json, start);
+            write_entities(&mut json, &entities);
+        }
+        if let Some(summary) = self.memory_summary() {
+            comma(&mut json, start);
+            json.raw(br#"{"role":"system","content":""#);
+            json.escaped(MEMORY_SUMMARY_PREFIX);
+            for entry in summary.entries() {
+                json.escaped("\n");
+                json.escaped(entry.content());
             }
-            if !first {
-                json.raw(b",");
-            }
-            first = false;
-            write_item(&mut json, &item);
-            json.status()
-        });
+            json.raw(br#""}"#);
+        }
+        let split = self.dynamic_before.unwrap_or(0);
+        for message in self.history().filter(|m| m.id() < split) {
+            comma(&mut json, start);
+            write_history_message(&mut json, &message);
+        }
+        for text in tail {
+            comma(&mut json, start);
+            write_text_message(&mut json, Role::System, text);
+        }
+        for message in self.history().filter(|m| m.id() >= split) {
+            comma(&mut json, start);
+            write_history_message(&mut json, &message);
+        }
         json.raw(b"]");
         let mut tools = self.tools().peekable();
         if tools.peek().is_some() {
@@ -338,48 +328,37 @@ fn write_text_message<W: Write>(json: &mut JsonWriter<W>, role: Role, content: &
     json.raw(b"}")
 }
 
-fn write_item<W: Write>(json: &mut JsonWriter<W>, item: &PayloadItem<'_>) {
-    match item {
-        PayloadItem::System(message) => write_text_message(json, message.role(), message.content()),
-        PayloadItem::ToolDefinition(_) => {}
-        PayloadItem::Dynamic(text) => write_text_message(json, Role::System, text),
-        // Never made without the feature (`entities()` is `None`): its writer is not linked.
-        PayloadItem::Entities(_) if !cfg!(feature = "entities") => {}
-        PayloadItem::Entities(entities) => {
-            json.raw(br#"{"role":"system","content":""#);
-            json.escaped(ENTITIES_PREFIX);
-            json.escaped("\n{");
-            for (index, (key, value)) in entities.iter().enumerate() {
-                if index > 0 {
-                    json.escaped(",");
-                }
-                json.escaped("\"");
-                json.escaped(key);
-                json.escaped("\":");
-                match value {
-                    Some(value) => {
-                        json.escaped("\"");
-                        json.escaped_twice(value);
-                        json.escaped("\"");
-                    }
-                    None => json.escaped("null"),
-                }
-            }
-            json.escaped("}");
-            json.raw(br#""}"#)
-        }
-        PayloadItem::MemorySummary(summary) => {
-            // What `parts()` yields, without its chained iterator.
-            json.raw(br#"{"role":"system","content":""#);
-            json.escaped(MEMORY_SUMMARY_PREFIX);
-            for entry in summary.entries() {
-                json.escaped("\n");
-                json.escaped(entry.content());
-            }
-            json.raw(br#""}"#)
-        }
-        PayloadItem::Message(message) => write_history_message(json, message),
+/// A comma before every message of the list but the first (the list's bytes start at
+/// `start`).
+fn comma<W: Write>(json: &mut JsonWriter<W>, start: usize) {
+    if json.written() > start {
+        json.raw(b",");
     }
+}
+
+/// The `[Entities]` system message.
+fn write_entities<W: Write>(json: &mut JsonWriter<W>, entities: &Entities<'_>) {
+    json.raw(br#"{"role":"system","content":""#);
+    json.escaped(ENTITIES_PREFIX);
+    json.escaped("\n{");
+    for (index, (key, value)) in entities.iter().enumerate() {
+        if index > 0 {
+            json.escaped(",");
+        }
+        json.escaped("\"");
+        json.escaped(key);
+        json.escaped("\":");
+        match value {
+            Some(value) => {
+                json.escaped("\"");
+                json.escaped_twice(value);
+                json.escaped("\"");
+            }
+            None => json.escaped("null"),
+        }
+    }
+    json.escaped("}");
+    json.raw(br#""}"#)
 }
 
 fn write_history_message<W: Write>(json: &mut JsonWriter<W>, message: &MessageRef<'_>) {
@@ -430,22 +409,32 @@ mod tests {
     use std::string::String;
     use std::vec::Vec;
 
-    fn describe(item: &PayloadItem<'_>) -> String {
-        match item {
-            PayloadItem::System(m) => std::format!("system {}", m.content()),
-            PayloadItem::ToolDefinition(m) => std::format!("tool {}", m.content()),
-            PayloadItem::Dynamic(text) => std::format!("dynamic {text}"),
-            PayloadItem::Entities(e) => std::format!("entities {}", e.iter().count()),
-            PayloadItem::MemorySummary(s) => std::format!("summary {}", s.parts().count()),
-            PayloadItem::Message(m) => {
-                std::format!("{} {} {}", m.id(), m.role().as_str(), m.content())
+    /// The `messages` entry an item becomes: its role and content.
+    fn describe(item: &PayloadItem<'_>) -> Option<(String, String)> {
+        let (role, content): (&str, String) = match item {
+            PayloadItem::System(m) => ("system", m.content().into()),
+            PayloadItem::ToolDefinition(_) => return None,
+            PayloadItem::Dynamic(text) => ("system", (*text).into()),
+            PayloadItem::Entities(e) => {
+                let pairs: Vec<String> = e
+                    .iter()
+                    .map(|(k, v)| match v {
+                        Some(v) => std::format!("\"{k}\":\"{v}\""),
+                        None => std::format!("\"{k}\":null"),
+                    })
+                    .collect();
+                ("system", std::format!("{ENTITIES_PREFIX}\n{{{}}}", pairs.join(",")))
             }
-        }
+            PayloadItem::MemorySummary(s) => ("system", s.parts().collect()),
+            PayloadItem::Message(m) => (m.role().as_str(), m.content().into()),
+        };
+        Some((role.into(), content))
     }
 
-    /// The writers' walk yields exactly what `items` yields, wherever the dynamic context sits.
+    /// The request's messages are exactly what `items` yields (tools apart), in its order,
+    /// wherever the dynamic context sits.
     #[test]
-    fn try_for_each_item_matches_items() {
+    fn write_openai_writes_the_items_in_order() {
         for placement in [DynamicPlacement::AfterTools, DynamicPlacement::BeforeNewestUser] {
             let schema = crate::entities::EntitySchema::new(&["city"]).unwrap();
             let config =
@@ -462,23 +451,24 @@ mod tests {
             manager.push(Message::user("second")).unwrap();
             manager.push(Message::assistant("answer")).unwrap();
             let payload = manager.compose(&["task", "hint"]).unwrap();
-            let expected: Vec<String> = payload.items().map(|i| describe(&i)).collect();
-            let mut walked = Vec::new();
-            payload
-                .try_for_each_item(|item| {
-                    walked.push(describe(&item));
-                    Ok::<(), ()>(())
+            let expected: Vec<(String, String)> =
+                payload.items().filter_map(|i| describe(&i)).collect();
+            let mut body = std::vec![0u8; 4096];
+            let len = payload.write_openai(&mut body[..], OpenAiRequest::default()).unwrap();
+            let json: serde_json::Value = serde_json::from_slice(&body[..len]).unwrap();
+            let written: Vec<(String, String)> = json["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    let content = m["content"].as_str().unwrap_or_default();
+                    (m["role"].as_str().unwrap().into(), content.into())
                 })
-                .unwrap();
-            assert_eq!(walked, expected, "{placement:?}");
-            assert!(expected.iter().any(|d| d.starts_with("entities")));
-            assert!(expected.iter().any(|d| d.starts_with("summary")));
-            let mut seen = 0;
-            let stopped = payload.try_for_each_item(|_| {
-                seen += 1;
-                if seen == 3 { Err(()) } else { Ok(()) }
-            });
-            assert_eq!((stopped, seen), (Err(()), 3));
+                .collect();
+            assert_eq!(written, expected, "{placement:?}");
+            assert!(expected.iter().any(|(_, c)| c.starts_with(ENTITIES_PREFIX)));
+            assert!(expected.iter().any(|(_, c)| c.starts_with(MEMORY_SUMMARY_PREFIX)));
+            assert_eq!(json["tools"].as_array().map(Vec::len), Some(1));
         }
     }
 }
