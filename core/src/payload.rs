@@ -77,14 +77,14 @@ pub struct MemorySummary<'a> {
 impl<'a> MemorySummary<'a> {
     /// The session entries it is made of, oldest first.
     pub fn entries(&self) -> LevelMessages<'a> {
-        self.entries.clone()
+        self.entries
     }
 
     /// Its text in pieces (prefix, then a newline before each entry); concatenated, they are
     /// the system message's content.
     pub fn parts(&self) -> impl Iterator<Item = &'a str> + 'a {
         core::iter::once(MEMORY_SUMMARY_PREFIX)
-            .chain(self.entries.clone().flat_map(|entry| ["\n", entry.content()]))
+            .chain(self.entries.flat_map(|entry| ["\n", entry.content()]))
     }
 }
 
@@ -161,12 +161,12 @@ impl<'a> Payload<'a> {
 
     /// Permanent-level messages (system prompt, rules), in order.
     pub fn system(&self) -> impl Iterator<Item = MessageRef<'a>> + 'a {
-        self.permanent.clone().filter(|m| !m.is_tool_definition())
+        self.permanent.filter(|m| !m.is_tool_definition())
     }
 
     /// Tool definitions, in order.
     pub fn tools(&self) -> impl Iterator<Item = MessageRef<'a>> + 'a {
-        self.permanent.clone().filter(|m| m.is_tool_definition())
+        self.permanent.filter(|m| m.is_tool_definition())
     }
 
     /// Dynamic context, as passed to `compose`.
@@ -176,13 +176,13 @@ impl<'a> Payload<'a> {
 
     /// The memory-summary block, when the session level holds anything.
     pub fn memory_summary(&self) -> Option<MemorySummary<'a>> {
-        let mut entries = self.session.clone();
-        entries.next().map(|_| MemorySummary { entries: self.session.clone() })
+        let mut entries = self.session;
+        entries.next().map(|_| MemorySummary { entries: self.session })
     }
 
     /// Recent history, oldest first.
     pub fn history(&self) -> History<'a> {
-        self.history.clone()
+        self.history
     }
 
     /// Every item in payload order.

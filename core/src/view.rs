@@ -16,7 +16,7 @@ use crate::ring::RingRef;
 /// assert_eq!(rules, ["rule one", "rule two"]);
 /// # Ok::<(), ctxwin_core::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct LevelMessages<'a> {
     ring: RingRef<'a>,
     level: Level,
@@ -68,7 +68,7 @@ impl DoubleEndedIterator for LevelMessages<'_> {
 }
 
 /// One level's messages with a peeked element at each end, so two can be merged from both ends.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct Stream<'a> {
     rest: LevelMessages<'a>,
     front: Option<MessageRef<'a>>,
@@ -109,7 +109,7 @@ impl<'a> Stream<'a> {
 /// assert_eq!(manager.history().next_back().map(|m| m.content()), Some("third"));
 /// # Ok::<(), ctxwin_core::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct History<'a> {
     working: Stream<'a>,
     volatile: Stream<'a>,

@@ -83,7 +83,7 @@ pub struct UnitView<'a> {
 
 impl<'a> UnitView<'a> {
     pub(crate) fn new(level: Level, mut messages: LevelMessages<'a>) -> Option<Self> {
-        let all = messages.clone();
+        let all = messages;
         let first = messages.next()?;
         let mut unit = UnitView {
             level,
@@ -118,7 +118,7 @@ impl<'a> UnitView<'a> {
 
     /// Its messages, in order.
     pub fn messages(&self) -> LevelMessages<'a> {
-        self.messages.clone()
+        self.messages
     }
 
     /// Its first message (a tool unit's assistant message).
@@ -197,7 +197,7 @@ impl<'a> Env<'a> {
 
     /// The live history, oldest first.
     pub fn history(&self) -> History<'a> {
-        self.history.clone()
+        self.history
     }
 
     /// How many later history messages mention one of `unit`'s identifiers, paths or numbers.
