@@ -207,22 +207,23 @@ impl<W: Write> JsonWriter<W> {
         let bytes = text.as_bytes();
         let mut run = 0usize;
         for (at, &byte) in bytes.iter().enumerate() {
-            let escape: &[u8] = match byte {
-                b'"' => b"\\\"",
-                b'\\' => b"\\\\",
-                b'\n' => b"\\n",
-                b'\r' => b"\\r",
-                b'\t' => b"\\t",
-                0..=0x1f => b"",
-                _ => continue,
-            };
+            if byte >= 0x20 && byte != b'"' && byte != b'\\' {
+                continue;
+            }
             self.raw(bytes.get(run..at).unwrap_or_default());
-            if escape.is_empty() {
+            let short = match byte {
+                b'\n' => b'n',
+                b'\r' => b'r',
+                b'\t' => b't',
+                0..=0x1f => 0,
+                other => other,
+            };
+            if short == 0 {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 let hex = |nibble: u8| HEX.get(usize::from(nibble)).copied().unwrap_or(b'0');
                 self.raw(&[b'\\', b'u', b'0', b'0', hex(byte >> 4), hex(byte & 0xf)]);
             } else {
-                self.raw(escape);
+                self.raw(&[b'\\', short]);
             }
             run = at + 1;
         }
