@@ -39,59 +39,48 @@ impl<'a> LevelMessages<'a> {
     }
 }
 
+impl<'a> LevelMessages<'a> {
+    /// The next live message from the front, not taken (evicted headers before it are
+    /// skipped for good).
+    fn peek_front(&mut self) -> Option<MessageRef<'a>> {
+        while self.front < self.back {
+            let header = self.ring.get(self.front)?;
+            if header.is_live() {
+                return Some(self.message(header));
+            }
+            self.front += 1;
+        }
+        None
+    }
+
+    /// The next live message from the back, not taken.
+    fn peek_back(&mut self) -> Option<MessageRef<'a>> {
+        while self.front < self.back {
+            let header = self.ring.get(self.back - 1)?;
+            if header.is_live() {
+                return Some(self.message(header));
+            }
+            self.back -= 1;
+        }
+        None
+    }
+}
+
 impl<'a> Iterator for LevelMessages<'a> {
     type Item = MessageRef<'a>;
 
     fn next(&mut self) -> Option<MessageRef<'a>> {
-        while self.front < self.back {
-            let header = self.ring.get(self.front)?;
-            self.front += 1;
-            if header.is_live() {
-                return Some(self.message(header));
-            }
-        }
-        None
+        let message = self.peek_front()?;
+        self.front += 1;
+        Some(message)
     }
 }
 
 impl DoubleEndedIterator for LevelMessages<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        while self.front < self.back {
-            self.back -= 1;
-            let header = self.ring.get(self.back)?;
-            if header.is_live() {
-                return Some(self.message(header));
-            }
-        }
-        None
-    }
-}
-
-/// One level's messages with a peeked element at each end, so two can be merged from both ends.
-#[derive(Clone, Copy, Debug)]
-struct Stream<'a> {
-    rest: LevelMessages<'a>,
-    front: Option<MessageRef<'a>>,
-    back: Option<MessageRef<'a>>,
-}
-
-impl<'a> Stream<'a> {
-    fn new(ring: RingRef<'a>, level: Level) -> Self {
-        Self { rest: LevelMessages::new(ring, level), front: None, back: None }
-    }
-
-    fn peek_front(&mut self) -> Option<MessageRef<'a>> {
-        if self.front.is_none() {
-            self.front = self.rest.next().or_else(|| self.back.take());
-        }
-        self.front
-    }
-
-    fn peek_back(&mut self) -> Option<MessageRef<'a>> {
-        if self.back.is_none() {
-            self.back = self.rest.next_back().or_else(|| self.front.take());
-        }
-        self.back
+        let message = self.peek_back()?;
+        self.back -= 1;
+        Some(message)
     }
 }
 
@@ -111,15 +100,16 @@ impl<'a> Stream<'a> {
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct History<'a> {
-    working: Stream<'a>,
-    volatile: Stream<'a>,
+    // Merged by peeking at each level's next live message: no element cached in between.
+    working: LevelMessages<'a>,
+    volatile: LevelMessages<'a>,
 }
 
 impl<'a> History<'a> {
     pub(crate) fn new(working: RingRef<'a>, volatile: RingRef<'a>) -> Self {
         Self {
-            working: Stream::new(working, Level::Working),
-            volatile: Stream::new(volatile, Level::Volatile),
+            working: LevelMessages::new(working, Level::Working),
+            volatile: LevelMessages::new(volatile, Level::Volatile),
         }
     }
 }
@@ -132,7 +122,7 @@ impl<'a> Iterator for History<'a> {
             (Some(w), Some(v)) => w.id() < v.id(),
             (w, _) => w.is_some(),
         };
-        if take_working { self.working.front.take() } else { self.volatile.front.take() }
+        if take_working { self.working.next() } else { self.volatile.next() }
     }
 }
 
@@ -142,6 +132,49 @@ impl DoubleEndedIterator for History<'_> {
             (Some(w), Some(v)) => w.id() > v.id(),
             (w, _) => w.is_some(),
         };
-        if take_working { self.working.back.take() } else { self.volatile.back.take() }
+        if take_working { self.working.next_back() } else { self.volatile.next_back() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::capacity::TinyCapacities;
+    use crate::level::Level;
+    use crate::manager::ContextManager;
+    use crate::message::Message;
+
+    /// Walked from the front, the back or both ends at once, the history is the two levels'
+    /// live messages merged by id, each once.
+    #[test]
+    fn history_merges_the_levels_from_both_ends() {
+        let mut manager = ContextManager::<TinyCapacities>::new();
+        for i in 0..60u32 {
+            let level = if i % 3 == 0 { Level::Volatile } else { Level::Working };
+            if manager.push(Message::user("a turn of some length").in_level(level)).is_err() {
+                let _ = manager.drain_outbox(|_| {});
+            }
+            let mut expected: Vec<u64> = manager.messages(Level::Working).map(|m| m.id()).collect();
+            expected.extend(manager.messages(Level::Volatile).map(|m| m.id()));
+            expected.sort_unstable();
+            let forward: Vec<u64> = manager.history().map(|m| m.id()).collect();
+            assert_eq!(forward, expected, "push {i}");
+            let mut backward: Vec<u64> = manager.history().rev().map(|m| m.id()).collect();
+            backward.reverse();
+            assert_eq!(backward, expected, "push {i}");
+            let mut history = manager.history();
+            let (mut front, mut back) = (Vec::new(), Vec::new());
+            for step in 0.. {
+                let next = if step % 2 == 0 { history.next() } else { history.next_back() };
+                match (next, step % 2) {
+                    (Some(m), 0) => front.push(m.id()),
+                    (Some(m), _) => back.push(m.id()),
+                    (None, _) => break,
+                }
+            }
+            back.reverse();
+            front.extend(back);
+            assert_eq!(front, expected, "push {i}");
+        }
+        assert!(manager.stats().counters.units_evicted > 0);
     }
 }
