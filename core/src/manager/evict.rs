@@ -67,48 +67,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let tail = usize::from(self.config.locked_tail);
         let from_id = match tail {
             0 => u64::MAX,
-            _ => self.newest_history_id(tail - 1).unwrap_or(0),
+            _ => self.history().rev().nth(tail - 1).map_or(0, |m| m.id()),
         };
         Lock {
             from_id,
             user_id: self.state.last_user_id.filter(|_| self.config.lock_newest_user),
             pending: self.state.pending().map(|p| p.level),
-        }
-    }
-
-    /// Id of the `n`-th newest live history message (0 = the newest), as
-    /// `history().rev().nth(n)` finds it, walking the two rings' headers directly: no
-    /// message views, a few words of stack.
-    fn newest_history_id(&self, n: usize) -> Option<u64> {
-        let rings = [self.ring(Level::Working), self.ring(Level::Volatile)];
-        let mut ends = rings.map(|ring| ring.len());
-        let mut left = n;
-        loop {
-            let mut newest = [None::<u64>; 2];
-            for ((ring, end), newest) in rings.iter().zip(&mut ends).zip(&mut newest) {
-                while *end > 0 {
-                    match ring.get(*end - 1) {
-                        Some(h) if h.is_live() => {
-                            *newest = Some(ring.id(h));
-                            break;
-                        }
-                        _ => *end -= 1,
-                    }
-                }
-            }
-            let (pick, id) = match newest {
-                [Some(w), Some(v)] if w > v => (0, w),
-                [Some(w), None] => (0, w),
-                [_, Some(v)] => (1, v),
-                [None, None] => return None,
-            };
-            if left == 0 {
-                return Some(id);
-            }
-            left -= 1;
-            if let Some(end) = ends.get_mut(pick) {
-                *end -= 1;
-            }
         }
     }
 
@@ -413,32 +377,5 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             .iter()
             .filter(|h| !h.is_live())
             .fold((0, 0), |(bytes, slots), h| (bytes + h.len as usize, slots + 1))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::capacity::TinyCapacities;
-    use crate::level::Level;
-    use crate::manager::ContextManager;
-    use crate::message::Message;
-
-    /// The lock's walk over the two rings finds what the merged history finds.
-    #[test]
-    fn newest_history_id_matches_the_history_view() {
-        let mut manager = ContextManager::<TinyCapacities>::new();
-        for i in 0..200u32 {
-            let text = if i % 3 == 0 { "verbose output of a tool run" } else { "a turn" };
-            let message = Message::user(text);
-            let message = if i % 3 == 0 { message.in_level(Level::Volatile) } else { message };
-            if manager.push(message).is_err() {
-                break; // the outbox is full: evicted units wait in the rings, as wanted
-            }
-            let ids: Vec<u64> = manager.history().rev().map(|m| m.id()).collect();
-            for n in 0..ids.len() + 2 {
-                assert_eq!(manager.newest_history_id(n), ids.get(n).copied(), "push {i}, n {n}");
-            }
-        }
-        assert!(manager.stats().counters.units_evicted > 0, "evicted headers were skipped");
     }
 }
