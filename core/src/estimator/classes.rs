@@ -29,47 +29,84 @@ pub(crate) enum Class {
 
 const CLASS_COUNT: usize = Class::Astral as usize + 1;
 
-/// A range end in [`NON_ASCII`]'s unit.
+/// A range end in [`NON_ASCII_ENDS`]'s unit.
 const fn end(cp: u32) -> u16 {
     (cp >> 4) as u16
 }
 
-/// Classes of the code points from U+0080 up, as consecutive ranges: each entry's end
-/// (exclusive, divided by 16: every bound is a multiple of 16) and its class; past the last,
-/// [`Class::Astral`]. A table scan, not a `match` on the ranges: about 200 B less code.
-const NON_ASCII: [(u16, Class); 32] = [
-    (end(0x00C0), Class::Symbol),
-    (end(0x0370), Class::Latin),
-    (end(0x0400), Class::Greek),
-    (end(0x0590), Class::Cyrillic),
-    (end(0x0900), Class::Semitic),
-    (end(0x1100), Class::Brahmic),
-    (end(0x1200), Class::Hangul),
-    (end(0x1E00), Class::Brahmic),
-    (end(0x1F00), Class::Latin),
-    (end(0x2000), Class::Greek),
-    (end(0x2E80), Class::Symbol),
-    (end(0x3000), Class::Han),
-    (end(0x3040), Class::CjkPunct),
-    (end(0x3130), Class::Kana),
-    (end(0x3190), Class::Hangul),
-    (end(0x3200), Class::Kana),
-    (end(0x3400), Class::Symbol),
-    (end(0xA000), Class::Han),
-    (end(0xAC00), Class::Brahmic),
-    (end(0xD800), Class::Hangul),
-    (end(0xE000), Class::Astral),
-    (end(0xF900), Class::Symbol),
-    (end(0xFB00), Class::Han),
-    (end(0xFE00), Class::Semitic),
-    (end(0xFE30), Class::Symbol),
-    (end(0xFE50), Class::CjkPunct),
-    (end(0xFE70), Class::Symbol),
-    (end(0xFF00), Class::Semitic),
-    (end(0xFFF0), Class::CjkPunct),
-    (end(0x1_0000), Class::Symbol),
-    (end(0x2_0000), Class::Astral),
-    (end(0x4_0000), Class::Han),
+/// The classes of the code points from U+0080 up, as consecutive ranges: the end of each
+/// (exclusive, divided by 16: every bound is a multiple of 16), its class in
+/// [`NON_ASCII_CLASSES`]; past the last, [`Class::Astral`]. A table scan, not a `match` on
+/// the ranges: about 200 B less code.
+const NON_ASCII_ENDS: [u16; 32] = [
+    end(0x00C0),
+    end(0x0370),
+    end(0x0400),
+    end(0x0590),
+    end(0x0900),
+    end(0x1100),
+    end(0x1200),
+    end(0x1E00),
+    end(0x1F00),
+    end(0x2000),
+    end(0x2E80),
+    end(0x3000),
+    end(0x3040),
+    end(0x3130),
+    end(0x3190),
+    end(0x3200),
+    end(0x3400),
+    end(0xA000),
+    end(0xAC00),
+    end(0xD800),
+    end(0xE000),
+    end(0xF900),
+    end(0xFB00),
+    end(0xFE00),
+    end(0xFE30),
+    end(0xFE50),
+    end(0xFE70),
+    end(0xFF00),
+    end(0xFFF0),
+    end(0x1_0000),
+    end(0x2_0000),
+    end(0x4_0000),
+];
+
+/// The class of each range of [`NON_ASCII_ENDS`].
+const NON_ASCII_CLASSES: [Class; 32] = [
+    Class::Symbol,
+    Class::Latin,
+    Class::Greek,
+    Class::Cyrillic,
+    Class::Semitic,
+    Class::Brahmic,
+    Class::Hangul,
+    Class::Brahmic,
+    Class::Latin,
+    Class::Greek,
+    Class::Symbol,
+    Class::Han,
+    Class::CjkPunct,
+    Class::Kana,
+    Class::Hangul,
+    Class::Kana,
+    Class::Symbol,
+    Class::Han,
+    Class::Brahmic,
+    Class::Hangul,
+    Class::Astral,
+    Class::Symbol,
+    Class::Han,
+    Class::Semitic,
+    Class::Symbol,
+    Class::CjkPunct,
+    Class::Symbol,
+    Class::Semitic,
+    Class::CjkPunct,
+    Class::Symbol,
+    Class::Astral,
+    Class::Han,
 ];
 
 impl Class {
@@ -86,14 +123,13 @@ impl Class {
         }
     }
 
-    // `i < NON_ASCII.len()`: the bounds check folds away (no panic path).
+    // `i < NON_ASCII_ENDS.len()`, both tables' length: the bounds checks fold away.
     #[allow(clippy::indexing_slicing)]
     const fn of_non_ascii(cp: u32) -> Class {
         let mut i = 0;
-        while i < NON_ASCII.len() {
-            let (end, class) = NON_ASCII[i];
-            if cp < (end as u32) << 4 {
-                return class;
+        while i < NON_ASCII_ENDS.len() {
+            if cp < (NON_ASCII_ENDS[i] as u32) << 4 {
+                return NON_ASCII_CLASSES[i];
             }
             i += 1;
         }
