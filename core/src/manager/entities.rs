@@ -91,7 +91,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Fills the entity-token cache if it was never filled (a manager built in `const` context
     /// with a schema cannot count yet).
     pub(crate) fn refresh_entities(&mut self) {
-        if self.state.entity_tokens == ENTITIES_UNCOUNTED {
+        if cfg!(feature = "entities") && self.state.entity_tokens == ENTITIES_UNCOUNTED {
             self.recount_entities();
         }
     }

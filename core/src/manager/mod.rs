@@ -400,6 +400,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub fn used(&self) -> u32 {
         let stored = self.state.tokens.iter().fold(0u32, |sum, t| sum.saturating_add(*t));
         let entities = match self.state.entity_tokens {
+            _ if !cfg!(feature = "entities") => 0,
             ENTITIES_UNCOUNTED => self.count_entity_tokens(),
             cached => cached,
         };
