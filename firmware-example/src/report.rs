@@ -50,16 +50,15 @@ impl Report {
         ok
     }
 
-    /// Prints `ALL OK: <n> checks passed` or `FAILED: ...` and returns whether every check
+    /// Prints `ALL OK: <n> checks passed` or `FAILED: <n> checks failed` and returns whether every check
     /// held (and at least one ran).
     pub fn finish(&mut self) -> bool {
         let ok = self.failed == 0 && self.passed > 0;
-        if ok {
-            self.value("ALL OK: ", self.passed.into(), " checks passed");
-        } else {
-            self.parts(&["FAILED: ", decimal(self.failed.into(), &mut [0; 20])]);
-            self.value(" of ", (self.passed + self.failed).into(), " checks");
-        }
+        let (label, count, unit) = match ok {
+            true => ("ALL OK: ", self.passed, " checks passed"),
+            false => ("FAILED: ", self.failed, " checks failed"),
+        };
+        self.value(label, count.into(), unit);
         ok
     }
 
