@@ -27,12 +27,8 @@ pub fn session(manager: &mut EdgeManager, payload: &mut [u8], report: &mut Repor
     }
     let mut pushed = 0u32;
     for turn in 0..TURNS {
-        let played = if turn == HUGE_TURN {
-            let log = scenario::write_sensor_log(payload, turn);
-            scenario::play_plain_turn(manager, turn, Some(log))
-        } else {
-            scenario::play_plain_turn(manager, turn, None)
-        };
+        let log = (turn == HUGE_TURN).then(|| scenario::write_sensor_log(payload, turn));
+        let played = scenario::play_plain_turn(manager, turn, log);
         match played {
             Ok(count) => pushed += count,
             Err(_) => {
