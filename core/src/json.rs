@@ -41,33 +41,32 @@ fn digits_end(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
+/// End of the one or more digits starting at `at`.
+fn some_digits(bytes: &[u8], at: usize) -> Option<usize> {
+    let end = digits_end(bytes, at);
+    (end > at).then_some(end)
+}
+
 /// End of the number starting at `at`.
 fn number_end(bytes: &[u8], mut at: usize) -> Option<usize> {
     if bytes.get(at) == Some(&b'-') {
         at += 1;
     }
-    match bytes.get(at)? {
-        b'0' => at += 1,
-        b'1'..=b'9' => at = digits_end(bytes, at),
-        _ => return None,
+    let start = at;
+    at = some_digits(bytes, at)?;
+    // A leading zero stands alone.
+    if bytes.get(start) == Some(&b'0') && at > start + 1 {
+        return None;
     }
     if bytes.get(at) == Some(&b'.') {
-        let end = digits_end(bytes, at + 1);
-        if end == at + 1 {
-            return None;
-        }
-        at = end;
+        at = some_digits(bytes, at + 1)?;
     }
     if matches!(bytes.get(at), Some(b'e' | b'E')) {
         at += 1;
         if matches!(bytes.get(at), Some(b'+' | b'-')) {
             at += 1;
         }
-        let end = digits_end(bytes, at);
-        if end == at {
-            return None;
-        }
-        at = end;
+        at = some_digits(bytes, at)?;
     }
     Some(at)
 }
