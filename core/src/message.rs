@@ -189,6 +189,8 @@ impl<'a> MessageRef<'a> {
     }
 
     /// Manager-wide id, increasing with every push (stable across snapshots).
+    // Out of line: the 64-bit id (epoch base + offset) is rebuilt at every merge step.
+    #[inline(never)]
     pub fn id(&self) -> u64 {
         crate::header::full_id(self.id_epoch, self.header.id)
     }
