@@ -237,7 +237,9 @@ fn check_final(manager: &mut EdgeManager, checks: &mut Checks) {
     }
     let counters = stats.counters;
     info!(
-        "pushed {=u64}, evicted {=u64} units ({=u64} msgs, {=u64} tokens), drained {=u64}, reduced {=u64} (saved {=u64} tokens), summaries {=u64}",
+        "{=u32}/{=u32} tokens used; pushed {=u64}, evicted {=u64} units ({=u64} msgs, {=u64} tokens), drained {=u64}, reduced {=u64} (saved {=u64} tokens), summaries {=u64}",
+        stats.used,
+        stats.budget,
         counters.messages_pushed,
         counters.units_evicted,
         counters.messages_evicted,
@@ -247,7 +249,6 @@ fn check_final(manager: &mut EdgeManager, checks: &mut Checks) {
         counters.tokens_saved_by_reduction,
         counters.summaries_added
     );
-    info!("stats: {}", stats);
     checks.check(counters.units_evicted > 0, "the session forced eviction");
     checks.check(counters.units_drained == counters.units_evicted, "every evicted unit drained");
     checks.check(stats.outbox_units == 0, "outbox empty");
