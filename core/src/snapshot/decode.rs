@@ -20,6 +20,31 @@ use crate::role::Role;
 /// Largest id clock a snapshot may carry.
 const MAX_NEXT_ID: u64 = 1 << 63;
 
+/// Why the decoder refused a body: a [`SnapshotError`] of the two kinds it can be, in two
+/// bytes, so a refusal comes back in registers instead of through memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// [`SnapshotError::Malformed`].
+    Malformed,
+    /// [`SnapshotError::Invalid`].
+    Invalid(Invariant),
+}
+
+impl From<Invariant> for Refusal {
+    fn from(why: Invariant) -> Self {
+        Refusal::Invalid(why)
+    }
+}
+
+impl From<Refusal> for SnapshotError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Malformed => SnapshotError::Malformed,
+            Refusal::Invalid(why) => SnapshotError::Invalid(why),
+        }
+    }
+}
+
 /// Where decoded records go.
 pub(crate) trait Sink<'a> {
     fn config(&mut self, config: &Config);
@@ -44,7 +69,7 @@ impl<'a> Sink<'a> for Validate {
 
 /// Reads postcard's encoding of one field at a time from the front of the body. A shortfall
 /// or bad encoding is sticky: from then on [`check`](Reader::check) reports
-/// [`SnapshotError::Malformed`] (a read past the end returns zero or nothing). So a field is
+/// [`Refusal::Malformed`] (a read past the end returns zero or nothing). So a field is
 /// read without a `Result` and a branch per call, and a group of fields is checked once,
 /// before anything read from it is used.
 pub(crate) struct Reader<'a> {
@@ -63,8 +88,8 @@ impl<'a> Reader<'a> {
     }
 
     /// Whether every read so far found its bytes and was well encoded.
-    pub(crate) fn check(&self) -> Result<(), SnapshotError> {
-        if self.bad { Err(SnapshotError::Malformed) } else { Ok(()) }
+    pub(crate) fn check(&self) -> Result<(), Refusal> {
+        if self.bad { Err(Refusal::Malformed) } else { Ok(()) }
     }
 
     /// Whether every read so far succeeded and nothing is left.
@@ -162,7 +187,7 @@ struct Head {
 /// Out of line: its temporaries stay off the frame that holds the configuration and the
 /// state while the sink runs.
 #[inline(never)]
-fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError> {
+fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, Refusal> {
     c.context_window = r.u32();
     c.reserved_for_reply = r.u32();
     c.permanent_budget = r.u32();
@@ -187,8 +212,8 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError>
         // Checked per key: the count comes from the input, and the schema refuses the 9th key.
         let key = r.bytes();
         r.check()?;
-        let key = core::str::from_utf8(key).map_err(|_| SnapshotError::Malformed)?;
-        c.entity_schema.push(key).map_err(|_| SnapshotError::Malformed)?;
+        let key = core::str::from_utf8(key).map_err(|_| Refusal::Malformed)?;
+        c.entity_schema.push(key).map_err(|_| Refusal::Malformed)?;
     }
     c.low_water_percent = r.u8();
     c.fit_budgets = r.flag();
@@ -196,7 +221,7 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError>
     c.tool_call_overhead = r.u16();
     c.lock_newest_user = r.flag();
     r.check()?;
-    let invalid = SnapshotError::Invalid(Invariant::Config);
+    let invalid = Refusal::Invalid(Invariant::Config);
     c.dynamic_placement = match placement {
         0 => DynamicPlacement::AfterTools,
         1 => DynamicPlacement::BeforeNewestUser,
@@ -220,7 +245,7 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError>
 /// Out of line: its temporaries stay off the frame that holds the configuration and the
 /// state while the sink runs.
 #[inline(never)]
-fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), SnapshotError> {
+fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), Refusal> {
     let next_id = r.u64();
     s.turn = r.u64();
     s.last_user_id = r.option_u64();
@@ -263,7 +288,7 @@ fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), SnapshotError> {
     }
     s.now = r.u64();
     r.check()?;
-    let invalid = SnapshotError::Invalid(Invariant::Pending);
+    let invalid = Refusal::Invalid(Invariant::Pending);
     s.issued = next_id.checked_sub(1).ok_or(invalid)?;
     let pending = match pending {
         None => None,
@@ -281,7 +306,7 @@ fn head(
     fingerprint: u32,
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'_>,
-) -> Result<Head, SnapshotError> {
+) -> Result<Head, Refusal> {
     let schema_len = head_config(r, fingerprint, runs, sink)?;
     head_state(r, schema_len, sink)
 }
@@ -295,20 +320,20 @@ fn head_config(
     fingerprint: u32,
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'_>,
-) -> Result<usize, SnapshotError> {
+) -> Result<usize, Refusal> {
     let mut config = Config::DEFAULT;
     config.entity_schema = crate::entities::EntitySchema::EMPTY;
     let retired_checkpoint_interval = read_config(r, &mut config)?;
     if config.validate().is_err() {
-        return Err(SnapshotError::Invalid(Invariant::Config));
+        return Err(Refusal::Invalid(Invariant::Config));
     }
     // A strategy that runs one kind never restores a configuration naming another.
     if runs.is_some_and(|kind| kind != config.strategy) {
-        return Err(SnapshotError::Invalid(Invariant::Config));
+        return Err(Refusal::Invalid(Invariant::Config));
     }
     // The retired checkpoint interval is hashed as written, so older snapshots still verify.
     if config.fingerprint_with(retired_checkpoint_interval) != fingerprint {
-        return Err(SnapshotError::Invalid(Invariant::Fingerprint));
+        return Err(Refusal::Invalid(Invariant::Fingerprint));
     }
     sink.config(&config);
     Ok(config.entity_schema.len())
@@ -320,16 +345,16 @@ fn head_state(
     r: &mut Reader<'_>,
     schema_len: usize,
     sink: &mut dyn Sink<'_>,
-) -> Result<Head, SnapshotError> {
+) -> Result<Head, Refusal> {
     let mut state = State::NEW;
     read_state(r, &mut state)?;
     // No session reaches 2^63 messages; a larger id clock is corruption, and would overflow.
     if state.next_id() > MAX_NEXT_ID {
-        return Err(SnapshotError::Invalid(Invariant::Order { level: Level::Permanent }));
+        return Err(Refusal::Invalid(Invariant::Order { level: Level::Permanent }));
     }
     let pending = state.pending();
     if pending.is_some_and(|p| !p.level.is_history() || p.calls == 0 || usize::from(p.calls) > 64) {
-        return Err(SnapshotError::Invalid(Invariant::Pending));
+        return Err(Refusal::Invalid(Invariant::Pending));
     }
     // The one base under which every id a snapshot may hold (below `next_id`) has a 32-bit
     // offset; the records must not be older (checked per record).
@@ -351,7 +376,7 @@ fn head_state(
 fn read_record<'a>(
     r: &mut Reader<'a>,
     level: Level,
-) -> Result<(u64, Header, Trailer, &'a [u8]), SnapshotError> {
+) -> Result<(u64, Header, Trailer, &'a [u8]), Refusal> {
     let mut header = Header::EMPTY;
     let mut trailer = Trailer::NONE;
     let id = r.u64();
@@ -369,11 +394,11 @@ fn read_record<'a>(
     let bytes = r.bytes();
     r.check()?;
     header.len = bytes.len() as u32;
-    header.role = role_from(role).ok_or(SnapshotError::Invalid(Invariant::Role { level }))?;
+    header.role = role_from(role).ok_or(Refusal::Invalid(Invariant::Role { level }))?;
     if header.has(flags::REDUCED) {
         trailer.original = Some(original);
     } else if original != header.tokens {
-        return Err(SnapshotError::Invalid(Invariant::Flags { level }));
+        return Err(Refusal::Invalid(Invariant::Flags { level }));
     }
     Ok((id, header, trailer, bytes))
 }
@@ -529,11 +554,22 @@ impl<'a> LevelCheck<'a> {
 pub(crate) fn decode<'a>(
     body: &'a [u8],
     capacities: [(usize, usize); 4],
-    (entity_keys, value_bytes): (usize, usize),
+    entities: (usize, usize),
     fingerprint: u32,
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'a>,
 ) -> Result<(), SnapshotError> {
+    decode_body(body, capacities, entities, fingerprint, runs, sink).map_err(SnapshotError::from)
+}
+
+fn decode_body<'a>(
+    body: &'a [u8],
+    capacities: [(usize, usize); 4],
+    (entity_keys, value_bytes): (usize, usize),
+    fingerprint: u32,
+    runs: Option<StrategyKind>,
+    sink: &mut dyn Sink<'a>,
+) -> Result<(), Refusal> {
     let mut r = Reader::new(body);
     let head = head(&mut r, fingerprint, runs, sink)?;
     let mut last_user_seen = head.last_user_id.is_none();
@@ -541,12 +577,12 @@ pub(crate) fn decode<'a>(
         let count = r.u32();
         r.check()?;
         if count as usize > messages {
-            return Err(SnapshotError::Invalid(Invariant::TooManyMessages { level }));
+            return Err(Refusal::Invalid(Invariant::TooManyMessages { level }));
         }
         let mut check = LevelCheck::new(level, (head.id_base, head.next_id));
         for _ in 0..count {
             let (id, mut header, trailer, bytes) = read_record(&mut r, level)?;
-            check.record(id, &header, trailer, bytes).map_err(SnapshotError::Invalid)?;
+            check.record(id, &header, trailer, bytes)?;
             header.id = u32::try_from(id.saturating_sub(head.id_base)).unwrap_or(u32::MAX);
             if head.last_user_id == Some(id) {
                 last_user_seen |=
@@ -554,15 +590,15 @@ pub(crate) fn decode<'a>(
             }
             sink.record(level, &header, trailer, bytes);
         }
-        check.finish(&head, bytes).map_err(SnapshotError::Invalid)?;
+        check.finish(&head, bytes)?;
     }
     if !last_user_seen {
-        return Err(SnapshotError::Invalid(Invariant::LastUser));
+        return Err(Refusal::Invalid(Invariant::LastUser));
     }
     let count = r.u32();
     r.check()?;
     if count as usize > entity_keys {
-        return Err(SnapshotError::Invalid(Invariant::Entities));
+        return Err(Refusal::Invalid(Invariant::Entities));
     }
     for index in 0..count as usize {
         let value = if r.flag() { Some(r.bytes()) } else { None };
@@ -570,12 +606,12 @@ pub(crate) fn decode<'a>(
         let declared = index < head.schema_len;
         let fits = value.is_none_or(|v| v.len() <= value_bytes && core::str::from_utf8(v).is_ok());
         if !fits || (value.is_some() && !declared) {
-            return Err(SnapshotError::Invalid(Invariant::Entities));
+            return Err(Refusal::Invalid(Invariant::Entities));
         }
         sink.entity(index, value);
     }
     if !r.is_done() {
-        return Err(SnapshotError::Malformed);
+        return Err(Refusal::Malformed);
     }
     sink.end();
     Ok(())
