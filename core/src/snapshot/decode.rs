@@ -250,36 +250,29 @@ fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), Refusal> {
     s.turn = r.u64();
     s.last_user_id = r.option_u64();
     let pending = if r.flag() { Some((r.u8(), r.u8(), r.u64())) } else { None };
+    // One read per field, not a loop over an array of references: the array costs more code.
     let c = &mut s.counters;
-    for counter in [
-        &mut c.messages_pushed,
-        &mut c.tokens_ingested,
-        &mut c.units_evicted,
-        &mut c.messages_evicted,
-        &mut c.tokens_evicted,
-        &mut c.units_discarded,
-        &mut c.units_drained,
-        &mut c.observations_reduced,
-        &mut c.tokens_saved_by_reduction,
-        &mut c.calls_aborted,
-        &mut c.calls_dropped,
-        &mut c.summaries_added,
-        &mut c.summaries_merged,
-        &mut c.summaries_failed,
-        &mut c.summaries_replaced,
-    ] {
-        *counter = r.u64();
-    }
+    c.messages_pushed = r.u64();
+    c.tokens_ingested = r.u64();
+    c.units_evicted = r.u64();
+    c.messages_evicted = r.u64();
+    c.tokens_evicted = r.u64();
+    c.units_discarded = r.u64();
+    c.units_drained = r.u64();
+    c.observations_reduced = r.u64();
+    c.tokens_saved_by_reduction = r.u64();
+    c.calls_aborted = r.u64();
+    c.calls_dropped = r.u64();
+    c.summaries_added = r.u64();
+    c.summaries_merged = r.u64();
+    c.summaries_failed = r.u64();
+    c.summaries_replaced = r.u64();
     c.last_compression_turn = r.option_u64();
-    for counter in [
-        &mut c.compactions,
-        &mut c.composes,
-        &mut c.composes_extending,
-        &mut c.prompt_tokens_cached,
-        &mut c.prompt_tokens_new,
-    ] {
-        *counter = r.u64();
-    }
+    c.compactions = r.u64();
+    c.composes = r.u64();
+    c.composes_extending = r.u64();
+    c.prompt_tokens_cached = r.u64();
+    c.prompt_tokens_new = r.u64();
     c.last_prefix_tokens = r.u32();
     c.prefix_changes = r.u8();
     c.last_dynamic_digest = r.u32();

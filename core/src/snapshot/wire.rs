@@ -521,12 +521,11 @@ impl<'o> Enc<'o> {
 
 /// The configuration, in `ConfigWire` order.
 fn encode_config(e: &mut Enc<'_>, c: &Config) {
-    for value in [c.context_window, c.reserved_for_reply] {
-        e.varint(value.into());
-    }
-    for value in [c.permanent_budget, c.session_budget, c.working_budget] {
-        e.varint(value.into());
-    }
+    e.varint(c.context_window.into());
+    e.varint(c.reserved_for_reply.into());
+    e.varint(c.permanent_budget.into());
+    e.varint(c.session_budget.into());
+    e.varint(c.working_budget.into());
     e.u8(c.trigger_percent);
     e.varint(c.locked_tail.into());
     e.varint(c.max_messages.into());
@@ -568,36 +567,29 @@ fn encode_state(e: &mut Enc<'_>, s: &State) {
             e.varint(p.answered);
         }
     }
+    // One call per field, not a loop over an array: the array's copy costs more code.
     let c = &s.counters;
-    for value in [
-        c.messages_pushed,
-        c.tokens_ingested,
-        c.units_evicted,
-        c.messages_evicted,
-        c.tokens_evicted,
-        c.units_discarded,
-        c.units_drained,
-        c.observations_reduced,
-        c.tokens_saved_by_reduction,
-        c.calls_aborted,
-        c.calls_dropped,
-        c.summaries_added,
-        c.summaries_merged,
-        c.summaries_failed,
-        c.summaries_replaced,
-    ] {
-        e.varint(value);
-    }
+    e.varint(c.messages_pushed);
+    e.varint(c.tokens_ingested);
+    e.varint(c.units_evicted);
+    e.varint(c.messages_evicted);
+    e.varint(c.tokens_evicted);
+    e.varint(c.units_discarded);
+    e.varint(c.units_drained);
+    e.varint(c.observations_reduced);
+    e.varint(c.tokens_saved_by_reduction);
+    e.varint(c.calls_aborted);
+    e.varint(c.calls_dropped);
+    e.varint(c.summaries_added);
+    e.varint(c.summaries_merged);
+    e.varint(c.summaries_failed);
+    e.varint(c.summaries_replaced);
     e.option_u64(c.last_compression_turn);
-    for value in [
-        c.compactions,
-        c.composes,
-        c.composes_extending,
-        c.prompt_tokens_cached,
-        c.prompt_tokens_new,
-    ] {
-        e.varint(value);
-    }
+    e.varint(c.compactions);
+    e.varint(c.composes);
+    e.varint(c.composes_extending);
+    e.varint(c.prompt_tokens_cached);
+    e.varint(c.prompt_tokens_new);
     e.varint(c.last_prefix_tokens.into());
     e.u8(c.prefix_changes);
     e.varint(c.last_dynamic_digest.into());
