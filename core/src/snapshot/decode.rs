@@ -276,9 +276,7 @@ fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), Refusal> {
     c.last_prefix_tokens = r.u32();
     c.prefix_changes = r.u8();
     c.last_dynamic_digest = r.u32();
-    for tokens in s.tokens.iter_mut() {
-        *tokens = r.u32();
-    }
+    s.tokens = [r.u32(), r.u32(), r.u32(), r.u32()];
     s.now = r.u64();
     r.check()?;
     let invalid = Refusal::Invalid(Invariant::Pending);
@@ -381,9 +379,7 @@ fn read_record<'a>(
     header.flags = r.u8();
     header.items = r.u8();
     header.detail = r.u8();
-    for term in trailer.terms.iter_mut() {
-        *term = r.u16();
-    }
+    trailer.terms = [r.u16(), r.u16(), r.u16(), r.u16()];
     let bytes = r.bytes();
     r.check()?;
     header.len = bytes.len() as u32;

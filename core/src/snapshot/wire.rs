@@ -593,9 +593,11 @@ fn encode_state(e: &mut Enc<'_>, s: &State) {
     e.varint(c.last_prefix_tokens.into());
     e.u8(c.prefix_changes);
     e.varint(c.last_dynamic_digest.into());
-    for tokens in s.tokens {
-        e.varint(tokens.into());
-    }
+    let [permanent, session, working, volatile] = s.tokens;
+    e.varint(permanent.into());
+    e.varint(session.into());
+    e.varint(working.into());
+    e.varint(volatile.into());
     e.varint(s.now);
 }
 
@@ -605,13 +607,15 @@ fn encode_record(e: &mut Enc<'_>, id: u64, h: &Header, record: &[u8]) {
     let trailer = Trailer::of(h, record);
     e.varint(id);
     e.varint(h.timestamp);
-    for value in [h.content_len, h.tokens, trailer.original.unwrap_or(h.tokens)] {
-        e.varint(value.into());
-    }
+    e.varint(h.content_len.into());
+    e.varint(h.tokens.into());
+    e.varint(trailer.original.unwrap_or(h.tokens).into());
     e.put(&[h.role as u8, h.flags & !flags::TRAILER, h.items, h.detail]);
-    for term in trailer.terms {
-        e.varint(term.into());
-    }
+    let [first, second, third, fourth] = trailer.terms;
+    e.varint(first.into());
+    e.varint(second.into());
+    e.varint(third.into());
+    e.varint(fourth.into());
     e.bytes(record::body(h, record));
 }
 
