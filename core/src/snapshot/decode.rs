@@ -312,8 +312,9 @@ fn head_config(
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'_>,
 ) -> Result<usize, Refusal> {
-    let mut config = Config::DEFAULT;
-    config.entity_schema = crate::entities::EntitySchema::EMPTY;
+    // Zero, not `Config::DEFAULT`: every field is read, and a zero start needs no 272-byte
+    // image of the defaults in flash.
+    let mut config = Config::ZERO;
     let retired_checkpoint_interval = read_config(r, &mut config)?;
     if config.validate().is_err() {
         return Err(Refusal::Invalid(Invariant::Config));
