@@ -619,6 +619,28 @@ fn encode_record(e: &mut Enc<'_>, id: u64, h: &Header, record: &[u8]) {
     e.bytes(record::body(h, record));
 }
 
+/// Writes the fixed header in front of the body into `out`: magic, version, flags,
+/// fingerprint, the four levels' capacities, the body's length. Returns whether every byte
+/// was written (none is after the first that was not).
+pub(crate) fn encode_header(
+    out: &mut dyn Out,
+    fingerprint: u32,
+    capacities: [(usize, usize); 4],
+    body_len: usize,
+) -> bool {
+    let mut e = Enc::new(out);
+    e.put(&MAGIC);
+    e.put(&FORMAT_VERSION.to_le_bytes());
+    e.put(&0u16.to_le_bytes());
+    e.put(&fingerprint.to_le_bytes());
+    for (messages, bytes) in capacities {
+        e.put(&(messages as u32).to_le_bytes());
+        e.put(&(bytes as u32).to_le_bytes());
+    }
+    e.put(&(body_len as u32).to_le_bytes());
+    e.finish()
+}
+
 /// Encodes a whole body into `out`: configuration, state, the four levels, the entity table
 /// of `keys` values. Returns whether every byte was written. Not generic: one copy serves
 /// every manager type and every output.
