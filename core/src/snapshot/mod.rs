@@ -119,9 +119,9 @@ fn open(bytes: &[u8], capacities: [(usize, usize); 4]) -> Result<(&[u8], u32), S
     if stored != computed {
         return Err(SnapshotError::CrcMismatch { stored, computed });
     }
-    for (index, (level, (messages, capacity))) in Level::ALL.into_iter().zip(capacities).enumerate()
-    {
-        let at = 12 + index * 8;
+    for level in Level::ALL {
+        let (messages, capacity) = capacities.get(level.index()).copied().unwrap_or_default();
+        let at = 12 + level.index() * 8;
         let (theirs_messages, theirs_bytes) = (le_u32(bytes, at), le_u32(bytes, at + 4));
         if theirs_messages as usize > messages || theirs_bytes as usize > capacity {
             return Err(SnapshotError::CapacityExceeded {
