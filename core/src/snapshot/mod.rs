@@ -151,7 +151,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     fn encode_body(&self, out: &mut dyn Out) -> bool {
         let rings = Level::ALL.map(|level| self.ring(level));
         let keys = C::Entities::KEYS;
-        wire::encode_body(out, self.config(), self.state(), rings, self.entity_values(), keys)
+        wire::encode_body(out, self.config(), self.state(), &rings, self.entity_values(), keys)
     }
 
     fn body_len(&self) -> usize {

@@ -649,7 +649,7 @@ pub(crate) fn encode_body(
     out: &mut dyn Out,
     config: &Config,
     state: &State,
-    rings: [RingRef<'_>; 4],
+    rings: &[RingRef<'_>; 4],
     entities: Entities<'_>,
     keys: usize,
 ) -> bool {
