@@ -563,7 +563,8 @@ fn decode_body<'a>(
     let mut r = Reader::new(body);
     let head = head(&mut r, fingerprint, runs, sink)?;
     let mut last_user_seen = head.last_user_id.is_none();
-    for (level, (messages, bytes)) in Level::ALL.into_iter().zip(capacities) {
+    for level in Level::ALL {
+        let (messages, bytes) = capacities.get(level.index()).copied().unwrap_or_default();
         let count = r.u32();
         r.check()?;
         if count as usize > messages {
