@@ -40,10 +40,9 @@ const HUGE_TURN: u32 = 5;
 const COMPOSE_EVERY: u32 = 8;
 /// Request body buffer; also scratch for generating the huge log.
 const PAYLOAD_BYTES: usize = 8 * 1024;
-/// Most stack the run may use: the measured high-water (1,952 B painted, but 2,496 B on the
-/// static worst path, push → synthesize_aborted) plus a margin, so a further regression fails
-/// the run; `measure.sh` reports the 2 KiB target (missed on the static bound).
-const STACK_LIMIT: usize = 3072;
+/// Most stack the run may use: issue 16's 2 KiB target, met (1,880 B painted, 1,976 B on the
+/// static worst path), so a regression past it fails the run itself, not only `measure.sh`.
+const STACK_LIMIT: usize = 2048;
 
 const REQUEST: OpenAiRequest<'static> =
     OpenAiRequest { model: Some("edge-agent"), max_tokens: Some(256) };
@@ -63,7 +62,7 @@ fn main() -> ! {
     let mut checks = critical_section::with(run);
     let high_water = stack::high_water();
     info!("stack high-water: {=usize} bytes (of {=usize} available)", high_water, stack::size());
-    checks.check(high_water <= STACK_LIMIT, "stack high-water within 3 KiB");
+    checks.check(high_water <= STACK_LIMIT, "stack high-water within 2 KiB");
     if checks.all_ok() {
         info!("ALL OK: {=u32} checks passed", checks.passed());
         debug::exit(debug::EXIT_SUCCESS);
@@ -237,7 +236,9 @@ fn check_final(manager: &mut EdgeManager, checks: &mut Checks) {
     }
     let counters = stats.counters;
     info!(
-        "pushed {=u64}, evicted {=u64} units ({=u64} msgs, {=u64} tokens), drained {=u64}, reduced {=u64} (saved {=u64} tokens), summaries {=u64}",
+        "{=u32}/{=u32} tokens used; pushed {=u64}, evicted {=u64} units ({=u64} msgs, {=u64} tokens), drained {=u64}, reduced {=u64} (saved {=u64} tokens), summaries {=u64}",
+        stats.used,
+        stats.budget,
         counters.messages_pushed,
         counters.units_evicted,
         counters.messages_evicted,
@@ -247,7 +248,6 @@ fn check_final(manager: &mut EdgeManager, checks: &mut Checks) {
         counters.tokens_saved_by_reduction,
         counters.summaries_added
     );
-    info!("stats: {}", stats);
     checks.check(counters.units_evicted > 0, "the session forced eviction");
     checks.check(counters.units_drained == counters.units_evicted, "every evicted unit drained");
     checks.check(stats.outbox_units == 0, "outbox empty");
@@ -263,12 +263,12 @@ fn check_final(manager: &mut EdgeManager, checks: &mut Checks) {
     );
 }
 
+// No location: reading `info` keeps every panic site's file path and message formatting
+// (core::fmt's integer Display) in flash, 2.3 KiB. A debugger still finds the site (the ELF
+// keeps its debug info), and the core has none reachable (the nopanic binary proves it).
 #[panic_handler]
-fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
-    match info.location() {
-        Some(at) => error!("panic at {=str}:{=u32}", at.file(), at.line()),
-        None => error!("panic"),
-    }
+fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
+    error!("panic");
     debug::exit(debug::EXIT_FAILURE);
     loop {
         cortex_m::asm::wfi();

@@ -20,6 +20,31 @@ use crate::role::Role;
 /// Largest id clock a snapshot may carry.
 const MAX_NEXT_ID: u64 = 1 << 63;
 
+/// Why the decoder refused a body: a [`SnapshotError`] of the two kinds it can be, in two
+/// bytes, so a refusal comes back in registers instead of through memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// [`SnapshotError::Malformed`].
+    Malformed,
+    /// [`SnapshotError::Invalid`].
+    Invalid(Invariant),
+}
+
+impl From<Invariant> for Refusal {
+    fn from(why: Invariant) -> Self {
+        Refusal::Invalid(why)
+    }
+}
+
+impl From<Refusal> for SnapshotError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Malformed => SnapshotError::Malformed,
+            Refusal::Invalid(why) => SnapshotError::Invalid(why),
+        }
+    }
+}
+
 /// Where decoded records go.
 pub(crate) trait Sink<'a> {
     fn config(&mut self, config: &Config);
@@ -42,10 +67,14 @@ impl<'a> Sink<'a> for Validate {
     fn end(&mut self) {}
 }
 
-/// Reads postcard's encoding of one field at a time from the front of the body; any
-/// shortfall or bad encoding is [`SnapshotError::Malformed`].
+/// Reads postcard's encoding of one field at a time from the front of the body. A shortfall
+/// or bad encoding is sticky: from then on [`check`](Reader::check) reports
+/// [`Refusal::Malformed`] (a read past the end returns zero or nothing). So a field is
+/// read without a `Result` and a branch per call, and a group of fields is checked once,
+/// before anything read from it is used.
 pub(crate) struct Reader<'a> {
     rest: &'a [u8],
+    bad: bool,
 }
 
 /// Bits of a varint's last byte that fit the type (postcard's `max_of_last_byte`).
@@ -55,73 +84,90 @@ const fn last_byte_max(bits: u32) -> u8 {
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(bytes: &'a [u8]) -> Self {
-        Reader { rest: bytes }
+        Reader { rest: bytes, bad: false }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.rest.is_empty()
+    /// Whether every read so far found its bytes and was well encoded.
+    pub(crate) fn check(&self) -> Result<(), Refusal> {
+        if self.bad { Err(Refusal::Malformed) } else { Ok(()) }
     }
 
-    pub(crate) fn u8(&mut self) -> Result<u8, SnapshotError> {
-        let (&byte, rest) = self.rest.split_first().ok_or(SnapshotError::Malformed)?;
-        self.rest = rest;
-        Ok(byte)
+    /// Whether every read so far succeeded and nothing is left.
+    pub(crate) fn is_done(&self) -> bool {
+        !self.bad && self.rest.is_empty()
+    }
+
+    pub(crate) fn u8(&mut self) -> u8 {
+        match self.rest.split_first() {
+            Some((&byte, rest)) => {
+                self.rest = rest;
+                byte
+            }
+            None => {
+                self.bad = true;
+                0
+            }
+        }
     }
 
     /// A varint of at most `max` bytes whose last byte is at most `last` (as postcard's
     /// `try_take_varint_*`: non-minimal encodings are accepted, overlong ones are not).
-    fn varint(&mut self, max: usize, last: u8) -> Result<u64, SnapshotError> {
+    fn varint(&mut self, max: usize, last: u8) -> u64 {
         let mut value = 0u64;
         for index in 0..max {
-            let byte = self.u8()?;
+            let byte = self.u8();
             value |= u64::from(byte & 0x7F) << (7 * index);
             if byte & 0x80 == 0 {
-                if index + 1 == max && byte > last {
-                    return Err(SnapshotError::Malformed);
-                }
-                return Ok(value);
+                self.bad |= index + 1 == max && byte > last;
+                return value;
             }
         }
-        Err(SnapshotError::Malformed)
+        self.bad = true;
+        0
     }
 
-    pub(crate) fn u16(&mut self) -> Result<u16, SnapshotError> {
-        Ok(self.varint(V16, last_byte_max(16))? as u16)
+    pub(crate) fn u16(&mut self) -> u16 {
+        self.varint(V16, last_byte_max(16)) as u16
     }
 
-    pub(crate) fn u32(&mut self) -> Result<u32, SnapshotError> {
-        Ok(self.varint(V32, last_byte_max(32))? as u32)
+    pub(crate) fn u32(&mut self) -> u32 {
+        self.varint(V32, last_byte_max(32)) as u32
     }
 
-    pub(crate) fn u64(&mut self) -> Result<u64, SnapshotError> {
+    pub(crate) fn u64(&mut self) -> u64 {
         self.varint(V64, last_byte_max(64))
     }
 
     /// A length (postcard's `usize`: as wide as the target's pointers).
-    fn len(&mut self) -> Result<usize, SnapshotError> {
+    fn len(&mut self) -> usize {
         const MAX: usize = (usize::BITS as usize).div_ceil(7);
-        Ok(self.varint(MAX, last_byte_max(usize::BITS))? as usize)
+        self.varint(MAX, last_byte_max(usize::BITS)) as usize
     }
 
-    /// An `Option` tag: whether a value follows.
-    fn some(&mut self) -> Result<bool, SnapshotError> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(SnapshotError::Malformed),
-        }
+    /// A `bool`, or an `Option` tag (whether a value follows): 0 or 1.
+    fn flag(&mut self) -> bool {
+        let byte = self.u8();
+        self.bad |= byte > 1;
+        byte == 1
     }
 
-    fn option_u64(&mut self) -> Result<Option<u64>, SnapshotError> {
-        Ok(if self.some()? { Some(self.u64()?) } else { None })
+    fn option_u64(&mut self) -> Option<u64> {
+        if self.flag() { Some(self.u64()) } else { None }
     }
 
     /// A byte string: a length, then that many bytes.
-    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], SnapshotError> {
-        let len = self.len()?;
-        let (bytes, rest) = self.rest.split_at_checked(len).ok_or(SnapshotError::Malformed)?;
-        self.rest = rest;
-        Ok(bytes)
+    pub(crate) fn bytes(&mut self) -> &'a [u8] {
+        let len = self.len();
+        match self.rest.split_at_checked(len) {
+            Some((bytes, rest)) => {
+                self.rest = rest;
+                bytes
+            }
+            None => {
+                self.bad = true;
+                &[]
+            }
+        }
     }
 }
 
@@ -141,49 +187,45 @@ struct Head {
 /// Out of line: its temporaries stay off the frame that holds the configuration and the
 /// state while the sink runs.
 #[inline(never)]
-fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError> {
-    c.context_window = r.u32()?;
-    c.reserved_for_reply = r.u32()?;
-    c.permanent_budget = r.u32()?;
-    c.session_budget = r.u32()?;
-    c.working_budget = r.u32()?;
-    c.trigger_percent = r.u8()?;
-    c.locked_tail = r.u16()?;
-    c.max_messages = r.u32()?;
-    c.observation_limit = r.u32()?;
-    c.message_overhead = r.u16()?;
-    c.request_overhead = r.u16()?;
-    let (unanswered, outbox, strategy) = (r.u8()?, r.u8()?, r.u8()?);
-    c.summarize_threshold = r.u16()?;
-    c.summarize_batch = r.u16()?;
-    c.summary_tokens = r.u32()?;
-    c.importance_threshold = r.u16()?;
-    c.working_age_ms = r.u64()?;
-    c.session_age_ms = r.u64()?;
-    let retired_checkpoint_interval = r.u32()?;
-    let keys = r.len()?;
+fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, Refusal> {
+    c.context_window = r.u32();
+    c.reserved_for_reply = r.u32();
+    c.permanent_budget = r.u32();
+    c.session_budget = r.u32();
+    c.working_budget = r.u32();
+    c.trigger_percent = r.u8();
+    c.locked_tail = r.u16();
+    c.max_messages = r.u32();
+    c.observation_limit = r.u32();
+    c.message_overhead = r.u16();
+    c.request_overhead = r.u16();
+    let (unanswered, outbox, strategy) = (r.u8(), r.u8(), r.u8());
+    c.summarize_threshold = r.u16();
+    c.summarize_batch = r.u16();
+    c.summary_tokens = r.u32();
+    c.importance_threshold = r.u16();
+    c.working_age_ms = r.u64();
+    c.session_age_ms = r.u64();
+    let retired_checkpoint_interval = r.u32();
+    let keys = r.len();
     for _ in 0..keys {
-        let key = core::str::from_utf8(r.bytes()?).map_err(|_| SnapshotError::Malformed)?;
-        c.entity_schema.push(key).map_err(|_| SnapshotError::Malformed)?;
+        // Checked per key: the count comes from the input, and the schema refuses the 9th key.
+        let key = r.bytes();
+        r.check()?;
+        let key = core::str::from_utf8(key).map_err(|_| Refusal::Malformed)?;
+        c.entity_schema.push(key).map_err(|_| Refusal::Malformed)?;
     }
-    c.low_water_percent = r.u8()?;
-    c.fit_budgets = match r.u8()? {
-        0 => false,
-        1 => true,
-        _ => return Err(SnapshotError::Malformed),
-    };
-    let placement = r.u8()?;
-    let invalid = SnapshotError::Invalid(Invariant::Config);
+    c.low_water_percent = r.u8();
+    c.fit_budgets = r.flag();
+    let placement = r.u8();
+    c.tool_call_overhead = r.u16();
+    c.lock_newest_user = r.flag();
+    r.check()?;
+    let invalid = Refusal::Invalid(Invariant::Config);
     c.dynamic_placement = match placement {
         0 => DynamicPlacement::AfterTools,
         1 => DynamicPlacement::BeforeNewestUser,
         _ => return Err(invalid),
-    };
-    c.tool_call_overhead = r.u16()?;
-    c.lock_newest_user = match r.u8()? {
-        0 => false,
-        1 => true,
-        _ => return Err(SnapshotError::Malformed),
     };
     c.unanswered_calls = match unanswered {
         0 => UnansweredCalls::SynthesizeAborted,
@@ -203,49 +245,41 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, SnapshotError>
 /// Out of line: its temporaries stay off the frame that holds the configuration and the
 /// state while the sink runs.
 #[inline(never)]
-fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), SnapshotError> {
-    let next_id = r.u64()?;
-    s.turn = r.u64()?;
-    s.last_user_id = r.option_u64()?;
-    let pending = if r.some()? { Some((r.u8()?, r.u8()?, r.u64()?)) } else { None };
+fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), Refusal> {
+    let next_id = r.u64();
+    s.turn = r.u64();
+    s.last_user_id = r.option_u64();
+    let pending = if r.flag() { Some((r.u8(), r.u8(), r.u64())) } else { None };
+    // One read per field, not a loop over an array of references: the array costs more code.
     let c = &mut s.counters;
-    for counter in [
-        &mut c.messages_pushed,
-        &mut c.tokens_ingested,
-        &mut c.units_evicted,
-        &mut c.messages_evicted,
-        &mut c.tokens_evicted,
-        &mut c.units_discarded,
-        &mut c.units_drained,
-        &mut c.observations_reduced,
-        &mut c.tokens_saved_by_reduction,
-        &mut c.calls_aborted,
-        &mut c.calls_dropped,
-        &mut c.summaries_added,
-        &mut c.summaries_merged,
-        &mut c.summaries_failed,
-        &mut c.summaries_replaced,
-    ] {
-        *counter = r.u64()?;
-    }
-    c.last_compression_turn = r.option_u64()?;
-    for counter in [
-        &mut c.compactions,
-        &mut c.composes,
-        &mut c.composes_extending,
-        &mut c.prompt_tokens_cached,
-        &mut c.prompt_tokens_new,
-    ] {
-        *counter = r.u64()?;
-    }
-    c.last_prefix_tokens = r.u32()?;
-    c.prefix_changes = r.u8()?;
-    c.last_dynamic_digest = r.u32()?;
-    for tokens in s.tokens.iter_mut() {
-        *tokens = r.u32()?;
-    }
-    s.now = r.u64()?;
-    let invalid = SnapshotError::Invalid(Invariant::Pending);
+    c.messages_pushed = r.u64();
+    c.tokens_ingested = r.u64();
+    c.units_evicted = r.u64();
+    c.messages_evicted = r.u64();
+    c.tokens_evicted = r.u64();
+    c.units_discarded = r.u64();
+    c.units_drained = r.u64();
+    c.observations_reduced = r.u64();
+    c.tokens_saved_by_reduction = r.u64();
+    c.calls_aborted = r.u64();
+    c.calls_dropped = r.u64();
+    c.summaries_added = r.u64();
+    c.summaries_merged = r.u64();
+    c.summaries_failed = r.u64();
+    c.summaries_replaced = r.u64();
+    c.last_compression_turn = r.option_u64();
+    c.compactions = r.u64();
+    c.composes = r.u64();
+    c.composes_extending = r.u64();
+    c.prompt_tokens_cached = r.u64();
+    c.prompt_tokens_new = r.u64();
+    c.last_prefix_tokens = r.u32();
+    c.prefix_changes = r.u8();
+    c.last_dynamic_digest = r.u32();
+    s.tokens = [r.u32(), r.u32(), r.u32(), r.u32()];
+    s.now = r.u64();
+    r.check()?;
+    let invalid = Refusal::Invalid(Invariant::Pending);
     s.issued = next_id.checked_sub(1).ok_or(invalid)?;
     let pending = match pending {
         None => None,
@@ -263,7 +297,7 @@ fn head(
     fingerprint: u32,
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'_>,
-) -> Result<Head, SnapshotError> {
+) -> Result<Head, Refusal> {
     let schema_len = head_config(r, fingerprint, runs, sink)?;
     head_state(r, schema_len, sink)
 }
@@ -277,20 +311,21 @@ fn head_config(
     fingerprint: u32,
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'_>,
-) -> Result<usize, SnapshotError> {
-    let mut config = Config::DEFAULT;
-    config.entity_schema = crate::entities::EntitySchema::EMPTY;
+) -> Result<usize, Refusal> {
+    // Zero, not `Config::DEFAULT`: every field is read, and a zero start needs no 272-byte
+    // image of the defaults in flash.
+    let mut config = Config::ZERO;
     let retired_checkpoint_interval = read_config(r, &mut config)?;
     if config.validate().is_err() {
-        return Err(SnapshotError::Invalid(Invariant::Config));
+        return Err(Refusal::Invalid(Invariant::Config));
     }
     // A strategy that runs one kind never restores a configuration naming another.
     if runs.is_some_and(|kind| kind != config.strategy) {
-        return Err(SnapshotError::Invalid(Invariant::Config));
+        return Err(Refusal::Invalid(Invariant::Config));
     }
     // The retired checkpoint interval is hashed as written, so older snapshots still verify.
     if config.fingerprint_with(retired_checkpoint_interval) != fingerprint {
-        return Err(SnapshotError::Invalid(Invariant::Fingerprint));
+        return Err(Refusal::Invalid(Invariant::Fingerprint));
     }
     sink.config(&config);
     Ok(config.entity_schema.len())
@@ -302,16 +337,16 @@ fn head_state(
     r: &mut Reader<'_>,
     schema_len: usize,
     sink: &mut dyn Sink<'_>,
-) -> Result<Head, SnapshotError> {
+) -> Result<Head, Refusal> {
     let mut state = State::NEW;
     read_state(r, &mut state)?;
     // No session reaches 2^63 messages; a larger id clock is corruption, and would overflow.
     if state.next_id() > MAX_NEXT_ID {
-        return Err(SnapshotError::Invalid(Invariant::Order { level: Level::Permanent }));
+        return Err(Refusal::Invalid(Invariant::Order { level: Level::Permanent }));
     }
     let pending = state.pending();
     if pending.is_some_and(|p| !p.level.is_history() || p.calls == 0 || usize::from(p.calls) > 64) {
-        return Err(SnapshotError::Invalid(Invariant::Pending));
+        return Err(Refusal::Invalid(Invariant::Pending));
     }
     // The one base under which every id a snapshot may hold (below `next_id`) has a 32-bit
     // offset; the records must not be older (checked per record).
@@ -333,28 +368,27 @@ fn head_state(
 fn read_record<'a>(
     r: &mut Reader<'a>,
     level: Level,
-) -> Result<(u64, Header, Trailer, &'a [u8]), SnapshotError> {
+) -> Result<(u64, Header, Trailer, &'a [u8]), Refusal> {
     let mut header = Header::EMPTY;
     let mut trailer = Trailer::NONE;
-    let id = r.u64()?;
-    header.timestamp = r.u64()?;
-    header.content_len = r.u32()?;
-    header.tokens = r.u32()?;
-    let original = r.u32()?;
-    let role = r.u8()?;
-    header.flags = r.u8()?;
-    header.items = r.u8()?;
-    header.detail = r.u8()?;
-    for term in trailer.terms.iter_mut() {
-        *term = r.u16()?;
-    }
-    let bytes = r.bytes()?;
+    let id = r.u64();
+    header.timestamp = r.u64();
+    header.content_len = r.u32();
+    header.tokens = r.u32();
+    let original = r.u32();
+    let role = r.u8();
+    header.flags = r.u8();
+    header.items = r.u8();
+    header.detail = r.u8();
+    trailer.terms = [r.u16(), r.u16(), r.u16(), r.u16()];
+    let bytes = r.bytes();
+    r.check()?;
     header.len = bytes.len() as u32;
-    header.role = role_from(role).ok_or(SnapshotError::Invalid(Invariant::Role { level }))?;
+    header.role = role_from(role).ok_or(Refusal::Invalid(Invariant::Role { level }))?;
     if header.has(flags::REDUCED) {
         trailer.original = Some(original);
     } else if original != header.tokens {
-        return Err(SnapshotError::Invalid(Invariant::Flags { level }));
+        return Err(Refusal::Invalid(Invariant::Flags { level }));
     }
     Ok((id, header, trailer, bytes))
 }
@@ -510,23 +544,36 @@ impl<'a> LevelCheck<'a> {
 pub(crate) fn decode<'a>(
     body: &'a [u8],
     capacities: [(usize, usize); 4],
-    (entity_keys, value_bytes): (usize, usize),
+    entities: (usize, usize),
     fingerprint: u32,
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'a>,
 ) -> Result<(), SnapshotError> {
+    decode_body(body, capacities, entities, fingerprint, runs, sink).map_err(SnapshotError::from)
+}
+
+fn decode_body<'a>(
+    body: &'a [u8],
+    capacities: [(usize, usize); 4],
+    (entity_keys, value_bytes): (usize, usize),
+    fingerprint: u32,
+    runs: Option<StrategyKind>,
+    sink: &mut dyn Sink<'a>,
+) -> Result<(), Refusal> {
     let mut r = Reader::new(body);
     let head = head(&mut r, fingerprint, runs, sink)?;
     let mut last_user_seen = head.last_user_id.is_none();
-    for (level, (messages, bytes)) in Level::ALL.into_iter().zip(capacities) {
-        let count = r.u32()?;
+    for level in Level::ALL {
+        let (messages, bytes) = capacities.get(level.index()).copied().unwrap_or_default();
+        let count = r.u32();
+        r.check()?;
         if count as usize > messages {
-            return Err(SnapshotError::Invalid(Invariant::TooManyMessages { level }));
+            return Err(Refusal::Invalid(Invariant::TooManyMessages { level }));
         }
         let mut check = LevelCheck::new(level, (head.id_base, head.next_id));
         for _ in 0..count {
             let (id, mut header, trailer, bytes) = read_record(&mut r, level)?;
-            check.record(id, &header, trailer, bytes).map_err(SnapshotError::Invalid)?;
+            check.record(id, &header, trailer, bytes)?;
             header.id = u32::try_from(id.saturating_sub(head.id_base)).unwrap_or(u32::MAX);
             if head.last_user_id == Some(id) {
                 last_user_seen |=
@@ -534,26 +581,28 @@ pub(crate) fn decode<'a>(
             }
             sink.record(level, &header, trailer, bytes);
         }
-        check.finish(&head, bytes).map_err(SnapshotError::Invalid)?;
+        check.finish(&head, bytes)?;
     }
     if !last_user_seen {
-        return Err(SnapshotError::Invalid(Invariant::LastUser));
+        return Err(Refusal::Invalid(Invariant::LastUser));
     }
-    let count = r.u32()?;
+    let count = r.u32();
+    r.check()?;
     if count as usize > entity_keys {
-        return Err(SnapshotError::Invalid(Invariant::Entities));
+        return Err(Refusal::Invalid(Invariant::Entities));
     }
     for index in 0..count as usize {
-        let value = if r.some()? { Some(r.bytes()?) } else { None };
+        let value = if r.flag() { Some(r.bytes()) } else { None };
+        r.check()?;
         let declared = index < head.schema_len;
         let fits = value.is_none_or(|v| v.len() <= value_bytes && core::str::from_utf8(v).is_ok());
         if !fits || (value.is_some() && !declared) {
-            return Err(SnapshotError::Invalid(Invariant::Entities));
+            return Err(Refusal::Invalid(Invariant::Entities));
         }
         sink.entity(index, value);
     }
-    if !r.is_empty() {
-        return Err(SnapshotError::Malformed);
+    if !r.is_done() {
+        return Err(Refusal::Malformed);
     }
     sink.end();
     Ok(())
@@ -927,22 +976,46 @@ mod tests {
     fn non_minimal_and_overlong_varints_are_read_as_postcard_reads_them() {
         // 5 as a two-byte varint is accepted (postcard does), a u16 with a too-large last byte or
         // a u32 of six bytes is not.
-        let mut r = Reader::new(&[0x85, 0x00]);
-        assert_eq!(r.u32(), Ok(5));
+        let read = |bytes: &[u8], field: fn(&mut Reader<'_>) -> u64| {
+            let mut r = Reader::new(bytes);
+            let value = field(&mut r);
+            r.check().map(|()| value)
+        };
+        let u16 = |r: &mut Reader<'_>| u64::from(r.u16());
+        let u32 = |r: &mut Reader<'_>| u64::from(r.u32());
+        let u64 = |r: &mut Reader<'_>| r.u64();
+        assert_eq!(read(&[0x85, 0x00], u32), Ok(5));
         assert_eq!(postcard::from_bytes::<u32>(&[0x85, 0x00]), Ok(5));
         for (bytes, u16_ok) in [(&[0xff, 0xff, 0x03][..], true), (&[0xff, 0xff, 0x04][..], false)] {
-            assert_eq!(Reader::new(bytes).u16().is_ok(), u16_ok);
+            assert_eq!(read(bytes, u16).is_ok(), u16_ok);
             assert_eq!(postcard::from_bytes::<u16>(bytes).is_ok(), u16_ok);
         }
         let six = [0x80, 0x80, 0x80, 0x80, 0x80, 0x01];
-        assert!(Reader::new(&six).u32().is_err());
+        assert!(read(&six, u32).is_err());
         assert!(postcard::from_bytes::<u32>(&six).is_err());
         let u64_max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
-        assert_eq!(Reader::new(&u64_max).u64(), Ok(u64::MAX));
+        assert_eq!(read(&u64_max, u64), Ok(u64::MAX));
         let too_big = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
-        assert!(Reader::new(&too_big).u64().is_err());
+        assert!(read(&too_big, u64).is_err());
         assert!(postcard::from_bytes::<u64>(&too_big).is_err());
-        assert_eq!(Reader::new(&[2]).u8(), Ok(2));
-        assert!(Reader::new(&[3, b'a']).bytes().is_err(), "a byte string longer than the input");
+        assert_eq!(read(&[2], |r| u64::from(r.u8())), Ok(2));
+        assert!(read(&[0x80], u32).is_err(), "a varint cut short");
+        let mut r = Reader::new(&[3, b'a']);
+        assert_eq!(r.bytes(), b"");
+        assert!(r.check().is_err(), "a byte string longer than the input");
+    }
+
+    /// A failed read is sticky: the reader stays failed even when later reads find their
+    /// bytes, and a read past the end returns zero.
+    #[test]
+    fn a_failed_read_fails_every_later_check() {
+        let mut r = Reader::new(&[2, 0xff, 7]);
+        assert!(!r.flag() && r.check().is_err(), "a tag of 2 is neither None nor Some");
+        assert_eq!(r.u8(), 0xff);
+        assert!(r.check().is_err() && !r.is_done());
+        let mut r = Reader::new(&[1]);
+        assert!(r.flag() && r.is_done());
+        assert_eq!(r.u8(), 0);
+        assert!(r.check().is_err() && !r.is_done(), "reading past the end");
     }
 }

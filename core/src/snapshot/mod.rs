@@ -71,23 +71,16 @@ impl<'a, C: Capacities, K: TokenCounter, S: Strategy> Sink<'a> for Load<'_, C, K
     }
 }
 
-/// The fixed header in front of the body.
+/// The fixed header in front of the body, as bytes.
+#[cfg(test)]
 fn header_bytes(
     fingerprint: u32,
     capacities: [(usize, usize); 4],
     body_len: usize,
 ) -> [u8; HEADER_LEN] {
     let mut header = [0u8; HEADER_LEN];
-    let mut out = Fill { buf: &mut header, at: 0 };
-    out.put(&MAGIC);
-    out.put(&FORMAT_VERSION.to_le_bytes());
-    out.put(&0u16.to_le_bytes());
-    out.put(&fingerprint.to_le_bytes());
-    for (messages, bytes) in capacities {
-        out.put(&(messages as u32).to_le_bytes());
-        out.put(&(bytes as u32).to_le_bytes());
-    }
-    out.put(&(body_len as u32).to_le_bytes());
+    let mut fill = Fill { buf: &mut header, at: 0 };
+    assert!(wire::encode_header(&mut fill, fingerprint, capacities, body_len));
     header
 }
 
@@ -126,9 +119,9 @@ fn open(bytes: &[u8], capacities: [(usize, usize); 4]) -> Result<(&[u8], u32), S
     if stored != computed {
         return Err(SnapshotError::CrcMismatch { stored, computed });
     }
-    for (index, (level, (messages, capacity))) in Level::ALL.into_iter().zip(capacities).enumerate()
-    {
-        let at = 12 + index * 8;
+    for level in Level::ALL {
+        let (messages, capacity) = capacities.get(level.index()).copied().unwrap_or_default();
+        let at = 12 + level.index() * 8;
         let (theirs_messages, theirs_bytes) = (le_u32(bytes, at), le_u32(bytes, at + 4));
         if theirs_messages as usize > messages || theirs_bytes as usize > capacity {
             return Err(SnapshotError::CapacityExceeded {
@@ -158,7 +151,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     fn encode_body(&self, out: &mut dyn Out) -> bool {
         let rings = Level::ALL.map(|level| self.ring(level));
         let keys = C::Entities::KEYS;
-        wire::encode_body(out, self.config(), self.state(), rings, self.entity_values(), keys)
+        wire::encode_body(out, self.config(), self.state(), &rings, self.entity_values(), keys)
     }
 
     fn body_len(&self) -> usize {
@@ -195,16 +188,14 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if buf.len() < needed {
             return Err(SnapshotError::BufferTooSmall { needed });
         }
-        let header = header_bytes(self.config().fingerprint(), capacities_of::<C>(), body_len);
-        let (head, rest) =
-            buf.split_at_mut_checked(HEADER_LEN).ok_or(SnapshotError::BufferTooSmall { needed })?;
-        head.copy_from_slice(&header);
-        let mut fill = Fill { buf: rest, at: 0 };
-        if !self.encode_body(&mut fill) {
+        let mut fill = Fill { buf: &mut *buf, at: 0 };
+        let fingerprint = self.config().fingerprint();
+        if !wire::encode_header(&mut fill, fingerprint, capacities_of::<C>(), body_len)
+            || !self.encode_body(&mut fill)
+        {
             return Err(SnapshotError::BufferTooSmall { needed });
         }
-        let written = fill.at;
-        let end = HEADER_LEN + written;
+        let end = fill.at;
         let crc = crc::crc32(buf.get(..end).unwrap_or_default());
         let trailer = buf.get_mut(end..end + TRAILER_LEN).ok_or(SnapshotError::Malformed)?;
         trailer.copy_from_slice(&crc.to_le_bytes());
@@ -224,10 +215,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// ```
     pub fn snapshot_to<W: embedded_io::Write>(&self, out: W) -> Result<usize, SnapshotError> {
         let body_len = self.body_len();
-        let header = header_bytes(self.config().fingerprint(), capacities_of::<C>(), body_len);
+        let fingerprint = self.config().fingerprint();
         let mut stream = Stream { out, crc: Crc32::new(), error: None };
-        stream.write(&header).map_err(SnapshotError::Io)?;
-        if !self.encode_body(&mut stream) {
+        if !wire::encode_header(&mut stream, fingerprint, capacities_of::<C>(), body_len)
+            || !self.encode_body(&mut stream)
+        {
             return Err(SnapshotError::Io(stream.error.unwrap_or(embedded_io::ErrorKind::Other)));
         }
         let crc = stream.crc.finish();

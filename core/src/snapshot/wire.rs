@@ -521,12 +521,11 @@ impl<'o> Enc<'o> {
 
 /// The configuration, in `ConfigWire` order.
 fn encode_config(e: &mut Enc<'_>, c: &Config) {
-    for value in [c.context_window, c.reserved_for_reply] {
-        e.varint(value.into());
-    }
-    for value in [c.permanent_budget, c.session_budget, c.working_budget] {
-        e.varint(value.into());
-    }
+    e.varint(c.context_window.into());
+    e.varint(c.reserved_for_reply.into());
+    e.varint(c.permanent_budget.into());
+    e.varint(c.session_budget.into());
+    e.varint(c.working_budget.into());
     e.u8(c.trigger_percent);
     e.varint(c.locked_tail.into());
     e.varint(c.max_messages.into());
@@ -568,42 +567,37 @@ fn encode_state(e: &mut Enc<'_>, s: &State) {
             e.varint(p.answered);
         }
     }
+    // One call per field, not a loop over an array: the array's copy costs more code.
     let c = &s.counters;
-    for value in [
-        c.messages_pushed,
-        c.tokens_ingested,
-        c.units_evicted,
-        c.messages_evicted,
-        c.tokens_evicted,
-        c.units_discarded,
-        c.units_drained,
-        c.observations_reduced,
-        c.tokens_saved_by_reduction,
-        c.calls_aborted,
-        c.calls_dropped,
-        c.summaries_added,
-        c.summaries_merged,
-        c.summaries_failed,
-        c.summaries_replaced,
-    ] {
-        e.varint(value);
-    }
+    e.varint(c.messages_pushed);
+    e.varint(c.tokens_ingested);
+    e.varint(c.units_evicted);
+    e.varint(c.messages_evicted);
+    e.varint(c.tokens_evicted);
+    e.varint(c.units_discarded);
+    e.varint(c.units_drained);
+    e.varint(c.observations_reduced);
+    e.varint(c.tokens_saved_by_reduction);
+    e.varint(c.calls_aborted);
+    e.varint(c.calls_dropped);
+    e.varint(c.summaries_added);
+    e.varint(c.summaries_merged);
+    e.varint(c.summaries_failed);
+    e.varint(c.summaries_replaced);
     e.option_u64(c.last_compression_turn);
-    for value in [
-        c.compactions,
-        c.composes,
-        c.composes_extending,
-        c.prompt_tokens_cached,
-        c.prompt_tokens_new,
-    ] {
-        e.varint(value);
-    }
+    e.varint(c.compactions);
+    e.varint(c.composes);
+    e.varint(c.composes_extending);
+    e.varint(c.prompt_tokens_cached);
+    e.varint(c.prompt_tokens_new);
     e.varint(c.last_prefix_tokens.into());
     e.u8(c.prefix_changes);
     e.varint(c.last_dynamic_digest.into());
-    for tokens in s.tokens {
-        e.varint(tokens.into());
-    }
+    let [permanent, session, working, volatile] = s.tokens;
+    e.varint(permanent.into());
+    e.varint(session.into());
+    e.varint(working.into());
+    e.varint(volatile.into());
     e.varint(s.now);
 }
 
@@ -613,14 +607,38 @@ fn encode_record(e: &mut Enc<'_>, id: u64, h: &Header, record: &[u8]) {
     let trailer = Trailer::of(h, record);
     e.varint(id);
     e.varint(h.timestamp);
-    for value in [h.content_len, h.tokens, trailer.original.unwrap_or(h.tokens)] {
-        e.varint(value.into());
-    }
+    e.varint(h.content_len.into());
+    e.varint(h.tokens.into());
+    e.varint(trailer.original.unwrap_or(h.tokens).into());
     e.put(&[h.role as u8, h.flags & !flags::TRAILER, h.items, h.detail]);
-    for term in trailer.terms {
-        e.varint(term.into());
-    }
+    let [first, second, third, fourth] = trailer.terms;
+    e.varint(first.into());
+    e.varint(second.into());
+    e.varint(third.into());
+    e.varint(fourth.into());
     e.bytes(record::body(h, record));
+}
+
+/// Writes the fixed header in front of the body into `out`: magic, version, flags,
+/// fingerprint, the four levels' capacities, the body's length. Returns whether every byte
+/// was written (none is after the first that was not).
+pub(crate) fn encode_header(
+    out: &mut dyn Out,
+    fingerprint: u32,
+    capacities: [(usize, usize); 4],
+    body_len: usize,
+) -> bool {
+    let mut e = Enc::new(out);
+    e.put(&MAGIC);
+    e.put(&FORMAT_VERSION.to_le_bytes());
+    e.put(&0u16.to_le_bytes());
+    e.put(&fingerprint.to_le_bytes());
+    for (messages, bytes) in capacities {
+        e.put(&(messages as u32).to_le_bytes());
+        e.put(&(bytes as u32).to_le_bytes());
+    }
+    e.put(&(body_len as u32).to_le_bytes());
+    e.finish()
 }
 
 /// Encodes a whole body into `out`: configuration, state, the four levels, the entity table
@@ -631,7 +649,7 @@ pub(crate) fn encode_body(
     out: &mut dyn Out,
     config: &Config,
     state: &State,
-    rings: [RingRef<'_>; 4],
+    rings: &[RingRef<'_>; 4],
     entities: Entities<'_>,
     keys: usize,
 ) -> bool {
