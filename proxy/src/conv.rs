@@ -190,9 +190,7 @@ pub const ARCHIVE_CACHE_KIB: u32 = 2_048;
 pub struct Stores {
     /// The side store.
     pub side: Store,
-    /// The archive (`<state_dir>/archive.db`): sessions hold clones of this handle. Its
-    /// commits never checkpoint the WAL (a checkpoint syncs the disk, and every conversation
-    /// would wait behind it): [`wal`](Self::wal) does.
+    /// The archive (`<state_dir>/archive.db`): sessions hold clones of this handle.
     pub archive: ctxwin_std::archive::Archive,
     /// A second connection to the archive, for WAL checkpoints off the request path
     /// ([`crate::server::App::checkpoint_wal`]).
@@ -230,7 +228,6 @@ pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
     drop(ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?);
     let archive = ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?;
     archive.set_cache_kib(ARCHIVE_CACHE_KIB).map_err(SessionError::from)?;
-    archive.set_wal_autocheckpoint(0).map_err(SessionError::from)?;
     let wal = ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?;
     wal.set_cache_kib(64).map_err(SessionError::from)?;
     Ok(Stores { side: Arc::new(Mutex::new(db)), archive, wal })

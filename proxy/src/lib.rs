@@ -51,9 +51,9 @@
 //!   checkpointed and unloaded, and reloaded from their checkpoint on their next request.
 //! * **Crash safety.** Every message is committed to the archive (SQLite, WAL) before the
 //!   request is forwarded. Commits do not wait for the disk (`synchronous = NORMAL`): the WAL
-//!   is copied into the database file and synced every second by a task off the request path,
-//!   so an acknowledged message survives a crash of the process, and one of the machine can
-//!   lose the last second. A checkpoint is written when a conversation is created, when it has been idle for
+//!   is copied into the database file and synced every second by a task off the request path
+//!   (and by a commit when it passes 1,000 pages), so an acknowledged message survives a
+//!   crash of the process, and one of the machine can lose the last second. A checkpoint is written when a conversation is created, when it has been idle for
 //!   `checkpoint_idle` after a change, every `checkpoint_every` exchanges, before it is
 //!   unloaded and on shutdown — off the request path. After a crash, a conversation restores
 //!   its newest checkpoint and forgets the side-store entries pushed after it; the client's

@@ -216,9 +216,11 @@ impl App {
     }
 
     /// Copies the archive's WAL into its database file on the blocking pool (outside the
-    /// session-work permits): the connection the sessions share never does it itself, so no
-    /// request waits for the disk sync it ends with. The WAL is synced only here; a commit
-    /// is durable against a crash of the process (the OS holds it), not of the machine.
+    /// session-work permits), on a connection of its own: a commit of the connection the
+    /// sessions share then has less to copy itself when the WAL passes 1,000 pages, and
+    /// under light load none, so no request waits for the disk sync a copy ends with. A commit
+    /// is durable against a crash of the process (the OS holds it), not of the machine until
+    /// the next copy.
     pub async fn checkpoint_wal(&self) {
         let wal = self.stores.wal.clone();
         match tokio::task::spawn_blocking(move || wal.checkpoint_wal()).await {

@@ -223,32 +223,13 @@ impl Archive {
         Ok(u64::try_from(kib).unwrap_or(0))
     }
 
-    /// Sets how many WAL pages a commit through this connection may leave before it copies the
-    /// WAL into the database file (SQLite's default is 1,000; 0: never). That copy, a WAL
-    /// checkpoint, syncs the files: the only time a write of a WAL archive with
-    /// `synchronous = NORMAL` waits for the disk. A process whose writers must not wait (the
-    /// proxy, whose sessions share one connection) sets 0 and runs
-    /// [`checkpoint_wal`](Self::checkpoint_wal) on another handle, off their path.
-    ///
-    /// # Errors
-    /// SQLite errors.
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir()?;
-    /// let archive = ctxwin_std::archive::Archive::open(dir.path().join("archive.db"))?;
-    /// archive.set_wal_autocheckpoint(0)?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn set_wal_autocheckpoint(&self, pages: u32) -> Result<(), ArchiveError> {
-        self.conn().pragma_update_and_check(None, "wal_autocheckpoint", pages, |row| {
-            row.get::<_, i64>(0)
-        })?;
-        Ok(())
-    }
-
     /// Copies the WAL's committed pages into the database file and syncs it (a passive
     /// checkpoint: writers on other connections go on meanwhile). Returns the pages the WAL
     /// holds and those copied so far; does nothing in memory.
+    ///
+    /// A commit that leaves more than 1,000 pages in the WAL does this itself, syncing the
+    /// disk before it returns (the only time a write with `synchronous = NORMAL` waits for
+    /// it). Another handle calling this regularly leaves commits less to copy, off their path.
     ///
     /// # Errors
     /// SQLite errors.
@@ -260,7 +241,6 @@ impl Archive {
     /// let path = dir.path().join("archive.db");
     /// drop(Archive::open(&path)?); // a new file's schema is in its WAL until the last close
     /// let mut archive = Archive::open(&path)?;
-    /// archive.set_wal_autocheckpoint(0)?;
     /// archive.store_unit("s", &[ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "hi"))])?;
     /// let other = Archive::open(&path)?;
     /// let (pages, copied) = other.checkpoint_wal()?;
