@@ -180,13 +180,22 @@ CREATE TABLE IF NOT EXISTS meta (
 /// hold a page cache each and, writing one file, wait on each other in SQLite's busy handler).
 pub type Store = Arc<Mutex<Connection>>;
 
-/// Page cache of each conversation's archive handle, in KiB (SQLite's default is 2,000): the
-/// proxy holds one handle per resident conversation. Misses read the operating system's cache.
-/// Every conversation writes the one archive file, so a handle finds its cache stale at
-/// nearly every transaction and rereads the pages anyway: the cache only serves the pages a
-/// transaction touches twice (B-tree roots and interior pages), which 12 pages hold (128 KiB
-/// cost 49 KiB more per conversation in the load bench for the same CPU per request).
-pub const ARCHIVE_CACHE_KIB: u32 = 48;
+/// Page cache of the archive connection every conversation shares, in KiB (SQLite's default
+/// is 2,000). One connection for all: a connection each cost about 200 KiB per resident
+/// conversation, and each found its cache stale after every other one's write.
+pub const ARCHIVE_CACHE_KIB: u32 = 2_048;
+
+/// What every conversation of a proxy shares: the side store and one archive connection.
+#[derive(Clone, Debug)]
+pub struct Stores {
+    /// The side store.
+    pub side: Store,
+    /// The archive (`<state_dir>/archive.db`): sessions hold clones of this handle.
+    pub archive: ctxwin_std::archive::Archive,
+    /// A second connection to the archive, for WAL checkpoints off the request path
+    /// ([`crate::server::App::checkpoint_wal`]).
+    pub wal: ctxwin_std::archive::Archive,
+}
 
 /// The side store's connection, locked.
 fn lock(store: &Store) -> MutexGuard<'_, Connection> {
@@ -205,19 +214,23 @@ pub fn open_store(state_dir: &Path) -> Result<Connection, ConvError> {
     Ok(db)
 }
 
-/// Creates the shared side store's tables and the shared archive (once, at start); returns
-/// the side store's connection.
+/// Opens the side store (creating its tables) and the archive every conversation shares
+/// (once, at start).
 ///
 /// # Errors
 /// SQLite and I/O errors.
-pub fn prepare_state(state_dir: &Path) -> Result<Connection, ConvError> {
+pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
     let db = open_store(state_dir)?;
     db.execute_batch(SCHEMA)?;
-    drop(
-        ctxwin_std::archive::Archive::open(state_dir.join("archive.db"))
-            .map_err(SessionError::from)?,
-    );
-    Ok(db)
+    let path = state_dir.join("archive.db");
+    // Opened and closed first: a new file's schema stays in its WAL until its last connection
+    // closes, and opening a second one checks the file's header.
+    drop(ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?);
+    let archive = ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?;
+    archive.set_cache_kib(ARCHIVE_CACHE_KIB).map_err(SessionError::from)?;
+    let wal = ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?;
+    wal.set_cache_kib(64).map_err(SessionError::from)?;
+    Ok(Stores { side: Arc::new(Mutex::new(db)), archive, wal })
 }
 
 fn to_sql(n: u64) -> i64 {
@@ -232,12 +245,13 @@ impl Conv {
     /// Session, store and I/O errors.
     pub fn open(
         state_dir: &Path,
-        store: &Store,
+        stores: &Stores,
         key: &str,
         provider: Provider,
         window: u32,
         reserve: u32,
     ) -> Result<Self, ConvError> {
+        let store = &stores.side;
         let meta = |name: &str| -> Result<Option<String>, rusqlite::Error> {
             lock(store)
                 .prepare_cached("SELECT value FROM meta WHERE conv = ?1 AND key = ?2")?
@@ -271,7 +285,7 @@ impl Conv {
             };
             let built = SessionBuilder::new(&name)
                 .config(session_config(window, reserve))
-                .archive(state_dir.join("archive.db"))
+                .archive_shared(&stores.archive)
                 .checkpoints(checkpoints)
                 .keep_checkpoints(3)
                 // The proxy checkpoints when a conversation idles or unloads, not every N messages.
@@ -293,9 +307,6 @@ impl Conv {
                 Err(error) => return Err(error.into()),
             }
         };
-        if let Some(archive) = session.archive() {
-            archive.set_cache_kib(ARCHIVE_CACHE_KIB).map_err(SessionError::from)?;
-        }
         let next_id = session.manager().next_id();
         // Entries pushed after the checkpoint the session restored are gone from it: forget
         // them too (the client resends them; the archive rows are rewritten under the same ids).
@@ -1086,7 +1097,7 @@ mod tests {
     #[test]
     fn a_reduced_tool_output_of_text_blocks_is_sent_reduced() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Mutex::new(prepare_state(dir.path()).unwrap()));
+        let store = prepare_state(dir.path()).unwrap();
         let long: String = (0..800).map(|i| format!("line {i} of the build log\n")).collect();
         let blocks = json!([{"type": "text", "text": long}, {"type": "text", "text": "exit 1", "cache_control": {"type": "ephemeral"}}]);
         // OpenAI: a tool message whose content is an array of text parts.
@@ -1128,7 +1139,7 @@ mod tests {
     #[test]
     fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Mutex::new(prepare_state(dir.path()).unwrap()));
+        let store = prepare_state(dir.path()).unwrap();
         let mut conv = Conv::open(dir.path(), &store, "w", Provider::OpenAi, 8_192, 512).unwrap();
         let rows =
             |conv: &Conv| conv.session().archive().unwrap().message_count(Some("w")).unwrap();
@@ -1154,7 +1165,7 @@ mod tests {
     #[test]
     fn retrieval_starts_with_the_first_eviction() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Mutex::new(prepare_state(dir.path()).unwrap()));
+        let store = prepare_state(dir.path()).unwrap();
         let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
         assert_eq!(
             conv.session().archive().unwrap().cache_kib().unwrap(),

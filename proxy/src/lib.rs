@@ -43,13 +43,17 @@
 //!   (head and tail) is sent reduced when its content is a plain string or text blocks only
 //!   (then as one text block, keeping the last block's `cache_control`).
 //! * **Concurrency.** One `tokio::sync::Mutex` per conversation; all session work runs in
-//!   `spawn_blocking`, at most twice the cores at once. Every conversation writes the one
-//!   shared archive through its own handle, taking turns on an in-process lock (no SQLite
-//!   busy waits); the side store is one connection for all. At most `max_resident` conversations stay in memory: above it, the
-//!   least recently used idle ones are checkpointed and unloaded, and reloaded from their
-//!   checkpoint on their next request.
-//! * **Crash safety.** Every message is in the archive (SQLite, WAL) before the core sees it.
-//!   A checkpoint is written when a conversation is created, when it has been idle for
+//!   `spawn_blocking`, at most twice the cores at once. Every conversation's session holds a
+//!   clone of one archive handle: one SQLite connection for all, taken in turns (a connection
+//!   each cost about 200 KiB per resident conversation, and each reread the pages the others
+//!   wrote); the side store is one connection for all too. At most `max_resident`
+//!   conversations stay in memory: above it, the least recently used idle ones are
+//!   checkpointed and unloaded, and reloaded from their checkpoint on their next request.
+//! * **Crash safety.** Every message is committed to the archive (SQLite, WAL) before the
+//!   request is forwarded. Commits do not wait for the disk (`synchronous = NORMAL`): the WAL
+//!   is copied into the database file and synced every second by a task off the request path
+//!   (and by a commit when it passes 1,000 pages), so an acknowledged message survives a
+//!   crash of the process, and one of the machine can lose the last second. A checkpoint is written when a conversation is created, when it has been idle for
 //!   `checkpoint_idle` after a change, every `checkpoint_every` exchanges, before it is
 //!   unloaded and on shutdown — off the request path. After a crash, a conversation restores
 //!   its newest checkpoint and forgets the side-store entries pushed after it; the client's
@@ -72,11 +76,12 @@
 //!
 //! # Limits
 //!
-//! * A resident session costs about 560 KiB (load bench, RSS growth / sessions): its core
-//!   manager starts in the `SmallCapacities` tier (about 150 KiB, all of it touched when
-//!   built) and moves to `ServerCapacities` (1.7 MiB, windows up to 200k tokens) when its
-//!   content needs it; the session's own archive handle (SQLite connection: page cache capped
-//!   at [`conv::ARCHIVE_CACHE_KIB`], lookaside, compiled statements) is about 200 KiB more.
+//! * A resident session costs about 280–295 KiB in the load bench (RSS growth / sessions, the
+//!   bench's own client and fake upstream connections included): its core manager starts in
+//!   the `SmallCapacities` tier (about 100 KiB, all of it touched when built) and moves to
+//!   `ServerCapacities` (1.7 MiB, windows up to 200k tokens) when its content needs it (past
+//!   about 6 KiB of conversation). The archive connection is shared (its page cache is
+//!   [`conv::ARCHIVE_CACHE_KIB`] for all).
 //!   `max_resident` bounds the total.
 //! * Retrieval from the archive runs only once something of the conversation has left the
 //!   core (before, it could find nothing the payload lacks); its full-text search covers the
@@ -195,6 +200,9 @@ async fn shutdown_signal() {
     tracing::info!("ctxwin-proxy: shutting down, checkpointing conversations");
 }
 
+/// How often the archive's WAL is copied into its database file ([`App::checkpoint_wal`]).
+const WAL_CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Runs the proxy on `listener` until `shutdown` resolves, then checkpoints every resident
 /// conversation.
 ///
@@ -217,8 +225,19 @@ pub async fn serve(
             }
         })
     };
+    let wal = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(WAL_CHECKPOINT_EVERY);
+            loop {
+                tick.tick().await;
+                app.checkpoint_wal().await;
+            }
+        })
+    };
     let result = axum::serve(listener, router(app.clone())).with_graceful_shutdown(shutdown).await;
     sweeper.abort();
+    wal.abort();
     app.checkpoint_all().await;
     result
 }

@@ -27,7 +27,8 @@ impl Archive {
         if text.is_empty() {
             return Ok(Vec::new());
         }
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id
              WHERE s.name = ?1 AND (instr(m.content, ?2) > 0 OR instr(m.tool_text, ?2) > 0
                  OR instr(coalesce(m.original, ''), ?2) > 0
@@ -70,7 +71,7 @@ impl Archive {
         texts: &[&str],
     ) -> Result<Forgotten, ArchiveError> {
         let Some(session_id) = self.session_id(session)? else { return Ok(Forgotten::default()) };
-        self.conn.pragma_update(None, "secure_delete", true)?;
+        self.conn().pragma_update(None, "secure_delete", true)?;
         let mut messages: Vec<u64> = ids.to_vec();
         for text in texts.iter().filter(|t| !t.is_empty()) {
             messages.extend(self.messages_containing(session, text)?);
@@ -81,7 +82,8 @@ impl Archive {
         // Held through the scrub below (a write too): a clone, so `self` stays free.
         let gate = self.gate.clone();
         let _turn = super::write_turn(&gate);
-        let tx = self.conn.transaction()?;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
         for &id in &messages {
             let Ok(id) = i64::try_from(id) else { continue };
             tx.execute(
@@ -134,6 +136,7 @@ impl Archive {
             )?;
         }
         tx.commit()?;
+        drop(conn);
         summaries.sort_unstable();
         summaries.dedup();
         self.scrub()?;
@@ -149,13 +152,13 @@ impl Archive {
     /// Leaves no deleted byte in the files: merges the full-text indexes (dropping deleted
     /// entries), rewrites the database and truncates the WAL.
     fn scrub(&mut self) -> Result<(), ArchiveError> {
-        self.conn.execute_batch(
+        self.conn().execute_batch(
             "INSERT INTO messages_fts(messages_fts) VALUES ('optimize');
              INSERT INTO summaries_fts(summaries_fts) VALUES ('optimize');
              VACUUM;",
         )?;
         if self.journal_mode()? == "wal" {
-            self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+            self.conn().query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         }
         Ok(())
     }

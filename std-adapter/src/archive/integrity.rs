@@ -143,7 +143,7 @@ impl Archive {
     /// # Errors
     /// [`ArchiveError::Corrupt`] when the identity is missing.
     pub fn identity(&self) -> Result<String, ArchiveError> {
-        self.conn
+        self.conn()
             .query_row("SELECT value FROM archive_meta WHERE key = 'identity'", [], |row| {
                 row.get(0)
             })
@@ -156,7 +156,7 @@ impl Archive {
     /// # Errors
     /// [`ArchiveError::Corrupt`] naming the first problems found.
     pub fn quick_check(&self) -> Result<(), ArchiveError> {
-        check(&self.conn, "quick_check")
+        check(&self.conn(), "quick_check")
     }
 
     /// The highest message id archived for `session`, if any.
@@ -174,7 +174,7 @@ impl Archive {
     /// # Errors
     /// SQLite errors.
     pub fn max_message_id(&self, session: &str) -> Result<Option<u64>, ArchiveError> {
-        let max: Option<i64> = self.conn.query_row(
+        let max: Option<i64> = self.conn().query_row(
             "SELECT max(m.id) FROM messages m JOIN sessions s ON s.id = m.session_id WHERE s.name = ?1",
             [session],
             |row| row.get(0),
@@ -187,7 +187,8 @@ impl Archive {
     /// # Errors
     /// SQLite errors; [`ArchiveError::Corrupt`] for a damaged row.
     pub fn all_messages(&self, session: &str) -> Result<Vec<ArchivedMessage>, ArchiveError> {
-        let mut stmt = self.conn.prepare_cached(&format!(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id
              WHERE s.name = ?1 ORDER BY m.id"
         ))?;
@@ -199,7 +200,8 @@ impl Archive {
     /// # Errors
     /// SQLite errors.
     pub fn session_names(&self, prefix: &str) -> Result<Vec<String>, ArchiveError> {
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT name FROM sessions WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name",
         )?;
         let names = stmt.query_map([prefix], |row| row.get(0))?.collect::<Result<_, _>>()?;
@@ -227,7 +229,8 @@ impl Archive {
     pub fn delete_from(&mut self, session: &str, first: u64) -> Result<usize, ArchiveError> {
         let first = to_sql_int("message id", first)?;
         let _turn = super::write_turn(&self.gate);
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let deleted = tx.execute(
             "DELETE FROM messages WHERE id >= ?2
              AND session_id = (SELECT id FROM sessions WHERE name = ?1)",

@@ -96,7 +96,8 @@ impl Archive {
         let before = to_sql_int("tokens_before", record.tokens_before)?;
         let after = to_sql_int("tokens_after", record.tokens_after)?;
         let _turn = super::write_turn(&self.gate);
-        let tx = self.conn.transaction()?;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
         let session_id = ensure_session(&tx, session)?;
         tx.prepare_cached(
             "INSERT INTO compression_metrics (session_id, timestamp, tokens_before, tokens_after,
@@ -129,7 +130,8 @@ impl Archive {
     /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
     /// ```
     pub fn metrics_summary(&self, session: Option<&str>) -> Result<MetricsSummary, ArchiveError> {
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT strategy, count(*), sum(tokens_before), sum(tokens_after),
                     sum(units_evicted), sum(summaries_made)
              FROM compression_metrics
@@ -169,12 +171,12 @@ impl Archive {
     pub fn stats(&self) -> Result<ArchiveStats, ArchiveError> {
         let count = |table: &str| -> Result<u64, ArchiveError> {
             let n: i64 =
-                self.conn
+                self.conn()
                     .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| row.get(0))?;
             from_sql_int("row count", n)
         };
-        let pages: i64 = self.conn.pragma_query_value(None, "page_count", |row| row.get(0))?;
-        let page_size: i64 = self.conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
+        let pages: i64 = self.conn().pragma_query_value(None, "page_count", |row| row.get(0))?;
+        let page_size: i64 = self.conn().pragma_query_value(None, "page_size", |row| row.get(0))?;
         Ok(ArchiveStats {
             sessions: count("sessions")?,
             messages: count("messages")?,

@@ -58,18 +58,44 @@ pub use vectors::VectorRow;
 
 use error::from_sql_int;
 
-/// A handle on one archive database. Writes take `&mut self`; wrap it in a `Mutex` to share it
-/// between threads, or open the same file twice (WAL lets readers run beside one writer).
+/// A handle on one archive database. Writes take `&mut self`. To share the database between
+/// sessions and threads, [`clone`](Clone::clone) the handle (the clones share its one SQLite
+/// connection, taking turns on it), or open the file again (a connection each: WAL lets readers
+/// run beside one writer).
 ///
+/// A connection costs about 200 KiB (page cache, lookaside, parsed schema, compiled
+/// statements) and sees the pages another connection wrote as stale: many sessions on one file
+/// (the proxy's) cost less memory and rereading through clones of one handle.
 /// Handles on the same file in one process take turns for their write transactions on an
-/// in-process lock before SQLite's: many sessions writing one archive (the proxy's) queue
-/// for it instead of sleeping in SQLite's busy handler (1 to 100 ms a try) or failing with
-/// "database is locked" once its timeout passes.
+/// in-process lock before SQLite's: many connections writing one archive queue for it instead
+/// of sleeping in SQLite's busy handler (1 to 100 ms a try) or failing with "database is
+/// locked" once its timeout passes.
 #[derive(Debug)]
 pub struct Archive {
-    conn: Connection,
+    /// Shared by this handle's clones; locked for one statement or transaction at a time.
+    conn: Arc<Mutex<Connection>>,
+    /// Writers of this connection waiting to be committed together ([`store::Group`]).
+    group: Arc<store::Group>,
     /// The write lock of this file in this process (none in memory).
     gate: Option<Arc<Mutex<()>>>,
+}
+
+impl Clone for Archive {
+    /// Another handle on the same connection (not a new connection): the clones share its page
+    /// cache and compiled statements, and take turns on it.
+    ///
+    /// ```
+    /// use ctxwin_std::archive::{Archive, ArchivedMessage};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let mut archive = Archive::open_in_memory()?;
+    /// let other = archive.clone();
+    /// archive.store_unit("s", &[ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "hi"))])?;
+    /// assert_eq!(other.message_count(Some("s"))?, 1);
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    fn clone(&self) -> Self {
+        Self { conn: self.conn.clone(), group: self.group.clone(), gate: self.gate.clone() }
+    }
 }
 
 /// The in-process write lock of the archive file at `path`: one per file.
@@ -132,7 +158,7 @@ impl Archive {
             mark_checked(key);
         }
         tracing::debug!(path = %path.display(), deep, "archive: opened");
-        Ok(Self { conn, gate: Some(gate_for(path)) })
+        Ok(Self::with(conn, Some(gate_for(path))))
     }
 
     /// Opens a private in-memory archive (no WAL: there is no file), for tests and short runs.
@@ -147,7 +173,17 @@ impl Archive {
         schema::configure(&conn, false)?;
         schema::migrate(&mut conn)?;
         integrity::ensure_identity(&conn)?;
-        Ok(Self { conn, gate: None })
+        Ok(Self::with(conn, None))
+    }
+
+    fn with(conn: Connection, gate: Option<Arc<Mutex<()>>>) -> Self {
+        Self { conn: Arc::new(Mutex::new(conn)), group: Arc::default(), gate }
+    }
+
+    /// This handle's connection, locked until the guard drops. Callers hold it for one
+    /// statement or transaction and call no other method meanwhile (they lock it too).
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Caps this handle's SQLite page cache at `kib` KiB (SQLite's default is 2,000 KiB for
@@ -165,7 +201,7 @@ impl Archive {
     /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
     /// ```
     pub fn set_cache_kib(&self, kib: u32) -> Result<(), ArchiveError> {
-        self.conn.pragma_update(None, "cache_size", -i64::from(kib))?;
+        self.conn().pragma_update(None, "cache_size", -i64::from(kib))?;
         Ok(())
     }
 
@@ -180,11 +216,46 @@ impl Archive {
     /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
     /// ```
     pub fn cache_kib(&self) -> Result<u64, ArchiveError> {
-        let size: i64 = self.conn.pragma_query_value(None, "cache_size", |row| row.get(0))?;
+        let size: i64 = self.conn().pragma_query_value(None, "cache_size", |row| row.get(0))?;
         // Negative: KiB; positive: pages.
-        let page: i64 = self.conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
+        let page: i64 = self.conn().pragma_query_value(None, "page_size", |row| row.get(0))?;
         let kib = if size < 0 { -size } else { size.saturating_mul(page) / 1024 };
         Ok(u64::try_from(kib).unwrap_or(0))
+    }
+
+    /// Copies the WAL's committed pages into the database file and syncs it (a passive
+    /// checkpoint: writers on other connections go on meanwhile). Returns the pages the WAL
+    /// holds and those copied so far; does nothing in memory.
+    ///
+    /// A commit that leaves more than 1,000 pages in the WAL does this itself, syncing the
+    /// disk before it returns (the only time a write with `synchronous = NORMAL` waits for
+    /// it). Another handle calling this regularly leaves commits less to copy, off their path.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    ///
+    /// ```
+    /// use ctxwin_std::archive::{Archive, ArchivedMessage};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("archive.db");
+    /// drop(Archive::open(&path)?); // a new file's schema is in its WAL until the last close
+    /// let mut archive = Archive::open(&path)?;
+    /// archive.store_unit("s", &[ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "hi"))])?;
+    /// let other = Archive::open(&path)?;
+    /// let (pages, copied) = other.checkpoint_wal()?;
+    /// assert!(pages > 0 && copied == pages);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn checkpoint_wal(&self) -> Result<(u64, u64), ArchiveError> {
+        if self.gate.is_none() {
+            return Ok((0, 0));
+        }
+        let (log, copied): (i64, i64) =
+            self.conn().query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                Ok((row.get(1)?, row.get(2)?))
+            })?;
+        Ok((u64::try_from(log).unwrap_or(0), u64::try_from(copied).unwrap_or(0)))
     }
 
     /// The journal mode in force (`"wal"` for a file, `"memory"` in memory).
@@ -195,7 +266,8 @@ impl Archive {
     /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
     /// ```
     pub fn journal_mode(&self) -> Result<String, ArchiveError> {
-        let mode: String = self.conn.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
+        let mode: String =
+            self.conn().pragma_query_value(None, "journal_mode", |row| row.get(0))?;
         Ok(mode.to_lowercase())
     }
 
@@ -207,12 +279,13 @@ impl Archive {
     /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
     /// ```
     pub fn schema_version(&self) -> Result<i64, ArchiveError> {
-        schema::version(&self.conn)
+        schema::version(&self.conn())
     }
 
     /// The row id of session `name`, if it has stored anything.
     fn session_id(&self, name: &str) -> Result<Option<i64>, ArchiveError> {
-        let mut stmt = self.conn.prepare_cached("SELECT id FROM sessions WHERE name = ?1")?;
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT id FROM sessions WHERE name = ?1")?;
         Ok(stmt.query_row([name], |row| row.get(0)).optional()?)
     }
 }
@@ -317,6 +390,36 @@ mod tests {
         bytes[0] = b'X';
         std::fs::write(&path, bytes).unwrap();
         assert!(matches!(Archive::open(&path), Err(ArchiveError::Corrupt(_))));
+    }
+
+    #[test]
+    fn clones_share_one_connection_and_commit_writers_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = Archive::open(dir.path().join("a.db")).unwrap();
+        let writers: Vec<_> = (0..8)
+            .map(|w| {
+                let mut archive = archive.clone();
+                std::thread::spawn(move || {
+                    for id in 1..=30_u64 {
+                        let text = format!("writer {w} message {id}");
+                        let row = ArchivedMessage::new(id, id, ChatMessage::text(Role::User, text));
+                        assert_eq!(archive.store_messages(&format!("s{w}"), &[row]).unwrap(), 1);
+                    }
+                    // A bad row fails its own write only.
+                    let bad = ArchivedMessage::new(u64::MAX, 1, ChatMessage::text(Role::User, "x"));
+                    assert!(matches!(
+                        archive.store_messages(&format!("s{w}"), &[bad]),
+                        Err(ArchiveError::OutOfRange { .. })
+                    ));
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        assert!(Arc::ptr_eq(&archive.conn, &archive.clone().conn));
+        assert_eq!(archive.message_count(None).unwrap(), 8 * 30);
+        assert_eq!(archive.get("s3", 30).unwrap().unwrap().message.content, "writer 3 message 30");
     }
 
     #[test]

@@ -158,7 +158,8 @@ impl Archive {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT s.name, m.id, m.unit, m.role, m.timestamp, m.content,
                     snippet(messages_fts, -1, '«', '»', '…', ?4), bm25(messages_fts)
              FROM messages_fts
@@ -205,7 +206,8 @@ impl Archive {
         else {
             return Ok(Vec::new());
         };
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT m.id, m.unit, m.role, m.timestamp, m.content, r.rank
              FROM (SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts
                    WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?3 * 4) r
@@ -248,7 +250,8 @@ impl Archive {
         if list.is_empty() {
             return Ok(Vec::new());
         }
-        let mut stmt = self.conn.prepare(&format!(
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
             "SELECT {} FROM messages m JOIN sessions s ON s.id = m.session_id
              WHERE s.name = ?1 AND m.id IN ({}) ORDER BY m.id",
             super::MESSAGE_COLUMNS,
@@ -282,7 +285,8 @@ impl Archive {
         let (Some(fts), Some(filter)) = (fts_query(query), session_filter(self, session)?) else {
             return Ok(Vec::new());
         };
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT s.name, u.id, u.level, u.text, bm25(summaries_fts)
              FROM summaries_fts
              JOIN summaries u ON u.pk = summaries_fts.rowid
@@ -327,7 +331,8 @@ impl Archive {
         limit: usize,
     ) -> Result<Vec<KeywordHit>, ArchiveError> {
         let Some(filter) = session_filter(self, session)? else { return Ok(Vec::new()) };
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT s.name, m.id, m.unit, k.count
              FROM keywords k
              JOIN messages m ON m.pk = k.message_pk
@@ -371,7 +376,8 @@ impl Archive {
         limit: usize,
     ) -> Result<Vec<KeywordCount>, ArchiveError> {
         let Some(filter) = session_filter(self, session)? else { return Ok(Vec::new()) };
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT k.keyword, count(*) AS n
              FROM keywords k JOIN messages m ON m.pk = k.message_pk
              WHERE ?1 IS NULL OR m.session_id = ?1

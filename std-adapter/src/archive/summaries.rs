@@ -39,7 +39,8 @@ impl Archive {
             .map(|&source| to_sql_int("source id", source))
             .collect::<Result<Vec<_>, _>>()?;
         let _turn = super::write_turn(&self.gate);
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let session_id = ensure_session(&tx, session)?;
         let pk: i64 = tx
             .prepare_cached(
@@ -93,7 +94,7 @@ impl Archive {
     pub fn summary(&self, session: &str, id: u64) -> Result<Option<SummaryRecord>, ArchiveError> {
         let Ok(id) = i64::try_from(id) else { return Ok(None) };
         let row = self
-            .conn
+            .conn()
             .prepare_cached(
                 "SELECT u.pk, u.id, u.level, u.text, u.created_at, u.tokens_before, u.tokens_after
                  FROM summaries u JOIN sessions s ON s.id = u.session_id
@@ -112,7 +113,8 @@ impl Archive {
             })
             .optional()?;
         let Some((pk, id, level, text, created_at, before, after)) = row else { return Ok(None) };
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT source_id FROM summary_sources WHERE summary_pk = ?1 ORDER BY position",
         )?;
         let mut rows = stmt.query([pk])?;

@@ -43,7 +43,8 @@ impl Archive {
         let Some(session_id) = self.session_id(session)? else { return Ok(()) };
         let gate = self.gate.clone();
         let _turn = super::write_turn(&gate);
-        let tx = self.conn.transaction()?;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
         {
             let mut stmt = tx.prepare_cached(
                 "INSERT OR REPLACE INTO message_vectors (message_pk, model, vector)
@@ -71,7 +72,8 @@ impl Archive {
         after: u64,
     ) -> Result<Vec<VectorRow>, ArchiveError> {
         let Some(session_id) = self.session_id(session)? else { return Ok(Vec::new()) };
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT m.id, m.content, v.vector FROM messages m
              LEFT JOIN message_vectors v ON v.message_pk = m.pk AND v.model = ?3
              WHERE m.session_id = ?1 AND m.id > ?2 ORDER BY m.id",
@@ -101,7 +103,8 @@ impl Archive {
     /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
     /// ```
     pub fn vector_count(&self, session: &str) -> Result<u64, ArchiveError> {
-        let mut stmt = self.conn.prepare_cached(
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
             "SELECT count(*) FROM message_vectors v JOIN messages m ON m.pk = v.message_pk
              JOIN sessions s ON s.id = m.session_id WHERE s.name = ?1",
         )?;

@@ -37,7 +37,7 @@ use super::{Counter, SessionError};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ServerCapacities;
 
-/// Capacities every session starts with (about 150 KiB): a short conversation never needs
+/// Capacities every session starts with (about 100 KiB): a short conversation never needs
 /// more, and a proxy holds hundreds of them resident.
 ///
 /// The session moves to [`ServerCapacities`] before any ring passes 40% of its bytes or
@@ -48,24 +48,30 @@ pub struct ServerCapacities;
 ///
 /// | level | messages | bytes |
 /// |---|---:|---:|
-/// | permanent | 32 | 24 KiB |
+/// | permanent | 32 | 8 KiB |
 /// | session | 32 | 40 KiB |
-/// | working | 256 | 48 KiB |
-/// | volatile | 32 | 8 KiB |
+/// | working | 256 | 16 KiB |
+/// | volatile | 16 | 4 KiB |
+///
+/// The session ring keeps 40 KiB so that a summary as long as the scratch buffer (16 KiB)
+/// stored at the growth mark stays under the core's trigger. The working ring holds about
+/// 6 KiB of conversation (1,500 tokens) below the mark: every byte of the tier is touched when
+/// it is built, so it is sized for short conversations, and longer ones pay for the server
+/// tier when they get there.
 ///
 /// ```
 /// use ctxwin_std::session::SmallManager;
 /// let size = core::mem::size_of::<SmallManager>();
-/// assert!(size < 160 * 1024, "{size}");
+/// assert!(size < 110 * 1024, "{size}");
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SmallCapacities;
 
 impl Capacities for SmallCapacities {
-    type Permanent = Ring<32, { 24 * 1024 }>;
+    type Permanent = Ring<32, { 8 * 1024 }>;
     type Session = Ring<32, { 40 * 1024 }>;
-    type Working = Ring<256, { 48 * 1024 }>;
-    type Volatile = Ring<32, { 8 * 1024 }>;
+    type Working = Ring<256, { 16 * 1024 }>;
+    type Volatile = Ring<16, { 4 * 1024 }>;
     type Scratch = Scratch<{ 16 * 1024 }>;
     type Entities = EntityTable<8, 256>;
 }

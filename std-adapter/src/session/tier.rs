@@ -18,7 +18,7 @@ use super::{Counter, SessionError};
 /// The core manager with [`ServerCapacities`] (about 1.7 MiB).
 pub type ServerManager = ContextManager<ServerCapacities, Counter>;
 
-/// The core manager with [`SmallCapacities`] (about 150 KiB).
+/// The core manager with [`SmallCapacities`] (about 100 KiB).
 pub type SmallManager = ContextManager<SmallCapacities, Counter>;
 
 /// Share of a small ring (bytes or message slots) past which the session moves up a tier
