@@ -275,11 +275,12 @@ fn prewarm(embedder: &CachedEmbedder, texts: &[&str]) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
-/// The fusion of the hybrid row: `RECALL_HYBRID` = `rrf` or `convex:W` (default
+/// The fusion of the hybrid row: `RECALL_HYBRID` = `interleave`, `rrf` or `convex:W` (default
 /// [`Hybrid::DEFAULT`]).
 fn hybrid() -> Hybrid {
     let value = std::env::var("RECALL_HYBRID").unwrap_or_default();
     match value.split_once(':') {
+        _ if value == "interleave" => Hybrid::Interleave,
         _ if value == "rrf" => Hybrid::ReciprocalRank { k: 60.0, lexical: 1.0, semantic: 1.0 },
         Some(("convex", w)) => {
             Hybrid::Convex { semantic: w.parse().expect("RECALL_HYBRID weight") }

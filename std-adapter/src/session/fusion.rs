@@ -14,7 +14,7 @@ pub(crate) type Ranked = (f64, u64, Role, String);
 /// let rrf = Hybrid::ReciprocalRank { k: 60.0, lexical: 1.0, semantic: 1.0 };
 /// // The best BM25 hit that is 10th by cosine, against the reverse: a tie.
 /// assert_eq!(rrf.rank_score(Some(1), Some(10)), rrf.rank_score(Some(10), Some(1)));
-/// assert!(matches!(Hybrid::DEFAULT, Hybrid::Convex { .. }));
+/// assert_eq!(Hybrid::DEFAULT, Hybrid::Interleave);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Hybrid {
@@ -37,14 +37,20 @@ pub enum Hybrid {
         /// Weight of the cosine part, 0 to 1.
         semantic: f64,
     },
+    /// The two rankings taken in turns, rank by rank (BM25's first, then the cosine list's
+    /// first, then each one's second…), a message already taken skipped. Parameter-free, and
+    /// a sure BM25 hit keeps the place it has in the lexical ranking (at most doubled), which
+    /// a score combination cannot promise when a payload has room for few messages.
+    Interleave,
 }
 
 impl Hybrid {
-    /// Convex combination with equal weights.
-    pub const DEFAULT: Self = Self::Convex { semantic: 0.5 };
+    /// The two rankings interleaved ([`Hybrid::Interleave`]): parameter-free, and on the
+    /// recall bench ahead of the convex combination at both budgets (README, "Recall").
+    pub const DEFAULT: Self = Self::Interleave;
 
     /// The reciprocal-rank score of a candidate at 1-based ranks `lexical` and `semantic`
-    /// (`None`: not in that list); 0 for [`Hybrid::Convex`].
+    /// (`None`: not in that list); 0 for the other fusions.
     pub fn rank_score(&self, lexical: Option<usize>, semantic: Option<usize>) -> f64 {
         let Self::ReciprocalRank { k, lexical: wl, semantic: ws } = *self else { return 0.0 };
         let part = |rank: Option<usize>, weight: f64| rank.map_or(0.0, |r| weight / (k + r as f64));
@@ -72,6 +78,25 @@ pub(crate) fn fuse(
         nearest.iter().enumerate().map(|(i, &(id, _))| (id, i + 1)).collect();
     let extra = extra.into_iter().map(|m| (0.0, m.id, m.message.role, m.message.content));
     let mut fused: Vec<Ranked> = match *hybrid {
+        Hybrid::Interleave => {
+            let lexical_ids: Vec<u64> = lexical.iter().map(|r| r.1).collect();
+            let mut pool: std::collections::HashMap<u64, Ranked> =
+                lexical.into_iter().chain(extra).map(|r| (r.1, r)).collect();
+            let mut order: Vec<Ranked> = Vec::with_capacity(pool.len());
+            for i in 0..lexical_ids.len().max(nearest.len()) {
+                for id in [lexical_ids.get(i), nearest.get(i).map(|n| &n.0)].into_iter().flatten() {
+                    if let Some(hit) = pool.remove(id) {
+                        order.push(hit);
+                    }
+                }
+            }
+            let count = order.len() as f64;
+            order
+                .into_iter()
+                .enumerate()
+                .map(|(i, (_, id, role, text))| (count - i as f64, id, role, text))
+                .collect()
+        }
         Hybrid::ReciprocalRank { .. } => lexical
             .into_iter()
             .enumerate()
@@ -122,6 +147,33 @@ mod tests {
     }
 
     #[test]
+    fn interleave_alternates_the_lists_and_takes_each_message_once() {
+        let only_semantic = ArchivedMessage::new(9, 9, ChatMessage::text(Role::User, "m9"));
+        let fused = fuse(
+            lexical(&[(1, 30.0), (2, 20.0), (3, 1.0)]),
+            &[(9, 0.9), (1, 0.8), (3, 0.5)],
+            vec![only_semantic],
+            |_| None,
+            &Hybrid::Interleave,
+        );
+        // Lexical first, cosine first, lexical second; 1 and 3 come once, from whichever list
+        // reaches them first.
+        assert_eq!(order(&fused), [1, 9, 2, 3]);
+        assert!(fused.windows(2).all(|w| w[0].0 > w[1].0), "scores follow the order");
+    }
+
+    #[test]
+    fn interleave_keeps_a_sure_lexical_hit_first_whatever_its_cosine() {
+        let near = [(5, 0.99), (6, 0.98), (7, 0.97)];
+        let extra = [5, 6, 7].map(|id| {
+            ArchivedMessage::new(id, id, ChatMessage::text(Role::User, format!("m{id}")))
+        });
+        let fused =
+            fuse(lexical(&[(1, 9.0)]), &near, extra.into(), |_| Some(0.0), &Hybrid::Interleave);
+        assert_eq!(order(&fused), [1, 5, 6, 7]);
+    }
+
+    #[test]
     fn rrf_prefers_agreement_and_ignores_score_gaps() {
         let h = Hybrid::ReciprocalRank { k: 60.0, lexical: 1.0, semantic: 1.0 };
         assert!(h.rank_score(Some(3), Some(3)) > h.rank_score(Some(1), None));
@@ -153,7 +205,7 @@ mod tests {
             &[(9, 0.9), (2, 0.5)],
             vec![only_semantic],
             cosines,
-            &Hybrid::DEFAULT,
+            &Hybrid::Convex { semantic: 0.5 },
         );
         // 1: 0.5·1 + 0 = 0.5; 9: 0 + 0.5·1 = 0.5 (newer id first on a tie); 2: 0.5·(1/30) + 0.5·(3/7).
         assert_eq!(order(&fused), [9, 1, 2]);

@@ -16,7 +16,7 @@
 //!
 //! With an embedder ([`SessionBuilder::embedder`](super::SessionBuilder::embedder)), the
 //! nearest messages by cosine similarity join the candidates and the two rankings are fused
-//! ([`Hybrid`](super::Hybrid): a convex combination of normalized scores by default); a
+//! ([`Hybrid`](super::Hybrid): the two lists interleaved rank by rank by default); a
 //! failing embedder leaves the lexical ranking alone for that build.
 //!
 //! Packing: ranked hits first, best first, each with the turn a short one brings, while they
