@@ -74,8 +74,6 @@ use error::from_sql_int;
 pub struct Archive {
     /// Shared by this handle's clones; locked for one statement or transaction at a time.
     conn: Arc<Mutex<Connection>>,
-    /// Writers of this connection waiting to be committed together ([`store::Group`]).
-    group: Arc<store::Group>,
     /// The write lock of this file in this process (none in memory).
     gate: Option<Arc<Mutex<()>>>,
 }
@@ -94,7 +92,7 @@ impl Clone for Archive {
     /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
     /// ```
     fn clone(&self) -> Self {
-        Self { conn: self.conn.clone(), group: self.group.clone(), gate: self.gate.clone() }
+        Self { conn: self.conn.clone(), gate: self.gate.clone() }
     }
 }
 
@@ -177,7 +175,7 @@ impl Archive {
     }
 
     fn with(conn: Connection, gate: Option<Arc<Mutex<()>>>) -> Self {
-        Self { conn: Arc::new(Mutex::new(conn)), group: Arc::default(), gate }
+        Self { conn: Arc::new(Mutex::new(conn)), gate }
     }
 
     /// This handle's connection, locked until the guard drops. Callers hold it for one
@@ -393,7 +391,7 @@ mod tests {
     }
 
     #[test]
-    fn clones_share_one_connection_and_commit_writers_together() {
+    fn clones_share_one_connection_and_a_bad_write_fails_alone() {
         let dir = tempfile::tempdir().unwrap();
         let archive = Archive::open(dir.path().join("a.db")).unwrap();
         let writers: Vec<_> = (0..8)

@@ -1,8 +1,5 @@
 //! Writing messages (one unit, or a bulk import) and reading them back by id, unit and recency.
 
-use std::collections::HashMap;
-use std::sync::{Condvar, Mutex, PoisonError};
-
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use super::error::{ArchiveError, to_sql_int};
@@ -112,116 +109,7 @@ fn write(conn: &Connection, session_id: i64, batch: &[Encoded<'_>]) -> Result<us
     Ok(written)
 }
 
-/// Group commit: writers of [`Archive::store_messages`] on one connection (clones of one
-/// handle) that arrive while another group is being written wait, and the first of them then
-/// writes all their messages in one transaction for them. A transaction costs far more than
-/// its rows (the WAL frames of every page it touches, the full-text index's new segment), and
-/// sessions sharing a connection (the proxy's) write small batches at once. Each writer still
-/// returns only after its own rows are committed.
-#[derive(Debug, Default)]
-pub(super) struct Group {
-    state: Mutex<GroupState>,
-    settled: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct GroupState {
-    /// Writes waiting for the next leader.
-    queue: Vec<Job>,
-    /// A writer is writing a group now.
-    leading: bool,
-    next_ticket: u64,
-    /// Outcomes of written jobs, by ticket, until their writer takes them.
-    outcomes: HashMap<u64, Result<usize, ArchiveError>>,
-}
-
-#[derive(Debug)]
-struct Job {
-    ticket: u64,
-    session: String,
-    messages: Vec<ArchivedMessage>,
-}
-
-/// Writes `jobs` in one transaction; the rows changed of each.
-fn write_jobs(
-    conn: &mut Connection,
-    jobs: &[(u64, &str, Vec<Encoded<'_>>)],
-) -> Result<Vec<usize>, ArchiveError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut written = Vec::with_capacity(jobs.len());
-    for (_, session, encoded) in jobs {
-        let session_id = ensure_session(&tx, session)?;
-        written.push(write(&tx, session_id, encoded)?);
-    }
-    tx.commit()?;
-    Ok(written)
-}
-
 impl Archive {
-    /// Writes a group of jobs: together in one transaction, or each in its own when that
-    /// fails (one bad job fails alone). Outcomes by ticket.
-    fn write_group(&self, jobs: &[Job]) -> Vec<(u64, Result<usize, ArchiveError>)> {
-        let mut outcomes = Vec::with_capacity(jobs.len());
-        let mut encoded = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            match job.messages.iter().map(encode).collect::<Result<Vec<_>, _>>() {
-                Ok(rows) => encoded.push((job.ticket, job.session.as_str(), rows)),
-                Err(error) => outcomes.push((job.ticket, Err(error))),
-            }
-        }
-        if encoded.is_empty() {
-            return outcomes;
-        }
-        let _turn = super::write_turn(&self.gate);
-        let mut conn = self.conn();
-        match write_jobs(&mut conn, &encoded) {
-            Ok(written) => {
-                outcomes.extend(encoded.iter().zip(written).map(|(job, n)| (job.0, Ok(n))));
-            }
-            Err(error) if encoded.len() == 1 => outcomes.push((encoded[0].0, Err(error))),
-            Err(_) => {
-                for job in encoded {
-                    let ticket = job.0;
-                    let written = write_jobs(&mut conn, std::slice::from_ref(&job));
-                    outcomes.push((ticket, written.map(|w| w[0])));
-                }
-            }
-        }
-        outcomes
-    }
-
-    /// Stores `messages` of `session` in one transaction, committed together with those of
-    /// other writers on this connection that wait meanwhile (see [`Group`]).
-    fn store_grouped(
-        &self,
-        session: &str,
-        messages: &[ArchivedMessage],
-    ) -> Result<usize, ArchiveError> {
-        let group = &*self.group;
-        let lock = || group.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut state = lock();
-        let ticket = state.next_ticket;
-        state.next_ticket = ticket.wrapping_add(1);
-        state.queue.push(Job { ticket, session: session.to_string(), messages: messages.to_vec() });
-        loop {
-            if let Some(outcome) = state.outcomes.remove(&ticket) {
-                return outcome;
-            }
-            if !state.leading {
-                state.leading = true;
-                let jobs = std::mem::take(&mut state.queue);
-                drop(state);
-                let outcomes = self.write_group(&jobs);
-                state = lock();
-                state.leading = false;
-                state.outcomes.extend(outcomes);
-                group.settled.notify_all();
-                continue;
-            }
-            state = group.settled.wait(state).unwrap_or_else(PoisonError::into_inner);
-        }
-    }
-
     /// Stores one evicted unit in a single transaction: when this returns `Ok`, every message is
     /// committed and the core may release the unit; on error nothing of it was written.
     ///
@@ -300,16 +188,6 @@ impl Archive {
         session: &str,
         messages: &[ArchivedMessage],
     ) -> Result<usize, ArchiveError> {
-        if messages.len() <= IMPORT_BATCH {
-            let written = self.store_grouped(session, messages)?;
-            tracing::debug!(
-                session,
-                messages = messages.len(),
-                written,
-                "archive: messages stored"
-            );
-            return Ok(written);
-        }
         let encoded = messages.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
         let mut written = 0_usize;
         for batch in encoded.chunks(IMPORT_BATCH) {
