@@ -6,16 +6,21 @@
 //! # LOAD_UPSTREAM_MS (50: the fake model's answer time; 0 saturates the machine)
 //! ```
 //!
+//! The proxy runs in a process of its own (this binary again, started with
+//! `LOAD_PROXY_CHILD=1`, serving on the runtime `ctxwin proxy` uses), so its CPU time and
+//! resident memory are read from `/proc/PID/` apart from the client's and the fake
+//! upstream's, which run here.
+//!
 //! Phase 1: `LOAD_CONVERSATIONS` conversations at once, `LOAD_TURNS` requests each, every
 //! request resending the whole history. Reports the latency the proxy adds (its own time,
-//! upstream excluded, as `/metrics` measures it) p50/p99/max, errors, and resident memory
-//! per conversation (RSS growth over the phase / conversations, from `/proc/self/statm`), and
-//! the CPU time per request: all of it, and the proxy's share (minus phase 0's).
-//! Phase 0: the same conversations straight to the fake upstream, no proxy: the CPU the
-//! client and the upstream (both in this process) cost.
-//! Phase 2: `LOAD_SESSIONS` one-request conversations under a resident cap of `LOAD_CAP`:
-//! reports the resident count and RSS at the end.
+//! upstream excluded, as `/metrics` measures it) p50/p99/max, errors, the proxy's CPU time per
+//! request and its resident memory per conversation (RSS growth over the phase divided by the
+//! conversations, from `/proc/PID/statm`).
+//! Phase 2: `LOAD_SESSIONS` one-request conversations under a resident cap of `LOAD_CAP` (a
+//! second proxy process): the peak resident count and RSS at the end.
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,16 +35,16 @@ fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// Resident pages of this process, from `/proc/self/statm` (second field), in KiB.
-fn rss_kib() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+/// Resident pages of process `pid`, from `/proc/PID/statm` (second field), in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap_or_default();
     let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
     pages * 4
 }
 
-/// CPU time (user + system) this process has used, from `/proc/self/stat`, in ms.
-fn cpu_ms() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+/// CPU time (user + system) process `pid` has used, from `/proc/PID/stat`, in ms.
+fn cpu_ms(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the parenthesized name: state is field 3; utime and stime are 14 and 15.
     let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<u64> = rest.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect();
@@ -90,14 +95,23 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
     sorted[index]
 }
 
-async fn conversation(client: reqwest::Client, url: String, id: usize, turns: usize) -> usize {
+/// One conversation of `turns` requests; its errors and each request's time as the client sees
+/// it (send to whole answer read), in µs.
+async fn conversation(
+    client: reqwest::Client,
+    url: String,
+    id: usize,
+    turns: usize,
+) -> (usize, Vec<u32>) {
     let mut errors = 0;
+    let mut times = Vec::with_capacity(turns);
     let mut messages = vec![
         json!({"role": "system", "content": format!("You are agent {id}. Keep the build green.")}),
     ];
     for turn in 0..turns {
         messages.push(json!({"role": "user", "content": format!("Turn {turn} of conversation {id}: check the build and report what changed since the last run, with the failing tests if any.")}));
         let body = json!({"model": "m", "messages": messages, "temperature": 0}).to_string();
+        let sent = Instant::now();
         let response = client
             .post(&url)
             .header("content-type", "application/json")
@@ -108,6 +122,7 @@ async fn conversation(client: reqwest::Client, url: String, id: usize, turns: us
         match response {
             Ok(response) if response.status().is_success() => {
                 let value: Value = response.json().await.unwrap_or(Value::Null);
+                times.push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX));
                 messages.push(value["choices"][0]["message"].clone());
             }
             Ok(response) => {
@@ -124,28 +139,168 @@ async fn conversation(client: reqwest::Client, url: String, id: usize, turns: us
             }
         }
     }
-    errors
+    (errors, times)
 }
 
-/// `count` conversations at once (ids from `first`); the errors.
+/// The conversations `ids`, at most `at_once` in flight; the errors and the client's request
+/// times (µs), sorted.
 async fn run_conversations(
     client: &reqwest::Client,
     url: &str,
-    first: usize,
-    count: usize,
+    ids: std::ops::Range<usize>,
+    at_once: usize,
     turns: usize,
-) -> usize {
-    let tasks: Vec<_> = (first..first + count)
-        .map(|id| tokio::spawn(conversation(client.clone(), url.to_string(), id, turns)))
-        .collect();
+) -> (usize, Vec<u32>) {
     let mut errors = 0;
-    for task in tasks {
-        errors += task.await.unwrap();
+    let mut times = Vec::new();
+    let ids: Vec<usize> = ids.collect();
+    for chunk in ids.chunks(at_once.max(1)) {
+        let tasks: Vec<_> = chunk
+            .iter()
+            .map(|&id| tokio::spawn(conversation(client.clone(), url.to_string(), id, turns)))
+            .collect();
+        for task in tasks {
+            let (e, t) = task.await.unwrap();
+            errors += e;
+            times.extend(t);
+        }
     }
-    errors
+    times.sort_unstable();
+    (errors, times)
+}
+
+/// The proxy process: serves on an ephemeral port (printed as `listening ADDR`), then answers
+/// commands read from standard input, a line each:
+/// `samples` (the added-latency samples since the last call, µs, and the peak resident count
+/// since then) and `stop`.
+fn child() {
+    let config = ProxyConfig {
+        upstream: std::env::var("LOAD_UPSTREAM").unwrap(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        state_dir: std::env::var("LOAD_STATE_DIR").unwrap().into(),
+        max_resident: env("LOAD_CAP", 256),
+        ..ProxyConfig::default()
+    };
+    // The runtime `ctxwin proxy` runs on (`run_blocking`).
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async move {
+        let app = App::new(config).unwrap();
+        app.metrics.keep_samples();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(ctxwin_proxy::serve(app.clone(), listener, async move {
+            let _ = stop_rx.await;
+        }));
+        let peak = Arc::new(AtomicU64::new(0));
+        // The resident count, sampled every millisecond (a batch could pass the cap and fall
+        // back before its end).
+        let sampler = {
+            let (peak, app) = (peak.clone(), app.clone());
+            tokio::spawn(async move {
+                loop {
+                    peak.fetch_max(app.metrics.resident.load(Ordering::Relaxed), Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        println!("listening {addr}");
+        std::io::stdout().flush().unwrap();
+        while let Some(command) = rx.recv().await {
+            match command.as_str() {
+                "samples" => {
+                    let samples = app.metrics.take_samples();
+                    let peak = peak.swap(0, Ordering::Relaxed);
+                    let list: Vec<String> = samples.iter().map(u32::to_string).collect();
+                    println!(
+                        "{peak} {} {} {} {}",
+                        app.metrics.resident.load(Ordering::Relaxed),
+                        app.known_sessions(),
+                        app.metrics.unloads.load(Ordering::Relaxed),
+                        list.join(" ")
+                    );
+                    std::io::stdout().flush().unwrap();
+                }
+                _ => break,
+            }
+        }
+        sampler.abort();
+        let _ = stop_tx.send(());
+        let _ = server.await;
+    });
+}
+
+/// A proxy process started by [`child`].
+struct ProxyProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    url: String,
+}
+
+/// What a proxy process reports on `samples`.
+struct Report {
+    peak: u64,
+    resident: u64,
+    known: u64,
+    unloads: u64,
+    samples: Vec<u32>,
+}
+
+impl ProxyProcess {
+    fn start(upstream: std::net::SocketAddr, state_dir: &std::path::Path, cap: usize) -> Self {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env("LOAD_PROXY_CHILD", "1")
+            .env("LOAD_UPSTREAM", format!("http://{upstream}"))
+            .env("LOAD_STATE_DIR", state_dir)
+            .env("LOAD_CAP", cap.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let addr = line.trim().strip_prefix("listening ").unwrap().to_string();
+        Self { child, stdin, stdout, url: format!("http://{addr}/v1/chat/completions") }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn report(&mut self) -> Report {
+        writeln!(self.stdin, "samples").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        let mut numbers = line.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+        let mut next = || numbers.next().unwrap();
+        let (peak, resident, known, unloads) = (next(), next(), next(), next());
+        let samples = numbers.map(|n| n as u32).collect();
+        Report { peak, resident, known, unloads, samples }
+    }
+
+    fn stop(mut self) {
+        let _ = writeln!(self.stdin, "stop");
+        let _ = self.child.wait();
+    }
 }
 
 fn main() {
+    if std::env::var_os("LOAD_PROXY_CHILD").is_some() {
+        child();
+        return;
+    }
     let conversations = env("LOAD_CONVERSATIONS", 200);
     let turns = env("LOAD_TURNS", 20);
     let sessions = env("LOAD_SESSIONS", 10_000);
@@ -155,48 +310,29 @@ fn main() {
     runtime.block_on(async move {
         let state = tempfile::tempdir().unwrap();
         let upstream = fake_upstream(delay).await;
-        let config = ProxyConfig {
-            upstream: format!("http://{upstream}"),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            state_dir: state.path().to_path_buf(),
-            max_resident: cap.max(conversations),
-            ..ProxyConfig::default()
-        };
-        let app = App::new(config).unwrap();
-        app.metrics.keep_samples();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(ctxwin_proxy::serve(app.clone(), listener, async move {
-            let _ = stop_rx.await;
-        }));
-        let url = format!("http://{addr}/v1/chat/completions");
+        let mut proxy = ProxyProcess::start(upstream, &state.path().join("phase1"), cap.max(conversations));
+        let pid = proxy.pid();
         let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
-        // Phase 0: the same conversations straight to the upstream: the CPU the client and the
-        // fake upstream (both in this process) cost per request, to subtract.
+        // Phase 0: the same conversations straight to the upstream, for the client's view.
         let direct = format!("http://{upstream}/v1/chat/completions");
-        let cpu_before = cpu_ms();
-        let started = Instant::now();
-        let errors = run_conversations(&client, &direct, 2_000_000, conversations, turns).await;
-        let baseline_cpu = (cpu_ms() - cpu_before) as f64 / (conversations * turns) as f64;
-        println!(
-            "phase 0 (no proxy): {conversations} conversations × {turns} requests in {:.2} s, errors {errors}: client + fake upstream CPU {baseline_cpu:.2} ms per request",
-            started.elapsed().as_secs_f64()
-        );
+        let (_, direct_times) =
+            run_conversations(&client, &direct, 2_000_000..2_000_000 + conversations, conversations, turns).await;
         // Warm up: one conversation, then measure from here.
-        conversation(client.clone(), url.clone(), usize::MAX, 2).await;
-        let _ = app.metrics.take_samples();
-        let rss_before = rss_kib();
+        let _ = conversation(client.clone(), proxy.url.clone(), usize::MAX, 2).await;
+        let _ = proxy.report();
+        let rss_before = rss_kib(pid);
         let load_before = loadavg();
-        let cpu_before = cpu_ms();
+        let cpu_before = cpu_ms(pid);
         let started = Instant::now();
-        let errors = run_conversations(&client, &url, 0, conversations, turns).await;
+        let (errors, times) =
+            run_conversations(&client, &proxy.url, 0..conversations, conversations, turns).await;
         let elapsed = started.elapsed();
-        let cpu = (cpu_ms() - cpu_before) as f64;
+        let cpu = (cpu_ms(pid) - cpu_before) as f64;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let rss_after = rss_kib();
-        let samples = app.metrics.take_samples();
-        // Each conversation's first request creates its session (archive, checkpoint store).
+        let rss_after = rss_kib(pid);
+        let report = proxy.report();
+        let samples = report.samples;
+        // Each conversation's first request creates its session.
         let mut later: Vec<u32> = samples.iter().copied().skip(conversations).collect();
         later.sort_unstable();
         let mut samples = samples;
@@ -210,67 +346,26 @@ fn main() {
         println!("  without the first {conversations} requests (session creation): p50 {} µs, p99 {} µs",
             percentile(&later, 0.5), percentile(&later, 0.99));
         println!("  upstream answer time {} ms; errors: {errors}", delay.as_millis());
-        println!("  CPU: {:.2} ms per request in all, {:.2} ms of it the proxy's (minus phase 0's client + upstream); {:.0}% of one core over the phase",
-            cpu / requests as f64, cpu / requests as f64 - baseline_cpu, cpu / elapsed.as_secs_f64() / 10.0);
-        println!("  resident memory (statm): {} KiB → {} KiB: {} KiB per conversation",
+        let (p50, p99) = (percentile(&times, 0.5), percentile(&times, 0.99));
+        let (d50, d99) = (percentile(&direct_times, 0.5), percentile(&direct_times, 0.99));
+        println!("  request time the client sees: through the proxy p50 {p50} µs, p99 {p99} µs; straight to the upstream p50 {d50} µs, p99 {d99} µs (difference {} / {} µs: the proxy's time, its hops and the machine's queueing)",
+            i64::from(p50) - i64::from(d50), i64::from(p99) - i64::from(d99));
+        println!("  proxy process CPU: {:.3} ms per request; {:.0}% of one core over the phase",
+            cpu / requests as f64, cpu / elapsed.as_secs_f64() / 10.0);
+        println!("  proxy process resident memory (statm): {} KiB → {} KiB: {} KiB per conversation",
             rss_before, rss_after, rss_after.saturating_sub(rss_before) / conversations.max(1) as u64);
+        proxy.stop();
 
         if sessions > 0 {
             let started = Instant::now();
-            let app2 = {
-                let config = ProxyConfig {
-                    upstream: format!("http://{upstream}"),
-                    listen: "127.0.0.1:0".parse().unwrap(),
-                    state_dir: state.path().join("phase2"),
-                    max_resident: cap,
-                    ..ProxyConfig::default()
-                };
-                App::new(config).unwrap()
-            };
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr2 = listener.local_addr().unwrap();
-            let (stop2_tx, stop2_rx) = tokio::sync::oneshot::channel::<()>();
-            let server2 = tokio::spawn(ctxwin_proxy::serve(app2.clone(), listener, async move {
-                let _ = stop2_rx.await;
-            }));
-            let url2 = format!("http://{addr2}/v1/chat/completions");
-            // The resident count, sampled every millisecond (a batch could pass the cap and
-            // fall back before its end).
-            let peak = Arc::new(AtomicU64::new(0));
-            let sampler = {
-                let (peak, app2) = (peak.clone(), app2.clone());
-                tokio::spawn(async move {
-                    loop {
-                        peak.fetch_max(app2.metrics.resident.load(Ordering::Relaxed), Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                })
-            };
-            let mut errors = 0;
-            let batch = 64;
-            let mut done = 0;
-            while done < sessions {
-                let n = batch.min(sessions - done);
-                let tasks: Vec<_> = (done..done + n)
-                    .map(|id| tokio::spawn(conversation(client.clone(), url2.clone(), 1_000_000 + id, 1)))
-                    .collect();
-                for task in tasks {
-                    errors += task.await.unwrap();
-                }
-                done += n;
-            }
-            sampler.abort();
-            let peak = peak.load(Ordering::Relaxed);
-            println!("phase 2: {sessions} conversations under a resident cap of {cap} in {:.1} s: peak resident {peak}, at the end {}, known {}, unloads {}, errors {errors}, RSS (statm) {} KiB",
-                started.elapsed().as_secs_f64(),
-                app2.metrics.resident.load(Ordering::Relaxed),
-                app2.known_sessions(),
-                app2.metrics.unloads.load(Ordering::Relaxed),
-                rss_kib());
-            let _ = stop2_tx.send(());
-            let _ = server2.await;
+            let mut proxy = ProxyProcess::start(upstream, &state.path().join("phase2"), cap);
+            let (errors, _) =
+                run_conversations(&client, &proxy.url, 1_000_000..1_000_000 + sessions, 64, 1).await;
+            let report = proxy.report();
+            println!("phase 2: {sessions} conversations under a resident cap of {cap} in {:.1} s: peak resident {}, at the end {}, known {}, unloads {}, errors {errors}, proxy RSS (statm) {} KiB",
+                started.elapsed().as_secs_f64(), report.peak, report.resident, report.known,
+                report.unloads, rss_kib(proxy.pid()));
+            proxy.stop();
         }
-        let _ = stop_tx.send(());
-        let _ = server.await;
     });
 }

@@ -34,6 +34,9 @@ pub enum ConvError {
     /// A message of the request does not read.
     #[error("{0}")]
     BadRequest(String),
+    /// The conversation was unloaded while a request held its lock (never expected).
+    #[error("the conversation is not loaded")]
+    Unloaded,
 }
 
 impl ConvError {
@@ -420,6 +423,13 @@ impl Conv {
     /// Whether something changed since the last checkpoint.
     pub fn is_dirty(&self) -> bool {
         self.dirty
+    }
+
+    /// Whether [`ingest`](Self::ingest) and [`compose`](Self::compose) of the next request stay
+    /// in memory: the archive's rows go to its writer thread, and retrieval (a full-text query
+    /// of the archive) is off because nothing of this conversation has left the core yet.
+    pub fn request_in_memory(&self) -> bool {
+        !self.evicted_any && false
     }
 
     /// Compares the request's history with the recorded sequence and pushes what is new.

@@ -54,6 +54,9 @@ pub struct App {
     /// Permits for session work on the blocking pool (see [`App::blocking`]).
     work: Arc<tokio::sync::Semaphore>,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// The slots whose conversation is in memory (or being loaded): what the cap chooses
+    /// from, so making room costs the resident count, not every conversation ever seen.
+    resident: Mutex<HashMap<String, Arc<Slot>>>,
     clock: AtomicU64,
 }
 
@@ -121,6 +124,7 @@ impl App {
             stores,
             work: Arc::new(tokio::sync::Semaphore::new(workers())),
             slots: Mutex::default(),
+            resident: Mutex::default(),
             clock: AtomicU64::new(0),
         }))
     }
@@ -159,17 +163,21 @@ impl App {
         if self.metrics.resident.load(Relaxed) <= cap {
             return;
         }
-        let mut candidates: Vec<(u64, Arc<Slot>)> = {
-            let slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            slots.values().map(|s| (s.last_used.load(Relaxed), s.clone())).collect()
+        let mut candidates: Vec<(u64, String, Arc<Slot>)> = {
+            let resident = self.resident.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            resident
+                .iter()
+                .map(|(k, s)| (s.last_used.load(Relaxed), k.clone(), s.clone()))
+                .collect()
         };
-        candidates.sort_by_key(|(used, _)| *used);
-        for (_, slot) in candidates {
+        candidates.sort_by_key(|(used, _, _)| *used);
+        for (_, key, slot) in candidates {
             if self.metrics.resident.load(Relaxed) <= cap {
                 break;
             }
             let Ok(mut guard) = slot.conv.clone().try_lock_owned() else { continue };
             let Some(mut conv) = guard.take() else { continue };
+            self.resident.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
             self.metrics.resident.fetch_sub(1, Relaxed);
             self.metrics.unloads.fetch_add(1, Relaxed);
             // The slot stays locked until the checkpoint is written: a request for it waits.
@@ -535,10 +543,10 @@ async fn lock_conv(
         app.enforce_cap().await;
         let dir = app.config.state_dir.clone();
         let (window, reserve) = (app.config.window_for(model), app.config.reserve);
-        let key = key.to_string();
+        let name = key.to_string();
         let stores = app.stores.clone();
         let opened = app
-            .blocking(move || Conv::open(&dir, &stores, &key, provider, window, reserve))
+            .blocking(move || Conv::open(&dir, &stores, &name, provider, window, reserve))
             .await
             .map_err(|e| {
                 Failure::new(StatusCode::INTERNAL_SERVER_ERROR, format!("loading the session: {e}"))
@@ -552,6 +560,10 @@ async fn lock_conv(
             }
         };
         *guard = Some(conv);
+        app.resident
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key.to_string(), slot.clone());
         app.metrics.loads.fetch_add(1, Relaxed);
     }
     Ok(guard)
@@ -587,26 +599,32 @@ async fn managed_inner(
     let (mut guard, composed) = loop {
         let guard = lock_conv(app, &key, provider, &request.model).await?;
         let (req, hashes) = (request.clone(), hashes.clone());
-        let (guard, step) = app
-            .blocking(move || {
-                let mut guard = guard;
-                let step = match guard.as_mut() {
-                    Some(conv) => conv.ingest(&req, &hashes).and_then(|ingest| match ingest {
-                        Ingest::Diverged(at) => Ok(Step::Diverged(at)),
-                        Ingest::Extended { tokens_in, evicted, .. } => {
-                            let mut composed = conv.compose(&req)?;
-                            composed.evicted += evicted;
-                            Ok(Step::Composed(composed, tokens_in))
-                        }
-                    }),
-                    None => unreachable!("lock_conv loads the conversation"),
-                };
-                (guard, step)
-            })
-            .await
-            .map_err(|e| {
+        let in_memory = guard.as_ref().is_some_and(Conv::request_in_memory);
+        let work = move || {
+            let mut guard = guard;
+            let step = match guard.as_mut() {
+                Some(conv) => conv.ingest(&req, &hashes).and_then(|ingest| match ingest {
+                    Ingest::Diverged(at) => Ok(Step::Diverged(at)),
+                    Ingest::Extended { tokens_in, evicted, .. } => {
+                        let mut composed = conv.compose(&req)?;
+                        composed.evicted += evicted;
+                        Ok(Step::Composed(composed, tokens_in))
+                    }
+                }),
+                None => Err(ConvError::Unloaded),
+            };
+            (guard, step)
+        };
+        // A request the session serves from memory takes tens of microseconds: run here, as a
+        // hop to the blocking pool (a permit, a thread woken and switched to) would cost more
+        // than it and queue behind other conversations' disk work.
+        let (guard, step) = if in_memory {
+            work()
+        } else {
+            app.blocking(work).await.map_err(|e| {
                 Failure::new(StatusCode::INTERNAL_SERVER_ERROR, format!("session task: {e}"))
-            })?;
+            })?
+        };
         match step {
             Ok(Step::Composed(composed, tokens_in)) => {
                 app.metrics.tokens_in.fetch_add(tokens_in, Relaxed);
