@@ -124,6 +124,8 @@ pub struct Conv {
     /// Side-store rows to write at the next checkpoint, with their raw JSON (rows newer than
     /// the checkpoint would be forgotten at a restore anyway).
     unsaved: std::collections::BTreeMap<usize, String>,
+    /// `meta` rows of a new conversation (its window), written with the first flush's entries.
+    unsaved_meta: Vec<(&'static str, String)>,
     /// The upstream's last answer, not yet in the session: taken with the next request's
     /// messages in one archive transaction (as the client's copy when the client echoes it),
     /// or at the next checkpoint.
@@ -243,6 +245,8 @@ fn to_sql(n: u64) -> i64 {
 impl Conv {
     /// Opens (or creates) conversation `key` in `dir`, continuing from its newest checkpoint.
     /// A new conversation uses `window`; an existing one keeps the window it was created with.
+    /// Opening a new conversation writes nothing: its checkpoint directory and side-store rows
+    /// (the window among them) are written at its first checkpoint.
     ///
     /// # Errors
     /// Session, store and I/O errors.
@@ -269,10 +273,13 @@ impl Conv {
                 .execute([key, name, value])
                 .map(drop)
         };
+        // A new conversation's window is written by its first flush: opening one writes
+        // nothing, and until a checkpoint there is nothing to restore it for.
+        let mut unsaved_meta = Vec::new();
         let window = match meta("window")? {
             Some(w) => w.parse().unwrap_or(window),
             None => {
-                set_meta("window", &window.to_string())?;
+                unsaved_meta.push(("window", window.to_string()));
                 window
             }
         };
@@ -313,10 +320,20 @@ impl Conv {
         let next_id = session.manager().next_id();
         // Entries pushed after the checkpoint the session restored are gone from it: forget
         // them too (the client resends them; the archive rows are rewritten under the same ids).
-        let dropped = lock(store).execute(
-            "DELETE FROM entries WHERE conv = ?1 AND max_id >= ?2",
-            params![key, to_sql(next_id)],
-        )?;
+        // Looked up first: a delete takes the write lock even when it finds nothing.
+        let stale: bool = lock(store)
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM entries WHERE conv = ?1 AND max_id >= ?2)",
+            )?
+            .query_row(params![key, to_sql(next_id)], |row| row.get(0))?;
+        let dropped = if stale {
+            lock(store).execute(
+                "DELETE FROM entries WHERE conv = ?1 AND max_id >= ?2",
+                params![key, to_sql(next_id)],
+            )?
+        } else {
+            0
+        };
         if dropped > 0 {
             tracing::info!(
                 session = key,
@@ -380,6 +397,7 @@ impl Conv {
             exchanges: 0,
             last_used: Instant::now(),
             unsaved: std::collections::BTreeMap::new(),
+            unsaved_meta,
             pending_answer: None,
         };
         conv.index();
@@ -971,9 +989,16 @@ impl Conv {
                 "INSERT OR REPLACE INTO meta (conv, key, value) VALUES (?3, 'placeholders', ?1), (?3, 'tools_fp', ?2)",
                 params![serde_json::to_string(&ids).unwrap_or_default(), self.tools_fp.to_string(), self.key],
             )?;
+            for (name, value) in &self.unsaved_meta {
+                tx.execute(
+                    "INSERT OR REPLACE INTO meta (conv, key, value) VALUES (?1, ?2, ?3)",
+                    params![self.key, name, value],
+                )?;
+            }
         }
         tx.commit()?;
         self.unsaved.clear();
+        self.unsaved_meta.clear();
         Ok(())
     }
 }

@@ -15,8 +15,10 @@
 //!   has a session named by its key in the archive shared by all of them
 //!   (`<state_dir>/archive.db`, SQLite in WAL mode), its checkpoints in
 //!   `<state_dir>/<key>/checkpoints/`, and its rows in `<state_dir>/proxy.db`, the proxy's side
-//!   store. A conversation whose first life crashed before any checkpoint continues as a new
-//!   generation (`<key>#1`), its earlier rows kept under the old name.
+//!   store; the directory and the rows are written at its first checkpoint (opening a new
+//!   conversation writes nothing). A conversation whose first life crashed before any
+//!   checkpoint continues as a new generation (`<key>#1`), its earlier rows kept under the old
+//!   name.
 //! * **Dedupe.** The side store records, per conversation, the sequence of message
 //!   fingerprints the session holds: a hash of each message's canonical form (role, text,
 //!   tool calls with canonical arguments, opaque blocks as canonical JSON without

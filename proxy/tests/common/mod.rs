@@ -393,17 +393,25 @@ pub fn anthropic_pairs_intact(messages: &[Value]) -> Result<(), String> {
 }
 
 /// Archive rows of every conversation under `state` (the shared archive), by session name.
+/// A conversation is known by its directory, or by its rows alone before its first checkpoint
+/// (which creates the directory); its generations (`key#N`) and side sessions (`key@...`) count
+/// as that conversation.
 pub fn archive_counts(state: &Path) -> Vec<(String, u64)> {
     let archive = ctxwin_std::archive::Archive::open(state.join("archive.db")).unwrap();
-    let mut out = Vec::new();
+    let mut keys = std::collections::BTreeSet::new();
     for entry in std::fs::read_dir(state).unwrap() {
         let entry = entry.unwrap();
-        if !entry.file_type().unwrap().is_dir() {
-            continue;
+        if entry.file_type().unwrap().is_dir() {
+            keys.insert(entry.file_name().to_string_lossy().to_string());
         }
-        let name = entry.file_name().to_string_lossy().to_string();
-        out.push((name.clone(), archive.message_count(Some(&name)).unwrap()));
     }
-    out.sort();
-    out
+    for name in archive.session_names("").unwrap() {
+        keys.extend(name.split(['#', '@']).next().map(str::to_string));
+    }
+    keys.into_iter()
+        .map(|key| {
+            let count = archive.message_count(Some(&key)).unwrap();
+            (key, count)
+        })
+        .collect()
 }

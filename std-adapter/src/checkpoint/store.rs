@@ -33,6 +33,7 @@ const MAX_ID_ATTEMPTS: u32 = 64;
 /// directory, so a reader (or a restart after a crash) sees either the whole new
 /// checkpoint or none of it. Each file carries its own framing and CRC-32, so a file
 /// damaged later is detected and skipped. Files that are not `<valid id>.ckpt` are ignored.
+/// [`open`](Self::open) creates the directory at once, [`lazy`](Self::lazy) at the first save.
 ///
 /// # Examples
 ///
@@ -119,11 +120,33 @@ impl CheckpointStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, CheckpointError> {
-        let dir = dir.into();
-        create_dir_durably(&dir)?;
-        let store = Self { dir, keep: DEFAULT_KEEP };
-        store.remove_stale_temps(SystemTime::now())?;
+        let store = Self::lazy(dir);
+        create_dir_durably(&store.dir)?;
+        store.remove_stale_temps(&store.scan()?, SystemTime::now());
         Ok(store)
+    }
+
+    /// The store at `dir`, without touching the disk: the directory is created (durably, as
+    /// by [`open`](Self::open)) by the first [`save`](Self::save), and until then the store
+    /// simply holds no checkpoint. Stale temp files are removed by saves.
+    ///
+    /// A session opens its store this way, so that a new one costs no directory creation
+    /// and no fsync before it has anything to keep.
+    ///
+    /// ```
+    /// use ctxwin_std::checkpoint::CheckpointStore;
+    /// let dir = tempfile::tempdir()?;
+    /// let store = CheckpointStore::lazy(dir.path().join("a/b"));
+    /// assert!(!store.dir().exists());
+    /// assert!(store.load_latest()?.is_none());
+    /// assert!(store.list()?.is_empty());
+    /// assert!(!store.dir().exists(), "reads create nothing");
+    /// let id = store.save(b"first")?;
+    /// assert_eq!(store.load_latest()?.map(|found| found.id), Some(id));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lazy(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into(), keep: DEFAULT_KEEP }
     }
 
     /// Keeps only the newest `keep` checkpoints after each save.
@@ -186,6 +209,8 @@ impl CheckpointStore {
     /// Writes `payload` as a new checkpoint, atomically and durably, then prunes the store
     /// to the newest [`keep`](Self::keep) checkpoints.
     ///
+    /// The directory and its missing ancestors are created first, each made durable in its
+    /// parent; temp files crashed writers left more than [`STALE_TEMP_AGE`] ago are removed.
     /// A failed prune is logged, not returned: the checkpoint itself is safe.
     ///
     /// ```
@@ -199,7 +224,10 @@ impl CheckpointStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, payload: &[u8]) -> Result<CheckpointId, CheckpointError> {
-        let ordered = self.ordered()?;
+        create_dir_durably(&self.dir)?;
+        let scanned = self.scan()?;
+        self.remove_stale_temps(&scanned, SystemTime::now());
+        let ordered = self.order(scanned);
         let sequence = ordered.iter().map(|(seq, _)| *seq).max().unwrap_or(0).saturating_add(1);
         let floor = ordered.iter().map(|(_, id)| id).max();
         let now = clock::now();
@@ -277,8 +305,12 @@ impl CheckpointStore {
     /// Every checkpoint file's (sequence, id), newest first. The sequence is read from the
     /// file's first bytes, unverified: a damaged file is found out when it is loaded.
     fn ordered(&self) -> Result<Vec<(u64, CheckpointId)>, CheckpointError> {
-        let peeked: Vec<(Option<u64>, CheckpointId)> = self
-            .scan()?
+        Ok(self.order(self.scan()?))
+    }
+
+    /// The checkpoints among `scanned`, ordered as [`ordered`](Self::ordered) says.
+    fn order(&self, scanned: Vec<(FileKind, CheckpointId)>) -> Vec<(u64, CheckpointId)> {
+        let peeked: Vec<(Option<u64>, CheckpointId)> = scanned
             .into_iter()
             .filter_map(|(kind, id)| (kind == FileKind::Checkpoint).then_some(id))
             .map(|id| (self.peek_sequence(&id), id))
@@ -300,7 +332,7 @@ impl CheckpointStore {
             })
             .collect();
         ordered.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(ordered)
+        ordered
     }
 
     /// The sequence number file `id` claims; `None` when it cannot be read.
@@ -498,14 +530,14 @@ impl CheckpointStore {
         Ok(removed)
     }
 
-    /// Deletes this store's temp files last modified more than [`STALE_TEMP_AGE`] before
-    /// `now`. Failures are logged: leftovers are harmless.
-    fn remove_stale_temps(&self, now: SystemTime) -> Result<(), CheckpointError> {
-        for (kind, id) in self.scan()? {
-            if kind != FileKind::Temp {
+    /// Deletes the temp files among `scanned` last modified more than [`STALE_TEMP_AGE`]
+    /// before `now`. Failures are logged: leftovers are harmless.
+    fn remove_stale_temps(&self, scanned: &[(FileKind, CheckpointId)], now: SystemTime) {
+        for (kind, id) in scanned {
+            if *kind != FileKind::Temp {
                 continue;
             }
-            let temp = self.temp_path_of(&id);
+            let temp = self.temp_path_of(id);
             let age = fs::metadata(&temp)
                 .and_then(|meta| meta.modified())
                 .map(|modified| now.duration_since(modified).unwrap_or_default());
@@ -519,18 +551,22 @@ impl CheckpointStore {
                     }
                 },
                 Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(error) => {
                     tracing::warn!(path = %temp.display(), %error, "cannot stat temp file")
                 }
             }
         }
-        Ok(())
     }
 
     /// The regular files of the store directory that are ours: `<id>.ckpt` and `<id>.tmp`.
+    /// A directory not created yet holds none.
     fn scan(&self) -> Result<Vec<(FileKind, CheckpointId)>, CheckpointError> {
-        let entries =
-            fs::read_dir(&self.dir).map_err(|e| CheckpointError::io("list", &self.dir, e))?;
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(CheckpointError::io("list", &self.dir, e)),
+        };
         let mut found = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| CheckpointError::io("list", &self.dir, e))?;
@@ -791,6 +827,56 @@ mod tests {
             load("20260101T000000.000000Z-000000"),
             Err(CheckpointError::NotFound { .. })
         ));
+    }
+
+    #[test]
+    fn a_lazy_store_reads_a_missing_directory_as_empty_and_creates_it_at_the_first_save() {
+        let root = tempfile::tempdir().unwrap();
+        let nested = root.path().join("conv/checkpoints");
+        let store = CheckpointStore::lazy(&nested).with_keep(NonZeroUsize::MIN);
+        assert_eq!(store.ids().unwrap(), []);
+        assert_eq!(store.list().unwrap(), []);
+        assert_eq!(store.load_latest().unwrap(), None);
+        assert_eq!(store.prune().unwrap(), []);
+        let id = CheckpointId::parse("20260101T000000.000000Z-000000").unwrap();
+        assert!(matches!(store.load(&id), Err(CheckpointError::NotFound { .. })));
+        assert!(!root.path().join("conv").exists(), "reads create nothing");
+
+        let first = store.save(b"first").unwrap();
+        assert!(nested.is_dir());
+        let second = store.save(b"second").unwrap();
+        assert_eq!(store.ids().unwrap(), std::slice::from_ref(&second));
+        let reopened = CheckpointStore::lazy(&nested);
+        assert_eq!(reopened.load_latest().unwrap().map(|found| found.id), Some(second));
+        assert!(matches!(store.load(&first), Err(CheckpointError::NotFound { .. })));
+    }
+
+    #[test]
+    fn a_lazy_store_refuses_a_file_where_its_directory_goes() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("checkpoints");
+        fs::write(&path, b"not a directory").unwrap();
+        let store = CheckpointStore::lazy(&path);
+        assert!(matches!(store.ids(), Err(CheckpointError::Io { .. })));
+        assert!(store.save(b"x").is_err());
+        assert_eq!(fs::read(&path).unwrap(), b"not a directory");
+    }
+
+    #[test]
+    fn saves_remove_only_stale_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("20200101T000000.000000Z-000001.tmp");
+        let fresh = dir.path().join("20200101T000000.000000Z-000002.tmp");
+        for path in [&old, &fresh] {
+            fs::write(path, b"partial").unwrap();
+        }
+        let long_ago = SystemTime::now() - STALE_TEMP_AGE - Duration::from_secs(5);
+        File::options().write(true).open(&old).unwrap().set_modified(long_ago).unwrap();
+        let store = CheckpointStore::lazy(dir.path());
+        assert!(old.exists(), "a lazy store touches nothing until it saves");
+        store.save(b"x").unwrap();
+        assert!(!old.exists());
+        assert!(fresh.exists());
     }
 
     #[test]

@@ -202,8 +202,9 @@ impl SessionBuilder {
         self
     }
 
-    /// Keeps checkpoints in directory `dir` (created if needed). Give each session its own
-    /// directory: a restore skips checkpoints of other sessions, and retention counts them all.
+    /// Keeps checkpoints in directory `dir`, created (durably) at the first checkpoint: a new
+    /// session writes nothing at build. Give each session its own directory: a restore skips
+    /// checkpoints of other sessions, and retention counts them all.
     pub fn checkpoints(mut self, dir: impl Into<PathBuf>) -> Self {
         self.checkpoints = Some(dir.into());
         self
@@ -278,7 +279,8 @@ impl SessionBuilder {
     }
 
     /// Opens the archive and checkpoint store, allocates the manager and, with
-    /// [`restore_latest`](Self::restore_latest), restores the newest intact checkpoint.
+    /// [`restore_latest`](Self::restore_latest), restores the newest intact checkpoint (a
+    /// checkpoint directory not created yet holds none). The checkpoint store is only read.
     ///
     /// # Errors
     /// [`SessionError::Setting`] for an empty name, `keep_checkpoints(0)` or a discarding
@@ -324,10 +326,7 @@ impl SessionBuilder {
             ArchiveAt::File(path) => Some(Archive::open(path)?),
             ArchiveAt::Shared(archive) => Some(archive),
         };
-        let store = match self.checkpoints {
-            Some(dir) => Some(CheckpointStore::open(dir)?.with_keep(keep)),
-            None => None,
-        };
+        let store = self.checkpoints.map(|dir| CheckpointStore::lazy(dir).with_keep(keep));
         let mut session = Session {
             name: self.name,
             manager,

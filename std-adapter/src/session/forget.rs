@@ -232,9 +232,13 @@ impl Session {
         let mut checkpoints_rewritten = 0;
         if let Some(store) = self.store.as_ref() {
             let dir = store.dir().to_path_buf();
-            let entries = std::fs::read_dir(&dir)
-                .map_err(|e| SessionError::Setting(format!("{}: {e}", dir.display())))?;
-            for entry in entries.flatten() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => Some(entries),
+                // No checkpoint was written yet, so the directory is not there either.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(SessionError::Setting(format!("{}: {e}", dir.display()))),
+            };
+            for entry in entries.into_iter().flatten().flatten() {
                 let path = entry.path();
                 if path.is_file()
                     && rewrite_checkpoint(&path, &needles)
@@ -291,6 +295,21 @@ mod tests {
         session.update_entity("card", None).unwrap();
         assert!(files_holding(dir.path(), b"4111-0000-0000-0000").is_empty());
         assert_eq!(session.manager().entities().get("card"), None);
+    }
+
+    #[test]
+    fn forgetting_before_the_first_checkpoint_finds_no_directory_and_no_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoints = dir.path().join("checkpoints");
+        let mut session = SessionBuilder::new("s")
+            .archive(dir.path().join("archive.db"))
+            .checkpoints(&checkpoints)
+            .build()
+            .unwrap();
+        session.push(&ChatMessage::text(Role::User, "token sk-live-123")).unwrap();
+        let report = session.forget_matching("sk-live-123").unwrap();
+        assert_eq!((report.in_window, report.checkpoints_rewritten), (true, 0));
+        assert!(!checkpoints.exists());
     }
 
     #[test]
