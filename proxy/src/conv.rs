@@ -238,6 +238,46 @@ pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
     Ok(Stores { side: Arc::new(Mutex::new(db)), archive, wal })
 }
 
+/// The keys of the conversations under the state directory that have something stored: rows
+/// in the side store or messages in the archive (`key`, `key#N` for later generations and
+/// `key@…` for rows a restore set aside). A key not among them, and not seen since, is new:
+/// [`Conv::create`] builds it without reading anything.
+///
+/// # Errors
+/// SQLite errors.
+pub fn persisted_keys(stores: &Stores) -> Result<HashSet<String>, ConvError> {
+    let mut keys: HashSet<String> = HashSet::new();
+    {
+        let db = lock(&stores.side);
+        let mut stmt = db.prepare("SELECT conv FROM meta UNION SELECT conv FROM entries")?;
+        for key in stmt.query_map([], |row| row.get::<_, String>(0))? {
+            keys.insert(key?);
+        }
+    }
+    for name in stores.archive.session_names("").map_err(SessionError::from)? {
+        let key = name.split(['#', '@']).next().unwrap_or(&name);
+        keys.insert(key.to_string());
+    }
+    Ok(keys)
+}
+
+/// The session settings every conversation shares.
+fn session_builder(
+    stores: &Stores,
+    name: &str,
+    checkpoints: PathBuf,
+    window: u32,
+    reserve: u32,
+) -> SessionBuilder {
+    SessionBuilder::new(name)
+        .config(session_config(window, reserve))
+        .archive_shared(&stores.archive)
+        .checkpoints(checkpoints)
+        .keep_checkpoints(3)
+        // The proxy checkpoints when a conversation idles or unloads, not every N messages.
+        .checkpoint_interval_messages(0)
+}
+
 fn to_sql(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -293,13 +333,7 @@ impl Conv {
             } else {
                 (format!("{key}#{generation}"), dir.join(format!("checkpoints-{generation}")))
             };
-            let built = SessionBuilder::new(&name)
-                .config(session_config(window, reserve))
-                .archive_shared(&stores.archive)
-                .checkpoints(checkpoints)
-                .keep_checkpoints(3)
-                // The proxy checkpoints when a conversation idles or unloads, not every N messages.
-                .checkpoint_interval_messages(0)
+            let built = session_builder(stores, &name, checkpoints, window, reserve)
                 .restore_latest(true)
                 .build();
             match built {
@@ -379,17 +413,59 @@ impl Conv {
             .collect();
         let tools_fp = meta("tools_fp")?.and_then(|t| t.parse().ok()).unwrap_or(0);
         let tools_fp = if placeholders.is_empty() { 0 } else { tools_fp };
+        let mut conv = Self::from_parts(key, provider, session, store, unsaved_meta);
+        conv.entries = entries;
+        conv.placeholders = placeholders;
+        conv.tools_fp = tools_fp;
+        conv.index();
+        conv.evicted_any = conv
+            .entries
+            .iter()
+            .flat_map(|e| e.ids.iter())
+            .any(|id| conv.session.manager().get(*id).is_none());
+        Ok(conv)
+    }
+
+    /// Creates conversation `key`, which the caller knows has nothing stored (no side-store
+    /// rows, no archived messages, no checkpoint: [`persisted_keys`] lists those that do):
+    /// memory work only, no read and no write. Its window is written at its first checkpoint.
+    ///
+    /// # Errors
+    /// Session errors (a configuration the core refuses).
+    pub fn create(
+        state_dir: &Path,
+        stores: &Stores,
+        key: &str,
+        provider: Provider,
+        window: u32,
+        reserve: u32,
+    ) -> Result<Self, ConvError> {
+        let checkpoints = conv_dir(state_dir, key).join("checkpoints");
+        let session =
+            session_builder(stores, key, checkpoints, window, reserve).assume_new(true).build()?;
+        let unsaved_meta = vec![("window", window.to_string())];
+        Ok(Self::from_parts(key, provider, session, &stores.side, unsaved_meta))
+    }
+
+    /// A conversation around `session` with no recorded messages.
+    fn from_parts(
+        key: &str,
+        provider: Provider,
+        session: Session,
+        store: &Store,
+        unsaved_meta: Vec<(&'static str, String)>,
+    ) -> Self {
         let sample = " ~".repeat(1_000);
         let filler_rate = f64::from(session.manager().counter().count(&sample)).max(1.0) / 1_000.0;
-        let mut conv = Self {
+        Self {
             key: key.to_string(),
             provider,
             session,
             db: store.clone(),
-            entries,
+            entries: Vec::new(),
             by_id: HashMap::new(),
-            placeholders,
-            tools_fp,
+            placeholders: HashSet::new(),
+            tools_fp: 0,
             filler_rate,
             last_emitted: Vec::new(),
             evicted_any: false,
@@ -399,14 +475,7 @@ impl Conv {
             unsaved: std::collections::BTreeMap::new(),
             unsaved_meta,
             pending_answer: None,
-        };
-        conv.index();
-        conv.evicted_any = conv
-            .entries
-            .iter()
-            .flat_map(|e| e.ids.iter())
-            .any(|id| conv.session.manager().get(*id).is_none());
-        Ok(conv)
+        }
     }
 
     fn index(&mut self) {
@@ -1169,6 +1238,41 @@ mod tests {
         let sent = content[0]["text"].as_str().unwrap();
         assert!(sent.len() < long.len() / 2, "sent {} of {} bytes", sent.len(), long.len());
         assert_eq!(content[0]["cache_control"], json!({"type": "ephemeral"}));
+    }
+
+    #[test]
+    fn persisted_keys_name_every_conversation_with_something_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = prepare_state(dir.path()).unwrap();
+        let messages = [json!({"role": "user", "content": "Is the build green?"})];
+        // Checkpointed: side-store rows and archive rows.
+        let mut saved =
+            Conv::create(dir.path(), &store, "saved", Provider::OpenAi, 8_192, 512).unwrap();
+        turn(&mut saved, &messages);
+        saved.checkpoint().unwrap();
+        // Never checkpointed: archive rows only (as after a crash).
+        let mut crashed =
+            Conv::create(dir.path(), &store, "crashed", Provider::OpenAi, 8_192, 512).unwrap();
+        turn(&mut crashed, &messages);
+        crashed.session.sync_archive().unwrap();
+        // Created, nothing pushed: nothing stored.
+        let idle = Conv::create(dir.path(), &store, "idle", Provider::OpenAi, 8_192, 512).unwrap();
+        drop((saved, crashed, idle));
+        // A later generation's rows, and rows a restore set aside, count for their key.
+        let row = |text: &str| {
+            ctxwin_std::archive::ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, text))
+        };
+        let mut archive = store.archive.clone();
+        archive.store_messages("next#1", &[row("a")]).unwrap();
+        archive.store_messages("aside@rewound-1", &[row("b")]).unwrap();
+        let mut keys: Vec<String> = persisted_keys(&store).unwrap().into_iter().collect();
+        keys.sort();
+        assert_eq!(keys, ["aside", "crashed", "next", "saved"]);
+        // A created conversation's checkpoint opens like any other.
+        let reopened =
+            Conv::open(dir.path(), &store, "saved", Provider::OpenAi, 1_024, 512).unwrap();
+        assert_eq!(reopened.len(), 1);
+        assert_eq!(reopened.session().manager().config().context_window, 8_192);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The HTTP side: routes, conversation registry, forwarding, errors in the provider's format.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,6 +40,8 @@ type Guard = OwnedMutexGuard<Option<Conv>>;
 struct Slot {
     conv: Arc<AsyncMutex<Option<Conv>>>,
     last_used: AtomicU64,
+    /// Loaded or created since the proxy started: it may have stored something since.
+    loaded_once: std::sync::atomic::AtomicBool,
 }
 
 /// Shared state of a running proxy.
@@ -57,6 +59,9 @@ pub struct App {
     /// The slots whose conversation is in memory (or being loaded): what the cap chooses
     /// from, so making room costs the resident count, not every conversation ever seen.
     resident: Mutex<HashMap<String, Arc<Slot>>>,
+    /// The conversations with something stored when the proxy started
+    /// ([`crate::conv::persisted_keys`]); any other one not loaded since is new.
+    persisted: HashSet<String>,
     clock: AtomicU64,
 }
 
@@ -111,6 +116,8 @@ impl App {
     pub fn new(config: ProxyConfig) -> Result<Arc<Self>, String> {
         let stores = crate::conv::prepare_state(&config.state_dir)
             .map_err(|e| format!("state directory {}: {e}", config.state_dir.display()))?;
+        let persisted = crate::conv::persisted_keys(&stores)
+            .map_err(|e| format!("state directory {}: {e}", config.state_dir.display()))?;
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .read_timeout(config.upstream_timeout)
@@ -125,6 +132,7 @@ impl App {
             work: Arc::new(tokio::sync::Semaphore::new(workers())),
             slots: Mutex::default(),
             resident: Mutex::default(),
+            persisted,
             clock: AtomicU64::new(0),
         }))
     }
@@ -543,15 +551,24 @@ async fn lock_conv(
         app.enforce_cap().await;
         let dir = app.config.state_dir.clone();
         let (window, reserve) = (app.config.window_for(model), app.config.reserve);
-        let name = key.to_string();
-        let stores = app.stores.clone();
-        let opened = app
-            .blocking(move || Conv::open(&dir, &stores, &name, provider, window, reserve))
-            .await
-            .map_err(|e| {
-                Failure::new(StatusCode::INTERNAL_SERVER_ERROR, format!("loading the session: {e}"))
-            })
-            .and_then(|opened| opened.map_err(|e| conv_failure(&e)));
+        let new = !slot.loaded_once.load(Relaxed) && !app.persisted.contains(key);
+        let opened = if new {
+            // Nothing to read: building it is memory work, done here.
+            Conv::create(&dir, &app.stores, key, provider, window, reserve)
+                .map_err(|e| conv_failure(&e))
+        } else {
+            let name = key.to_string();
+            let stores = app.stores.clone();
+            app.blocking(move || Conv::open(&dir, &stores, &name, provider, window, reserve))
+                .await
+                .map_err(|e| {
+                    Failure::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("loading the session: {e}"),
+                    )
+                })
+                .and_then(|opened| opened.map_err(|e| conv_failure(&e)))
+        };
         let conv = match opened {
             Ok(conv) => conv,
             Err(failure) => {
@@ -560,6 +577,7 @@ async fn lock_conv(
             }
         };
         *guard = Some(conv);
+        slot.loaded_once.store(true, Relaxed);
         app.resident
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -67,6 +67,7 @@ pub struct SessionBuilder {
     checkpoint_policy: CheckpointPolicy,
     keep: usize,
     restore_latest: bool,
+    assume_new: bool,
     calibrator: CalibratorConfig,
     llm: Option<LlmClient>,
     llm_options: LlmOptions,
@@ -95,6 +96,7 @@ impl SessionBuilder {
             checkpoint_policy: CheckpointPolicy::DEFAULT,
             keep: DEFAULT_KEEP.get(),
             restore_latest: false,
+            assume_new: false,
             calibrator: CalibratorConfig::DEFAULT,
             llm: None,
             llm_options: LlmOptions::default(),
@@ -240,6 +242,24 @@ impl SessionBuilder {
         self
     }
 
+    /// Declares that nothing of this session is stored: no checkpoint in its directory and
+    /// no archived message under its name. [`build`](Self::build) then reads neither (no
+    /// directory listing, no archive query), which makes building a session a few
+    /// microseconds of memory work. For callers that know what they stored, as the proxy does
+    /// for a conversation it has never seen; a wrong claim would reuse the ids of archived
+    /// messages, so without that knowledge leave it off (the default).
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let session = SessionBuilder::new("fresh").archive_in_memory().assume_new(true).build()?;
+    /// assert_eq!(session.manager().history().count(), 0);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn assume_new(mut self, new: bool) -> Self {
+        self.assume_new = new;
+        self
+    }
+
     /// How the calibrator weighs usage reports.
     pub fn calibrator(mut self, config: CalibratorConfig) -> Self {
         self.calibrator = config;
@@ -349,8 +369,13 @@ impl SessionBuilder {
             semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
             batch: None,
         };
-        let restored = if self.restore_latest { session.restore_latest_if_any()? } else { None };
+        let restored = if self.restore_latest && !self.assume_new {
+            session.restore_latest_if_any()?
+        } else {
+            None
+        };
         if restored.is_none()
+            && !self.assume_new
             && let Some(archive) = session.archive.as_ref()
         {
             let messages = archive.message_count(Some(&session.name))?;
