@@ -193,6 +193,12 @@ impl Archive {
         Arc::ptr_eq(&self.conn, &other.conn)
     }
 
+    /// The connection, locked, for tests elsewhere in the crate (to hold writers off it).
+    #[cfg(test)]
+    pub(crate) fn conn_for_tests(&self) -> MutexGuard<'_, Connection> {
+        self.conn()
+    }
+
     /// This handle's connection, locked until the guard drops. Callers hold it for one
     /// statement or transaction and call no other method meanwhile (they lock it too).
     fn conn(&self) -> MutexGuard<'_, Connection> {

@@ -75,6 +75,11 @@ impl Drop for Session {
         if let Err(error) = self.end_batch() {
             tracing::error!(session = %self.name, %error, "session: batch rows lost at drop");
         }
+        if self.is_deferred()
+            && let Err(error) = self.sync_archive()
+        {
+            tracing::error!(session = %self.name, %error, "session: archive rows not committed at drop (still queued in the writer, which keeps retrying)");
+        }
     }
 }
 

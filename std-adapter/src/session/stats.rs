@@ -140,6 +140,7 @@ impl Session {
     pub fn stats(&self) -> Result<SessionStats, SessionError> {
         let archive = match self.archive.as_ref() {
             Some(archive) => {
+                self.archive_settled()?;
                 let all = archive.stats()?;
                 Some(ArchiveUsage {
                     messages: archive.message_count(Some(&self.name))?,
