@@ -6,7 +6,7 @@
 //! `end_batch`: the core's work too) and of `end_batch` alone (the archive's part).
 //!
 //! ```sh
-//! cargo run --release -p ctxwin-std --example archive_writer -- [--threads 4] [--sessions 200] [--requests 20] [--mode both|direct|writer]
+//! cargo run --release -p ctxwin-std --example archive_writer -- [--threads 4] [--sessions 200] [--requests 20] [--mode all|none|direct|writer]
 //! ```
 
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut parsed = Args { threads: 4, sessions: 200, requests: 20, mode: "both".to_string() };
+    let mut parsed = Args { threads: 4, sessions: 200, requests: 20, mode: "all".to_string() };
     let raw: Vec<String> = std::env::args().skip(1).collect();
     for pair in raw.chunks(2) {
         let value = pair.get(1).cloned().unwrap_or_default();
@@ -85,10 +85,22 @@ struct Outcome {
     end_batch_times: Vec<Duration>,
 }
 
-fn run(args: &Args, deferred: bool) -> Outcome {
+/// How the sessions archive.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// No archive at all: the core's own cost, for reference.
+    None,
+    /// One transaction per request.
+    Direct,
+    /// Through an `ArchiveWriter`.
+    Writer,
+}
+
+fn run(args: &Args, mode: Mode) -> Outcome {
     let dir = tempfile::tempdir().expect("temporary directory");
     let archive = Archive::open(dir.path().join("archive.db")).expect("archive");
-    let writer = deferred.then(|| ArchiveWriter::spawn(&archive).expect("writer thread"));
+    let writer =
+        (mode == Mode::Writer).then(|| ArchiveWriter::spawn(&archive).expect("writer thread"));
     let per_thread = args.sessions.div_ceil(args.threads);
     let cpu_start = cpu_time();
     let start = Instant::now();
@@ -106,9 +118,10 @@ fn run(args: &Args, deferred: bool) -> Outcome {
                     .iter()
                     .map(|name| {
                         let builder = SessionBuilder::new(name);
-                        match &writer {
-                            Some(writer) => builder.archive_writer(writer),
-                            None => builder.archive_shared(&archive),
+                        match (&writer, mode) {
+                            (_, Mode::None) => builder,
+                            (Some(writer), _) => builder.archive_writer(writer),
+                            (None, _) => builder.archive_shared(&archive),
                         }
                         .build()
                         .expect("session")
@@ -151,10 +164,23 @@ fn run(args: &Args, deferred: bool) -> Outcome {
     let wall = start.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_start);
     let rows = archive.message_count(None).expect("count");
-    let transactions = match &writer {
-        Some(writer) => writer.stats().transactions,
+    if let Some(writer) = &writer {
+        let stats = writer.stats();
+        println!(
+            "  writer: {} rows in {} transactions ({:.0} rows each), {:.2} s writing, longest {:.1} ms, peak queue {} rows",
+            stats.rows_committed,
+            stats.transactions,
+            stats.rows_committed as f64 / stats.transactions.max(1) as f64,
+            stats.write_time.as_secs_f64(),
+            stats.longest_write.as_secs_f64() * 1e3,
+            stats.peak_queued_rows,
+        );
+    }
+    let transactions = match (&writer, mode) {
+        (Some(writer), _) => writer.stats().transactions,
+        (None, Mode::None) => 0,
         // One end_batch, one transaction, per request.
-        None => (args.sessions * args.requests) as u64,
+        (None, _) => (args.sessions * args.requests) as u64,
     };
     request_times.sort();
     end_batch_times.sort();
@@ -188,13 +214,17 @@ fn main() {
         "end p50",
         "end p99"
     );
-    let modes: &[(bool, &str)] = match args.mode.as_str() {
-        "direct" => &[(false, "direct (1 tx per request)")],
-        "writer" => &[(true, "ArchiveWriter (deferred)")],
-        _ => &[(false, "direct (1 tx per request)"), (true, "ArchiveWriter (deferred)")],
+    let none = (Mode::None, "no archive (reference)");
+    let direct = (Mode::Direct, "direct (1 tx per request)");
+    let deferred = (Mode::Writer, "ArchiveWriter (deferred)");
+    let modes = match args.mode.as_str() {
+        "none" => vec![none],
+        "direct" => vec![direct],
+        "writer" => vec![deferred],
+        _ => vec![none, direct, deferred],
     };
-    for &(deferred, name) in modes {
-        let outcome = run(&args, deferred);
+    for (mode, name) in modes {
+        let outcome = run(&args, mode);
         println!(
             "{:<28} {:>8.2} {:>8.2} {:>13} {:>7} {:>8.0}µs {:>8.0}µs {:>8.0}µs {:>8.0}µs {:>8.0}µs",
             name,

@@ -10,7 +10,7 @@ use super::{
 
 /// Messages per transaction in [`Archive::store_messages`]: large enough that commits do not
 /// dominate, small enough that the WAL stays a few megabytes.
-pub(super) const IMPORT_BATCH: usize = 2_000;
+const IMPORT_BATCH: usize = 2_000;
 
 /// Inserts a message, or updates it when its id exists and something differs. `original` is
 /// never cleared: a re-store without it keeps the full text stored earlier. Returns the row's pk
