@@ -1,28 +1,5 @@
 //! [`ArchiveWriter`]: archive rows written later, by one background thread, many callers' rows
 //! in one transaction.
-//!
-//! A transaction costs far more than the rows in it (the WAL frames of every page it touches,
-//! the full-text index's new segment, the keyword rows): sessions that each commit a few rows
-//! per request (the proxy's) spend most of their archive time on commits, on the request's
-//! path. Through a writer, [`submit`](ArchiveWriter::submit) only queues the rows and returns a
-//! [`Ticket`]; the writer's thread takes everything queued (up to
-//! [`WriterOptions::max_batch_rows`]) and writes it in one transaction, encoding the rows
-//! (keywords, JSON) off the caller's path too. [`wait`](ArchiveWriter::wait) blocks until a
-//! ticket is committed.
-//!
-//! * **Order.** The queue is first in, first out, and batches are written in queue order, so
-//!   rows of one session (upserts by id) land in the order they were submitted, and a ticket
-//!   is committed once every earlier ticket is.
-//! * **Failures lose nothing.** When a transaction fails, its rows go back to the head of the
-//!   queue and are written again after a pause ([`WriterOptions::retry_min`], doubling up to
-//!   [`WriterOptions::retry_max`]). A [`wait`](ArchiveWriter::wait) whose ticket is not
-//!   committed returns the next failed attempt's error ([`ArchiveError::DeferredWrite`]);
-//!   waiting again later succeeds once the cause is gone.
-//! * **Bounded memory.** When the rows queued (and being written) would pass
-//!   [`WriterOptions::max_queued_rows`] or [`WriterOptions::max_queued_bytes`], `submit` blocks
-//!   until the writer has caught up (backpressure); it never drops rows.
-//! * **Shutdown.** Dropping the last handle writes what is queued and joins the thread (giving
-//!   up, with an error logged, only after [`WriterOptions::close_attempts`] failed attempts).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -77,9 +54,9 @@ impl Ticket {
 pub struct WriterOptions {
     /// Most rows written in one transaction (a submission larger than this is queued in
     /// pieces). The writer holds the archive's connection for the transaction, and other
-    /// users of the connection (reads on a request's path) wait meanwhile: a row costs about
-    /// 50 µs to write whatever the batch, a commit about 60 µs, so a few hundred rows make
-    /// commits negligible while keeping the hold to tens of milliseconds.
+    /// users of the connection (reads on a request's path) wait meanwhile. A row costs about
+    /// 50 µs to write whatever the batch (one archive file, release build), so past a few
+    /// hundred rows larger batches save nothing and only hold the connection longer.
     pub max_batch_rows: usize,
     /// Most rows queued or being written; `submit` waits for room beyond it. At least
     /// `max_batch_rows` (raised to it).
@@ -287,8 +264,30 @@ impl Drop for Handle {
 }
 
 /// A handle on one background thread that writes archive rows for many sessions, batching
-/// what they queue into one transaction. See the [module documentation](self). Clones share
-/// the thread; dropping the last one writes what is queued and joins it.
+/// what they queue into one transaction. Clones share the thread.
+///
+/// A transaction costs more than the few rows a request adds (the WAL frames of every page
+/// it touches, the full-text index's new segment), and sessions that each commit a few rows
+/// per request (the proxy's) pay it on the request's path and queue for the shared
+/// connection. Through a writer, [`submit`](ArchiveWriter::submit) only queues the rows and returns a
+/// [`Ticket`]; the writer's thread takes everything queued (up to
+/// [`WriterOptions::max_batch_rows`]) and writes it in one transaction, encoding the rows
+/// (keywords, JSON) off the caller's path too. [`wait`](ArchiveWriter::wait) blocks until a
+/// ticket is committed.
+///
+/// * **Order.** The queue is first in, first out, and batches are written in queue order, so
+///   rows of one session (upserts by id) land in the order they were submitted, and a ticket
+///   is committed once every earlier ticket is.
+/// * **Failures lose nothing.** When a transaction fails, its rows go back to the head of the
+///   queue and are written again after a pause ([`WriterOptions::retry_min`], doubling up to
+///   [`WriterOptions::retry_max`]). A [`wait`](ArchiveWriter::wait) whose ticket is not
+///   committed returns the next failed attempt's error ([`ArchiveError::DeferredWrite`]);
+///   waiting again later succeeds once the cause is gone.
+/// * **Bounded memory.** When the rows queued (and being written) would pass
+///   [`WriterOptions::max_queued_rows`] or [`WriterOptions::max_queued_bytes`], `submit` blocks
+///   until the writer has caught up (backpressure); it never drops rows.
+/// * **Shutdown.** Dropping the last handle writes what is queued and joins the thread (giving
+///   up, with an error logged, only after [`WriterOptions::close_attempts`] failed attempts).
 ///
 /// ```
 /// use ctxwin_std::archive::{Archive, ArchiveWriter, ArchivedMessage};
