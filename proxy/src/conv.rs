@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use ctxwin_std::archive::ArchiveWriter;
 use ctxwin_std::core::{Config, Error as CoreError, Level, Role};
 use ctxwin_std::session::{PushOptions, Session, SessionBuilder, SessionError};
 use ctxwin_std::{ChatMessage, core::counter::TokenCounter};
@@ -109,6 +110,7 @@ pub struct Conv {
     provider: Provider,
     session: Session,
     db: Store,
+    writer: ArchiveWriter,
     entries: Vec<Entry>,
     by_id: HashMap<u64, (usize, usize)>,
     placeholders: HashSet<u64>,
@@ -200,6 +202,9 @@ pub struct Stores {
     /// A second connection to the archive, for WAL checkpoints off the request path
     /// ([`crate::server::App::checkpoint_wal`]).
     pub wal: ctxwin_std::archive::Archive,
+    /// The archive's writer thread: every conversation's rows are queued to it and written
+    /// many requests to a transaction, off the request path.
+    pub writer: ArchiveWriter,
 }
 
 /// The side store's connection, locked.
@@ -235,7 +240,8 @@ pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
     archive.set_cache_kib(ARCHIVE_CACHE_KIB).map_err(SessionError::from)?;
     let wal = ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?;
     wal.set_cache_kib(64).map_err(SessionError::from)?;
-    Ok(Stores { side: Arc::new(Mutex::new(db)), archive, wal })
+    let writer = ArchiveWriter::spawn(&archive)?;
+    Ok(Stores { side: Arc::new(Mutex::new(db)), archive, wal, writer })
 }
 
 /// The keys of the conversations under the state directory that have something stored: rows
@@ -271,12 +277,16 @@ fn session_builder(
 ) -> SessionBuilder {
     SessionBuilder::new(name)
         .config(session_config(window, reserve))
-        .archive_shared(&stores.archive)
+        .archive_writer(&stores.writer)
         .checkpoints(checkpoints)
         .keep_checkpoints(3)
         // The proxy checkpoints when a conversation idles or unloads, not every N messages.
         .checkpoint_interval_messages(0)
 }
+
+/// Rows queued to the archive's writer past which a request's work leaves the async threads
+/// (queueing more would wait for room).
+const WRITER_BACKLOG: usize = 5_000;
 
 fn to_sql(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -413,7 +423,7 @@ impl Conv {
             .collect();
         let tools_fp = meta("tools_fp")?.and_then(|t| t.parse().ok()).unwrap_or(0);
         let tools_fp = if placeholders.is_empty() { 0 } else { tools_fp };
-        let mut conv = Self::from_parts(key, provider, session, store, unsaved_meta);
+        let mut conv = Self::from_parts(key, provider, session, stores, unsaved_meta);
         conv.entries = entries;
         conv.placeholders = placeholders;
         conv.tools_fp = tools_fp;
@@ -444,7 +454,7 @@ impl Conv {
         let session =
             session_builder(stores, key, checkpoints, window, reserve).assume_new(true).build()?;
         let unsaved_meta = vec![("window", window.to_string())];
-        Ok(Self::from_parts(key, provider, session, &stores.side, unsaved_meta))
+        Ok(Self::from_parts(key, provider, session, stores, unsaved_meta))
     }
 
     /// A conversation around `session` with no recorded messages.
@@ -452,7 +462,7 @@ impl Conv {
         key: &str,
         provider: Provider,
         session: Session,
-        store: &Store,
+        stores: &Stores,
         unsaved_meta: Vec<(&'static str, String)>,
     ) -> Self {
         let sample = " ~".repeat(1_000);
@@ -461,7 +471,8 @@ impl Conv {
             key: key.to_string(),
             provider,
             session,
-            db: store.clone(),
+            db: stores.side.clone(),
+            writer: stores.writer.clone(),
             entries: Vec::new(),
             by_id: HashMap::new(),
             placeholders: HashSet::new(),
@@ -516,7 +527,12 @@ impl Conv {
     /// in memory: the archive's rows go to its writer thread, and retrieval (a full-text query
     /// of the archive) is off because nothing of this conversation has left the core yet.
     pub fn request_in_memory(&self) -> bool {
-        !self.evicted_any && false
+        // A writer far behind makes queueing wait for room: not on an async thread.
+        !self.evicted_any && self.writer_queue() < WRITER_BACKLOG
+    }
+
+    fn writer_queue(&self) -> usize {
+        self.writer.stats().queued_rows
     }
 
     /// Compares the request's history with the recorded sequence and pushes what is new.
@@ -993,10 +1009,12 @@ impl Conv {
         Ok(evicted)
     }
 
-    /// Whether recording the next answer and counting its exchange would write anything: an
-    /// answer still waits (it is taken first), or a checkpoint falls due (every `every`).
+    /// Whether recording the next answer and counting its exchange would touch the disk: a
+    /// checkpoint falls due (every `every`), or the archive's writer is so far behind that
+    /// queueing the rows of an answer still waiting would wait for room.
     pub fn answer_needs_io(&self, every: u32) -> bool {
-        self.pending_answer.is_some() || self.exchanges.saturating_add(1) >= every
+        self.exchanges.saturating_add(1) >= every
+            || (self.pending_answer.is_some() && self.writer_queue() >= WRITER_BACKLOG)
     }
 
     /// Counts one exchange; true when `every` have passed since the last checkpoint.

@@ -55,6 +55,29 @@ pub enum ArchiveError {
     /// Tool calls could not be encoded or decoded as JSON.
     #[error("tool calls json: {0}")]
     Json(#[from] serde_json::Error),
+    /// The deferred writer ([`ArchiveWriter`](super::ArchiveWriter)) failed to commit queued
+    /// rows. They stay queued, in order, and the writer tries again after a short pause: wait
+    /// again later (nothing was dropped).
+    #[error(
+        "deferred archive write failed ({failures} failed attempts in a row, {queued_rows} rows still queued and retried): {reason}"
+    )]
+    DeferredWrite {
+        /// The failed attempt's error, as text.
+        reason: String,
+        /// What kind of SQLite failure it was, when it was one.
+        failure: Option<SqliteFailure>,
+        /// Attempts that failed since the last commit.
+        failures: u64,
+        /// Rows queued and not committed when it failed.
+        queued_rows: usize,
+    },
+    /// The deferred writer's thread has ended (its last handle was dropped and it gave up
+    /// retrying, or it died): rows it had not committed were not written.
+    #[error("the deferred archive writer has stopped; {rows} queued rows were not written")]
+    WriterStopped {
+        /// Rows queued and never committed.
+        rows: usize,
+    },
 }
 
 /// What kind of SQLite failure an [`ArchiveError::Sqlite`] is, for callers that react to it
@@ -97,7 +120,8 @@ pub enum SqliteFailure {
 }
 
 impl ArchiveError {
-    /// The kind of SQLite failure this is; `None` unless it is [`ArchiveError::Sqlite`].
+    /// The kind of SQLite failure this is; `None` unless it is [`ArchiveError::Sqlite`] (or an
+    /// [`ArchiveError::DeferredWrite`] that SQLite failed).
     ///
     /// ```
     /// use ctxwin_std::archive::ArchiveError;
@@ -105,7 +129,11 @@ impl ArchiveError {
     /// assert_eq!(err.sqlite_failure(), None);
     /// ```
     pub fn sqlite_failure(&self) -> Option<SqliteFailure> {
-        let Self::Sqlite(sqlite) = self else { return None };
+        let sqlite = match self {
+            Self::Sqlite(sqlite) => sqlite,
+            Self::DeferredWrite { failure, .. } => return *failure,
+            _ => return None,
+        };
         Some(match sqlite.sqlite_error_code() {
             Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
                 SqliteFailure::Damaged

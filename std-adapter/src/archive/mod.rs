@@ -46,6 +46,7 @@ mod store;
 mod summaries;
 mod types;
 mod vectors;
+mod writer;
 
 pub use context::{as_dynamic_context, messages_as_dynamic_context};
 pub use error::{ArchiveError, SqliteFailure};
@@ -55,6 +56,7 @@ pub use metrics::{ArchiveStats, MetricsSummary, StrategyMetrics};
 pub use search::{KeywordCount, KeywordHit, SearchHit, SummaryHit};
 pub use types::{ArchivedMessage, CompressionRecord, SummaryRecord};
 pub use vectors::VectorRow;
+pub use writer::{ArchiveWriter, SubmitError, Ticket, WriterOptions, WriterStats};
 
 use error::from_sql_int;
 
@@ -176,6 +178,25 @@ impl Archive {
 
     fn with(conn: Connection, gate: Option<Arc<Mutex<()>>>) -> Self {
         Self { conn: Arc::new(Mutex::new(conn)), gate }
+    }
+
+    /// Whether `other` is a clone of this handle (the same connection), not another one.
+    ///
+    /// ```
+    /// use ctxwin_std::archive::Archive;
+    /// let archive = Archive::open_in_memory()?;
+    /// assert!(archive.shares_connection(&archive.clone()));
+    /// assert!(!archive.shares_connection(&Archive::open_in_memory()?));
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn shares_connection(&self, other: &Archive) -> bool {
+        Arc::ptr_eq(&self.conn, &other.conn)
+    }
+
+    /// The connection, locked, for tests elsewhere in the crate (to hold writers off it).
+    #[cfg(test)]
+    pub(crate) fn conn_for_tests(&self) -> MutexGuard<'_, Connection> {
+        self.conn()
     }
 
     /// This handle's connection, locked until the guard drops. Callers hold it for one

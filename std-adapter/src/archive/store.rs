@@ -45,7 +45,18 @@ struct Encoded<'a> {
     source: &'a ArchivedMessage,
 }
 
+/// The message's id, unit and timestamp as SQLite integers: everything [`encode`] can refuse,
+/// checked without the cost of encoding (the deferred writer checks rows when they are queued).
+pub(super) fn sql_keys(message: &ArchivedMessage) -> Result<(i64, i64, i64), ArchiveError> {
+    Ok((
+        to_sql_int("message id", message.id)?,
+        to_sql_int("unit id", message.unit)?,
+        to_sql_int("timestamp", message.timestamp)?,
+    ))
+}
+
 fn encode(message: &ArchivedMessage) -> Result<Encoded<'_>, ArchiveError> {
+    let (id, unit, timestamp) = sql_keys(message)?;
     let calls = &message.message.tool_calls;
     let tool_calls = if calls.is_empty() { None } else { Some(serde_json::to_string(calls)?) };
     let tool_text = calls
@@ -58,15 +69,7 @@ fn encode(message: &ArchivedMessage) -> Result<Encoded<'_>, ArchiveError> {
             .into_iter()
             .chain(message.original.as_deref()),
     );
-    Ok(Encoded {
-        id: to_sql_int("message id", message.id)?,
-        unit: to_sql_int("unit id", message.unit)?,
-        timestamp: to_sql_int("timestamp", message.timestamp)?,
-        tool_calls,
-        tool_text,
-        keywords,
-        source: message,
-    })
+    Ok(Encoded { id, unit, timestamp, tool_calls, tool_text, keywords, source: message })
 }
 
 /// Writes encoded messages inside the caller's transaction; returns how many rows changed.
@@ -110,6 +113,73 @@ fn write(conn: &Connection, session_id: i64, batch: &[Encoded<'_>]) -> Result<us
 }
 
 impl Archive {
+    /// Writes encoded rows of one or more sessions in one transaction, in order; returns how
+    /// many rows changed. On error nothing of them was written.
+    fn commit_groups(&self, groups: &[(&str, &[Encoded<'_>])]) -> Result<usize, ArchiveError> {
+        let _turn = super::write_turn(&self.gate);
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut written = 0_usize;
+        let mut last: Option<(&str, i64)> = None;
+        for &(session, rows) in groups {
+            let session_id = match last {
+                Some((name, id)) if name == session => id,
+                _ => ensure_session(&tx, session)?,
+            };
+            last = Some((session, session_id));
+            written = written.saturating_add(write(&tx, session_id, rows)?);
+        }
+        tx.commit()?;
+        Ok(written)
+    }
+
+    /// Stores rows of several sessions in ONE transaction, in the order given (rows are upserts
+    /// by session and id: a later row of the same id wins). All or nothing: every row is
+    /// checked before the write starts, and on error nothing was written. Returns how many
+    /// rows were inserted or changed.
+    ///
+    /// A transaction costs far more than its rows (the WAL frames of every page it touches,
+    /// the full-text index's new segment): this is how [`ArchiveWriter`](super::ArchiveWriter)
+    /// writes what many sessions queued at once.
+    ///
+    /// # Errors
+    /// [`ArchiveError::OutOfRange`] for ids or timestamps above `i64::MAX`, or a SQLite error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ctxwin_std::archive::{Archive, ArchivedMessage};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    ///
+    /// let mut archive = Archive::open_in_memory()?;
+    /// let a = [ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "from a"))];
+    /// let b = [ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "from b"))];
+    /// assert_eq!(archive.store_sessions(&[("a", &a[..]), ("b", &b[..])])?, 2);
+    /// assert_eq!(archive.get("b", 1)?.unwrap().message.content, "from b");
+    /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
+    /// ```
+    pub fn store_sessions(
+        &mut self,
+        groups: &[(&str, &[ArchivedMessage])],
+    ) -> Result<usize, ArchiveError> {
+        let encoded = groups
+            .iter()
+            .map(|&(session, rows)| {
+                rows.iter().map(encode).collect::<Result<Vec<_>, _>>().map(|rows| (session, rows))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let borrowed: Vec<(&str, &[Encoded<'_>])> =
+            encoded.iter().map(|(session, rows)| (*session, rows.as_slice())).collect();
+        let written = self.commit_groups(&borrowed)?;
+        tracing::debug!(
+            sessions = groups.len(),
+            messages = encoded.iter().map(|(_, rows)| rows.len()).sum::<usize>(),
+            written,
+            "archive: rows of several sessions stored"
+        );
+        Ok(written)
+    }
+
     /// Stores one evicted unit in a single transaction: when this returns `Ok`, every message is
     /// committed and the core may release the unit; on error nothing of it was written.
     ///
@@ -150,12 +220,7 @@ impl Archive {
             return Err(ArchiveError::MixedUnit { first: first.unit, other: other.unit });
         }
         let encoded = messages.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
-        let _turn = super::write_turn(&self.gate);
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let session_id = ensure_session(&tx, session)?;
-        let written = write(&tx, session_id, &encoded)?;
-        tx.commit()?;
+        let written = self.commit_groups(&[(session, &encoded)])?;
         tracing::debug!(session, messages = messages.len(), written, "archive: unit stored");
         Ok(written)
     }
@@ -191,12 +256,7 @@ impl Archive {
         let encoded = messages.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
         let mut written = 0_usize;
         for batch in encoded.chunks(IMPORT_BATCH) {
-            let _turn = super::write_turn(&self.gate);
-            let mut conn = self.conn();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let session_id = ensure_session(&tx, session)?;
-            written = written.saturating_add(write(&tx, session_id, batch)?);
-            tx.commit()?;
+            written = written.saturating_add(self.commit_groups(&[(session, batch)])?);
         }
         tracing::debug!(session, messages = messages.len(), written, "archive: messages imported");
         Ok(written)

@@ -41,7 +41,9 @@ impl Session {
     }
 
     /// Ends an archive batch ([`begin_batch`](Self::begin_batch)): writes its rows in one
-    /// transaction. Does nothing outside a batch.
+    /// transaction, or, with an [`archive_writer`](super::SessionBuilder::archive_writer),
+    /// hands them to the writer without waiting for their commit
+    /// ([`sync_archive`](Self::sync_archive) waits). Does nothing outside a batch.
     ///
     /// # Errors
     /// Archive errors; the rows then stay queued for the next operation.
@@ -74,6 +76,11 @@ impl Drop for Session {
     fn drop(&mut self) {
         if let Err(error) = self.end_batch() {
             tracing::error!(session = %self.name, %error, "session: batch rows lost at drop");
+        }
+        if self.is_deferred()
+            && let Err(error) = self.sync_archive()
+        {
+            tracing::error!(session = %self.name, %error, "session: archive rows not committed at drop (still queued in the writer, which keeps retrying)");
         }
     }
 }

@@ -10,7 +10,7 @@ use super::semantic::{EmbedderSlot, SemanticIndex};
 use super::stats::SessionCounters;
 use super::sync::Tracker;
 use super::{Counter, Hybrid, RetrievalSettings, Session, SessionError, SessionManager};
-use crate::archive::Archive;
+use crate::archive::{Archive, ArchiveWriter};
 use crate::checkpoint::{CheckpointPolicy, CheckpointStore, DEFAULT_KEEP, PeriodicCheckpointer};
 use crate::embed::Embedder;
 use crate::llm::LlmClient;
@@ -74,6 +74,7 @@ pub struct SessionBuilder {
     retrieval: RetrievalSettings,
     embedder: Option<EmbedderSlot>,
     hybrid: Hybrid,
+    writer: Option<ArchiveWriter>,
 }
 
 impl SessionBuilder {
@@ -103,6 +104,7 @@ impl SessionBuilder {
             retrieval: RetrievalSettings::DEFAULT,
             embedder: None,
             hybrid: Hybrid::DEFAULT,
+            writer: None,
         }
     }
 
@@ -159,6 +161,56 @@ impl SessionBuilder {
     /// ```
     pub fn archive_shared(mut self, archive: &Archive) -> Self {
         self.archive = ArchiveAt::Shared(archive.clone());
+        self
+    }
+
+    /// Hands the session's archive rows to `writer`, a background writer shared with other
+    /// sessions, instead of committing them on the caller's path; archives through the
+    /// writer's archive (as [`archive_shared`](Self::archive_shared) with it does). The build
+    /// fails with [`SessionError::Setting`] when a later `archive*` call names another
+    /// archive: the writer must write the connection the session reads.
+    ///
+    /// Rows that would be written at once (at [`end_batch`](super::Session::end_batch), or
+    /// after each push outside a batch) are queued instead, and the writer commits what many
+    /// sessions queued in one transaction. Whatever reads the archive or depends on its rows
+    /// waits for this session's rows first: [`checkpoint`](super::Session::checkpoint),
+    /// [`restore`](super::Session::restore), the `forget` calls, [`stats`](super::Session::stats),
+    /// retrieval ([`recall`](super::Session::recall), [`retrieve`](super::Session::retrieve),
+    /// composing with retrieval on; composing without retrieval does not wait), the
+    /// semantic index's catch-up, LLM summary jobs, and dropping the session.
+    ///
+    /// **Durability.** A row is committed when [`sync_archive`](super::Session::sync_archive)
+    /// or [`checkpoint`](super::Session::checkpoint) returns `Ok` (or the writer's
+    /// [`wait`](ArchiveWriter::wait) on a later ticket does), and not before: the session may
+    /// already have let the core release evicted units whose rows are still queued, so a
+    /// process crash before then loses those rows, exactly like an open batch today. A
+    /// checkpoint never covers uncommitted rows, so restoring after a crash gives a
+    /// consistent state that lacks the turns after it; the proxy's clients resend their
+    /// whole history, and the proxy pushes those turns again. A failed commit loses nothing
+    /// while the process lives: the writer keeps the rows queued and retries them, and the
+    /// waiting call returns [`ArchiveError::DeferredWrite`](crate::archive::ArchiveError).
+    ///
+    /// ```
+    /// use ctxwin_std::archive::{Archive, ArchiveWriter};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let archive = Archive::open_in_memory()?;
+    /// let writer = ArchiveWriter::spawn(&archive)?;
+    /// let mut a = SessionBuilder::new("a").archive_writer(&writer).build()?;
+    /// let mut b = SessionBuilder::new("b").archive_writer(&writer).build()?;
+    /// for session in [&mut a, &mut b] {
+    ///     session.begin_batch();
+    ///     session.push(&ChatMessage::text(Role::User, "Is the build green?"))?;
+    ///     session.push(&ChatMessage::text(Role::Assistant, "Yes."))?;
+    ///     session.end_batch()?; // queued, not committed
+    /// }
+    /// b.sync_archive()?; // a's rows were queued first: committed too
+    /// assert_eq!(archive.message_count(None)?, 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn archive_writer(mut self, writer: &ArchiveWriter) -> Self {
+        self.archive = ArchiveAt::Shared(writer.archive().clone());
+        self.writer = Some(writer.clone());
         self
     }
 
@@ -346,6 +398,7 @@ impl SessionBuilder {
             ArchiveAt::File(path) => Some(Archive::open(path)?),
             ArchiveAt::Shared(archive) => Some(archive),
         };
+        let deferred = super::deferred::Deferred::for_archive(self.writer, archive.as_ref())?;
         let store = self.checkpoints.map(|dir| CheckpointStore::lazy(dir).with_keep(keep));
         let mut session = Session {
             name: self.name,
@@ -368,6 +421,7 @@ impl SessionBuilder {
             retrieval: self.retrieval,
             semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
             batch: None,
+            deferred,
         };
         let restored = if self.restore_latest && !self.assume_new {
             session.restore_latest_if_any()?
@@ -378,6 +432,7 @@ impl SessionBuilder {
             && !self.assume_new
             && let Some(archive) = session.archive.as_ref()
         {
+            session.archive_settled()?;
             let messages = archive.message_count(Some(&session.name))?;
             if messages > 0 {
                 return Err(SessionError::ArchiveInUse { session: session.name.clone(), messages });

@@ -222,6 +222,7 @@ impl Session {
     ) -> Result<String, SessionError> {
         let archive =
             self.archive.as_ref().ok_or(SessionError::NoArchive { operation: "retrieve" })?;
+        self.archive_settled()?;
         let mut hits = archive.search(Some(&self.name), query, limit.saturating_mul(4))?;
         hits.retain(|hit| self.manager.get(hit.id).is_none());
         hits.truncate(limit);

@@ -128,7 +128,7 @@ impl Session {
     /// ```
     pub fn forget(&mut self, id: u64) -> Result<ForgetReport, SessionError> {
         self.end_batch()?;
-        self.write_pending_rows()?;
+        self.sync_archive()?;
         let mut texts: Vec<String> = Vec::new();
         if let Some(message) = self.manager.get(id) {
             texts.push(message.content().to_string());
@@ -158,7 +158,7 @@ impl Session {
             return Err(SessionError::Setting("nothing to forget: the text is empty".into()));
         }
         self.end_batch()?;
-        self.write_pending_rows()?;
+        self.sync_archive()?;
         self.forget_texts(&[], &[text.to_string()])
     }
 
@@ -193,7 +193,7 @@ impl Session {
         let report = match old {
             Some(old) if !old.is_empty() && !value.is_some_and(|v| v.contains(old.as_str())) => {
                 self.end_batch()?;
-                self.write_pending_rows()?;
+                self.sync_archive()?;
                 self.forget_texts(&[], &[old])?
             }
             _ => ForgetReport::default(),

@@ -73,6 +73,7 @@ mod capacities;
 mod compose;
 mod convert;
 mod counter;
+mod deferred;
 mod error;
 mod forget;
 mod fusion;
@@ -170,6 +171,9 @@ pub struct Session {
     semantic: Option<semantic::SemanticIndex>,
     /// Rows of the open archive batch ([`Session::begin_batch`]), in write order.
     batch: Option<Vec<ArchivedMessage>>,
+    /// The shared writer rows go to instead of being written now
+    /// ([`SessionBuilder::archive_writer`]), and the newest ticket it gave this session.
+    deferred: Option<deferred::Deferred>,
 }
 
 impl Session {
@@ -196,6 +200,8 @@ impl Session {
     }
 
     /// The archive, when the session has one (for drill-down, keyword lookups, metrics).
+    /// With an [`archive_writer`](SessionBuilder::archive_writer), rows handed to the writer
+    /// are there once [`sync_archive`](Self::sync_archive) returns.
     ///
     /// ```
     /// let session = ctxwin_std::session::SessionBuilder::new("s").archive_in_memory().build()?;

@@ -116,6 +116,8 @@ impl Session {
         }
         self.end_batch()?;
         self.after_op(self.tracker.next_id, &|_| false)?;
+        // Never a checkpoint over rows still queued: a restore after a crash relies on them.
+        self.sync_archive()?;
         let mut core = vec![0u8; self.manager.snapshot_len()];
         let len = self.manager.snapshot_into(&mut core).map_err(SessionError::Snapshot)?.len();
         core.truncate(len);
@@ -246,7 +248,7 @@ impl Session {
         // Rows still owed to the archive belong to the timeline being left: write them first
         // (they are then copied aside with the other rewound messages).
         self.end_batch()?;
-        self.write_pending_rows()?;
+        self.sync_archive()?;
         let Session { store, manager, name, .. } = self;
         let store = store.as_ref().ok_or(SessionError::NoCheckpoints { operation: "restore" })?;
         let (id, state, skipped) = match point {

@@ -340,6 +340,10 @@ impl Session {
         }
         let row = self.ahead_row(message, plan, timestamp);
         let Some(row) = self.batched(vec![row]) else { return Ok(()) };
+        if self.is_deferred() {
+            // Not kept on failure: the push stops here, the core never sees the message.
+            return self.submit_rows(row, false);
+        }
         if let Some(archive) = self.archive.as_mut() {
             archive.store_unit(&self.name, &row)?;
             self.counters.archive_rows_written += 1;

@@ -165,6 +165,7 @@ impl Session {
         if room <= header || settings.max_items == 0 {
             return Ok(Recall::default());
         }
+        self.archive_settled()?;
         let mut hits = archive.rank(&self.name, query, settings.candidates)?;
         // What the window shows already: its messages, and text its summaries quote whole.
         let summaries: Vec<&str> = self.manager.session().map(|entry| entry.content()).collect();

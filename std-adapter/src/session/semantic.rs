@@ -229,12 +229,15 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn sync_vectors(&mut self) -> Result<usize, SessionError> {
+        if self.archive.is_none() || self.semantic.as_ref().is_none_or(SemanticIndex::cooling_down)
+        {
+            return Ok(0);
+        }
+        // Rows newer than `seen` are read once: they must all be committed.
+        self.archive_settled()?;
         let (Some(index), Some(archive)) = (self.semantic.as_mut(), self.archive.as_mut()) else {
             return Ok(0);
         };
-        if index.cooling_down() {
-            return Ok(0);
-        }
         let model = index.embedder.model().to_owned();
         let rows = archive.vector_rows(&self.name, &model, index.seen)?;
         let mut added = 0;

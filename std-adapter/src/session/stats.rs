@@ -22,7 +22,8 @@ use super::{LlmStats, Session, SessionError};
 pub struct SessionCounters {
     /// Messages pushed or imported.
     pub messages_pushed: u64,
-    /// Archive rows written (write-ahead, updates, evicted units, synthetic records).
+    /// Archive rows written (write-ahead, updates, evicted units, synthetic records); with an
+    /// [`archive_writer`](super::SessionBuilder::archive_writer), rows handed to it.
     pub archive_rows_written: u64,
     /// Units archived and released from the core's outbox.
     pub units_archived: u64,
@@ -140,6 +141,7 @@ impl Session {
     pub fn stats(&self) -> Result<SessionStats, SessionError> {
         let archive = match self.archive.as_ref() {
             Some(archive) => {
+                self.archive_settled()?;
                 let all = archive.stats()?;
                 Some(ArchiveUsage {
                     messages: archive.message_count(Some(&self.name))?,

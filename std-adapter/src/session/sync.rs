@@ -74,12 +74,16 @@ impl Session {
         Ok(AfterOp { summaries, drained })
     }
 
-    /// Writes `rows` now, or keeps them for the next operation if the archive fails.
+    /// Writes `rows` now (hands them to the session's archive writer, with one), or keeps them
+    /// for the next operation if the archive fails.
     pub(super) fn write_rows(&mut self, rows: Vec<ArchivedMessage>) -> Result<(), SessionError> {
         if self.archive.is_none() || rows.is_empty() {
             return Ok(());
         }
         let Some(rows) = self.batched(rows) else { return Ok(()) };
+        if self.is_deferred() {
+            return self.submit_rows(rows, true);
+        }
         let Some(archive) = self.archive.as_mut() else { return Ok(()) };
         match archive.store_messages(&self.name, &rows) {
             Ok(_) => {
@@ -269,6 +273,10 @@ impl Session {
         }
         if drained.units.is_empty() {
             return Ok(drained);
+        }
+        if !rows.is_empty() {
+            // The merge reads the stored rows: rows still queued for the writer must be in.
+            self.archive_settled()?;
         }
         if let Some(archive) = self.archive.as_ref() {
             let rows = merge_with_stored(archive, &self.name, rows)?;

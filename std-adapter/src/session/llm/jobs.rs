@@ -165,6 +165,7 @@ impl Session {
         covered: &[(u64, u64)],
     ) -> Result<Vec<ChatMessage>, SessionError> {
         let Some(archive) = self.archive.as_ref() else { return Ok(Vec::new()) };
+        self.archive_settled()?;
         let ids = ranges
             .iter()
             .rev()
