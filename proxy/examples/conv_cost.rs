@@ -1,5 +1,16 @@
-//! Per-request cost of the proxy's session work, without HTTP: the load bench's conversations
-//! run in one thread, each step timed.
+//! What the proxy's session work costs per request, HTTP left out: the load bench's
+//! conversations (`CONVS`, 200 by default, × 20 requests resending their whole history) run
+//! one request at a time on one thread, each step timed.
+//!
+//! ```sh
+//! cargo run --release -p ctxwin-proxy --example conv_cost
+//! ```
+//!
+//! Prints the time to create a conversation (as the proxy does for one it has never seen),
+//! per request the time to parse the body, take its new messages (`ingest`, rows queued to the
+//! archive's writer), compose the payload and record the answer, the checkpoint per
+//! conversation (the archive's writer waited for), and the resident memory growth per
+//! conversation (this process also holds the 200 histories the "client" resends).
 use std::time::{Duration, Instant};
 
 use ctxwin_proxy::assemble::from_body;
@@ -30,7 +41,7 @@ fn main() {
     for id in 0..convs {
         let s = Instant::now();
         open.push(
-            Conv::open(
+            Conv::create(
                 dir.path(),
                 &stores,
                 &format!("bench-{id}"),
@@ -44,7 +55,10 @@ fn main() {
         histories.push(vec![json!({"role": "system", "content": format!("You are agent {id}. Keep the build green.")})]);
     }
     let rss_open = rss();
-    println!("after open: {} KiB per conversation", (rss_open - rss0) / convs as u64);
+    println!(
+        "resident memory after creating them: {} KiB per conversation",
+        (rss_open - rss0) / convs as u64
+    );
     for turn in 0..turns {
         for id in 0..convs {
             let messages = &mut histories[id];
@@ -73,7 +87,10 @@ fn main() {
         }
     }
     let rss1 = rss();
-    println!("RSS {rss0} -> {rss1} KiB: {} KiB per conversation", (rss1 - rss0) / convs as u64);
+    println!(
+        "resident memory after {turns} requests each: {rss0} -> {rss1} KiB: {} KiB per conversation",
+        (rss1 - rss0) / convs as u64
+    );
     let s = Instant::now();
     for conv in &mut open {
         conv.checkpoint().unwrap();
@@ -81,7 +98,7 @@ fn main() {
     t[5] += s.elapsed();
     let n = (convs * turns) as f64;
     println!(
-        "open {:.1} µs/conv; per request: parse {:.1}, ingest {:.1}, compose {:.1}, answer {:.1} µs; checkpoint {:.1} µs/conv; total {:.2} s",
+        "create {:.1} µs per conversation; per request: parse {:.1} µs, ingest {:.1} µs, compose {:.1} µs, answer {:.1} µs; checkpoint {:.1} µs per conversation; {:.2} s in all",
         t[0].as_secs_f64() * 1e6 / convs as f64,
         t[1].as_secs_f64() * 1e6 / n,
         t[2].as_secs_f64() * 1e6 / n,

@@ -1298,25 +1298,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = prepare_state(dir.path()).unwrap();
         let mut conv = Conv::open(dir.path(), &store, "w", Provider::OpenAi, 8_192, 512).unwrap();
-        let rows =
-            |conv: &Conv| conv.session().archive().unwrap().message_count(Some("w")).unwrap();
+        let rows = |conv: &mut Conv| {
+            conv.session.sync_archive().unwrap();
+            conv.session().archive().unwrap().message_count(Some("w")).unwrap()
+        };
         let mut messages = vec![json!({"role": "user", "content": "Is the build green?"})];
         turn(&mut conv, &messages);
         let answer = json!({"role": "assistant", "content": "Yes, all 42 tests pass."});
         let reply = Answer { message: answer.clone(), prompt_tokens: None };
         conv.record_answer(&reply, 0).unwrap();
-        assert_eq!((rows(&conv), conv.len()), (1, 1), "the answer waits for the next request");
+        assert_eq!((rows(&mut conv), conv.len()), (1, 1), "the answer waits for the next request");
         // The client echoes it (its library adds a field) with the next question: one row each.
         messages.push(
             json!({"role": "assistant", "content": "Yes, all 42 tests pass.", "refusal": null}),
         );
         messages.push(json!({"role": "user", "content": "Deploy it."}));
         turn(&mut conv, &messages);
-        assert_eq!((rows(&conv), conv.len()), (3, 3));
+        assert_eq!((rows(&mut conv), conv.len()), (3, 3));
         // An answer no request follows is taken at the checkpoint.
         conv.record_answer(&Answer { message: answer, prompt_tokens: None }, 0).unwrap();
         conv.checkpoint().unwrap();
-        assert_eq!((rows(&conv), conv.len()), (4, 4));
+        assert_eq!((rows(&mut conv), conv.len()), (4, 4));
     }
 
     #[test]

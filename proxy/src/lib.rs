@@ -3,7 +3,7 @@
 //! The proxy speaks OpenAI's `POST /v1/chat/completions` and Anthropic's `POST /v1/messages`
 //! and passes every other path (`/v1/models`, `/v1/embeddings`, …) through unchanged. Agents
 //! resend their whole history on every call; the proxy keeps one [`ctxwin_std::Session`] per
-//! conversation, pushes only the messages it has not seen (archive first), composes the
+//! conversation, pushes only the messages it has not seen (queued to the archive first), composes the
 //! payload for the model's window and forwards that. Every request field other than the
 //! messages (`tools`, `tool_choice`, `temperature`, `stream`, `max_tokens`, …) reaches the
 //! upstream byte for byte, in its order.
@@ -44,28 +44,38 @@
 //!   re-emitted with the blocks whose parts are kept. A tool output the core stored reduced
 //!   (head and tail) is sent reduced when its content is a plain string or text blocks only
 //!   (then as one text block, keeping the last block's `cache_control`).
-//! * **Concurrency.** One `tokio::sync::Mutex` per conversation; all session work runs in
-//!   `spawn_blocking`, at most twice the cores at once. Every conversation's session holds a
-//!   clone of one archive handle: one SQLite connection for all, taken in turns (a connection
-//!   each cost about 200 KiB per resident conversation, and each reread the pages the others
-//!   wrote); the side store is one connection for all too. At most `max_resident`
-//!   conversations stay in memory: above it, the least recently used idle ones are
-//!   checkpointed and unloaded, and reloaded from their checkpoint on their next request.
-//! * **Crash safety.** Every message is committed to the archive (SQLite, WAL) before the
-//!   request is forwarded. Commits do not wait for the disk (`synchronous = NORMAL`): the WAL
-//!   is copied into the database file and synced every second by a task off the request path
-//!   (and by a commit when it passes 1,000 pages), so an acknowledged message survives a
-//!   crash of the process, and one of the machine can lose the last second. A checkpoint is written when a conversation is created, when it has been idle for
-//!   `checkpoint_idle` after a change, every `checkpoint_every` exchanges, before it is
-//!   unloaded and on shutdown — off the request path. After a crash, a conversation restores
-//!   its newest checkpoint and forgets the side-store entries pushed after it; the client's
-//!   next request resends them and they are pushed again under the same ids, so the
-//!   conversation's archive still holds each message once (the session copies the rows it
-//!   rewound aside, under `<key>@rewound-…`, rather than lose them).
+//! * **Concurrency.** One `tokio::sync::Mutex` per conversation. A request whose work stays
+//!   in memory (pushing its new messages and composing, tens of microseconds) runs on the
+//!   async thread that read it; disk work (loading a conversation from its checkpoint,
+//!   checkpoints, retrieval's full-text queries once something of the conversation left the
+//!   core) runs in `spawn_blocking`, at most twice the cores at once. A conversation the proxy
+//!   has never seen (not among those with stored rows at start, [`conv::persisted_keys`], nor
+//!   loaded since) is created in memory without reading anything. Every conversation's session
+//!   queues its archive rows to one [`ArchiveWriter`](ctxwin_std::archive::ArchiveWriter)
+//!   thread, which writes what many requests queued in one transaction on the one SQLite
+//!   connection all of them share (a connection each cost about 200 KiB per resident
+//!   conversation, and each reread the pages the others wrote); the side store is one
+//!   connection for all too. At most `max_resident` conversations stay in memory: above it,
+//!   the least recently used idle ones are checkpointed and unloaded, and reloaded from their
+//!   checkpoint on their next request.
+//! * **Crash safety.** A request's messages are queued to the archive's writer before the
+//!   request is forwarded and committed within milliseconds, many requests to a transaction;
+//!   commits do not wait for the disk (`synchronous = NORMAL`): the WAL is copied into the
+//!   database file and synced every second by a task off the request path. A checkpoint waits
+//!   until every row it covers is committed, so a checkpoint never refers to a message the
+//!   archive lacks. A crash of the process can lose the rows still queued (milliseconds'
+//!   worth), newer than any checkpoint: the client holds its whole history and resends
+//!   them. A crash of the machine can lose the last second of commits. A checkpoint is written when a conversation has
+//!   been idle for `checkpoint_idle` after a change, every `checkpoint_every` exchanges,
+//!   before it is unloaded and on shutdown — off the request path. After a crash, a
+//!   conversation restores its newest checkpoint and forgets the side-store entries pushed
+//!   after it; the client's next request resends them and they are pushed again under the
+//!   same ids, so the conversation's archive still holds each message once (the session
+//!   copies the rows it rewound aside, under `<key>@rewound-…`, rather than lose them).
 //! * **Answers.** Streams are passed through chunk by chunk while the assistant message is
 //!   assembled on the side; a complete answer's `usage` feeds the calibrator at once, and the
-//!   answer is pushed into the session with the next request's messages, in that request's
-//!   one archive transaction (as the client's own copy when the client echoes it), or at the
+//!   answer is pushed into the session with the next request's messages, its rows queued with
+//!   theirs (as the client's own copy when the client echoes it), or at the
 //!   next checkpoint (idle sweep, unload, shutdown), whichever comes first. A truncated stream
 //!   records nothing and ends with an error event.
 //!
