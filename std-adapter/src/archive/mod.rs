@@ -199,6 +199,32 @@ impl Archive {
         self.conn()
     }
 
+    /// Makes every message insert fail with `reason` until [`heal_writes_for_tests`]
+    /// (a trigger), for tests of failed writes elsewhere in the crate.
+    ///
+    /// [`heal_writes_for_tests`]: Self::heal_writes_for_tests
+    #[cfg(test)]
+    pub(crate) fn fail_writes_for_tests(&self, reason: &str) {
+        let sql = format!(
+            "CREATE TABLE fail_writes (x);
+             INSERT INTO fail_writes VALUES (1);
+             CREATE TRIGGER fail_writes BEFORE INSERT ON messages
+             WHEN EXISTS (SELECT 1 FROM fail_writes)
+             BEGIN SELECT RAISE(ABORT, '{reason}'); END;"
+        );
+        if let Err(error) = self.conn().execute_batch(&sql) {
+            panic!("test setup: {error}");
+        }
+    }
+
+    /// Ends [`fail_writes_for_tests`](Self::fail_writes_for_tests).
+    #[cfg(test)]
+    pub(crate) fn heal_writes_for_tests(&self) {
+        if let Err(error) = self.conn().execute_batch("DELETE FROM fail_writes") {
+            panic!("test setup: {error}");
+        }
+    }
+
     /// This handle's connection, locked until the guard drops. Callers hold it for one
     /// statement or transaction and call no other method meanwhile (they lock it too).
     fn conn(&self) -> MutexGuard<'_, Connection> {

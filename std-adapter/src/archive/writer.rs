@@ -775,16 +775,7 @@ mod tests {
     #[test]
     fn a_failed_write_keeps_the_rows_and_a_later_wait_succeeds() {
         let archive = Archive::open_in_memory().unwrap();
-        archive
-            .conn()
-            .execute_batch(
-                "CREATE TABLE fail_writes (x);
-                 INSERT INTO fail_writes VALUES (1);
-                 CREATE TRIGGER fail_writes BEFORE INSERT ON messages
-                 WHEN EXISTS (SELECT 1 FROM fail_writes)
-                 BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
-            )
-            .unwrap();
+        archive.fail_writes_for_tests("injected failure");
         let writer = ArchiveWriter::spawn_with(&archive, fast()).unwrap();
         let first = writer.submit("a", rows_of(0, 0)).unwrap();
         let second = writer.submit("b", rows_of(1, 0)).unwrap();
@@ -801,7 +792,7 @@ mod tests {
         assert!(!writer.is_committed(first));
         assert_eq!(writer.pending_ticket("a"), Some(first));
         assert_eq!(archive.message_count(None).unwrap(), 0);
-        archive.conn().execute_batch("DELETE FROM fail_writes").unwrap();
+        archive.heal_writes_for_tests();
         writer.wait(second).unwrap();
         assert_eq!(writer.pending_ticket("a"), None);
         assert_eq!(dump(&archive, "a").len(), 2);
@@ -845,16 +836,7 @@ mod tests {
     #[test]
     fn a_submit_waiting_for_room_gets_its_rows_back_when_a_write_fails() {
         let archive = Archive::open_in_memory().unwrap();
-        archive
-            .conn()
-            .execute_batch(
-                "CREATE TABLE fail_writes (x);
-                 INSERT INTO fail_writes VALUES (1);
-                 CREATE TRIGGER fail_writes BEFORE INSERT ON messages
-                 WHEN EXISTS (SELECT 1 FROM fail_writes)
-                 BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
-            )
-            .unwrap();
+        archive.fail_writes_for_tests("injected failure");
         let options = WriterOptions { max_batch_rows: 3, max_queued_rows: 3, ..fast() };
         let writer = ArchiveWriter::spawn_with(&archive, options).unwrap();
         let first = writer.submit("s", rows_of(0, 0)).unwrap();
@@ -862,7 +844,7 @@ mod tests {
         assert!(matches!(refused.error, ArchiveError::DeferredWrite { .. }), "{:?}", refused.error);
         assert_eq!(refused.rows, rows_of(0, 1));
         assert_eq!(refused.queued, None);
-        archive.conn().execute_batch("DELETE FROM fail_writes").unwrap();
+        archive.heal_writes_for_tests();
         writer.wait(first).unwrap();
         let again = writer.submit("s", refused.rows).unwrap();
         writer.wait(again).unwrap();

@@ -350,16 +350,7 @@ mod tests {
     #[test]
     fn a_failed_commit_is_reported_and_retried() {
         let archive = Archive::open_in_memory().unwrap();
-        archive
-            .conn_for_tests()
-            .execute_batch(
-                "CREATE TABLE fail_writes (x);
-                 INSERT INTO fail_writes VALUES (1);
-                 CREATE TRIGGER fail_writes BEFORE INSERT ON messages
-                 WHEN EXISTS (SELECT 1 FROM fail_writes)
-                 BEGIN SELECT RAISE(ABORT, 'disk on fire'); END;",
-            )
-            .unwrap();
+        archive.fail_writes_for_tests("disk on fire");
         let writer = fast(&archive);
         let dir = tempfile::tempdir().unwrap();
         let mut session = SessionBuilder::new("s")
@@ -371,7 +362,7 @@ mod tests {
         let error = session.checkpoint().unwrap_err();
         assert!(error.to_string().contains("disk on fire"), "{error}");
         assert!(session.checkpoints().unwrap().is_empty(), "no checkpoint over uncommitted rows");
-        archive.conn_for_tests().execute_batch("DELETE FROM fail_writes").unwrap();
+        archive.heal_writes_for_tests();
         session.checkpoint().unwrap();
         assert_eq!(archive.message_count(Some("s")).unwrap(), 1);
     }
