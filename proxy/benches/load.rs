@@ -3,7 +3,10 @@
 //! ```sh
 //! cargo bench -p ctxwin-proxy --bench load
 //! # LOAD_CONVERSATIONS (200), LOAD_TURNS (20), LOAD_SESSIONS (10000), LOAD_CAP (256),
-//! # LOAD_UPSTREAM_MS (50: the fake model's answer time; 0 saturates the machine)
+//! # LOAD_UPSTREAM_MS (50: the fake model's answer time; 0 saturates the machine),
+//! # LOAD_WINDOW (the model's context window; the default 32,768 never fills in 20 turns:
+//! #   1,024 makes every conversation pass its window within a few turns, so each later request
+//! #   evicts and runs retrieval's full-text query on the archive)
 //! ```
 //!
 //! The proxy runs in a process of its own (this binary again, started with
@@ -179,6 +182,7 @@ fn child() {
         listen: "127.0.0.1:0".parse().unwrap(),
         state_dir: std::env::var("LOAD_STATE_DIR").unwrap().into(),
         max_resident: env("LOAD_CAP", 256),
+        default_window: env("LOAD_WINDOW", ProxyConfig::default().default_window as usize) as u32,
         ..ProxyConfig::default()
     };
     // The runtime `ctxwin proxy` runs on (`run_blocking`).
@@ -263,6 +267,10 @@ impl ProxyProcess {
             .env("LOAD_UPSTREAM", format!("http://{upstream}"))
             .env("LOAD_STATE_DIR", state_dir)
             .env("LOAD_CAP", cap.to_string())
+            .env(
+                "LOAD_WINDOW",
+                env("LOAD_WINDOW", ProxyConfig::default().default_window as usize).to_string(),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

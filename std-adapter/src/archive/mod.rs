@@ -78,6 +78,9 @@ pub struct Archive {
     conn: Arc<Mutex<Connection>>,
     /// The write lock of this file in this process (none in memory).
     gate: Option<Arc<Mutex<()>>>,
+    /// A second connection for searches ([`with_read_connection`](Archive::with_read_connection)),
+    /// shared by the clones too.
+    reader: Option<Arc<Mutex<Connection>>>,
 }
 
 impl Clone for Archive {
@@ -94,7 +97,7 @@ impl Clone for Archive {
     /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
     /// ```
     fn clone(&self) -> Self {
-        Self { conn: self.conn.clone(), gate: self.gate.clone() }
+        Self { conn: self.conn.clone(), gate: self.gate.clone(), reader: self.reader.clone() }
     }
 }
 
@@ -177,7 +180,44 @@ impl Archive {
     }
 
     fn with(conn: Connection, gate: Option<Arc<Mutex<()>>>) -> Self {
-        Self { conn: Arc::new(Mutex::new(conn)), gate }
+        Self { conn: Arc::new(Mutex::new(conn)), gate, reader: None }
+    }
+
+    /// This handle with a second connection to its file for searches (`search`, `rank`,
+    /// `get_many` and the other reads of retrieval), shared by its clones. In WAL mode a
+    /// reader never waits for a writer: with many sessions sharing one connection and one
+    /// [`ArchiveWriter`] committing their rows on it, a search otherwise waits for the
+    /// writer's whole transaction. Searches see what is committed when they start. An
+    /// in-memory archive has no file to open twice: it is returned unchanged.
+    ///
+    /// # Errors
+    /// [`ArchiveError::Sqlite`] when the second connection cannot be opened.
+    ///
+    /// ```
+    /// use ctxwin_std::archive::{Archive, ArchivedMessage};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let dir = tempfile::tempdir()?;
+    /// let mut archive = Archive::open(dir.path().join("a.db"))?.with_read_connection()?;
+    /// let text = ChatMessage::text(Role::User, "the staging database runs Postgres 16");
+    /// archive.store_unit("s", &[ArchivedMessage::new(1, 1, text)])?;
+    /// assert_eq!(archive.search(Some("s"), "postgres", 5)?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_read_connection(mut self) -> Result<Self, ArchiveError> {
+        let path = self.conn().path().filter(|path| !path.is_empty()).map(PathBuf::from);
+        let Some(path) = path else { return Ok(self) };
+        let reader = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        reader.busy_timeout(std::time::Duration::from_secs(5))?;
+        self.reader = Some(Arc::new(Mutex::new(reader)));
+        Ok(self)
+    }
+
+    /// The connection searches use, locked: the read connection when there is one.
+    fn read_conn(&self) -> MutexGuard<'_, Connection> {
+        self.reader.as_deref().unwrap_or(&self.conn).lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether `other` is a clone of this handle (the same connection), not another one.
@@ -329,7 +369,7 @@ impl Archive {
 
     /// The row id of session `name`, if it has stored anything.
     fn session_id(&self, name: &str) -> Result<Option<i64>, ArchiveError> {
-        let conn = self.conn();
+        let conn = self.read_conn();
         let mut stmt = conn.prepare_cached("SELECT id FROM sessions WHERE name = ?1")?;
         Ok(stmt.query_row([name], |row| row.get(0)).optional()?)
     }

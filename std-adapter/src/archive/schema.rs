@@ -9,12 +9,12 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::ArchiveError;
 
 /// Migration scripts, oldest first. Never edit a published entry: append a new one.
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this build writes.
 ///
 /// ```
-/// assert_eq!(ctxwin_std::archive::schema::SCHEMA_VERSION, 3);
+/// assert_eq!(ctxwin_std::archive::schema::SCHEMA_VERSION, 4);
 /// ```
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -149,6 +149,38 @@ WHEN old.content IS NOT new.content BEGIN
 END;
 "#;
 
+/// Version 4: the full-text index also holds each message's session id (a column searched
+/// only by name, weighted 0 in BM25), so a search within one session intersects the session's
+/// postings with the words' instead of ranking every session's matches and filtering them: an
+/// archive many sessions share (the proxy's) costs a session's search what its own messages
+/// cost. The index is rebuilt from the messages.
+const V4: &str = r#"
+DROP TRIGGER messages_fts_insert;
+DROP TRIGGER messages_fts_delete;
+DROP TRIGGER messages_fts_update;
+DROP TABLE messages_fts;
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+    content, tool_text, original, session_id,
+    content = 'messages', content_rowid = 'pk',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content, tool_text, original, session_id)
+    VALUES (new.pk, new.content, new.tool_text, new.original, new.session_id);
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content, tool_text, original, session_id)
+    VALUES ('delete', old.pk, old.content, old.tool_text, old.original, old.session_id);
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content, tool_text, original, session_id)
+    VALUES ('delete', old.pk, old.content, old.tool_text, old.original, old.session_id);
+    INSERT INTO messages_fts(rowid, content, tool_text, original, session_id)
+    VALUES (new.pk, new.content, new.tool_text, new.original, new.session_id);
+END;
+INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
+"#;
+
 /// Applies the connection settings: foreign keys, a busy timeout, and for files WAL with
 /// `synchronous = NORMAL` (a commit survives a crash of the process; the last commits may be
 /// lost on power failure, never corrupted).
@@ -210,10 +242,36 @@ mod tests {
     }
 
     #[test]
+    fn version_4_indexes_the_messages_a_version_3_file_holds() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for script in &MIGRATIONS[..3] {
+            conn.execute_batch(script).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 3).unwrap();
+        conn.execute_batch(
+            "INSERT INTO sessions (id, name) VALUES (7, 'old');
+             INSERT INTO messages (session_id, id, unit, level, role, content, tool_text, timestamp, tokens)
+             VALUES (7, 1, 1, 2, 'user', 'the staging database runs Postgres 16', '', 0, 9);",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let found: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'session_id : \"7\" AND postgres'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(found, 1);
+    }
+
+    #[test]
     fn refuses_a_newer_schema() {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
         let err = migrate(&mut conn).unwrap_err();
-        assert!(matches!(err, ArchiveError::SchemaTooNew { found: 4, supported: 3 }));
+        assert!(
+            matches!(err, ArchiveError::SchemaTooNew { found, supported } if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION)
+        );
     }
 }

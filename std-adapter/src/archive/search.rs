@@ -109,6 +109,18 @@ pub(crate) fn fts_query(user: &str) -> Option<String> {
     Some(quoted.join(" OR "))
 }
 
+/// `fts` (a [`fts_query`]) limited to the message text columns: the index's `session_id`
+/// column is matched only by [`in_session`].
+fn in_text(fts: &str) -> String {
+    format!("{{content tool_text original}} : ({fts})")
+}
+
+/// `fts` limited to the message text of session `session_id` (the index intersects the
+/// session's postings with the words').
+fn in_session(fts: &str, session_id: i64) -> String {
+    format!("session_id : \"{session_id}\" AND {}", in_text(fts))
+}
+
 /// The session filter for a query: `Some(None)` = all sessions, `Some(Some(id))` = that
 /// session, `None` = a session that has stored nothing (so nothing can match).
 fn session_filter(
@@ -158,18 +170,19 @@ impl Archive {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let conn = self.conn();
+        let conn = self.read_conn();
         let mut stmt = conn.prepare_cached(
             "SELECT s.name, m.id, m.unit, m.role, m.timestamp, m.content,
-                    snippet(messages_fts, -1, '«', '»', '…', ?4), bm25(messages_fts)
+                    snippet(messages_fts, -1, '«', '»', '…', ?4),
+                    bm25(messages_fts, 1.0, 1.0, 1.0, 0.0) AS rank
              FROM messages_fts
              JOIN messages m ON m.pk = messages_fts.rowid
              JOIN sessions s ON s.id = m.session_id
              WHERE messages_fts MATCH ?1 AND (?2 IS NULL OR m.session_id = ?2)
-             ORDER BY bm25(messages_fts), m.id LIMIT ?3",
+             ORDER BY rank, m.id LIMIT ?3",
         )?;
         let mut rows =
-            stmt.query(rusqlite::params![fts, filter, sql_limit(limit), SNIPPET_TOKENS])?;
+            stmt.query(rusqlite::params![in_text(&fts), filter, sql_limit(limit), SNIPPET_TOKENS])?;
         let mut hits = Vec::new();
         while let Some(row) = rows.next()? {
             let role_name: String = row.get(3)?;
@@ -206,16 +219,16 @@ impl Archive {
         else {
             return Ok(Vec::new());
         };
-        let conn = self.conn();
+        let conn = self.read_conn();
+        // The session's own matches only (not the best of every session's, filtered after).
         let mut stmt = conn.prepare_cached(
             "SELECT m.id, m.unit, m.role, m.timestamp, m.content, r.rank
-             FROM (SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts
-                   WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?3 * 4) r
+             FROM (SELECT rowid, bm25(messages_fts, 1.0, 1.0, 1.0, 0.0) AS rank
+                   FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2) r
              JOIN messages m ON m.pk = r.rowid
-             WHERE m.session_id = ?2
-             ORDER BY r.rank, m.id LIMIT ?3",
+             ORDER BY r.rank, m.id",
         )?;
-        let mut rows = stmt.query(rusqlite::params![fts, filter, sql_limit(limit)])?;
+        let mut rows = stmt.query(rusqlite::params![in_session(&fts, filter), sql_limit(limit)])?;
         let mut hits = Vec::new();
         while let Some(row) = rows.next()? {
             let role_name: String = row.get(2)?;
@@ -250,7 +263,7 @@ impl Archive {
         if list.is_empty() {
             return Ok(Vec::new());
         }
-        let conn = self.conn();
+        let conn = self.read_conn();
         let mut stmt = conn.prepare(&format!(
             "SELECT {} FROM messages m JOIN sessions s ON s.id = m.session_id
              WHERE s.name = ?1 AND m.id IN ({}) ORDER BY m.id",
@@ -285,7 +298,7 @@ impl Archive {
         let (Some(fts), Some(filter)) = (fts_query(query), session_filter(self, session)?) else {
             return Ok(Vec::new());
         };
-        let conn = self.conn();
+        let conn = self.read_conn();
         let mut stmt = conn.prepare_cached(
             "SELECT s.name, u.id, u.level, u.text, bm25(summaries_fts)
              FROM summaries_fts
@@ -331,7 +344,7 @@ impl Archive {
         limit: usize,
     ) -> Result<Vec<KeywordHit>, ArchiveError> {
         let Some(filter) = session_filter(self, session)? else { return Ok(Vec::new()) };
-        let conn = self.conn();
+        let conn = self.read_conn();
         let mut stmt = conn.prepare_cached(
             "SELECT s.name, m.id, m.unit, k.count
              FROM keywords k
@@ -376,7 +389,7 @@ impl Archive {
         limit: usize,
     ) -> Result<Vec<KeywordCount>, ArchiveError> {
         let Some(filter) = session_filter(self, session)? else { return Ok(Vec::new()) };
-        let conn = self.conn();
+        let conn = self.read_conn();
         let mut stmt = conn.prepare_cached(
             "SELECT k.keyword, count(*) AS n
              FROM keywords k JOIN messages m ON m.pk = k.message_pk
@@ -423,6 +436,59 @@ mod tests {
     fn no_words_no_query() {
         assert_eq!(fts_query(""), None);
         assert_eq!(fts_query(" * \" - ( ) :: "), None);
+    }
+
+    #[test]
+    fn a_session_ranks_its_own_matches_however_many_other_sessions_match() {
+        let mut archive = Archive::open_in_memory().unwrap();
+        let row = |id: u64, text: String| {
+            super::super::ArchivedMessage::new(
+                id,
+                id,
+                super::super::ChatMessage::text(Role::User, text),
+            )
+        };
+        for session in 0..30 {
+            let rows: Vec<_> = (1..=20)
+                .map(|id| row(id, format!("the build of service {session} passed, run {id}")))
+                .collect();
+            archive.store_messages(&format!("s{session}"), &rows).unwrap();
+        }
+        archive.store_messages("mine", &[row(1, "the build broke on arm64".into())]).unwrap();
+        // A session id is not a word of the text: "7" finds the text's 7s, not session 7's rows.
+        let hits = archive.rank("mine", "build", 5).unwrap();
+        assert_eq!(hits.len(), 1, "{hits:?}");
+        assert_eq!(hits[0].content, "the build broke on arm64");
+        let hits = archive.rank("s3", "build 7", 25).unwrap();
+        assert_eq!(hits.len(), 20);
+        assert!(hits[0].content.ends_with("run 7"), "{hits:?}");
+        let all = archive.search(None, "7", 100).unwrap();
+        assert!(all.iter().all(|h| h.content.contains('7')), "{all:?}");
+    }
+
+    #[test]
+    fn a_search_on_the_read_connection_does_not_wait_for_a_write_in_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        let mut archive = Archive::open(&path).unwrap().with_read_connection().unwrap();
+        let text = super::super::ChatMessage::text(Role::User, "staging runs Postgres 16");
+        archive.store_unit("s", &[super::super::ArchivedMessage::new(1, 1, text)]).unwrap();
+        // A writer holding the shared connection, as the archive's writer thread does for a
+        // transaction of many sessions' rows.
+        let held = archive.conn_for_tests();
+        held.execute_batch("BEGIN IMMEDIATE; DELETE FROM keywords;").unwrap();
+        let reader = archive.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(reader.search(Some("s"), "postgres", 5).map(|hits| hits.len()));
+        });
+        let found = rx.recv_timeout(std::time::Duration::from_secs(5));
+        held.execute_batch("ROLLBACK").unwrap();
+        drop(held);
+        assert_eq!(found.expect("the search waited for the writer").unwrap(), 1);
+        // Without a read connection (an in-memory archive), it is the same handle as before.
+        let memory = Archive::open_in_memory().unwrap().with_read_connection().unwrap();
+        assert!(memory.reader.is_none());
     }
 
     proptest! {
