@@ -236,10 +236,11 @@ pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
     // Opened and closed first: a new file's schema stays in its WAL until its last connection
     // closes, and opening a second one checks the file's header.
     drop(ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?);
-    // Retrieval's searches read on a connection of their own: in WAL mode they never wait for
-    // the writer thread's transactions on the shared one.
+    // Retrieval's searches read on connections of their own, one per blocking-pool worker: in
+    // WAL mode they never wait for the writer thread's transactions on the shared one, nor
+    // for each other.
     let archive = ctxwin_std::archive::Archive::open(&path)
-        .and_then(ctxwin_std::archive::Archive::with_read_connection)
+        .and_then(|archive| archive.with_read_connections(crate::server::workers()))
         .map_err(SessionError::from)?;
     archive.set_cache_kib(ARCHIVE_CACHE_KIB).map_err(SessionError::from)?;
     let wal = ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?;

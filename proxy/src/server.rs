@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::wire::{self, Provider, Request};
 
 /// Session tasks run at once: twice the cores (at least 2).
-fn workers() -> usize {
+pub(crate) fn workers() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get()).saturating_mul(2).max(2)
 }
 

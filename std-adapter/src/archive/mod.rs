@@ -78,9 +78,16 @@ pub struct Archive {
     conn: Arc<Mutex<Connection>>,
     /// The write lock of this file in this process (none in memory).
     gate: Option<Arc<Mutex<()>>>,
-    /// A second connection for searches ([`with_read_connection`](Archive::with_read_connection)),
+    /// Connections for searches ([`with_read_connections`](Archive::with_read_connections)),
     /// shared by the clones too.
-    reader: Option<Arc<Mutex<Connection>>>,
+    readers: Option<Arc<Readers>>,
+}
+
+/// An archive's read connections and where the next wait for one goes.
+#[derive(Debug)]
+struct Readers {
+    connections: Vec<Mutex<Connection>>,
+    next: std::sync::atomic::AtomicUsize,
 }
 
 impl Clone for Archive {
@@ -97,7 +104,7 @@ impl Clone for Archive {
     /// # Ok::<(), ctxwin_std::archive::ArchiveError>(())
     /// ```
     fn clone(&self) -> Self {
-        Self { conn: self.conn.clone(), gate: self.gate.clone(), reader: self.reader.clone() }
+        Self { conn: self.conn.clone(), gate: self.gate.clone(), readers: self.readers.clone() }
     }
 }
 
@@ -180,44 +187,67 @@ impl Archive {
     }
 
     fn with(conn: Connection, gate: Option<Arc<Mutex<()>>>) -> Self {
-        Self { conn: Arc::new(Mutex::new(conn)), gate, reader: None }
+        Self { conn: Arc::new(Mutex::new(conn)), gate, readers: None }
     }
 
-    /// This handle with a second connection to its file for searches (`search`, `rank`,
-    /// `get_many` and the other reads of retrieval), shared by its clones. In WAL mode a
-    /// reader never waits for a writer: with many sessions sharing one connection and one
-    /// [`ArchiveWriter`] committing their rows on it, a search otherwise waits for the
-    /// writer's whole transaction. Searches see what is committed when they start. An
-    /// in-memory archive has no file to open twice: it is returned unchanged.
+    /// This handle with `count` more connections to its file for searches (`search`, `rank`,
+    /// `get_many` and the other reads of retrieval), read-only and shared by its clones. In WAL
+    /// mode a reader never waits for a writer: with many sessions sharing one connection and
+    /// one [`ArchiveWriter`] committing their rows on it, a search otherwise waits for the
+    /// writer's whole transaction, and searches of several threads wait for each other. A
+    /// search takes a free reader, or waits for one. Searches see what is committed when they
+    /// start. An in-memory archive has no file to open twice, and `count` 0 opens nothing:
+    /// the handle is returned unchanged. Each connection has its own page cache (2 MB at
+    /// most by default).
     ///
     /// # Errors
-    /// [`ArchiveError::Sqlite`] when the second connection cannot be opened.
+    /// [`ArchiveError::Sqlite`] when a connection cannot be opened.
     ///
     /// ```
     /// use ctxwin_std::archive::{Archive, ArchivedMessage};
     /// use ctxwin_std::{ChatMessage, core::Role};
     /// let dir = tempfile::tempdir()?;
-    /// let mut archive = Archive::open(dir.path().join("a.db"))?.with_read_connection()?;
+    /// let mut archive = Archive::open(dir.path().join("a.db"))?.with_read_connections(2)?;
     /// let text = ChatMessage::text(Role::User, "the staging database runs Postgres 16");
     /// archive.store_unit("s", &[ArchivedMessage::new(1, 1, text)])?;
     /// assert_eq!(archive.search(Some("s"), "postgres", 5)?.len(), 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_read_connection(mut self) -> Result<Self, ArchiveError> {
+    pub fn with_read_connections(mut self, count: usize) -> Result<Self, ArchiveError> {
         let path = self.conn().path().filter(|path| !path.is_empty()).map(PathBuf::from);
-        let Some(path) = path else { return Ok(self) };
-        let reader = Connection::open_with_flags(
-            path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        reader.busy_timeout(std::time::Duration::from_secs(5))?;
-        self.reader = Some(Arc::new(Mutex::new(reader)));
+        let Some(path) = path.filter(|_| count > 0) else { return Ok(self) };
+        let mut connections = Vec::with_capacity(count);
+        for _ in 0..count {
+            let reader = Connection::open_with_flags(
+                &path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            reader.busy_timeout(std::time::Duration::from_secs(5))?;
+            connections.push(Mutex::new(reader));
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        self.readers = Some(Arc::new(Readers { connections, next }));
         Ok(self)
     }
 
-    /// The connection searches use, locked: the read connection when there is one.
+    /// A connection for a search, locked: a free read connection, else the next one in turn
+    /// (waited for), else (none opened) the shared one.
     fn read_conn(&self) -> MutexGuard<'_, Connection> {
-        self.reader.as_deref().unwrap_or(&self.conn).lock().unwrap_or_else(PoisonError::into_inner)
+        let Some(readers) = self.readers.as_deref() else { return self.conn() };
+        for reader in &readers.connections {
+            match reader.try_lock() {
+                Ok(guard) => return guard,
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+        }
+        let turn = readers.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let count = readers.connections.len().max(1);
+        match readers.connections.get(turn % count) {
+            Some(reader) => reader.lock().unwrap_or_else(PoisonError::into_inner),
+            None => self.conn(),
+        }
     }
 
     /// Whether `other` is a clone of this handle (the same connection), not another one.

@@ -470,7 +470,7 @@ mod tests {
     fn a_search_on_the_read_connection_does_not_wait_for_a_write_in_progress() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.db");
-        let mut archive = Archive::open(&path).unwrap().with_read_connection().unwrap();
+        let mut archive = Archive::open(&path).unwrap().with_read_connections(2).unwrap();
         let text = super::super::ChatMessage::text(Role::User, "staging runs Postgres 16");
         archive.store_unit("s", &[super::super::ArchivedMessage::new(1, 1, text)]).unwrap();
         // A writer holding the shared connection, as the archive's writer thread does for a
@@ -478,17 +478,24 @@ mod tests {
         let held = archive.conn_for_tests();
         held.execute_batch("BEGIN IMMEDIATE; DELETE FROM keywords;").unwrap();
         let reader = archive.clone();
+        // Two searches at once: one on each read connection, or one waiting for the other.
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(reader.search(Some("s"), "postgres", 5).map(|hits| hits.len()));
-        });
-        let found = rx.recv_timeout(std::time::Duration::from_secs(5));
+        for _ in 0..3 {
+            let (reader, tx) = (reader.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let _ = tx.send(reader.search(Some("s"), "postgres", 5).map(|hits| hits.len()));
+            });
+        }
+        let found: Vec<_> =
+            (0..3).map(|_| rx.recv_timeout(std::time::Duration::from_secs(5))).collect();
         held.execute_batch("ROLLBACK").unwrap();
         drop(held);
-        assert_eq!(found.expect("the search waited for the writer").unwrap(), 1);
-        // Without a read connection (an in-memory archive), it is the same handle as before.
-        let memory = Archive::open_in_memory().unwrap().with_read_connection().unwrap();
-        assert!(memory.reader.is_none());
+        for found in found {
+            assert_eq!(found.expect("a search waited for the writer").unwrap(), 1);
+        }
+        // Without a file (an in-memory archive), it is the same handle as before.
+        let memory = Archive::open_in_memory().unwrap().with_read_connections(2).unwrap();
+        assert!(memory.readers.is_none());
     }
 
     proptest! {
