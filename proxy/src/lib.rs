@@ -54,8 +54,9 @@
 //!   queues its archive rows to one [`ArchiveWriter`](ctxwin_std::archive::ArchiveWriter)
 //!   thread, which writes what many requests queued in one transaction on the one SQLite
 //!   connection all of them share (a connection each cost about 200 KiB per resident
-//!   conversation, and each reread the pages the others wrote); the side store is one
-//!   connection for all too. At most `max_resident` conversations stay in memory: above it,
+//!   conversation, and each reread the pages the others wrote); retrieval's searches read on
+//!   connections of their own, one per blocking-pool worker, which in WAL mode never wait for
+//!   the writer. The side store is one connection for all too. At most `max_resident` conversations stay in memory: above it,
 //!   the least recently used idle ones are checkpointed and unloaded, and reloaded from their
 //!   checkpoint on their next request.
 //! * **Crash safety.** A request's messages are queued to the archive's writer before the
