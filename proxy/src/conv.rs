@@ -129,8 +129,8 @@ pub struct Conv {
     /// `meta` rows of a new conversation (its window), written with the first flush's entries.
     unsaved_meta: Vec<(&'static str, String)>,
     /// The upstream's last answer, not yet in the session: taken with the next request's
-    /// messages in one archive transaction (as the client's copy when the client echoes it),
-    /// or at the next checkpoint.
+    /// messages in one archive batch (as the client's copy when the client echoes it), or at
+    /// the next checkpoint.
     pending_answer: Option<Value>,
 }
 
@@ -550,7 +550,8 @@ impl Conv {
     /// pushed before the failure stay recorded.
     pub fn ingest(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
         self.last_used = Instant::now();
-        // One archive transaction for the request: its messages and the answer before them.
+        // One archive batch for the request, its messages and the answer before them, queued
+        // to the writer together (written in one transaction, with other conversations' rows).
         self.session.begin_batch();
         let ingested = self.ingest_batch(request, hashes);
         let ended = self.session.end_batch();
@@ -993,8 +994,8 @@ impl Conv {
         Ok(evicted)
     }
 
-    /// Pushes the waiting answer into the session (in one archive transaction). Returns the
-    /// units evicted.
+    /// Pushes the waiting answer into the session (its rows queued as one archive batch).
+    /// Returns the units evicted.
     fn settle_answer(&mut self) -> Result<usize, ConvError> {
         let Some(message) = self.pending_answer.take() else { return Ok(0) };
         let analyzed = match response_fingerprint(self.provider, &message) {

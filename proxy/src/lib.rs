@@ -3,10 +3,10 @@
 //! The proxy speaks OpenAI's `POST /v1/chat/completions` and Anthropic's `POST /v1/messages`
 //! and passes every other path (`/v1/models`, `/v1/embeddings`, …) through unchanged. Agents
 //! resend their whole history on every call; the proxy keeps one [`ctxwin_std::Session`] per
-//! conversation, pushes only the messages it has not seen (queued to the archive first), composes the
-//! payload for the model's window and forwards that. Every request field other than the
-//! messages (`tools`, `tool_choice`, `temperature`, `stream`, `max_tokens`, …) reaches the
-//! upstream byte for byte, in its order.
+//! conversation, pushes only the messages it has not seen (queued to the archive first),
+//! composes the payload for the model's window and forwards that. Every request field other
+//! than the messages (`tools`, `tool_choice`, `temperature`, `stream`, `max_tokens`, …)
+//! reaches the upstream byte for byte, in its order.
 //!
 //! # Design
 //!
