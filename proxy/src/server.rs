@@ -592,6 +592,65 @@ enum Step {
     Composed(Composed, u64),
 }
 
+/// How far [`take_request`] went.
+enum Progress {
+    Done(Step),
+    /// The request's messages were taken and its payload is still to compose (off the async
+    /// threads): `tokens_in` and the units `evicted` so far.
+    Taken {
+        tokens_in: u64,
+        evicted: usize,
+    },
+}
+
+/// Takes the request's new messages and composes its payload. `inline` (on an async thread):
+/// stops after taking them when that moved the conversation's work to the disk (its first
+/// eviction turns retrieval on), with [`Progress::Taken`].
+fn take_request(
+    guard: &mut Guard,
+    request: &Request,
+    hashes: &[u64],
+    inline: bool,
+) -> Result<Progress, ConvError> {
+    let conv = guard.as_mut().ok_or(ConvError::Unloaded)?;
+    match conv.ingest(request, hashes)? {
+        Ingest::Diverged(at) => Ok(Progress::Done(Step::Diverged(at))),
+        Ingest::Extended { tokens_in, evicted, .. } if inline && !conv.request_in_memory() => {
+            Ok(Progress::Taken { tokens_in, evicted })
+        }
+        Ingest::Extended { tokens_in, evicted, .. } => {
+            compose(guard, request, tokens_in, evicted).map(Progress::Done)
+        }
+    }
+}
+
+/// Composes the payload of a request whose messages were taken.
+fn compose(
+    guard: &mut Guard,
+    request: &Request,
+    tokens_in: u64,
+    evicted: usize,
+) -> Result<Step, ConvError> {
+    let conv = guard.as_mut().ok_or(ConvError::Unloaded)?;
+    let mut composed = conv.compose(request)?;
+    composed.evicted += evicted;
+    Ok(Step::Composed(composed, tokens_in))
+}
+
+/// Runs `work` on the locked conversation on the blocking pool ([`App::blocking`]).
+async fn on_pool<R: Send + 'static>(
+    app: &App,
+    mut guard: Guard,
+    work: impl FnOnce(&mut Guard) -> Result<R, ConvError> + Send + 'static,
+) -> Result<(Guard, Result<R, ConvError>), Failure> {
+    app.blocking(move || {
+        let result = work(&mut guard);
+        (guard, result)
+    })
+    .await
+    .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, format!("session task: {e}")))
+}
+
 async fn managed_inner(
     app: &Arc<App>,
     provider: Provider,
@@ -616,32 +675,25 @@ async fn managed_inner(
     let mut hops = 0;
     let (mut guard, composed) = loop {
         let guard = lock_conv(app, &key, provider, &request.model).await?;
-        let (req, hashes) = (request.clone(), hashes.clone());
-        let in_memory = guard.as_ref().is_some_and(Conv::request_in_memory);
-        let work = move || {
-            let mut guard = guard;
-            let step = match guard.as_mut() {
-                Some(conv) => conv.ingest(&req, &hashes).and_then(|ingest| match ingest {
-                    Ingest::Diverged(at) => Ok(Step::Diverged(at)),
-                    Ingest::Extended { tokens_in, evicted, .. } => {
-                        let mut composed = conv.compose(&req)?;
-                        composed.evicted += evicted;
-                        Ok(Step::Composed(composed, tokens_in))
-                    }
-                }),
-                None => Err(ConvError::Unloaded),
-            };
-            (guard, step)
-        };
         // A request the session serves from memory takes tens of microseconds: run here, as a
         // hop to the blocking pool (a permit, a thread woken and switched to) would cost more
         // than it and queue behind other conversations' disk work.
-        let (guard, step) = if in_memory {
-            work()
+        let (guard, progress) = if guard.as_ref().is_some_and(Conv::request_in_memory) {
+            let mut guard = guard;
+            let progress = take_request(&mut guard, &request, &hashes, true);
+            (guard, progress)
         } else {
-            app.blocking(work).await.map_err(|e| {
-                Failure::new(StatusCode::INTERNAL_SERVER_ERROR, format!("session task: {e}"))
-            })?
+            let (req, hashes) = (request.clone(), hashes.clone());
+            on_pool(app, guard, move |guard| take_request(guard, &req, &hashes, false)).await?
+        };
+        let (guard, step) = match progress {
+            Ok(Progress::Done(step)) => (guard, Ok(step)),
+            // Its messages evicted for the first time: retrieval now queries the archive.
+            Ok(Progress::Taken { tokens_in, evicted }) => {
+                let req = request.clone();
+                on_pool(app, guard, move |guard| compose(guard, &req, tokens_in, evicted)).await?
+            }
+            Err(error) => (guard, Err(error)),
         };
         match step {
             Ok(Step::Composed(composed, tokens_in)) => {
@@ -856,4 +908,42 @@ async fn finish_answer(
 fn spawn_checkpoint(app: Arc<App>, guard: Guard) {
     drop(guard);
     tokio::spawn(async move { app.enforce_cap().await });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_request_that_first_evicts_composes_off_the_async_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let stores = crate::conv::prepare_state(dir.path()).unwrap();
+        let conv = Conv::create(dir.path(), &stores, "t", Provider::OpenAi, 2_048, 256).unwrap();
+        let mut guard = Arc::new(AsyncMutex::new(Some(conv))).try_lock_owned().unwrap();
+        let mut messages = vec![json!({"role": "user", "content": "Staging runs Postgres 16."})];
+        for n in 0..200 {
+            assert!(guard.as_ref().unwrap().request_in_memory(), "turn {n}");
+            let body = json!({"model": "m", "messages": messages}).to_string();
+            let request = Request::parse(Provider::OpenAi, body.as_bytes()).unwrap();
+            let hashes = wire::raw_hashes(&request);
+            match take_request(&mut guard, &request, &hashes, true).unwrap() {
+                Progress::Done(Step::Composed(..)) => {}
+                Progress::Done(Step::Diverged(at)) => panic!("diverged at {at}"),
+                Progress::Taken { evicted, .. } => {
+                    assert!(evicted > 0);
+                    assert!(!guard.as_ref().unwrap().request_in_memory());
+                    let Step::Composed(composed, _) = compose(&mut guard, &request, 0, 0).unwrap()
+                    else {
+                        panic!("not composed")
+                    };
+                    assert!(String::from_utf8(composed.body).unwrap().contains("Postgres 16"));
+                    return;
+                }
+            }
+            messages.push(json!({"role": "assistant", "content": format!("Reply {n}: three pull requests are open and one job fails.")}));
+            messages.push(json!({"role": "user", "content": format!("Turn {n}: which Postgres version runs on staging, and who owns the failing job?")}));
+        }
+        panic!("nothing was evicted in 200 turns");
+    }
 }
