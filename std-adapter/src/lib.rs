@@ -11,6 +11,7 @@ pub mod llm;
 pub mod message;
 pub mod session;
 pub mod statefs;
+pub mod store;
 pub mod tokens;
 
 pub use message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
