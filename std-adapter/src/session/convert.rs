@@ -7,8 +7,8 @@ use ctxwin_core::{
 use serde_json::value::RawValue;
 
 use super::SessionError;
-use crate::archive::ArchivedMessage;
 use crate::message::{ChatMessage, Conversation, ToolDefinition};
+use crate::store::ArchivedMessage;
 
 /// The core's view of `message`'s tool calls, borrowed.
 pub(crate) fn core_calls(message: &ChatMessage) -> Vec<ctxwin_core::ToolCall<'_>> {

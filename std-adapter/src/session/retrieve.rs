@@ -5,14 +5,18 @@
 //! before the core composes, so the core never evicts anything to fit it, and nothing it
 //! does is kept (no eviction, no checkpoint, no change a later compose would see).
 //!
-//! Ranking: the archive's BM25 (SQLite FTS5, `k1 = 1.2`, `b = 0.75`, every column weighted
-//! 1; Porter stemming in the index; query words from [`ctxwin_core::terms::search_words`],
-//! irregular verbs with their other forms), times a recency prior `1 + recency × position`
-//! (position 0 for the oldest candidate, 1 for the newest). A short reply that brings the turn
-//! it answers (or a short question its answer) is ranked as the exchange of both: BM25's
-//! length normalization is redone for the pair's length, so "Thanks, Mel!" does not outrank a
-//! real statement about Mel for being two words long. Messages still in the window (or quoted
-//! whole by its summaries) are left out, as are repeated texts.
+//! Room: what the core says a payload with the caller's dynamic context leaves free
+//! ([`ContextManager::dynamic_room`](ctxwin_core::ContextManager::dynamic_room)), capped by
+//! [`RetrievalSettings::max_share_percent`]; the block is measured as the core will charge it.
+//!
+//! Ranking: the archive port's normalised lexical scores ([`SearchHit::score`](crate::store::SearchHit);
+//! BM25 for every adapter: query words from [`ctxwin_core::terms::search_words`], irregular
+//! verbs with their other forms), times a recency prior `1 + recency × position` (position 0
+//! for the oldest candidate, 1 for the newest). A short reply that brings the turn it answers
+//! (or a short question its answer) is ranked as the exchange of both: BM25's length
+//! normalisation ([`BM25_K1`], [`BM25_B`]) is redone for the pair's length, so "Thanks, Mel!"
+//! does not outrank a real statement about Mel for being two words long. Messages still in the
+//! window (or quoted whole by its summaries) are left out, as are repeated texts.
 //!
 //! With an embedder ([`SessionBuilder::embedder`](super::SessionBuilder::embedder)), the
 //! nearest messages by cosine similarity join the candidates and the two rankings are fused
@@ -28,9 +32,10 @@ use ctxwin_core::Role;
 use ctxwin_core::counter::TokenCounter;
 
 use super::fusion::{Ranked, fuse};
+use super::semantic::SemanticIndex;
 use super::{Session, SessionError};
-use crate::archive::ArchivedMessage;
 use crate::embed::EmbedError;
+use crate::store::{ArchivedMessage, BM25_B, BM25_K1, SearchQuery};
 
 /// First line of a retrieved block.
 pub const RETRIEVED_HEADER: &str = "[Retrieved from archive]";
@@ -39,12 +44,8 @@ pub const RETRIEVED_HEADER: &str = "[Retrieved from archive]";
 /// question of fewer words its answer.
 const SHORT_REPLY_WORDS: usize = 10;
 
-/// SQLite FTS5's BM25 parameters (its built-in `bm25()` uses these).
-const BM25_K1: f64 = 1.2;
-const BM25_B: f64 = 0.75;
-
-/// How a session retrieves (set with [`SessionBuilder::retrieval`](super::SessionBuilder::retrieval)
-/// or [`Session::set_retrieval`]).
+/// How a session retrieves (set with [`SessionBuilder::retrieval`](super::SessionBuilder::retrieval);
+/// one payload can use others: [`ComposeOptions::retrieval`](super::ComposeOptions)).
 ///
 /// ```
 /// let settings = ctxwin_std::session::RetrievalSettings::DEFAULT;
@@ -99,6 +100,22 @@ pub struct Recall {
     pub tokens: u32,
 }
 
+/// A session's retrieval: its settings, and the vectors of hybrid recall.
+pub(crate) struct Retrieval {
+    pub(crate) settings: RetrievalSettings,
+    /// Vectors for hybrid recall, when built with [`SessionBuilder::embedder`](super::SessionBuilder::embedder).
+    pub(crate) semantic: Option<SemanticIndex>,
+}
+
+impl std::fmt::Debug for Retrieval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retrieval")
+            .field("settings", &self.settings)
+            .field("semantic", &self.semantic.is_some())
+            .finish()
+    }
+}
+
 impl Session {
     /// The retrieval settings.
     ///
@@ -108,12 +125,7 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn retrieval(&self) -> &RetrievalSettings {
-        &self.retrieval
-    }
-
-    /// Replaces the retrieval settings.
-    pub fn set_retrieval(&mut self, settings: RetrievalSettings) {
-        self.retrieval = settings;
+        &self.recall.settings
     }
 
     /// The live request: the newest user message in the window, if any.
@@ -132,8 +144,10 @@ impl Session {
 
     /// Archived messages matching `query` that are not in the window, best first, as one block
     /// sized to the room a payload with `dynamic` leaves (capped by
-    /// [`RetrievalSettings::max_share_percent`]). Whole messages only; the block always fits:
-    /// composing with `dynamic` and the block evicts nothing.
+    /// [`RetrievalSettings::max_share_percent`]), with the session's settings
+    /// ([`recall_with`](Self::recall_with) takes others). Whole messages only; the block
+    /// always fits: composing with `dynamic` and the block evicts nothing. This is the one
+    /// retrieval: [`compose`](Self::compose) calls it for the live request.
     ///
     /// # Errors
     /// Archive errors. Without an archive the recall is empty.
@@ -156,17 +170,30 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn recall(&self, query: &str, dynamic: &[&str]) -> Result<Recall, SessionError> {
-        let Some(archive) = self.archive.as_ref() else { return Ok(Recall::default()) };
-        let settings = self.retrieval;
-        let room = self.recall_room(dynamic);
+        self.recall_with(query, dynamic, &self.recall.settings)
+    }
+
+    /// [`recall`](Self::recall) with `settings` instead of the session's.
+    ///
+    /// # Errors
+    /// As [`recall`](Self::recall).
+    pub fn recall_with(
+        &self,
+        query: &str,
+        dynamic: &[&str],
+        settings: &RetrievalSettings,
+    ) -> Result<Recall, SessionError> {
+        let Some(archive) = self.stores.archive.as_deref() else { return Ok(Recall::default()) };
+        let settings = *settings;
+        let room = self.recall_room(dynamic, &settings);
         let counter = self.manager.counter();
         let line_cost = |line: &str| counter.count(line).saturating_add(1);
         let header = line_cost(RETRIEVED_HEADER);
         if room <= header || settings.max_items == 0 {
             return Ok(Recall::default());
         }
-        self.archive_settled()?;
-        let mut hits = archive.rank(&self.name, query, settings.candidates)?;
+        let mut hits =
+            archive.search(&self.scope, &SearchQuery::new(query, settings.candidates))?;
         // What the window shows already: its messages, and text its summaries quote whole.
         let summaries: Vec<&str> = self.manager.session().map(|entry| entry.content()).collect();
         let shown = |id: u64, content: &str| {
@@ -181,7 +208,7 @@ impl Session {
             .map(|n| n.0)
             .filter(|id| !hits.iter().any(|hit| hit.id == *id))
             .collect();
-        let mut extra = archive.get_many(&self.name, &missing)?;
+        let mut extra = archive.get_many(&self.scope, &missing)?;
         extra.retain(|m| {
             !shown(m.id, &m.message.content)
                 && matches!(m.message.role, Role::User | Role::Assistant)
@@ -204,7 +231,7 @@ impl Session {
             Vec::new()
         };
         let neighbours: std::collections::HashMap<u64, ArchivedMessage> =
-            archive.get_many(&self.name, &wanted)?.into_iter().map(|m| (m.id, m)).collect();
+            archive.get_many(&self.scope, &wanted)?.into_iter().map(|m| (m.id, m)).collect();
         // A short hit that brings a turn is ranked as the exchange of both: BM25's length
         // normalization, which favours a two-word "Thanks, Mel!", is redone for the pair's
         // length (one occurrence assumed; `avgdl` from the candidates).
@@ -232,7 +259,9 @@ impl Session {
             })
             .collect();
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
-        if let (Some(index), Some(vector)) = (self.semantic.as_ref(), query_vector.as_deref()) {
+        if let (Some(index), Some(vector)) =
+            (self.recall.semantic.as_ref(), query_vector.as_deref())
+        {
             let cosine = |id: u64| index.similarity(vector, id);
             ranked = fuse(ranked, &nearest, extra, cosine, &index.hybrid);
         }
@@ -311,7 +340,7 @@ impl Session {
                     .collect();
                 let mut context = neighbours;
                 context
-                    .extend(archive.get_many(&self.name, &around)?.into_iter().map(|m| (m.id, m)));
+                    .extend(archive.get_many(&self.scope, &around)?.into_iter().map(|m| (m.id, m)));
                 let usable = |id: u64| {
                     context.get(&id).filter(|m| {
                         self.manager.get(id).is_none()
@@ -368,7 +397,7 @@ impl Session {
         // The lines were measured one by one: check the block as the core will count it.
         loop {
             let block = render(&chosen);
-            let tokens = self.dynamic_tokens(&block);
+            let tokens = self.manager.dynamic_tokens(&block);
             if chosen.is_empty() {
                 return Ok(Recall::default());
             }
@@ -387,7 +416,7 @@ impl Session {
     /// window nearest to it by meaning, best first, with their cosines; nothing without one
     /// or when it fails (counted).
     fn nearest(&self, query: &str, limit: usize) -> (Option<Vec<f32>>, Vec<(u64, f32)>) {
-        let Some(index) = self.semantic.as_ref() else { return (None, Vec::new()) };
+        let Some(index) = self.recall.semantic.as_ref() else { return (None, Vec::new()) };
         match index.embed_query(query) {
             Ok(vector) => {
                 let near = index.nearest(&vector, limit, |id| self.manager.get(id).is_none());
@@ -401,29 +430,13 @@ impl Session {
         }
     }
 
-    /// Tokens the core will charge for `text` as a dynamic-context message.
-    fn dynamic_tokens(&self, text: &str) -> u32 {
-        self.manager
-            .counter()
-            .count(text)
-            .saturating_add(u32::from(self.manager.config().message_overhead))
-    }
-
-    /// Tokens a retrieved block may cost next to `dynamic` without the core evicting anything.
-    fn recall_room(&self, dynamic: &[&str]) -> u32 {
-        let config = self.manager.config();
-        let dynamic_tokens =
-            dynamic.iter().fold(0u32, |sum, text| sum.saturating_add(self.dynamic_tokens(text)));
-        let mut used = self.manager.used().saturating_add(dynamic_tokens);
-        if self.manager.used() == 0 {
-            used = used.saturating_add(u32::from(config.request_overhead));
-        }
+    /// Tokens a retrieved block may cost next to `dynamic`: what the core leaves free
+    /// without evicting anything, capped by the settings' share of the budget.
+    fn recall_room(&self, dynamic: &[&str], settings: &RetrievalSettings) -> u32 {
+        let free = self.manager.dynamic_room(dynamic);
         let budget = self.manager.budget();
-        let free = budget.saturating_sub(used);
-        let cap = u32::try_from(
-            u64::from(budget) * u64::from(self.retrieval.max_share_percent.min(100)) / 100,
-        )
-        .unwrap_or(u32::MAX);
+        let share = u64::from(settings.max_share_percent.min(100));
+        let cap = u32::try_from(u64::from(budget) * share / 100).unwrap_or(u32::MAX);
         free.min(cap)
     }
 }
@@ -503,7 +516,9 @@ mod tests {
         let mut session = chat(2_000);
         let before = history_ids(&session);
         let used = session.manager().used();
-        let payload = session.compose_recall(&[], Some("dogs")).unwrap();
+        let options = crate::session::ComposeOptions::new(&[])
+            .recall(crate::session::RecallFor::Query("dogs"));
+        let payload = session.compose_with(options).unwrap();
         assert!(payload.recall.ids.len() > 5, "{:?}", payload.recall);
         assert!(payload.tokens <= payload.budget);
         assert_eq!(payload.evicted_units, 0);
@@ -526,9 +541,9 @@ mod tests {
 
     #[test]
     fn a_short_reply_brings_the_turn_it_answers() {
-        let mut session = chat(2_000);
-        session.set_retrieval(RetrievalSettings { max_items: 2, ..RetrievalSettings::DEFAULT });
-        let recall = session.recall("Yes! 1", &[]).unwrap();
+        let session = chat(2_000);
+        let settings = RetrievalSettings { max_items: 2, ..RetrievalSettings::DEFAULT };
+        let recall = session.recall_with("Yes! 1", &[], &settings).unwrap();
         assert!(recall.ids.contains(&2) && recall.ids.contains(&1), "{recall:?}");
     }
 
@@ -537,8 +552,14 @@ mod tests {
         let mut session = chat(2_000);
         session.push(&ChatMessage::text(Role::User, "Where does my dog like to go?")).unwrap();
         assert!(!session.compose(&[]).unwrap().recall.ids.is_empty());
-        session.set_retrieval(RetrievalSettings { auto: false, ..RetrievalSettings::DEFAULT });
-        assert!(session.compose(&[]).unwrap().recall.ids.is_empty());
+        let off = RetrievalSettings { auto: false, ..RetrievalSettings::DEFAULT };
+        let options = crate::session::ComposeOptions::new(&[]).retrieval(off);
+        assert!(session.compose_with(options).unwrap().recall.ids.is_empty());
+        let asked = options.recall(crate::session::RecallFor::LiveRequest);
+        assert!(!session.compose_with(asked).unwrap().recall.ids.is_empty());
+        let nothing =
+            crate::session::ComposeOptions::new(&[]).recall(crate::session::RecallFor::Nothing);
+        assert!(session.compose_with(nothing).unwrap().recall.ids.is_empty());
     }
 
     #[test]
@@ -583,10 +604,10 @@ mod tests {
             session.push(&ChatMessage::text(Role::User, format!("filler {turn}"))).unwrap();
         }
         let archive = session.archive().unwrap();
-        let raw = archive.rank("s", "Who is Mel?", 5).unwrap();
+        let raw = archive.search(session.scope(), &SearchQuery::new("Who is Mel?", 5)).unwrap();
         assert!(raw[0].content.starts_with("Thanks"), "{raw:?}");
-        session.set_retrieval(RetrievalSettings { max_items: 1, ..RetrievalSettings::DEFAULT });
-        let recall = session.recall("Who is Mel?", &[]).unwrap();
+        let settings = RetrievalSettings { max_items: 1, ..RetrievalSettings::DEFAULT };
+        let recall = session.recall_with("Who is Mel?", &[], &settings).unwrap();
         assert!(recall.block.contains("bought a violin"), "{}", recall.block);
         assert_eq!(recall.ids.len(), 1, "{}", recall.block);
     }

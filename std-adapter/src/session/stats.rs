@@ -9,21 +9,23 @@ use std::fmt;
 use ctxwin_core::{Level, Stats, StrategyKind};
 use serde::{Deserialize, Serialize};
 
-use super::{LlmStats, Session, SessionError};
+use super::{Calibration, LlmStats, Session, SessionError};
+use crate::tokens::CacheStats;
 
 /// What the session itself did, kept across checkpoints.
 ///
 /// ```
 /// let counters = ctxwin_std::session::SessionCounters::default();
-/// assert_eq!(counters.id_repairs, 0);
+/// assert_eq!(counters.messages_pushed, 0);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SessionCounters {
     /// Messages pushed or imported.
     pub messages_pushed: u64,
-    /// Archive rows written (write-ahead, updates, evicted units, synthetic records); with an
-    /// [`archive_writer`](super::SessionBuilder::archive_writer), rows handed to it.
+    /// Archive rows written (messages, records the core wrote); through a wrapper that
+    /// queues or holds them ([`Deferred`](crate::store::Deferred),
+    /// [`Batched`](crate::store::Batched)), rows handed to it.
     pub archive_rows_written: u64,
     /// Units archived and released from the core's outbox.
     pub units_archived: u64,
@@ -35,13 +37,6 @@ pub struct SessionCounters {
     pub checkpoint_failures: u64,
     /// Restores from a checkpoint.
     pub restores: u64,
-    /// Archive rows written ahead under an id the core then gave to something else (a
-    /// summary made while evicting, a tool definition after a refused message), rewritten to
-    /// describe what holds the id.
-    pub id_repairs: u64,
-    /// Messages written ahead that the core then refused (their rows are overwritten by the
-    /// next message, which takes the same id).
-    pub refused_after_write_ahead: u64,
 }
 
 /// How far the counter's estimates are from the provider's counts.
@@ -65,25 +60,10 @@ pub struct CalibrationStats {
 pub struct ArchiveUsage {
     /// Messages archived for this session.
     pub messages: u64,
-    /// Summaries in the database (all sessions).
+    /// Summaries recorded for this session.
     pub summaries: u64,
-    /// Database size in bytes.
-    pub db_size_bytes: u64,
-}
-
-/// The exact counter's cache.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct TokenCacheStats {
-    /// Lookups answered from the cache.
-    pub hits: u64,
-    /// Lookups that ran the tokenizer.
-    pub misses: u64,
-    /// Counts held.
-    pub entries: usize,
-    /// Most counts held.
-    pub capacity: usize,
-    /// Share of lookups that hit.
-    pub hit_rate: Option<f64>,
+    /// Bytes the whole archive takes on its medium, when its adapter can tell.
+    pub store_bytes: Option<u64>,
 }
 
 /// Everything measurable about a session.
@@ -114,7 +94,7 @@ pub struct SessionStats {
     /// The archive, when there is one.
     pub archive: Option<ArchiveUsage>,
     /// The exact counter's cache, when counting exactly.
-    pub token_cache: Option<TokenCacheStats>,
+    pub token_cache: Option<CacheStats>,
     /// What the session did.
     pub counters: SessionCounters,
     /// The newest checkpoint written or restored.
@@ -139,45 +119,39 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn stats(&self) -> Result<SessionStats, SessionError> {
-        let archive = match self.archive.as_ref() {
+        let archive = match self.stores.archive.as_deref() {
             Some(archive) => {
-                self.archive_settled()?;
-                let all = archive.stats()?;
+                let usage = archive.usage(&self.scope)?;
                 Some(ArchiveUsage {
-                    messages: archive.message_count(Some(&self.name))?,
-                    summaries: all.summaries,
-                    db_size_bytes: all.db_size_bytes,
+                    messages: usage.messages,
+                    summaries: usage.summaries,
+                    store_bytes: usage.store_bytes,
                 })
             }
             None => None,
         };
         let counter = self.manager.counter();
-        let checkpoints_kept = match self.store.as_ref() {
-            Some(store) => Some(store.ids()?.len()),
+        let checkpoints_kept = match self.stores.checkpoints.as_deref() {
+            Some(sink) => Some(sink.ids(&self.scope)?.len()),
             None => None,
         };
+        let Calibration { configured, calibrator } = &self.calibration;
         Ok(SessionStats {
-            session: self.name.clone(),
+            session: self.scope.conversation.clone(),
             counter: counter.kind(),
-            strategy: self.configured.strategy,
+            strategy: configured.strategy,
             core: self.manager.stats(),
             calibration: CalibrationStats {
-                observations: self.calibrator.observations(),
-                ratio: self.calibrator.ratio(),
-                safety_factor: self.calibrator.safety_factor(),
-                configured_window: self.configured.context_window,
+                observations: calibrator.observations(),
+                ratio: calibrator.ratio(),
+                safety_factor: calibrator.safety_factor(),
+                configured_window: configured.context_window,
                 effective_window: self.manager.config().context_window,
             },
             archive,
-            token_cache: counter.cache_stats().map(|cache| TokenCacheStats {
-                hits: cache.hits,
-                misses: cache.misses,
-                entries: cache.entries,
-                capacity: cache.capacity,
-                hit_rate: cache.hit_rate(),
-            }),
+            token_cache: counter.cache_stats(),
             counters: self.counters.clone(),
-            last_checkpoint: self.last_checkpoint.as_ref().map(ToString::to_string),
+            last_checkpoint: self.checkpointing.last.as_ref().map(ToString::to_string),
             checkpoints_kept,
             llm: self.llm_stats(),
         })
@@ -409,13 +383,11 @@ impl SessionStats {
             ),
         ]);
         if let Some(archive) = &self.archive {
-            rows.push((
-                "archive",
-                format!("{} messages, {} bytes on disk", archive.messages, archive.db_size_bytes),
-            ));
+            let bytes = or_dash(archive.store_bytes, |bytes| format!("{bytes} bytes"));
+            rows.push(("archive", format!("{} messages, {bytes} in the store", archive.messages)));
         }
         if let Some(cache) = &self.token_cache {
-            let rate = or_dash(cache.hit_rate, |r| format!("{:.1}%", r * 100.0));
+            let rate = or_dash(cache.hit_rate(), |r| format!("{:.1}%", r * 100.0));
             rows.push((
                 "token cache",
                 format!("{} hits, {} misses ({rate})", cache.hits, cache.misses),

@@ -1,10 +1,31 @@
 //! When to checkpoint: every `checkpoint_interval_messages` messages (set with
-//! [`SessionBuilder::checkpoint_interval_messages`](crate::session::SessionBuilder::checkpoint_interval_messages)).
+//! [`SessionBuilder::checkpoint_interval_messages`](crate::session::SessionBuilder::checkpoint_interval_messages)),
+//! and the session's checkpoint bookkeeping.
+
+use crate::store::CheckpointId;
+
+/// A session's checkpointing: when the next one is due, the newest written or restored, and
+/// the caller's state that travels in every checkpoint.
+#[derive(Debug)]
+pub(crate) struct Checkpointing {
+    pub(crate) periodic: PeriodicCheckpointer,
+    /// The newest checkpoint written or restored.
+    pub(crate) last: Option<CheckpointId>,
+    /// Opaque bytes of the caller's, kept in checkpoints
+    /// ([`Session::set_caller_state`](super::Session::set_caller_state)).
+    pub(crate) caller_state: Vec<u8>,
+}
+
+impl Checkpointing {
+    pub(crate) fn new(policy: CheckpointPolicy) -> Self {
+        Self { periodic: PeriodicCheckpointer::new(policy), last: None, caller_state: Vec::new() }
+    }
+}
 
 /// How often a session checkpoints.
 ///
 /// ```
-/// use ctxwin_std::checkpoint::CheckpointPolicy;
+/// use ctxwin_std::session::CheckpointPolicy;
 /// assert!(CheckpointPolicy::every(20).is_enabled());
 /// assert!(!CheckpointPolicy::DISABLED.is_enabled());
 /// assert_eq!(CheckpointPolicy::default(), CheckpointPolicy::every(50));
@@ -25,7 +46,7 @@ impl CheckpointPolicy {
     /// Checkpoint after every `interval_messages` messages (0 disables).
     ///
     /// ```
-    /// # use ctxwin_std::checkpoint::CheckpointPolicy;
+    /// # use ctxwin_std::session::CheckpointPolicy;
     /// assert_eq!(CheckpointPolicy::every(5).interval_messages, 5);
     /// ```
     pub const fn every(interval_messages: u32) -> Self {
@@ -35,7 +56,7 @@ impl CheckpointPolicy {
     /// Whether message counts can ever make a checkpoint due.
     ///
     /// ```
-    /// # use ctxwin_std::checkpoint::CheckpointPolicy;
+    /// # use ctxwin_std::session::CheckpointPolicy;
     /// assert!(!CheckpointPolicy::every(0).is_enabled());
     /// ```
     pub const fn is_enabled(self) -> bool {
@@ -59,7 +80,7 @@ impl Default for CheckpointPolicy {
 /// # Examples
 ///
 /// ```
-/// use ctxwin_std::checkpoint::{CheckpointPolicy, PeriodicCheckpointer};
+/// use ctxwin_std::session::{CheckpointPolicy, PeriodicCheckpointer};
 /// let mut periodic = PeriodicCheckpointer::new(CheckpointPolicy::every(3));
 /// assert!(!periodic.on_messages(2));
 /// assert!(periodic.on_messages(1));
@@ -76,7 +97,7 @@ impl PeriodicCheckpointer {
     /// A counter with nothing pending.
     ///
     /// ```
-    /// # use ctxwin_std::checkpoint::{CheckpointPolicy, PeriodicCheckpointer};
+    /// # use ctxwin_std::session::{CheckpointPolicy, PeriodicCheckpointer};
     /// let periodic = PeriodicCheckpointer::new(CheckpointPolicy::every(10));
     /// assert!(!periodic.is_due());
     /// ```
@@ -87,7 +108,7 @@ impl PeriodicCheckpointer {
     /// Records `count` new messages; returns whether a checkpoint is now due.
     ///
     /// ```
-    /// # use ctxwin_std::checkpoint::{CheckpointPolicy, PeriodicCheckpointer};
+    /// # use ctxwin_std::session::{CheckpointPolicy, PeriodicCheckpointer};
     /// let mut periodic = PeriodicCheckpointer::new(CheckpointPolicy::every(4));
     /// assert!(periodic.on_messages(7));
     /// assert!(periodic.on_messages(0), "stays due until checkpointed");
@@ -100,7 +121,7 @@ impl PeriodicCheckpointer {
     /// Whether enough messages have arrived since the last checkpoint.
     ///
     /// ```
-    /// # use ctxwin_std::checkpoint::{CheckpointPolicy, PeriodicCheckpointer};
+    /// # use ctxwin_std::session::{CheckpointPolicy, PeriodicCheckpointer};
     /// let mut off = PeriodicCheckpointer::new(CheckpointPolicy::DISABLED);
     /// off.on_messages(u32::MAX);
     /// assert!(!off.is_due());
@@ -112,7 +133,7 @@ impl PeriodicCheckpointer {
     /// Records that a checkpoint was written; the count starts again from zero.
     ///
     /// ```
-    /// # use ctxwin_std::checkpoint::{CheckpointPolicy, PeriodicCheckpointer};
+    /// # use ctxwin_std::session::{CheckpointPolicy, PeriodicCheckpointer};
     /// let mut periodic = PeriodicCheckpointer::new(CheckpointPolicy::every(1));
     /// periodic.on_messages(1);
     /// periodic.checkpointed();
@@ -125,7 +146,7 @@ impl PeriodicCheckpointer {
     /// Messages recorded since the last checkpoint (saturating at `u32::MAX`).
     ///
     /// ```
-    /// # use ctxwin_std::checkpoint::{CheckpointPolicy, PeriodicCheckpointer};
+    /// # use ctxwin_std::session::{CheckpointPolicy, PeriodicCheckpointer};
     /// let mut periodic = PeriodicCheckpointer::new(CheckpointPolicy::every(10));
     /// periodic.on_messages(3);
     /// assert_eq!(periodic.pending(), 3);
@@ -137,7 +158,7 @@ impl PeriodicCheckpointer {
     /// The policy in force.
     ///
     /// ```
-    /// # use ctxwin_std::checkpoint::{CheckpointPolicy, PeriodicCheckpointer};
+    /// # use ctxwin_std::session::{CheckpointPolicy, PeriodicCheckpointer};
     /// let periodic = PeriodicCheckpointer::new(CheckpointPolicy::every(8));
     /// assert_eq!(periodic.policy(), CheckpointPolicy::every(8));
     /// ```

@@ -1,14 +1,36 @@
-//! Integration tests of the SQLite archive against real database files in a temp dir.
+//! Integration tests of the SQLite archive adapter against real database files in a temp
+//! dir, through the archive port (the conformance suite runs in the crate's unit tests; these
+//! add what is SQLite's: ranking, stemming, WAL, reopening, schema versions, a failing
+//! transaction, ten thousand rows).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ctxwin_std::archive::{
-    Archive, ArchiveError, ArchivedMessage, CompressionRecord, SummaryRecord, as_dynamic_context,
-};
 use ctxwin_std::core::{Level, Role};
+use ctxwin_std::store::sqlite::SqliteArchive;
+use ctxwin_std::store::{
+    ArchiveStore, ArchivedMessage, CompressionRecord, ErrorKind, Fence, Scope, SearchQuery,
+    StoreError, SummaryRecord,
+};
 use ctxwin_std::{ChatMessage, ToolCall};
 use tempfile::TempDir;
+
+fn local(name: &str) -> Scope {
+    Scope::local(name)
+}
+
+fn put(archive: &SqliteArchive, scope: &str, rows: &[ArchivedMessage]) -> Result<(), StoreError> {
+    archive.put(&local(scope), Fence::NONE, rows)
+}
+
+fn ids(archive: &SqliteArchive, scope: &str, query: &str, limit: usize) -> Vec<u64> {
+    let hits = archive.search(&local(scope), &SearchQuery::new(query, limit)).unwrap();
+    hits.iter().map(|h| h.id).collect()
+}
+
+fn messages(archive: &SqliteArchive, scope: &str) -> u64 {
+    archive.usage(&local(scope)).unwrap().messages
+}
 
 fn temp_db() -> (TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -45,58 +67,55 @@ fn tool_unit(first_id: u64, unit: u64) -> Vec<ArchivedMessage> {
 #[test]
 fn round_trip_keeps_tool_calls_levels_and_original_text() {
     let (_dir, path) = temp_db();
-    let mut archive = Archive::open(&path).unwrap();
+    let archive = SqliteArchive::open(&path).unwrap();
     let unit = tool_unit(10, 4);
-    assert_eq!(archive.store_unit("s1", &unit).unwrap(), 2);
-
-    assert_eq!(archive.get("s1", 10).unwrap().as_ref(), unit.first());
-    assert_eq!(archive.get("s1", 11).unwrap().as_ref(), unit.get(1));
-    assert_eq!(archive.unit("s1", 4).unwrap(), unit);
-    let stored = archive.unit("s1", 4).unwrap();
+    put(&archive, "s1", &unit).unwrap();
+    let s1 = local("s1");
+    assert_eq!(archive.get(&s1, 10).unwrap().as_ref(), unit.first());
+    assert_eq!(archive.get(&s1, 11).unwrap().as_ref(), unit.get(1));
+    let stored = archive.get_many(&s1, &[10, 11]).unwrap();
+    assert_eq!(stored, unit);
     assert_eq!(
         (stored[0].message.name.as_deref(), stored[1].message.is_error),
         (Some("coder"), true)
     );
-    assert_eq!(archive.get("s1", 12).unwrap(), None);
-    assert_eq!(archive.get("other", 10).unwrap(), None);
+    assert_eq!(archive.get(&s1, 12).unwrap(), None);
+    assert_eq!(archive.get(&local("other"), 10).unwrap(), None);
 
     // The middle of the reduced output, the tool name and an argument are all searchable.
-    let by_original = archive.search(Some("s1"), "tokenize_heredoc", 5).unwrap();
-    assert_eq!(by_original.iter().map(|h| h.id).collect::<Vec<_>>(), [11]);
-    let by_tool = archive.search(Some("s1"), "read_file", 5).unwrap();
+    assert_eq!(ids(&archive, "s1", "tokenize_heredoc", 5), [11]);
+    let by_tool = archive.search(&s1, &SearchQuery::new("read_file", 5)).unwrap();
     assert_eq!(by_tool.first().map(|h| (h.id, h.unit, h.role)), Some((10, 4, Role::Assistant)));
-    let by_argument = archive.search(None, "src/lexer.rs", 5).unwrap();
-    assert_eq!(by_argument.first().map(|h| h.id), Some(10));
-    assert_eq!(archive.by_keyword(Some("s1"), "tokenize_heredoc", 5).unwrap().len(), 1);
+    assert_eq!(ids(&archive, "s1", "src/lexer.rs", 5).first(), Some(&10));
+    assert_eq!(archive.by_keyword(&s1, "tokenize_heredoc", 5).unwrap().len(), 1);
 }
 
 #[test]
 fn restoring_an_id_never_duplicates() {
     let (_dir, path) = temp_db();
-    let mut archive = Archive::open(&path).unwrap();
+    let archive = SqliteArchive::open(&path).unwrap();
     let unit = tool_unit(1, 1);
-    assert_eq!(archive.store_unit("s", &unit).unwrap(), 2);
-    assert_eq!(archive.store_unit("s", &unit).unwrap(), 0);
-    assert_eq!(archive.store_messages("s", &unit).unwrap(), 0);
-    assert_eq!(archive.message_count(Some("s")).unwrap(), 2);
+    put(&archive, "s", &unit).unwrap();
+    put(&archive, "s", &unit).unwrap();
+    assert_eq!(messages(&archive, "s"), 2);
 
     let mut changed = unit.clone();
     if let Some(call) = changed.first_mut() {
         call.message.content = "now the parser".into();
         call.level = Level::Session;
     }
-    assert_eq!(archive.store_unit("s", &changed).unwrap(), 1);
-    assert_eq!(archive.message_count(None).unwrap(), 2);
-    assert_eq!(archive.unit("s", 1).unwrap(), changed);
-    assert_eq!(archive.search(Some("s"), "parser", 5).unwrap().len(), 1);
-    assert!(archive.search(Some("s"), "looking", 5).unwrap().is_empty());
+    put(&archive, "s", &changed).unwrap();
+    assert_eq!(archive.stats().unwrap().messages, 2);
+    assert_eq!(archive.get_many(&local("s"), &[1, 2]).unwrap(), changed);
+    assert_eq!(ids(&archive, "s", "parser", 5).len(), 1);
+    assert!(ids(&archive, "s", "looking", 5).is_empty());
 }
 
 #[test]
-fn a_unit_is_stored_whole_or_not_at_all() {
+fn a_write_is_stored_whole_or_not_at_all() {
     let (_dir, path) = temp_db();
-    let mut archive = Archive::open(&path).unwrap();
-    archive.store_unit("s", &[text(1, Role::User, "before")]).unwrap();
+    let archive = SqliteArchive::open(&path).unwrap();
+    put(&archive, "s", &[text(1, Role::User, "before")]).unwrap();
 
     // Another connection makes the third insert fail inside the transaction.
     let raw = rusqlite::Connection::open(&path).unwrap();
@@ -110,29 +129,28 @@ fn a_unit_is_stored_whole_or_not_at_all() {
         ArchivedMessage::new(3, 2, ChatMessage::text(Role::Tool, "two")),
         ArchivedMessage::new(4, 2, ChatMessage::text(Role::Tool, "boom")),
     ];
-    let err = archive.store_unit("s", &unit).unwrap_err();
-    assert!(matches!(err, ArchiveError::Sqlite(_)), "{err}");
-    assert!(archive.unit("s", 2).unwrap().is_empty());
-    assert_eq!(archive.message_count(None).unwrap(), 1);
-    assert!(archive.search(None, "one two", 5).unwrap().is_empty());
-
-    let mixed = [text(5, Role::User, "a"), text(6, Role::User, "b")];
-    let err = archive.store_unit("s", &mixed).unwrap_err();
-    assert!(matches!(err, ArchiveError::MixedUnit { first: 5, other: 6 }));
-    assert_eq!(archive.message_count(None).unwrap(), 1);
+    // A failure inside the transaction (a constraint someone else added): nothing written.
+    let err = put(&archive, "s", &unit).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Backend, "{err}");
+    assert!(err.to_string().contains("boom refused"), "{err}");
+    assert!(archive.get_many(&local("s"), &[2, 3, 4]).unwrap().is_empty());
+    assert_eq!(archive.stats().unwrap().messages, 1);
+    assert!(ids(&archive, "s", "one two", 5).is_empty());
 
     raw.execute_batch("DROP TRIGGER fail_boom").unwrap();
-    assert_eq!(archive.store_unit("s", &unit).unwrap(), 3);
+    put(&archive, "s", &unit).unwrap();
+    assert_eq!(messages(&archive, "s"), 4);
 }
 
 #[test]
 fn the_most_specific_mention_ranks_first() {
-    let mut archive = Archive::open_in_memory().unwrap();
+    let archive = SqliteArchive::open_in_memory().unwrap();
     let filler = "we talked about many other things like deployment schedules, coffee, \
                   the weather, code review etiquette, vacation plans and the build server";
     archive
-        .store_messages(
-            "s",
+        .put(
+            &local("s"),
+            Fence::NONE,
             &[
                 text(1, Role::User, &format!("{filler}; oh and the lexer came up once")),
                 text(2, Role::Assistant, "The lexer panics on unicode escapes in the lexer tests"),
@@ -141,26 +159,28 @@ fn the_most_specific_mention_ranks_first() {
             ],
         )
         .unwrap();
-    let hits = archive.search(Some("s"), "lexer", 10).unwrap();
+    let hits = archive.search(&local("s"), &SearchQuery::new("lexer", 10)).unwrap();
     assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), [2, 1]);
+    assert_eq!(hits[0].score, 1.0);
     assert!(hits.first().unwrap().score > hits.get(1).unwrap().score);
 
     // Matching both words beats matching one.
-    let hits = archive.search(Some("s"), "unicode lexer", 10).unwrap();
-    assert_eq!(hits.first().map(|h| h.id), Some(2));
-    assert_eq!(hits.len(), 3);
+    let both = ids(&archive, "s", "unicode lexer", 10);
+    assert_eq!(both.first(), Some(&2));
+    assert_eq!(both.len(), 3);
     // Stemming: "panicking"/"panics" share a stem.
-    assert_eq!(archive.search(None, "panic", 10).unwrap().first().map(|h| h.id), Some(2));
-    assert!(archive.search(Some("nobody"), "lexer", 10).unwrap().is_empty());
-    assert!(archive.search(Some("s"), "lexer", 0).unwrap().is_empty());
+    assert_eq!(ids(&archive, "s", "panic", 10).first(), Some(&2));
+    assert!(ids(&archive, "nobody", "lexer", 10).is_empty());
+    assert!(ids(&archive, "s", "lexer", 0).is_empty());
 }
 
 #[test]
 fn hostile_queries_never_error() {
-    let mut archive = Archive::open_in_memory().unwrap();
+    let archive = SqliteArchive::open_in_memory().unwrap();
     archive
-        .store_messages(
-            "s",
+        .put(
+            &local("s"),
+            Fence::NONE,
             &[
                 text(1, Role::User, r#"quote " star * minus -x col:val (paren) AND OR NOT NEAR"#),
                 text(2, Role::User, "naïve café 日本語のテキスト emoji 🦀 done"),
@@ -205,54 +225,55 @@ fn hostile_queries_never_error() {
         "   ",
         "\n\t",
     ];
+    let s = local("s");
     for query in hostile {
-        let hits = archive.search(None, query, 10);
+        let hits = archive.search(&s, &SearchQuery::new(query, 10).with_snippets());
         assert!(hits.is_ok(), "query {query:?} failed: {hits:?}");
-        assert!(archive.search_summaries(None, query, 10).is_ok(), "{query:?}");
+        assert!(archive.search_summaries(&s, &SearchQuery::new(query, 10)).is_ok(), "{query:?}");
     }
-    assert!(archive.search(None, "", 10).unwrap().is_empty());
-    assert_eq!(archive.search(None, "col:val", 10).unwrap().first().map(|h| h.id), Some(1));
-    assert_eq!(archive.search(None, "naive cafe", 10).unwrap().first().map(|h| h.id), Some(2));
-    assert_eq!(archive.message_count(None).unwrap(), 2);
+    assert!(ids(&archive, "s", "", 10).is_empty());
+    assert_eq!(ids(&archive, "s", "col:val", 10).first(), Some(&1));
+    assert_eq!(ids(&archive, "s", "naive cafe", 10).first(), Some(&2));
+    assert_eq!(messages(&archive, "s"), 2);
 }
 
 #[test]
 fn drill_down_returns_the_originals_in_order() {
     let (_dir, path) = temp_db();
-    let mut archive = Archive::open(&path).unwrap();
+    let archive = SqliteArchive::open(&path).unwrap();
+    let s = local("s");
     let mut all = vec![text(1, Role::User, "read the lexer")];
     all.extend(tool_unit(2, 2));
     all.push(text(4, Role::Assistant, "the lexer uses heredocs"));
     all.push(text(5, Role::User, "now the parser"));
-    archive.store_messages("s", &all).unwrap();
+    put(&archive, "s", &all).unwrap();
 
     let mut level1 = SummaryRecord::new(100, 1, "looked at the lexer", vec![4, 1, 3, 2]);
     level1.tokens_before = 80;
     level1.tokens_after = 9;
-    archive.store_summary("s", &level1).unwrap();
-    archive.store_summary("s", &SummaryRecord::new(101, 1, "parser next", vec![5])).unwrap();
-    archive
-        .store_summary("s", &SummaryRecord::new(200, 2, "lexer then parser", vec![101, 100]))
-        .unwrap();
+    archive.put_summary(&s, Fence::NONE, &level1).unwrap();
+    let next = SummaryRecord::new(101, 1, "parser next", vec![5]);
+    archive.put_summary(&s, Fence::NONE, &next).unwrap();
+    let top = SummaryRecord::new(200, 2, "lexer then parser", vec![101, 100]);
+    archive.put_summary(&s, Fence::NONE, &top).unwrap();
 
-    let ids = |summary| {
-        archive.drill_down("s", summary).unwrap().iter().map(|m| m.id).collect::<Vec<_>>()
-    };
+    let ids =
+        |summary| archive.drill_down(&s, summary).unwrap().iter().map(|m| m.id).collect::<Vec<_>>();
     assert_eq!(ids(100), [1, 2, 3, 4]);
     assert_eq!(ids(200), [1, 2, 3, 4, 5]);
-    assert_eq!(archive.drill_down("s", 100).unwrap().get(2), all.get(2));
-    assert_eq!(archive.summary("s", 100).unwrap(), Some(level1));
-    let found = archive.search_summaries(Some("s"), "parser", 5).unwrap();
+    assert_eq!(archive.drill_down(&s, 100).unwrap().get(2), all.get(2));
+    assert_eq!(archive.summary(&s, 100).unwrap(), Some(level1));
+    let found = archive.search_summaries(&s, &SearchQuery::new("parser", 5)).unwrap();
     assert_eq!(found.iter().map(|h| h.id).collect::<Vec<_>>(), [101, 200]);
-    assert!(matches!(archive.drill_down("s", 4), Err(ArchiveError::SummaryNotFound { id: 4, .. })));
+    assert_eq!(archive.drill_down(&s, 4).unwrap_err().kind(), ErrorKind::NotFound);
 }
 
 #[test]
 fn file_archives_run_in_wal_mode() {
     let (_dir, path) = temp_db();
-    let mut archive = Archive::open(&path).unwrap();
+    let archive = SqliteArchive::open(&path).unwrap();
     assert_eq!(archive.journal_mode().unwrap(), "wal");
-    archive.store_unit("s", &[text(1, Role::User, "hello")]).unwrap();
+    put(&archive, "s", &[text(1, Role::User, "hello")]).unwrap();
     let raw = rusqlite::Connection::open(&path).unwrap();
     let mode: String = raw.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
@@ -262,22 +283,22 @@ fn file_archives_run_in_wal_mode() {
 #[test]
 fn reopening_keeps_everything() {
     let (_dir, path) = temp_db();
+    let s = local("s");
     {
-        let mut archive = Archive::open(&path).unwrap();
-        archive.store_unit("s", &tool_unit(1, 1)).unwrap();
-        archive
-            .store_summary("s", &SummaryRecord::new(9, 1, "read the lexer", vec![1, 2]))
-            .unwrap();
+        let archive = SqliteArchive::open(&path).unwrap();
+        put(&archive, "s", &tool_unit(1, 1)).unwrap();
+        let summary = SummaryRecord::new(9, 1, "read the lexer", vec![1, 2]);
+        archive.put_summary(&s, Fence::NONE, &summary).unwrap();
         let mut event = CompressionRecord::new(5, 10_000, 2_500, "summarize-oldest");
         event.units_evicted = 3;
         event.summaries_made = 1;
-        archive.record_compression("s", &event).unwrap();
+        archive.record_compression(&s, Fence::NONE, &event).unwrap();
     }
-    let archive = Archive::open(&path).unwrap();
-    assert_eq!(archive.unit("s", 1).unwrap(), tool_unit(1, 1));
-    assert_eq!(archive.drill_down("s", 9).unwrap().len(), 2);
-    assert_eq!(archive.search(None, "tokenize_heredoc", 5).unwrap().len(), 1);
-    let metrics = archive.metrics_summary(Some("s")).unwrap();
+    let archive = SqliteArchive::open(&path).unwrap();
+    assert_eq!(archive.rows_after(&s, 0, 10).unwrap(), tool_unit(1, 1));
+    assert_eq!(archive.drill_down(&s, 9).unwrap().len(), 2);
+    assert_eq!(ids(&archive, "s", "tokenize_heredoc", 5).len(), 1);
+    let metrics = archive.metrics(&s).unwrap();
     assert_eq!(
         (metrics.total.events, metrics.total.tokens_saved(), metrics.total.units_evicted),
         (1, 7_500, 3)
@@ -291,35 +312,27 @@ fn reopening_keeps_everything() {
 #[test]
 fn a_newer_schema_is_refused() {
     let (_dir, path) = temp_db();
-    drop(Archive::open(&path).unwrap());
+    drop(SqliteArchive::open(&path).unwrap());
     rusqlite::Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
-    assert!(matches!(Archive::open(&path), Err(ArchiveError::SchemaTooNew { found: 99, .. })));
+    let refused = SqliteArchive::open(&path).unwrap_err();
+    assert!(matches!(refused, StoreError::SchemaTooNew { found: 99, .. }), "{refused}");
 }
 
 #[test]
-fn sessions_with_the_same_ids_stay_apart() {
-    let mut archive = Archive::open_in_memory().unwrap();
-    archive.store_unit("a", &[text(1, Role::User, "alpha planning")]).unwrap();
-    archive.store_unit("b", &[text(1, Role::User, "beta planning")]).unwrap();
-    assert_eq!(archive.get("a", 1).unwrap().unwrap().message.content, "alpha planning");
-    assert_eq!(archive.get("b", 1).unwrap().unwrap().message.content, "beta planning");
-    assert_eq!(archive.search(None, "planning", 10).unwrap().len(), 2);
-    let only_b = archive.search(Some("b"), "planning", 10).unwrap();
-    assert_eq!(only_b.iter().map(|h| h.session.as_str()).collect::<Vec<_>>(), ["b"]);
-    assert_eq!(archive.recent("a", 10).unwrap().len(), 1);
-}
-
-#[test]
-fn retrieved_hits_format_as_dynamic_context() {
-    let mut archive = Archive::open_in_memory().unwrap();
-    archive.store_unit("s", &tool_unit(1, 1)).unwrap();
-    archive.store_unit("s", &[text(3, Role::User, "Let's switch the queue to Postgres")]).unwrap();
-    let hits = archive.search(Some("s"), "what did we decide about postgres?", 3).unwrap();
-    let block = as_dynamic_context(&hits, 400);
-    assert_eq!(
-        block,
-        "[Retrieved from archive]\n- (msg 3, user) Let's switch the queue to Postgres"
-    );
+fn conversations_and_tenants_with_the_same_ids_stay_apart() {
+    let archive = SqliteArchive::open_in_memory().unwrap();
+    put(&archive, "a", &[text(1, Role::User, "alpha planning")]).unwrap();
+    put(&archive, "b", &[text(1, Role::User, "beta planning")]).unwrap();
+    let other = Scope::new("acme", "a");
+    archive.put(&other, Fence::NONE, &[text(1, Role::User, "acme planning")]).unwrap();
+    assert_eq!(archive.get(&local("a"), 1).unwrap().unwrap().message.content, "alpha planning");
+    assert_eq!(archive.get(&local("b"), 1).unwrap().unwrap().message.content, "beta planning");
+    assert_eq!(archive.get(&other, 1).unwrap().unwrap().message.content, "acme planning");
+    assert_eq!(ids(&archive, "b", "planning", 10), [1]);
+    let acme = archive.search(&other, &SearchQuery::new("planning", 10)).unwrap();
+    assert_eq!(acme.iter().map(|h| h.content.as_str()).collect::<Vec<_>>(), ["acme planning"]);
+    assert_eq!(archive.conversations("", "").unwrap(), ["a", "b"]);
+    assert_eq!(archive.conversations("acme", "").unwrap(), ["a"]);
 }
 
 /// A deterministic generator, so the import test needs no random-number crate.
@@ -343,7 +356,8 @@ const WORDS: &[&str] = &[
 fn ten_thousand_messages_import_and_stay_retrievable() {
     const N: u64 = 10_000;
     let (_dir, path) = temp_db();
-    let mut archive = Archive::open(&path).unwrap();
+    let archive = SqliteArchive::open(&path).unwrap();
+    let bulk = local("bulk");
     let mut rng = Lcg(42);
     let planted: Vec<(u64, String)> = (0..40)
         .map(|i| (1 + rng.next() % N, format!("zqplant{i:03}x")))
@@ -404,7 +418,9 @@ fn ten_thousand_messages_import_and_stay_retrievable() {
     assert_eq!(messages.len() as u64, N);
 
     let started = Instant::now();
-    assert_eq!(archive.store_messages("bulk", &messages).unwrap(), N as usize);
+    for batch in messages.chunks(2_000) {
+        archive.put(&bulk, Fence::NONE, batch).unwrap();
+    }
     let elapsed = started.elapsed();
     let stats = archive.stats().unwrap();
     eprintln!(
@@ -414,17 +430,16 @@ fn ten_thousand_messages_import_and_stay_retrievable() {
     assert_eq!(stats.messages, N);
 
     for message in &messages {
-        assert_eq!(archive.get("bulk", message.id).unwrap().as_ref(), Some(message));
+        assert_eq!(archive.get(&bulk, message.id).unwrap().as_ref(), Some(message));
     }
     for (at, token) in &planted {
-        let hits = archive.search(Some("bulk"), token, 5).unwrap();
-        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), [*at], "{token}");
-        let by_kw = archive.by_keyword(Some("bulk"), token, 5).unwrap();
+        assert_eq!(ids(&archive, "bulk", token, 5), [*at], "{token}");
+        let by_kw = archive.by_keyword(&bulk, token, 5).unwrap();
         assert_eq!(by_kw.iter().map(|h| h.id).collect::<Vec<_>>(), [*at], "{token}");
     }
-    let recent = archive.recent("bulk", 3).unwrap();
-    assert_eq!(recent.iter().map(|m| m.id).collect::<Vec<_>>(), [N - 2, N - 1, N]);
+    let last = archive.rows_after(&bulk, N - 3, 10).unwrap();
+    assert_eq!(last.iter().map(|m| m.id).collect::<Vec<_>>(), [N - 2, N - 1, N]);
     drop(archive);
-    let reopened = Archive::open(&path).unwrap();
-    assert_eq!(reopened.message_count(Some("bulk")).unwrap(), N);
+    let reopened = SqliteArchive::open(&path).unwrap();
+    assert_eq!(reopened.usage(&bulk).unwrap().messages, N);
 }

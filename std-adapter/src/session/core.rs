@@ -1,6 +1,8 @@
-//! [`SessionManager`]: the core manager of a session, in one of two sizes. A session starts
-//! in the [`SmallCapacities`] tier and moves to [`ServerCapacities`] (snapshot, then restore
-//! into the larger manager) before its content could make the small rings evict.
+//! [`SessionManager`]: the core manager of a session, in one of two sizes, behind one
+//! object-safe trait ([`SessionCore`]) implemented once for every
+//! [`ContextManager`]`<C, Counter>`. A session starts in the [`SmallCapacities`] tier and moves
+//! to [`ServerCapacities`](super::ServerCapacities) (snapshot, then restore into the larger manager) before its content
+//! could make the small rings evict.
 
 use ctxwin_core::config::ConfigError;
 use ctxwin_core::entities::{Entities, EntityError};
@@ -9,25 +11,168 @@ use ctxwin_core::strategy::Builtin;
 use ctxwin_core::summarize::SummarySource;
 use ctxwin_core::view::{History, LevelMessages};
 use ctxwin_core::{
-    Config, ContextManager, Error, Level, Message, MessageRef, Payload, SnapshotError, Stats,
+    Capacities, Config, ContextManager, Error, Level, Message, MessageRef, Payload, SnapshotError,
+    Stats,
 };
 
-use super::capacities::{ServerCapacities, SmallCapacities, boxed_server};
+use super::capacities::{SmallCapacities, boxed_server};
 use super::{Counter, SessionError};
-
-/// The core manager with [`ServerCapacities`] (about 1.7 MiB).
-pub type ServerManager = ContextManager<ServerCapacities, Counter>;
-
-/// The core manager with [`SmallCapacities`] (about 100 KiB).
-pub type SmallManager = ContextManager<SmallCapacities, Counter>;
 
 /// Share of a small ring (bytes or message slots) past which the session moves up a tier
 /// before storing more: the core evicts a level when it passes `trigger_percent` (80% by
 /// default) of its ring, so the small tier must never get close to it.
 const GROW_PERCENT: usize = 40;
 
+/// What a session asks of its core manager, whatever the manager's capacities: the
+/// [`ContextManager`] methods it and its callers use, object-safe, implemented once for every
+/// `ContextManager<C, Counter>` (each method is the core's: see its documentation there).
+#[allow(missing_docs)]
+pub trait SessionCore: Send {
+    fn push(&mut self, message: Message<'_>) -> Result<u64, Error>;
+    fn check(&self, message: &Message<'_>) -> Result<u32, Error>;
+    fn add_tool_definition(&mut self, function_json: &str) -> Result<u64, Error>;
+    fn add_summary(
+        &mut self,
+        text: &str,
+        sources: &[(u64, u64)],
+        timestamp: u64,
+    ) -> Result<u64, Error>;
+    fn abort_pending_calls(&mut self) -> Result<(), Error>;
+    fn replace_summary(&mut self, id: u64, text: &str) -> Result<u64, ReplaceError>;
+    fn set_entity(&mut self, key: &str, value: Option<&str>) -> Result<(), EntityError>;
+    fn set_config(&mut self, config: Config) -> Result<(), ConfigError>;
+    fn compose<'a>(&'a mut self, dynamic: &'a [&'a str]) -> Result<Payload<'a>, Error>;
+    fn dynamic_tokens(&self, text: &str) -> u32;
+    fn dynamic_room(&self, dynamic: &[&str]) -> u32;
+    fn drain_outbox(&mut self, sink: &mut dyn FnMut(EvictedUnit<'_>)) -> usize;
+    fn snapshot_len(&self) -> usize;
+    fn snapshot_into<'b>(&self, buf: &'b mut [u8]) -> Result<&'b [u8], SnapshotError>;
+    fn restore_from(&mut self, bytes: &[u8]) -> Result<(), SnapshotError>;
+    fn get(&self, id: u64) -> Option<MessageRef<'_>>;
+    fn history(&self) -> History<'_>;
+    fn messages(&self, level: Level) -> LevelMessages<'_>;
+    fn session(&self) -> LevelMessages<'_>;
+    fn outbox(&self) -> Outbox<'_>;
+    fn summary_source(&self, first: u64, last: u64) -> SummarySource<'_>;
+    fn entities(&self) -> Entities<'_>;
+    fn config(&self) -> &Config;
+    fn counter(&self) -> &Counter;
+    fn strategy(&self) -> &Builtin;
+    fn stats(&self) -> Stats;
+    fn budget(&self) -> u32;
+    fn used(&self) -> u32;
+    fn level_tokens(&self, level: Level) -> u32;
+    fn next_id(&self) -> u64;
+    fn unanswered_calls(&self) -> u8;
+}
+
+impl<C: Capacities + Send> SessionCore for ContextManager<C, Counter>
+where
+    ContextManager<C, Counter>: Send,
+{
+    fn push(&mut self, message: Message<'_>) -> Result<u64, Error> {
+        ContextManager::push(self, message)
+    }
+    fn check(&self, message: &Message<'_>) -> Result<u32, Error> {
+        ContextManager::check(self, message)
+    }
+    fn add_tool_definition(&mut self, function_json: &str) -> Result<u64, Error> {
+        ContextManager::add_tool_definition(self, function_json)
+    }
+    fn add_summary(
+        &mut self,
+        text: &str,
+        sources: &[(u64, u64)],
+        timestamp: u64,
+    ) -> Result<u64, Error> {
+        ContextManager::add_summary(self, text, sources, timestamp)
+    }
+    fn abort_pending_calls(&mut self) -> Result<(), Error> {
+        ContextManager::abort_pending_calls(self)
+    }
+    fn replace_summary(&mut self, id: u64, text: &str) -> Result<u64, ReplaceError> {
+        ContextManager::replace_summary(self, id, text)
+    }
+    fn set_entity(&mut self, key: &str, value: Option<&str>) -> Result<(), EntityError> {
+        ContextManager::set_entity(self, key, value)
+    }
+    fn set_config(&mut self, config: Config) -> Result<(), ConfigError> {
+        ContextManager::set_config(self, config)
+    }
+    fn compose<'a>(&'a mut self, dynamic: &'a [&'a str]) -> Result<Payload<'a>, Error> {
+        ContextManager::compose(self, dynamic)
+    }
+    fn dynamic_tokens(&self, text: &str) -> u32 {
+        ContextManager::dynamic_tokens(self, text)
+    }
+    fn dynamic_room(&self, dynamic: &[&str]) -> u32 {
+        ContextManager::dynamic_room(self, dynamic)
+    }
+    fn drain_outbox(&mut self, sink: &mut dyn FnMut(EvictedUnit<'_>)) -> usize {
+        ContextManager::drain_outbox(self, sink)
+    }
+    fn snapshot_len(&self) -> usize {
+        ContextManager::snapshot_len(self)
+    }
+    fn snapshot_into<'b>(&self, buf: &'b mut [u8]) -> Result<&'b [u8], SnapshotError> {
+        ContextManager::snapshot_into(self, buf)
+    }
+    fn restore_from(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
+        ContextManager::restore_from(self, bytes)
+    }
+    fn get(&self, id: u64) -> Option<MessageRef<'_>> {
+        ContextManager::get(self, id)
+    }
+    fn history(&self) -> History<'_> {
+        ContextManager::history(self)
+    }
+    fn messages(&self, level: Level) -> LevelMessages<'_> {
+        ContextManager::messages(self, level)
+    }
+    fn session(&self) -> LevelMessages<'_> {
+        ContextManager::session(self)
+    }
+    fn outbox(&self) -> Outbox<'_> {
+        ContextManager::outbox(self)
+    }
+    fn summary_source(&self, first: u64, last: u64) -> SummarySource<'_> {
+        ContextManager::summary_source(self, first, last)
+    }
+    fn entities(&self) -> Entities<'_> {
+        ContextManager::entities(self)
+    }
+    fn config(&self) -> &Config {
+        ContextManager::config(self)
+    }
+    fn counter(&self) -> &Counter {
+        ContextManager::counter(self)
+    }
+    fn strategy(&self) -> &Builtin {
+        ContextManager::strategy(self)
+    }
+    fn stats(&self) -> Stats {
+        ContextManager::stats(self)
+    }
+    fn budget(&self) -> u32 {
+        ContextManager::budget(self)
+    }
+    fn used(&self) -> u32 {
+        ContextManager::used(self)
+    }
+    fn level_tokens(&self, level: Level) -> u32 {
+        ContextManager::level_tokens(self, level)
+    }
+    fn next_id(&self) -> u64 {
+        ContextManager::next_id(self)
+    }
+    fn unanswered_calls(&self) -> u8 {
+        ContextManager::unanswered_calls(self)
+    }
+}
+
 /// The core manager a [`Session`](super::Session) drives: small until its content needs the
-/// server tier. Both tiers answer the same calls; [`tier`](Self::tier) tells which is in use.
+/// server tier. It dereferences to the [`SessionCore`] in use, so the core's calls read as on
+/// a [`ContextManager`]; [`tier`](Self::tier) tells which is in use.
 ///
 /// ```
 /// use ctxwin_std::session::SessionBuilder;
@@ -39,20 +184,24 @@ const GROW_PERCENT: usize = 40;
 /// assert_eq!(session.manager().history().count(), 1);
 /// # Ok::<(), ctxwin_std::session::SessionError>(())
 /// ```
-pub enum SessionManager {
-    /// Rings for short conversations.
-    Small(Box<SmallManager>),
-    /// Rings for 32k–200k-token windows.
-    Server(Box<ServerManager>),
+pub struct SessionManager {
+    core: Box<dyn SessionCore>,
+    /// Whether `core` has the small tier's capacities.
+    small: bool,
 }
 
-macro_rules! both {
-    ($self:expr, $m:ident => $body:expr) => {
-        match $self {
-            SessionManager::Small($m) => $body,
-            SessionManager::Server($m) => $body,
-        }
-    };
+impl std::ops::Deref for SessionManager {
+    type Target = dyn SessionCore;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.core
+    }
+}
+
+impl std::ops::DerefMut for SessionManager {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.core
+    }
 }
 
 impl SessionManager {
@@ -70,7 +219,7 @@ impl SessionManager {
     pub fn small(config: Config, counter: Counter) -> Result<Self, SessionError> {
         let manager =
             ContextManager::<SmallCapacities>::builder().config(config).counter(counter).build()?;
-        Ok(Self::Small(Box::new(manager)))
+        Ok(Self { core: Box::new(manager), small: true })
     }
 
     /// An empty manager of the server tier.
@@ -85,22 +234,17 @@ impl SessionManager {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn server(config: Config, counter: Counter) -> Result<Self, SessionError> {
-        Ok(Self::Server(boxed_server(config, counter)?))
+        Ok(Self { core: boxed_server(config, counter)?, small: false })
     }
 
     /// The tier in use: `"small"` or `"server"`.
-    ///
-    /// ```
-    /// use ctxwin_std::session::{Counter, SessionManager};
-    /// let manager = SessionManager::small(ctxwin_core::Config::DEFAULT, Counter::default())?;
-    /// assert_eq!(manager.tier(), "small");
-    /// # Ok::<(), ctxwin_std::session::SessionError>(())
-    /// ```
     pub fn tier(&self) -> &'static str {
-        match self {
-            Self::Small(_) => "small",
-            Self::Server(_) => "server",
-        }
+        if self.small { "small" } else { "server" }
+    }
+
+    /// The core manager, as the trait object the session drives.
+    pub fn core(&self) -> &dyn SessionCore {
+        &*self.core
     }
 
     /// Whether storing `bytes` more in `level` (and one more summary in the session level)
@@ -116,8 +260,10 @@ impl SessionManager {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn has_room(&self, level: Level, bytes: usize) -> bool {
-        let Self::Small(manager) = self else { return true };
-        let stats = manager.stats();
+        if !self.small {
+            return true;
+        }
+        let stats = self.core.stats();
         Level::ALL.into_iter().all(|l| {
             let s = stats.level(l);
             let (adding, slots) = if l == level { (bytes, 2) } else { (0, 1) };
@@ -147,13 +293,15 @@ impl SessionManager {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn grow(&mut self) -> Result<(), SessionError> {
-        let Self::Small(small) = self else { return Ok(()) };
-        let mut bytes = vec![0u8; small.snapshot_len()];
-        let len = small.snapshot_into(&mut bytes).map_err(SessionError::Snapshot)?.len();
-        let mut server = boxed_server(*small.config(), small.counter().clone())?;
+        if !self.small {
+            return Ok(());
+        }
+        let mut bytes = vec![0u8; self.core.snapshot_len()];
+        let len = self.core.snapshot_into(&mut bytes).map_err(SessionError::Snapshot)?.len();
+        let mut server = boxed_server(*self.core.config(), self.core.counter().clone())?;
         server.restore_from(&bytes[..len]).map_err(SessionError::Snapshot)?;
         tracing::info!(bytes = len, "session: manager moved to the server tier");
-        *self = Self::Server(server);
+        *self = Self { core: server, small: false };
         Ok(())
     }
 
@@ -162,17 +310,6 @@ impl SessionManager {
     ///
     /// # Errors
     /// As [`grow`](Self::grow).
-    ///
-    /// ```
-    /// use ctxwin_core::Level;
-    /// use ctxwin_std::session::{Counter, SessionManager};
-    /// let mut manager = SessionManager::small(ctxwin_core::Config::DEFAULT, Counter::default())?;
-    /// manager.grow_for(Level::Working, 100)?;
-    /// assert_eq!(manager.tier(), "small");
-    /// manager.grow_for(Level::Working, 1_000_000)?;
-    /// assert_eq!(manager.tier(), "server");
-    /// # Ok::<(), ctxwin_std::session::SessionError>(())
-    /// ```
     pub fn grow_for(&mut self, level: Level, bytes: usize) -> Result<(), SessionError> {
         if self.has_room(level, bytes) { Ok(()) } else { self.grow() }
     }
@@ -197,204 +334,21 @@ impl SessionManager {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn restore_tiered(&mut self, snapshot: &[u8]) -> Result<(), SessionError> {
-        match self.restore_from(snapshot) {
-            Err(SnapshotError::CapacityExceeded { .. }) if matches!(self, Self::Small(_)) => {
-                let mut server = boxed_server(*self.config(), self.counter().clone())?;
+        match self.core.restore_from(snapshot) {
+            Err(SnapshotError::CapacityExceeded { .. }) if self.small => {
+                let mut server = boxed_server(*self.core.config(), self.core.counter().clone())?;
                 server.restore_from(snapshot).map_err(SessionError::Snapshot)?;
-                *self = Self::Server(server);
+                *self = Self { core: server, small: false };
                 Ok(())
             }
             other => other.map_err(SessionError::Snapshot),
         }
     }
-
-    /// See [`ContextManager::push`].
-    ///
-    /// # Errors
-    /// The core's refusals.
-    pub fn push(&mut self, message: Message<'_>) -> Result<u64, Error> {
-        both!(self, m => m.push(message))
-    }
-
-    /// See [`ContextManager::check`].
-    ///
-    /// # Errors
-    /// What [`push`](Self::push) would refuse.
-    pub fn check(&self, message: &Message<'_>) -> Result<u32, Error> {
-        both!(self, m => m.check(message))
-    }
-
-    /// See [`ContextManager::add_tool_definition`].
-    ///
-    /// # Errors
-    /// The core's refusals.
-    pub fn add_tool_definition(&mut self, function_json: &str) -> Result<u64, Error> {
-        both!(self, m => m.add_tool_definition(function_json))
-    }
-
-    /// See [`ContextManager::add_summary`].
-    ///
-    /// # Errors
-    /// The core's refusals.
-    pub fn add_summary(
-        &mut self,
-        text: &str,
-        sources: &[(u64, u64)],
-        timestamp: u64,
-    ) -> Result<u64, Error> {
-        both!(self, m => m.add_summary(text, sources, timestamp))
-    }
-
-    /// See [`ContextManager::abort_pending_calls`].
-    ///
-    /// # Errors
-    /// The core's refusals.
-    pub fn abort_pending_calls(&mut self) -> Result<(), Error> {
-        both!(self, m => m.abort_pending_calls())
-    }
-
-    /// See [`ContextManager::replace_summary`].
-    ///
-    /// # Errors
-    /// The core's refusals.
-    pub fn replace_summary(&mut self, id: u64, text: &str) -> Result<u64, ReplaceError> {
-        both!(self, m => m.replace_summary(id, text))
-    }
-
-    /// See [`ContextManager::set_entity`].
-    ///
-    /// # Errors
-    /// The core's refusals.
-    pub fn set_entity(&mut self, key: &str, value: Option<&str>) -> Result<(), EntityError> {
-        both!(self, m => m.set_entity(key, value))
-    }
-
-    /// See [`ContextManager::set_config`].
-    ///
-    /// # Errors
-    /// A configuration the core refuses.
-    pub fn set_config(&mut self, config: Config) -> Result<(), ConfigError> {
-        both!(self, m => m.set_config(config))
-    }
-
-    /// See [`ContextManager::compose`].
-    ///
-    /// # Errors
-    /// The core's refusals.
-    pub fn compose<'a>(&'a mut self, dynamic: &'a [&'a str]) -> Result<Payload<'a>, Error> {
-        both!(self, m => m.compose(dynamic))
-    }
-
-    /// See [`ContextManager::drain_outbox`].
-    pub fn drain_outbox(&mut self, sink: impl FnMut(EvictedUnit<'_>)) -> usize {
-        both!(self, m => m.drain_outbox(sink))
-    }
-
-    /// See [`ContextManager::snapshot_len`].
-    pub fn snapshot_len(&self) -> usize {
-        both!(self, m => m.snapshot_len())
-    }
-
-    /// See [`ContextManager::snapshot_into`].
-    ///
-    /// # Errors
-    /// A buffer too small.
-    pub fn snapshot_into<'b>(&self, buf: &'b mut [u8]) -> Result<&'b [u8], SnapshotError> {
-        both!(self, m => m.snapshot_into(buf))
-    }
-
-    /// See [`ContextManager::restore_from`] (in this tier; [`restore_tiered`](Self::restore_tiered)
-    /// moves up when needed).
-    ///
-    /// # Errors
-    /// The core's refusals.
-    pub fn restore_from(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
-        both!(self, m => m.restore_from(bytes))
-    }
-
-    /// See [`ContextManager::get`].
-    pub fn get(&self, id: u64) -> Option<MessageRef<'_>> {
-        both!(self, m => m.get(id))
-    }
-
-    /// See [`ContextManager::history`].
-    pub fn history(&self) -> History<'_> {
-        both!(self, m => m.history())
-    }
-
-    /// See [`ContextManager::messages`].
-    pub fn messages(&self, level: Level) -> LevelMessages<'_> {
-        both!(self, m => m.messages(level))
-    }
-
-    /// See [`ContextManager::session`].
-    pub fn session(&self) -> LevelMessages<'_> {
-        both!(self, m => m.session())
-    }
-
-    /// See [`ContextManager::outbox`].
-    pub fn outbox(&self) -> Outbox<'_> {
-        both!(self, m => m.outbox())
-    }
-
-    /// See [`ContextManager::summary_source`].
-    pub fn summary_source(&self, first: u64, last: u64) -> SummarySource<'_> {
-        both!(self, m => m.summary_source(first, last))
-    }
-
-    /// See [`ContextManager::entities`].
-    pub fn entities(&self) -> Entities<'_> {
-        both!(self, m => m.entities())
-    }
-
-    /// See [`ContextManager::config`].
-    pub fn config(&self) -> &Config {
-        both!(self, m => m.config())
-    }
-
-    /// See [`ContextManager::counter`].
-    pub fn counter(&self) -> &Counter {
-        both!(self, m => m.counter())
-    }
-
-    /// See [`ContextManager::strategy`].
-    pub fn strategy(&self) -> &Builtin {
-        both!(self, m => m.strategy())
-    }
-
-    /// See [`ContextManager::stats`].
-    pub fn stats(&self) -> Stats {
-        both!(self, m => m.stats())
-    }
-
-    /// See [`ContextManager::budget`].
-    pub fn budget(&self) -> u32 {
-        both!(self, m => m.budget())
-    }
-
-    /// See [`ContextManager::used`].
-    pub fn used(&self) -> u32 {
-        both!(self, m => m.used())
-    }
-
-    /// See [`ContextManager::level_tokens`].
-    pub fn level_tokens(&self, level: Level) -> u32 {
-        both!(self, m => m.level_tokens(level))
-    }
-
-    /// See [`ContextManager::next_id`].
-    pub fn next_id(&self) -> u64 {
-        both!(self, m => m.next_id())
-    }
-
-    /// See [`ContextManager::unanswered_calls`].
-    pub fn unanswered_calls(&self) -> u8 {
-        both!(self, m => m.unanswered_calls())
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::capacities::{ServerManager, SmallManager};
     use super::*;
 
     #[test]
@@ -457,13 +411,13 @@ mod tests {
                 let b = server.push(message);
                 proptest::prop_assert_eq!(&a, &b);
                 if a.is_err() {
-                    tiered.drain_outbox(|_| {});
-                    server.drain_outbox(|_| {});
+                    tiered.drain_outbox(&mut |_| {});
+                    server.drain_outbox(&mut |_| {});
                     proptest::prop_assert_eq!(tiered.push(Message::user("retry")).ok(), server.push(Message::user("retry")).ok());
                 }
                 proptest::prop_assert_eq!(contents(&tiered), contents(&server));
-                tiered.drain_outbox(|_| {});
-                server.drain_outbox(|_| {});
+                tiered.drain_outbox(&mut |_| {});
+                server.drain_outbox(&mut |_| {});
             }
         }
     }
