@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use super::check::{self, Layout};
 use super::error::{FormatError, Problem};
 use super::node::{Kind, Node, Object};
-use crate::{ChatMessage, Conversation, ToolCall, ToolDefinition};
+use crate::message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
 
 /// Separator between the text blocks of a system prompt or a tool result.
 pub(super) const BLOCK_SEPARATOR: &str = "\n";

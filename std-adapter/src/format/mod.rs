@@ -99,7 +99,7 @@ pub use anthropic::OPENING_USER_TEXT;
 pub use error::{FormatError, Problem, UnknownFormat};
 pub use timestamps::message_timestamps;
 
-use crate::Conversation;
+use crate::message::Conversation;
 use node::Source;
 
 /// A conversation file format.

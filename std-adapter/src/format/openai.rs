@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use super::check::{self, Layout};
 use super::error::{FormatError, Problem};
 use super::node::{Kind, Node, Object};
-use crate::{ChatMessage, Conversation, ToolCall, ToolDefinition};
+use crate::message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
 
 /// Separator between the text parts of one message.
 pub(super) const PART_SEPARATOR: &str = "\n";

@@ -12,7 +12,7 @@ use crate::store::ArchivedMessage;
 
 /// The core's view of `message`'s tool calls, borrowed.
 pub(crate) fn core_calls(message: &ChatMessage) -> Vec<ctxwin_core::ToolCall<'_>> {
-    message.tool_calls.iter().map(crate::ToolCall::as_core).collect()
+    message.tool_calls.iter().map(crate::message::ToolCall::as_core).collect()
 }
 
 /// A stored core message as an archive row of unit `unit`.

@@ -28,6 +28,8 @@
 //! started (a short question about it from the other speaker and its answer), then the turns
 //! just before and after it.
 
+use std::collections::HashMap;
+
 use ctxwin_core::Role;
 use ctxwin_core::counter::TokenCounter;
 
@@ -35,7 +37,7 @@ use super::fusion::{Ranked, fuse};
 use super::semantic::SemanticIndex;
 use super::{Session, SessionError};
 use crate::embed::EmbedError;
-use crate::store::{ArchivedMessage, BM25_B, BM25_K1, SearchQuery};
+use crate::store::{ArchiveStore, ArchivedMessage, BM25_B, BM25_K1, SearchHit, SearchQuery};
 
 /// First line of a retrieved block.
 pub const RETRIEVED_HEADER: &str = "[Retrieved from archive]";
@@ -184,14 +186,38 @@ impl Session {
         settings: &RetrievalSettings,
     ) -> Result<Recall, SessionError> {
         let Some(archive) = self.stores.archive.as_deref() else { return Ok(Recall::default()) };
-        let settings = *settings;
-        let room = self.recall_room(dynamic, &settings);
-        let counter = self.manager.counter();
-        let line_cost = |line: &str| counter.count(line).saturating_add(1);
-        let header = line_cost(RETRIEVED_HEADER);
-        if room <= header || settings.max_items == 0 {
+        let room = self.recall_room(dynamic, settings);
+        let mut packer = Packer::new(self.manager.counter(), room, settings.max_items);
+        if room <= packer.spent || settings.max_items == 0 {
             return Ok(Recall::default());
         }
+        let Some(found) = self.candidates(archive, query, settings)? else {
+            return Ok(Recall::default());
+        };
+        let Candidates { hits, extra, nearest, query_vector, neighbours } = found;
+        let mut ranked = rank(hits, &neighbours, settings);
+        if let (Some(index), Some(vector)) =
+            (self.recall.semantic.as_ref(), query_vector.as_deref())
+        {
+            let cosine = |id: u64| index.similarity(vector, id);
+            ranked = fuse(ranked, &nearest, extra, cosine, &index.hybrid);
+        }
+        self.pack_ranked(&mut packer, &ranked, &neighbours, settings);
+        if settings.neighbours && !packer.full() {
+            self.pack_context(archive, &mut packer, &ranked, neighbours)?;
+        }
+        Ok(self.finish(packer.chosen, room))
+    }
+
+    /// What retrieval ranks for `query`: the archive's hits outside the window, the messages
+    /// only an embedder found, and the turns short hits may bring (fetched at once). `None`
+    /// when nothing matched.
+    fn candidates(
+        &self,
+        archive: &dyn ArchiveStore,
+        query: &str,
+        settings: &RetrievalSettings,
+    ) -> Result<Option<Candidates>, SessionError> {
         let mut hits =
             archive.search(&self.scope, &SearchQuery::new(query, settings.candidates))?;
         // What the window shows already: its messages, and text its summaries quote whole.
@@ -217,9 +243,8 @@ impl Session {
             hits.iter().any(|hit| hit.id == *id) || extra.iter().any(|m| m.id == *id)
         });
         if hits.is_empty() && extra.is_empty() {
-            return Ok(Recall::default());
+            return Ok(None);
         }
-        // The turns short hits may bring, fetched at once.
         let wanted: Vec<u64> = if settings.neighbours {
             hits.iter()
                 .map(|hit| (hit.id, hit.content.as_str()))
@@ -230,72 +255,25 @@ impl Session {
         } else {
             Vec::new()
         };
-        let neighbours: std::collections::HashMap<u64, ArchivedMessage> =
+        let neighbours: HashMap<u64, ArchivedMessage> =
             archive.get_many(&self.scope, &wanted)?.into_iter().map(|m| (m.id, m)).collect();
-        // A short hit that brings a turn is ranked as the exchange of both: BM25's length
-        // normalization, which favours a two-word "Thanks, Mel!", is redone for the pair's
-        // length (one occurrence assumed; `avgdl` from the candidates).
-        let words = |text: &str| text.split_whitespace().count().max(1) as f64;
-        let avgdl = hits.iter().map(|hit| words(&hit.content)).sum::<f64>() / hits.len() as f64;
-        let norm = |length: f64| 1.0 + BM25_K1 * (1.0 - BM25_B + BM25_B * length / avgdl);
-        // Recency prior over the candidates' id range.
-        let (low, high) =
-            hits.iter().fold((u64::MAX, 0), |(lo, hi), hit| (lo.min(hit.id), hi.max(hit.id)));
-        let span = high.saturating_sub(low).max(1) as f64;
-        let mut ranked: Vec<Ranked> = hits
-            .into_iter()
-            .map(|hit| {
-                let position = hit.id.saturating_sub(low) as f64 / span;
-                let mut score = hit.score * (1.0 + settings.recency * position);
-                let length = words(&hit.content);
-                if length < SHORT_REPLY_WORDS as f64
-                    && let Some(other) = neighbour_of(hit.id, &hit.content)
-                        .and_then(|n| neighbours.get(&n))
-                        .filter(|other| is_other_speaker(other, hit.role))
-                {
-                    score *= norm(length) / norm(length + words(&other.message.content));
-                }
-                (score, hit.id, hit.role, hit.content)
-            })
-            .collect();
-        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
-        if let (Some(index), Some(vector)) =
-            (self.recall.semantic.as_ref(), query_vector.as_deref())
-        {
-            let cosine = |id: u64| index.similarity(vector, id);
-            ranked = fuse(ranked, &nearest, extra, cosine, &index.hybrid);
-        }
+        Ok(Some(Candidates { hits, extra, nearest, query_vector, neighbours }))
+    }
 
-        let mut spent = header;
-        let mut chosen: Vec<(u64, String)> = Vec::new();
-        let take = |chosen: &mut Vec<(u64, String)>,
-                    id: u64,
-                    role: Role,
-                    text: &str,
-                    spent: &mut u32|
-         -> Taken {
-            let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            if flat.is_empty() {
-                return Taken::No;
-            }
-            if chosen.iter().any(|(seen, line)| *seen == id || line.ends_with(&flat)) {
-                return Taken::Already;
-            }
-            let line = format!("- (msg {id}, {role}) {flat}");
-            let cost = line_cost(&line);
-            if spent.saturating_add(cost) > room {
-                return Taken::No;
-            }
-            *spent += cost;
-            chosen.push((id, line));
-            Taken::Yes
-        };
-        for (_, id, role, content) in &ranked {
-            if chosen.len() >= settings.max_items {
+    /// Ranked hits first, best first, each with the turn a short one brings, while they fit.
+    fn pack_ranked(
+        &self,
+        packer: &mut Packer<'_>,
+        ranked: &[Ranked],
+        neighbours: &HashMap<u64, ArchivedMessage>,
+        settings: &RetrievalSettings,
+    ) {
+        for (_, id, role, content) in ranked {
+            if packer.full() {
                 break;
             }
             // A repeated short reply ("Thanks, Mel!") still brings what it answers.
-            if take(&mut chosen, *id, *role, content, &mut spent) == Taken::No {
+            if packer.take(*id, *role, content) == Taken::No {
                 continue;
             }
             if !settings.neighbours || content.split_whitespace().count() >= SHORT_REPLY_WORDS {
@@ -308,104 +286,91 @@ impl Session {
             if let Some(other) = neighbours.get(&neighbour)
                 && is_other_speaker(other, *role)
             {
-                take(
-                    &mut chosen,
-                    neighbour,
-                    other.message.role,
-                    &other.message.content,
-                    &mut spent,
-                );
+                packer.take(neighbour, other.message.role, &other.message.content);
             }
         }
-        // Free room left once every ranked hit had its chance: the context around the hits,
-        // best hit first. First the exchange a hit started (a short question about it from
-        // the other speaker, and the answer), then the turn before and the turn after.
-        if settings.neighbours && chosen.len() < settings.max_items {
-            let primary: Vec<(u64, Role)> = ranked
-                .iter()
-                .filter(|(_, id, _, _)| chosen.iter().any(|(seen, _)| seen == id))
-                .map(|(_, id, role, _)| (*id, *role))
-                .collect();
-            let cheapest = header.max(8);
-            if room.saturating_sub(spent) > cheapest {
-                let around: Vec<u64> = primary
-                    .iter()
-                    .flat_map(|&(id, _)| [id.saturating_sub(1), id + 1, id + 2])
-                    .filter(|&id| {
-                        id > 0
-                            && !neighbours.contains_key(&id)
-                            && !chosen.iter().any(|(seen, _)| *seen == id)
-                            && self.manager.get(id).is_none()
-                    })
-                    .collect();
-                let mut context = neighbours;
-                context
-                    .extend(archive.get_many(&self.scope, &around)?.into_iter().map(|m| (m.id, m)));
-                let usable = |id: u64| {
-                    context.get(&id).filter(|m| {
-                        self.manager.get(id).is_none()
-                            && matches!(m.message.role, Role::User | Role::Assistant)
-                    })
-                };
-                // The exchange a hit started.
-                for &(id, role) in &primary {
-                    if chosen.len() >= settings.max_items {
-                        break;
-                    }
-                    let Some(question) = usable(id + 1) else { continue };
-                    let text = question.message.content.trim_end();
-                    if question.message.role == role
-                        || !text.ends_with('?')
-                        || text.split_whitespace().count() >= SHORT_REPLY_WORDS
-                    {
-                        continue;
-                    }
-                    let Some(answer) = usable(id + 2) else { continue };
-                    let cost = line_cost(&format!(
-                        "- (msg {}, {}) {}",
-                        id + 1,
-                        question.message.role,
-                        text
-                    ))
-                    .saturating_add(line_cost(&format!(
-                        "- (msg {}, {}) {}",
-                        id + 2,
-                        answer.message.role,
-                        answer.message.content
-                    )));
-                    if spent.saturating_add(cost) > room {
-                        continue;
-                    }
-                    for m in [question, answer] {
-                        take(&mut chosen, m.id, m.message.role, &m.message.content, &mut spent);
-                    }
-                }
-                // The turn before and the turn after.
-                for &(id, _) in &primary {
-                    for near in [id.saturating_sub(1), id + 1] {
-                        if chosen.len() >= settings.max_items {
-                            break;
-                        }
-                        if let Some(m) = usable(near) {
-                            take(&mut chosen, m.id, m.message.role, &m.message.content, &mut spent);
-                        }
-                    }
+    }
+
+    /// Free room left once every ranked hit had its chance: the context around the hits,
+    /// best hit first. First the exchange a hit started (a short question about it from the
+    /// other speaker, and the answer), then the turn before and the turn after.
+    fn pack_context(
+        &self,
+        archive: &dyn ArchiveStore,
+        packer: &mut Packer<'_>,
+        ranked: &[Ranked],
+        neighbours: HashMap<u64, ArchivedMessage>,
+    ) -> Result<(), SessionError> {
+        let primary: Vec<(u64, Role)> = ranked
+            .iter()
+            .filter(|(_, id, _, _)| packer.holds(*id))
+            .map(|(_, id, role, _)| (*id, *role))
+            .collect();
+        let cheapest = packer.header.max(8);
+        if packer.room.saturating_sub(packer.spent) <= cheapest {
+            return Ok(());
+        }
+        let around: Vec<u64> = primary
+            .iter()
+            .flat_map(|&(id, _)| [id.saturating_sub(1), id + 1, id + 2])
+            .filter(|&id| {
+                id > 0
+                    && !neighbours.contains_key(&id)
+                    && !packer.holds(id)
+                    && self.manager.get(id).is_none()
+            })
+            .collect();
+        let mut context = neighbours;
+        context.extend(archive.get_many(&self.scope, &around)?.into_iter().map(|m| (m.id, m)));
+        let usable = |id: u64| {
+            context.get(&id).filter(|m| {
+                self.manager.get(id).is_none()
+                    && matches!(m.message.role, Role::User | Role::Assistant)
+            })
+        };
+        for &(id, role) in &primary {
+            if packer.full() {
+                break;
+            }
+            let (Some(question), Some(answer)) = (usable(id + 1), usable(id + 2)) else { continue };
+            let text = question.message.content.trim_end();
+            let asks = question.message.role != role
+                && text.ends_with('?')
+                && text.split_whitespace().count() < SHORT_REPLY_WORDS;
+            if asks && packer.fits_both(question, answer) {
+                for m in [question, answer] {
+                    packer.take(m.id, m.message.role, &m.message.content);
                 }
             }
         }
+        for &(id, _) in &primary {
+            for near in [id.saturating_sub(1), id + 1] {
+                if packer.full() {
+                    break;
+                }
+                if let Some(m) = usable(near) {
+                    packer.take(m.id, m.message.role, &m.message.content);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The block of the `chosen` lines, oldest first. The lines were measured one by one:
+    /// the block is checked as the core will count it, dropping the longest line (the fewest
+    /// items lost) until it fits `room`.
+    fn finish(&self, mut chosen: Vec<(u64, String)>, room: u32) -> Recall {
         chosen.sort_by_key(|(id, _)| *id);
-        // The lines were measured one by one: check the block as the core will count it.
         loop {
+            if chosen.is_empty() {
+                return Recall::default();
+            }
             let block = render(&chosen);
             let tokens = self.manager.dynamic_tokens(&block);
-            if chosen.is_empty() {
-                return Ok(Recall::default());
-            }
             if tokens <= room {
                 let ids = chosen.iter().map(|(id, _)| *id).collect();
-                return Ok(Recall { block, ids, tokens });
+                return Recall { block, ids, tokens };
             }
-            // Drop the longest line: the fewest items lost.
             if let Some(at) = (0..chosen.len()).max_by_key(|&i| chosen[i].1.len()) {
                 chosen.remove(at);
             }
@@ -438,6 +403,116 @@ impl Session {
         let share = u64::from(settings.max_share_percent.min(100));
         let cap = u32::try_from(u64::from(budget) * share / 100).unwrap_or(u32::MAX);
         free.min(cap)
+    }
+}
+
+/// What retrieval ranks ([`Session::candidates`]).
+struct Candidates {
+    /// The archive's hits outside the window, best first.
+    hits: Vec<SearchHit>,
+    /// Messages only the embedder found.
+    extra: Vec<ArchivedMessage>,
+    /// The embedder's nearest messages among the candidates, with their cosines.
+    nearest: Vec<(u64, f32)>,
+    /// The query's vector, when an embedder gave one.
+    query_vector: Option<Vec<f32>>,
+    /// The turns short hits may bring, by id.
+    neighbours: HashMap<u64, ArchivedMessage>,
+}
+
+/// The archive's hits ranked: their normalised score times a recency prior over the
+/// candidates' id range; a short hit that brings a turn is ranked as the exchange of both
+/// (BM25's length normalisation, which favours a two-word "Thanks, Mel!", redone for the
+/// pair's length: one occurrence assumed, `avgdl` from the candidates).
+fn rank(
+    hits: Vec<SearchHit>,
+    neighbours: &HashMap<u64, ArchivedMessage>,
+    settings: &RetrievalSettings,
+) -> Vec<Ranked> {
+    let words = |text: &str| text.split_whitespace().count().max(1) as f64;
+    let avgdl = hits.iter().map(|hit| words(&hit.content)).sum::<f64>() / hits.len().max(1) as f64;
+    let norm = |length: f64| 1.0 + BM25_K1 * (1.0 - BM25_B + BM25_B * length / avgdl);
+    let (low, high) =
+        hits.iter().fold((u64::MAX, 0), |(lo, hi), hit| (lo.min(hit.id), hi.max(hit.id)));
+    let span = high.saturating_sub(low).max(1) as f64;
+    let mut ranked: Vec<Ranked> = hits
+        .into_iter()
+        .map(|hit| {
+            let position = hit.id.saturating_sub(low) as f64 / span;
+            let mut score = hit.score * (1.0 + settings.recency * position);
+            let length = words(&hit.content);
+            if length < SHORT_REPLY_WORDS as f64
+                && let Some(other) = neighbour_of(hit.id, &hit.content)
+                    .and_then(|n| neighbours.get(&n))
+                    .filter(|other| is_other_speaker(other, hit.role))
+            {
+                score *= norm(length) / norm(length + words(&other.message.content));
+            }
+            (score, hit.id, hit.role, hit.content)
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+    ranked
+}
+
+/// The lines chosen for a block, and what they cost.
+struct Packer<'a> {
+    counter: &'a super::Counter,
+    chosen: Vec<(u64, String)>,
+    /// Tokens of the header and the lines chosen.
+    spent: u32,
+    /// Tokens of the header line.
+    header: u32,
+    room: u32,
+    max_items: usize,
+}
+
+impl<'a> Packer<'a> {
+    fn new(counter: &'a super::Counter, room: u32, max_items: usize) -> Self {
+        let header = counter.count(RETRIEVED_HEADER).saturating_add(1);
+        Self { counter, chosen: Vec::new(), spent: header, header, room, max_items }
+    }
+
+    /// A line's cost: its count and its newline.
+    fn cost(&self, line: &str) -> u32 {
+        self.counter.count(line).saturating_add(1)
+    }
+
+    fn full(&self) -> bool {
+        self.chosen.len() >= self.max_items
+    }
+
+    fn holds(&self, id: u64) -> bool {
+        self.chosen.iter().any(|(seen, _)| *seen == id)
+    }
+
+    /// Whether a short question and its answer fit together.
+    fn fits_both(&self, question: &ArchivedMessage, answer: &ArchivedMessage) -> bool {
+        let line = |m: &ArchivedMessage, text: &str| {
+            self.cost(&format!("- (msg {}, {}) {}", m.id, m.message.role, text))
+        };
+        let cost = line(question, question.message.content.trim_end())
+            .saturating_add(line(answer, &answer.message.content));
+        self.spent.saturating_add(cost) <= self.room
+    }
+
+    /// Adds the line of message `id` when it fits and its text is not there yet.
+    fn take(&mut self, id: u64, role: Role, text: &str) -> Taken {
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if flat.is_empty() {
+            return Taken::No;
+        }
+        if self.chosen.iter().any(|(seen, line)| *seen == id || line.ends_with(&flat)) {
+            return Taken::Already;
+        }
+        let line = format!("- (msg {id}, {role}) {flat}");
+        let cost = self.cost(&line);
+        if self.spent.saturating_add(cost) > self.room {
+            return Taken::No;
+        }
+        self.spent += cost;
+        self.chosen.push((id, line));
+        Taken::Yes
     }
 }
 

@@ -196,12 +196,6 @@ impl SessionStats {
     /// ```
     pub fn overview(&self) -> Vec<(String, String)> {
         let core = &self.core;
-        let counters = &core.counters;
-        let usages: Vec<_> = Level::ALL.iter().map(|&level| (level, core.level(level))).collect();
-        let width = |f: &dyn Fn(&ctxwin_core::stats::LevelStats) -> u32| {
-            usages.iter().map(|(_, u)| thousands(f(u)).len()).max().unwrap_or(1)
-        };
-        let (tw, bw, mw) = (width(&|u| u.tokens), width(&|u| u.budget), width(&|u| u.messages));
         let mut rows: Vec<(String, String)> = vec![
             (
                 "session".into(),
@@ -218,18 +212,41 @@ impl SessionStats {
                 ),
             ),
         ];
-        for (level, usage) in &usages {
-            rows.push((
-                format!("  {}", level.as_str()),
-                format!(
-                    "{:>tw$} / {:<bw$}  {:>mw$} {}",
-                    thousands(usage.tokens),
-                    thousands(usage.budget),
-                    thousands(usage.messages),
-                    if usage.messages == 1 { "message" } else { "messages" }
-                ),
-            ));
-        }
+        rows.extend(self.level_rows());
+        rows.extend(self.content_rows().map(|(key, value)| (key.to_string(), value)));
+        rows.extend(self.activity_rows().map(|(key, value)| (key.to_string(), value)));
+        rows
+    }
+
+    /// A row per level: tokens of its budget, messages.
+    fn level_rows(&self) -> Vec<(String, String)> {
+        let core = &self.core;
+        let usages: Vec<_> = Level::ALL.iter().map(|&level| (level, core.level(level))).collect();
+        let width = |f: &dyn Fn(&ctxwin_core::stats::LevelStats) -> u32| {
+            usages.iter().map(|(_, u)| thousands(f(u)).len()).max().unwrap_or(1)
+        };
+        let (tw, bw, mw) = (width(&|u| u.tokens), width(&|u| u.budget), width(&|u| u.messages));
+        usages
+            .iter()
+            .map(|(level, usage)| {
+                (
+                    format!("  {}", level.as_str()),
+                    format!(
+                        "{:>tw$} / {:<bw$}  {:>mw$} {}",
+                        thousands(usage.tokens),
+                        thousands(usage.budget),
+                        thousands(usage.messages),
+                        if usage.messages == 1 { "message" } else { "messages" }
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// What the context and the archive hold, and how compressed.
+    fn content_rows(&self) -> [(&'static str, String); 4] {
+        let core = &self.core;
+        let counters = &core.counters;
         let archived = self.archive.map_or(0, |a| a.messages);
         let recorded = self.archive.map_or(0, |a| a.summaries);
         let ratio = core.compression_permille() as f64 / 1000.0;
@@ -237,6 +254,30 @@ impl SessionStats {
             None => format!("never (turn {})", core.turn),
             Some(turn) => format!("turn {turn} (now {})", core.turn),
         };
+        [
+            (
+                "messages",
+                format!(
+                    "{} in context, {} archived",
+                    thousands(core.messages()),
+                    thousands(archived)
+                ),
+            ),
+            (
+                "summaries",
+                format!("{} in context, {} recorded", core.summaries(), thousands(recorded)),
+            ),
+            (
+                "compression",
+                format!("{ratio:.2}x ({} tokens ingested)", thousands(counters.tokens_ingested)),
+            ),
+            ("last compression", last),
+        ]
+    }
+
+    /// Compactions, the prompt cache, evictions, reductions, checkpoints and the model.
+    fn activity_rows(&self) -> [(&'static str, String); 6] {
+        let counters = &self.core.counters;
         let checkpoints = match self.checkpoints_kept {
             Some(kept) => {
                 format!("{kept} kept, last {}", self.last_checkpoint.as_deref().unwrap_or("-"))
@@ -254,70 +295,46 @@ impl SessionStats {
             ),
             None => "none (extractive summaries)".to_string(),
         };
-        rows.extend(
-            [
-                (
-                    "messages",
-                    format!(
-                        "{} in context, {} archived",
-                        thousands(core.messages()),
-                        thousands(archived)
-                    ),
+        [
+            (
+                "compactions",
+                format!(
+                    "{}; {:.1}% of {} composes extended the previous payload",
+                    thousands(counters.compactions),
+                    counters.extending_permille() as f64 / 10.0,
+                    thousands(counters.composes)
                 ),
-                (
-                    "summaries",
-                    format!("{} in context, {} recorded", core.summaries(), thousands(recorded)),
+            ),
+            (
+                "prompt cache",
+                format!(
+                    "{} cached + {} new prompt tokens ({:.1}% cached); input cost {:.2} of uncached (read 0.1x, write 1.25x)",
+                    thousands(counters.prompt_tokens_cached),
+                    thousands(counters.prompt_tokens_new),
+                    counters.cached_permille() as f64 / 10.0,
+                    counters.cost_permille(100, 1_250) as f64 / 1000.0
                 ),
-                (
-                    "compression",
-                    format!(
-                        "{ratio:.2}x ({} tokens ingested)",
-                        thousands(counters.tokens_ingested)
-                    ),
+            ),
+            (
+                "evicted",
+                format!(
+                    "{} messages in {} units ({} tokens)",
+                    thousands(counters.messages_evicted),
+                    thousands(counters.units_evicted),
+                    thousands(counters.tokens_evicted)
                 ),
-                ("last compression", last),
-                (
-                    "compactions",
-                    format!(
-                        "{}; {:.1}% of {} composes extended the previous payload",
-                        thousands(counters.compactions),
-                        counters.extending_permille() as f64 / 10.0,
-                        thousands(counters.composes)
-                    ),
+            ),
+            (
+                "reduced",
+                format!(
+                    "{} tool outputs ({} tokens saved)",
+                    thousands(counters.observations_reduced),
+                    thousands(counters.tokens_saved_by_reduction)
                 ),
-                (
-                    "prompt cache",
-                    format!(
-                        "{} cached + {} new prompt tokens ({:.1}% cached); input cost {:.2} of uncached (read 0.1x, write 1.25x)",
-                        thousands(counters.prompt_tokens_cached),
-                        thousands(counters.prompt_tokens_new),
-                        counters.cached_permille() as f64 / 10.0,
-                        counters.cost_permille(100, 1_250) as f64 / 1000.0
-                    ),
-                ),
-                (
-                    "evicted",
-                    format!(
-                        "{} messages in {} units ({} tokens)",
-                        thousands(counters.messages_evicted),
-                        thousands(counters.units_evicted),
-                        thousands(counters.tokens_evicted)
-                    ),
-                ),
-                (
-                    "reduced",
-                    format!(
-                        "{} tool outputs ({} tokens saved)",
-                        thousands(counters.observations_reduced),
-                        thousands(counters.tokens_saved_by_reduction)
-                    ),
-                ),
-                ("checkpoints", checkpoints),
-                ("llm", llm),
-            ]
-            .map(|(key, value)| (key.to_string(), value)),
-        );
-        rows
+            ),
+            ("checkpoints", checkpoints),
+            ("llm", llm),
+        ]
     }
 
     /// The details below the overview, as `(label, value)` rows: calibration, level
@@ -394,45 +411,7 @@ impl SessionStats {
             ));
         }
         if let Some(llm) = &self.llm {
-            let ms = |p50: Option<u64>, p90: Option<u64>, max: Option<u64>| match (p50, p90, max) {
-                (Some(p50), Some(p90), Some(max)) => {
-                    format!("p50 {p50} ms, p90 {p90} ms, max {max} ms")
-                }
-                _ => "no calls".to_string(),
-            };
-            rows.extend([
-                (
-                    "llm summaries",
-                    format!(
-                        "{} swapped of {} requested, {} superseded, {} pending; {}",
-                        llm.summaries_swapped,
-                        llm.summaries_requested,
-                        llm.summaries_superseded,
-                        llm.pending_jobs,
-                        ms(
-                            llm.summary_latency_p50_ms,
-                            llm.summary_latency_p90_ms,
-                            llm.summary_latency_max_ms
-                        )
-                    ),
-                ),
-                ("llm summary fallbacks", llm.summary_fallbacks.to_string()),
-                (
-                    "llm extraction",
-                    format!(
-                        "{} accepted of {} requested, {} values set; {}",
-                        llm.extractions_accepted,
-                        llm.extractions_requested,
-                        llm.entity_values_set,
-                        ms(
-                            llm.extraction_latency_p50_ms,
-                            llm.extraction_latency_p90_ms,
-                            llm.extraction_latency_max_ms
-                        )
-                    ),
-                ),
-                ("llm extraction fallbacks", llm.extraction_fallbacks.to_string()),
-            ]);
+            rows.extend(llm_rows(llm));
         }
         rows.push((
             "checkpoints written",
@@ -458,6 +437,47 @@ impl SessionStats {
         let width = rows.iter().map(|(key, _)| key.chars().count()).max().unwrap_or(0);
         rows.iter().map(|(key, value)| format!("{key:<width$}  {value}\n")).collect()
     }
+}
+
+/// The detail rows of the LLM work: summaries and extraction, with their latencies.
+fn llm_rows(llm: &LlmStats) -> [(&'static str, String); 4] {
+    let ms = |p50: Option<u64>, p90: Option<u64>, max: Option<u64>| match (p50, p90, max) {
+        (Some(p50), Some(p90), Some(max)) => format!("p50 {p50} ms, p90 {p90} ms, max {max} ms"),
+        _ => "no calls".to_string(),
+    };
+    [
+        (
+            "llm summaries",
+            format!(
+                "{} swapped of {} requested, {} superseded, {} pending; {}",
+                llm.summaries_swapped,
+                llm.summaries_requested,
+                llm.summaries_superseded,
+                llm.pending_jobs,
+                ms(
+                    llm.summary_latency_p50_ms,
+                    llm.summary_latency_p90_ms,
+                    llm.summary_latency_max_ms
+                )
+            ),
+        ),
+        ("llm summary fallbacks", llm.summary_fallbacks.to_string()),
+        (
+            "llm extraction",
+            format!(
+                "{} accepted of {} requested, {} values set; {}",
+                llm.extractions_accepted,
+                llm.extractions_requested,
+                llm.entity_values_set,
+                ms(
+                    llm.extraction_latency_p50_ms,
+                    llm.extraction_latency_p90_ms,
+                    llm.extraction_latency_max_ms
+                )
+            ),
+        ),
+        ("llm extraction fallbacks", llm.extraction_fallbacks.to_string()),
+    ]
 }
 
 /// The overview, then the details, one aligned table.

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use ctxwin_core::{Level, Role};
 
 use super::LlmText;
-use crate::ChatMessage;
 use crate::llm::FallbackReason;
 use crate::llm::worker::{ExtractJob, Job, SummaryJob};
+use crate::message::ChatMessage;
 use crate::session::sync::{contains, fingerprint, overlaps, span, within};
 use crate::session::{Session, SessionError};
 
