@@ -170,6 +170,13 @@ impl Archive {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        // In one session the index matches that session's rows only (its postings intersected
+        // with the words'), and each row is checked against the session again: the scope is
+        // the query's, never a filter of every session's best matches.
+        let matched = match filter {
+            Some(id) => in_session(&fts, id),
+            None => in_text(&fts),
+        };
         let conn = self.read_conn();
         let mut stmt = conn.prepare_cached(
             "SELECT s.name, m.id, m.unit, m.role, m.timestamp, m.content,
@@ -182,7 +189,7 @@ impl Archive {
              ORDER BY rank, m.id LIMIT ?3",
         )?;
         let mut rows =
-            stmt.query(rusqlite::params![in_text(&fts), filter, sql_limit(limit), SNIPPET_TOKENS])?;
+            stmt.query(rusqlite::params![matched, filter, sql_limit(limit), SNIPPET_TOKENS])?;
         let mut hits = Vec::new();
         while let Some(row) = rows.next()? {
             let role_name: String = row.get(3)?;
@@ -220,15 +227,19 @@ impl Archive {
             return Ok(Vec::new());
         };
         let conn = self.read_conn();
-        // The session's own matches only (not the best of every session's, filtered after).
+        // The session's own matches only (not the best of every session's, filtered after),
+        // each row checked against the session before the limit: an index entry that names
+        // the session wrongly (the index is a copy) can neither hand over another session's
+        // message nor push the session's own out.
         let mut stmt = conn.prepare_cached(
-            "SELECT m.id, m.unit, m.role, m.timestamp, m.content, r.rank
-             FROM (SELECT rowid, bm25(messages_fts, 1.0, 1.0, 1.0, 0.0) AS rank
-                   FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2) r
-             JOIN messages m ON m.pk = r.rowid
-             ORDER BY r.rank, m.id",
+            "SELECT m.id, m.unit, m.role, m.timestamp, m.content,
+                    bm25(messages_fts, 1.0, 1.0, 1.0, 0.0) AS rank
+             FROM messages_fts JOIN messages m ON m.pk = messages_fts.rowid
+             WHERE messages_fts MATCH ?1 AND m.session_id = ?3
+             ORDER BY rank, m.id LIMIT ?2",
         )?;
-        let mut rows = stmt.query(rusqlite::params![in_session(&fts, filter), sql_limit(limit)])?;
+        let mut rows =
+            stmt.query(rusqlite::params![in_session(&fts, filter), sql_limit(limit), filter])?;
         let mut hits = Vec::new();
         while let Some(row) = rows.next()? {
             let role_name: String = row.get(2)?;
@@ -464,6 +475,51 @@ mod tests {
         assert!(hits[0].content.ends_with("run 7"), "{hits:?}");
         let all = archive.search(None, "7", 100).unwrap();
         assert!(all.iter().all(|h| h.content.contains('7')), "{all:?}");
+    }
+
+    #[test]
+    fn a_session_search_returns_and_ranks_only_its_own_rows() {
+        let mut archive = Archive::open_in_memory().unwrap();
+        let row = |id: u64, text: &str| {
+            super::super::ArchivedMessage::new(
+                id,
+                id,
+                super::super::ChatMessage::text(Role::User, text),
+            )
+        };
+        // Another session's rows match every word, and better (short, repeated): ranked with
+        // them, the session's one match would fall below any limit.
+        let theirs: Vec<_> =
+            (1..=300).map(|id| row(id, "balance code KESTREL balance code KESTREL")).collect();
+        archive.store_messages("theirs", &theirs).unwrap();
+        archive
+            .store_messages("mine", &[row(1, "the account balance was checked on the first day")])
+            .unwrap();
+        let only_mine = |archive: &Archive| {
+            for limit in [1, 5, 500] {
+                let ranked = archive.rank("mine", "balance code KESTREL", limit).unwrap();
+                let found = archive.search(Some("mine"), "balance code KESTREL", limit).unwrap();
+                for hits in [ranked, found] {
+                    assert_eq!(hits.len(), 1, "limit {limit}: {hits:?}");
+                    assert_eq!(hits[0].session, "mine");
+                    assert!(hits[0].content.starts_with("the account balance"), "{hits:?}");
+                }
+            }
+            assert!(archive.rank("nobody", "balance", 5).unwrap().is_empty());
+            assert!(archive.search(Some("nobody"), "balance", 5).unwrap().is_empty());
+        };
+        only_mine(&archive);
+        // An index entry naming the wrong session (the full-text index is a copy of the rows):
+        // the row itself is checked, so another session's message is still never returned.
+        let conn = archive.conn_for_tests();
+        conn.execute_batch(
+            "INSERT INTO messages_fts (rowid, content, tool_text, original, session_id)
+             SELECT m.pk, m.content, m.tool_text, m.original, (SELECT id FROM sessions WHERE name = 'mine')
+             FROM messages m JOIN sessions s ON s.id = m.session_id WHERE s.name = 'theirs' LIMIT 3",
+        )
+        .unwrap();
+        drop(conn);
+        only_mine(&archive);
     }
 
     #[test]
