@@ -20,7 +20,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::assemble::Answer;
-use crate::hash::{canonical, hash_str};
+use crate::hash::{canonical, digest_hex, hash_str, is_hex_name};
 use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, response_fingerprint};
 
 /// What went wrong in a conversation.
@@ -1190,9 +1190,32 @@ fn write_body(request: &Request, messages: &[String], system: Option<&str>) -> V
     out
 }
 
-/// The directory of conversation `key` under `state_dir`.
+/// The directory of conversation `key` under `state_dir`: `<tenant>/<conversation>` for a key
+/// [`crate::keys`] built, else one named by a hash of the key (no name from a key reaches a
+/// path as it is).
+///
+/// ```
+/// use std::path::Path;
+/// let key = format!("{}.{}", "a".repeat(64), "b".repeat(64));
+/// let dir = ctxwin_proxy::conv::conv_dir(Path::new("s"), &key);
+/// assert_eq!(dir, Path::new("s").join("a".repeat(64)).join("b".repeat(64)));
+/// let other = ctxwin_proxy::conv::conv_dir(Path::new("s"), "../x");
+/// assert!(other.starts_with("s") && other.file_name().unwrap().len() == 64);
+/// ```
 pub fn conv_dir(state_dir: &Path, key: &str) -> PathBuf {
-    state_dir.join(key)
+    match key.split_once('.') {
+        Some((tenant, conversation)) if is_tenant_key(key) => {
+            state_dir.join(tenant).join(conversation)
+        }
+        _ => state_dir.join(digest_hex(&[b"ctxwin directory v1", key.as_bytes()])),
+    }
+}
+
+/// Whether `key` is `<tenant>.<conversation>`, as [`crate::keys`] builds them (a key stored
+/// before tenants is not).
+pub fn is_tenant_key(key: &str) -> bool {
+    key.split_once('.')
+        .is_some_and(|(tenant, conversation)| is_hex_name(tenant) && is_hex_name(conversation))
 }
 
 #[cfg(test)]

@@ -129,6 +129,8 @@ pub struct Part {
 pub struct Analyzed {
     /// Semantic fingerprint: equal for the same message however it is serialized.
     pub fp: u64,
+    /// The canonical form `fp` hashes (what a conversation's full-width content key hashes).
+    pub form: String,
     /// What the session stores for it (one part, or several for Anthropic tool results).
     pub parts: Vec<Part>,
     /// The message's role as sent.
@@ -173,10 +175,12 @@ pub fn raw_hashes(request: &Request) -> Vec<u64> {
     request.items.iter().map(|raw| hash_str(raw.get())).collect()
 }
 
-/// Builds the semantic fingerprint from a role and a normalized block list.
-fn fingerprint(role: &str, normalized: &[Value]) -> u64 {
+/// Builds the semantic fingerprint from a role and a normalized block list, with the
+/// canonical form it hashes.
+fn fingerprint(role: &str, normalized: &[Value]) -> (u64, String) {
     let role = if role == "developer" { "system" } else { role };
-    hash_str(&canonical(&Value::Array(vec![Value::from(role), Value::Array(normalized.to_vec())])))
+    let form = canonical(&Value::Array(vec![Value::from(role), Value::Array(normalized.to_vec())]));
+    (hash_str(&form), form)
 }
 
 fn text_block(text: &str) -> Value {
@@ -281,8 +285,10 @@ fn openai_message(value: &Value) -> Result<Analyzed, String> {
     chat.tool_calls = calls;
     chat.tool_call_id = tool_call_id;
     chat.name = str_field(value, "name").map(str::to_string);
+    let (fp, form) = fingerprint(&role_name, &normalized);
     Ok(Analyzed {
-        fp: fingerprint(&role_name, &normalized),
+        fp,
+        form,
         parts: vec![Part { chat, opaque, blocks: Vec::new(), pinned: false }],
         role: role_name,
     })
@@ -481,8 +487,10 @@ fn anthropic_system(value: &Value) -> Result<Analyzed, String> {
         }
         _ => return Err("must be a string or an array of blocks".into()),
     }
+    let (fp, form) = fingerprint("system", &normalized);
     Ok(Analyzed {
-        fp: fingerprint("system", &normalized),
+        fp,
+        form,
         parts: vec![Part {
             chat: ChatMessage::text(Role::System, text),
             opaque,
@@ -544,8 +552,10 @@ fn anthropic_message(value: &Value) -> Result<Analyzed, String> {
         Some(Value::String(s)) => {
             let chat = ChatMessage::text(role, s.clone());
             let normalized = if s.is_empty() { vec![] } else { vec![text_block(s)] };
+            let (fp, form) = fingerprint(&role_name, &normalized);
             return Ok(Analyzed {
-                fp: fingerprint(&role_name, &normalized),
+                fp,
+                form,
                 parts: vec![Part { chat, opaque: vec![], blocks: vec![], pinned: false }],
                 role: role_name,
             });
@@ -624,7 +634,8 @@ fn anthropic_message(value: &Value) -> Result<Analyzed, String> {
         chat.tool_calls = calls;
         parts.push(Part { chat, opaque: rest_opaque, blocks: rest_blocks, pinned: false });
     }
-    Ok(Analyzed { fp: fingerprint(&role_name, &normalized), parts, role: role_name })
+    let (fp, form) = fingerprint(&role_name, &normalized);
+    Ok(Analyzed { fp, form, parts, role: role_name })
 }
 
 /// The fingerprint an assistant message built from a response has (the same the client's

@@ -144,6 +144,14 @@ async fn killed_before_the_first_checkpoint_continues_as_a_new_generation() {
         .json()
         .await
         .unwrap();
+    // The request's rows reach the archive through its deferred writer, a moment after the
+    // answer: the kill comes once they are there (before the first checkpoint), so that the
+    // second life finds rows without a checkpoint.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !archive_counts(state.path()).first().is_some_and(|(_, rows)| *rows >= 2) {
+        assert!(std::time::Instant::now() < deadline, "the first rows never reached the archive");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     proxy.start_kill().unwrap();
     proxy.wait().await.unwrap();
     messages.push(answer["choices"][0]["message"].clone());
