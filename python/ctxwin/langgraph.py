@@ -6,8 +6,7 @@ time: a stock saver stores the history again with every checkpoint, so a 500-tur
 holds hundreds of megabytes. ``CtxwinSaver`` stores a list channel's version as the list of
 its elements' content hashes and each distinct element once, so the thread grows with its
 messages, not with messages × steps. Everything else is stored as LangGraph gives it; the
-saver passes ``langgraph-checkpoint-conformance`` (base capabilities plus ``copy_thread``
-and ``prune``).
+saver passes ``langgraph-checkpoint-conformance``, every capability.
 
 >>> from langgraph.graph import START, MessagesState, StateGraph
 >>> from langchain_core.messages import AIMessage
@@ -393,6 +392,26 @@ class CtxwinSaver(BaseCheckpointSaver[str]):
 
         self._transaction(work)
 
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        runs = set(run_ids)
+        if not runs:
+            return
+
+        def work(conn: sqlite3.Connection) -> None:
+            rows = conn.execute(
+                "SELECT thread_id, checkpoint_ns, checkpoint_id, metadata_type, metadata FROM checkpoints"
+            ).fetchall()
+            for thread_id, ns, checkpoint_id, mtype, mbytes in rows:
+                if self.serde.loads_typed((mtype, mbytes)).get("run_id") not in runs:
+                    continue
+                for table in ("checkpoints", "writes"):
+                    conn.execute(
+                        f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                        (thread_id, ns, checkpoint_id),
+                    )
+
+        self._transaction(work)
+
     def get_next_version(self, current: str | None, channel: None) -> str:
         if current is None:
             number = 0
@@ -441,6 +460,9 @@ class CtxwinSaver(BaseCheckpointSaver[str]):
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
