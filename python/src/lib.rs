@@ -1,8 +1,8 @@
 //! `ctxwin._native`: the Rust half of the `ctxwin` Python package. A thin layer: messages are
-//! read from Python objects ([`convert`]), the core's stateless trim runs over them
-//! ([`trim`]), a std session keeps a conversation ([`context`]), token counters come from the
-//! std adapter ([`tokenizer`]) and errors become the exception classes of `ctxwin.errors`
-//! ([`errors`]). The Python API, its documentation and its tests are in `python/ctxwin/`.
+//! read from Python objects (`convert`), the core's stateless trim runs over them
+//! (`trim`), a std session keeps a conversation (`context`), token counters come from the
+//! std adapter (`tokenizer`) and errors become the exception classes of `ctxwin.errors`
+//! (`errors`). The Python API, its documentation and its tests are in `python/ctxwin/`.
 
 mod context;
 mod convert;
