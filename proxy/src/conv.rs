@@ -14,14 +14,14 @@ use ctxwin_std::session::{
 use ctxwin_std::store::sqlite::SqliteArchive;
 use ctxwin_std::store::{ArchiveStore, Deferred};
 use ctxwin_std::{ChatMessage, core::counter::TokenCounter};
-use indexmap::IndexMap;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use crate::assemble::Answer;
 use crate::hash::{canonical, digest_hex, hash_str, is_hex_name};
-use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, response_fingerprint};
+use crate::wire::{
+    Analyzed, KeptPart, ManagedBody, Part, Provider, Request, analyze_item, analyze_message,
+};
 
 /// What went wrong in a conversation.
 #[derive(Debug, thiserror::Error)]
@@ -564,7 +564,7 @@ impl Conv {
         let mut diverged = self.compare_prefix(request, hashes)?;
         let mut evicted = 0;
         if let Some(message) = self.pending_answer.take() {
-            match response_fingerprint(self.provider, &message) {
+            match analyze_message(self.provider, &message) {
                 // The client's copy comes with the new messages below.
                 Ok(answer) if diverged.is_none() && self.echoes(request, &answer) => {}
                 Ok(answer) => {
@@ -785,7 +785,7 @@ impl Conv {
             .map(|m| m.content.clone())
             .collect();
         // Which parts of each entry the payload keeps, and the reduced text of kept parts.
-        let mut kept: HashMap<usize, Vec<(usize, Option<String>)>> = HashMap::new();
+        let mut kept: HashMap<usize, Vec<KeptPart>> = HashMap::new();
         let mut order: Vec<Slot> = Vec::new();
         let mut emitted_ids = Vec::new();
         let mut first_history = None;
@@ -805,7 +805,7 @@ impl Conv {
                     if parts.is_empty() {
                         order.push(Slot::Entry(entry));
                     }
-                    parts.push((part, reduced));
+                    parts.push(KeptPart { part, reduced });
                 }
                 None => order.push(Slot::Core(ChatMessage {
                     role: message.role(),
@@ -819,59 +819,25 @@ impl Conv {
         }
         let tokens = payload.tokens;
         let evicted = payload.evicted_units;
-        let mut messages: Vec<String> = Vec::new();
-        let mut system_raw: Option<String> = None;
-        let mut extra_inserted = false;
+        let mut body = ManagedBody::new(self.provider, request, extra);
         for (n, slot) in order.into_iter().enumerate() {
-            if first_history == Some(n) && !extra_inserted {
-                extra_inserted = true;
-                if self.provider == Provider::OpenAi {
-                    for text in &extra {
-                        messages.push(
-                            serde_json::json!({"role": "system", "content": text}).to_string(),
-                        );
-                    }
-                }
+            if first_history == Some(n) {
+                body.history_starts();
             }
             match slot {
                 Slot::Entry(e) => {
                     let raw = self.raw(request, e)?;
                     if self.provider == Provider::Anthropic && request.has_system_item && e == 0 {
-                        system_raw = Some(raw);
+                        body.system(raw);
                         continue;
                     }
                     let parts = kept.remove(&e).unwrap_or_default();
-                    if let Some(text) = self.emit(&raw, &self.entries[e], &parts) {
-                        messages.push(text);
-                    }
+                    body.message(&raw, &self.entries[e].blocks, &parts);
                 }
-                Slot::Core(chat) => messages.push(self.emit_core(&chat)),
+                Slot::Core(chat) => body.core_message(&chat),
             }
         }
-        if !extra_inserted && self.provider == Provider::OpenAi {
-            for text in &extra {
-                messages.push(serde_json::json!({"role": "system", "content": text}).to_string());
-            }
-        }
-        if self.provider == Provider::Anthropic
-            && let Some(first) = messages.first()
-            && first.contains("\"assistant\"")
-            && serde_json::from_str::<Value>(first).ok().and_then(|v| v.get("role").cloned())
-                == Some(Value::from("assistant"))
-        {
-            messages.insert(
-                0,
-                r#"{"role":"user","content":"[ctxwin: earlier turns of this conversation were moved out of the context window]"}"#.to_string(),
-            );
-        }
-        let system = match self.provider {
-            Provider::Anthropic if !extra.is_empty() => {
-                Some(anthropic_system_with(system_raw.as_deref(), &extra))
-            }
-            Provider::Anthropic => system_raw,
-            Provider::OpenAi => None,
-        };
-        let body = write_body(request, &messages, system.as_deref());
+        let body = body.finish();
         let cache_stable =
             !self.last_emitted.is_empty() && emitted_ids.starts_with(&self.last_emitted);
         self.last_emitted = emitted_ids;
@@ -892,81 +858,6 @@ impl Conv {
             params![self.key, to_sql(e as u64)],
             |row| row.get(0),
         )?)
-    }
-
-    /// The JSON of one recorded message with the parts the payload keeps.
-    fn emit(&self, raw: &str, entry: &Entry, parts: &[(usize, Option<String>)]) -> Option<String> {
-        let whole = parts.len() == entry.ids.len() && parts.iter().all(|(_, r)| r.is_none());
-        if whole {
-            return Some(raw.to_string());
-        }
-        let mut map: IndexMap<String, Box<RawValue>> = serde_json::from_str(raw).ok()?;
-        match self.provider {
-            Provider::OpenAi => {
-                if let Some((_, Some(text))) = parts.first()
-                    && let Some(content) = map.get("content")
-                {
-                    if content.get().starts_with('"') {
-                        map.insert("content".into(), raw_json(&Value::from(text.as_str())));
-                    } else if let Ok(value) = serde_json::from_str::<Value>(content.get())
-                        && let Some(blocks) = reduced_text_blocks(&value, text)
-                    {
-                        map.insert("content".into(), raw_json(&blocks));
-                    }
-                }
-            }
-            Provider::Anthropic => {
-                let content: Vec<Box<RawValue>> =
-                    serde_json::from_str(map.get("content")?.get()).ok()?;
-                let mut keep: Vec<Box<RawValue>> = Vec::new();
-                for (index, block) in content.into_iter().enumerate() {
-                    let Some((_, reduced)) = parts
-                        .iter()
-                        .find(|(p, _)| entry.blocks.get(*p).is_some_and(|b| b.contains(&index)))
-                    else {
-                        continue;
-                    };
-                    match reduced {
-                        Some(text) => {
-                            let mut value: Value = serde_json::from_str(block.get()).ok()?;
-                            let reduced = match value.get("content") {
-                                Some(Value::String(_)) => Some(Value::from(text.as_str())),
-                                Some(content) => reduced_text_blocks(content, text),
-                                None => None,
-                            };
-                            match reduced {
-                                Some(content) => {
-                                    value["content"] = content;
-                                    keep.push(raw_json(&value));
-                                }
-                                None => keep.push(block),
-                            }
-                        }
-                        None => keep.push(block),
-                    }
-                }
-                if keep.is_empty() {
-                    return None;
-                }
-                map.insert("content".into(), raw_json(&keep));
-            }
-        }
-        serde_json::to_string(&map).ok()
-    }
-
-    /// A message the core wrote itself (a synthetic result for a call never answered).
-    fn emit_core(&self, chat: &ChatMessage) -> String {
-        match (self.provider, chat.role) {
-            (Provider::OpenAi, Role::Tool) => {
-                serde_json::json!({"role": "tool", "tool_call_id": chat.tool_call_id, "content": chat.content})
-            }
-            (Provider::Anthropic, Role::Tool) => serde_json::json!({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": chat.tool_call_id, "content": chat.content}]}),
-            (Provider::OpenAi, role) => serde_json::json!({"role": role.as_str(), "content": chat.content}),
-            (Provider::Anthropic, Role::Assistant) => serde_json::json!({"role": "assistant", "content": chat.content}),
-            (Provider::Anthropic, _) => serde_json::json!({"role": "user", "content": chat.content}),
-        }
-        .to_string()
     }
 
     /// Records the upstream's answer, usage fed to the calibrator now. The message waits for
@@ -993,7 +884,7 @@ impl Conv {
     /// Returns the units evicted.
     fn settle_answer(&mut self) -> Result<usize, ConvError> {
         let Some(message) = self.pending_answer.take() else { return Ok(0) };
-        let analyzed = match response_fingerprint(self.provider, &message) {
+        let analyzed = match analyze_message(self.provider, &message) {
             Ok(analyzed) => analyzed,
             Err(reason) => {
                 tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
@@ -1100,94 +991,6 @@ fn calls_hash(message: &Analyzed) -> u64 {
 enum Slot {
     Entry(usize),
     Core(ChatMessage),
-}
-
-/// A tool output's `content` array reduced to one text block holding `text` (the core's
-/// reduced copy), when the array holds text blocks only; a `cache_control` mark on its last
-/// block moves to the new one. `None` when other blocks (images, documents) are there: the
-/// output is sent whole then.
-fn reduced_text_blocks(content: &Value, text: &str) -> Option<Value> {
-    let blocks = content.as_array()?;
-    let text_only = !blocks.is_empty()
-        && blocks.iter().all(|b| b.get("type").and_then(Value::as_str) == Some("text"));
-    if !text_only {
-        return None;
-    }
-    let mut block = serde_json::json!({"type": "text", "text": text});
-    if let Some(mark) = blocks.last().and_then(|b| b.get("cache_control")) {
-        block["cache_control"] = mark.clone();
-    }
-    Some(Value::Array(vec![block]))
-}
-
-fn raw_json<T: serde::Serialize + ?Sized>(value: &T) -> Box<RawValue> {
-    serde_json::value::to_raw_value(value)
-        .unwrap_or_else(|_| RawValue::from_string("null".into()).unwrap_or_default())
-}
-
-/// Anthropic's `system` with `extra` text blocks appended (the memory summary, entities).
-fn anthropic_system_with(system: Option<&str>, extra: &[String]) -> String {
-    let mut blocks: Vec<Box<RawValue>> = match system {
-        Some(raw) if raw.trim_start().starts_with('[') => {
-            serde_json::from_str(raw).unwrap_or_default()
-        }
-        Some(raw) => match serde_json::from_str::<String>(raw) {
-            Ok(text) => vec![raw_json(&serde_json::json!({"type": "text", "text": text}))],
-            Err(_) => Vec::new(),
-        },
-        None => Vec::new(),
-    };
-    for text in extra {
-        blocks.push(raw_json(&serde_json::json!({"type": "text", "text": text})));
-    }
-    serde_json::to_string(&blocks).unwrap_or_else(|_| "[]".into())
-}
-
-/// The request body with `messages` (and Anthropic's `system`) replaced, every other field
-/// as the client sent it, in its order.
-fn write_body(request: &Request, messages: &[String], system: Option<&str>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(messages.iter().map(String::len).sum::<usize>() + 1024);
-    out.push(b'{');
-    let mut first = true;
-    let mut field = |out: &mut Vec<u8>, key: &str, value: &[u8]| {
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        out.extend_from_slice(Value::from(key).to_string().as_bytes());
-        out.push(b':');
-        out.extend_from_slice(value);
-    };
-    let messages_json = {
-        let mut m = Vec::new();
-        m.push(b'[');
-        for (i, message) in messages.iter().enumerate() {
-            if i > 0 {
-                m.push(b',');
-            }
-            m.extend_from_slice(message.as_bytes());
-        }
-        m.push(b']');
-        m
-    };
-    let mut system_written = false;
-    for (key, value) in &request.fields {
-        match key.as_str() {
-            "messages" => field(&mut out, key, &messages_json),
-            "system" => {
-                if let Some(system) = system {
-                    field(&mut out, key, system.as_bytes());
-                }
-                system_written = true;
-            }
-            _ => field(&mut out, key, value.get().as_bytes()),
-        }
-    }
-    if !system_written && let Some(system) = system {
-        field(&mut out, "system", system.as_bytes());
-    }
-    out.push(b'}');
-    out
 }
 
 /// The directory of conversation `key` under `state_dir`: `<tenant>/<conversation>` for a key

@@ -51,7 +51,10 @@
 //!   carrying tool results is pushed as one tool result per block (plus the rest), and
 //!   re-emitted with the blocks whose parts are kept. A tool output the core stored reduced
 //!   (head and tail) is sent reduced when its content is a plain string or text blocks only
-//!   (then as one text block, keeping the last block's `cache_control`).
+//!   (then as one text block, keeping the last block's `cache_control`). Reading, costing and
+//!   re-emitting are [`ctxwin_std::format`]'s ([`Request`](ctxwin_std::format::Request),
+//!   [`analyze_item`](ctxwin_std::format::analyze_item),
+//!   [`ManagedBody`](ctxwin_std::format::ManagedBody)), which the CLI and the session use too.
 //! * **Concurrency.** One `tokio::sync::Mutex` per conversation. A request whose work stays
 //!   in memory (pushing its new messages and composing, tens of microseconds) runs on the
 //!   async thread that read it; disk work (loading a conversation from its checkpoint,
