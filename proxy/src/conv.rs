@@ -7,9 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use ctxwin_std::archive::ArchiveWriter;
 use ctxwin_std::core::{Config, Error as CoreError, Level, Role};
-use ctxwin_std::session::{PushOptions, Session, SessionBuilder, SessionError};
+use ctxwin_std::session::{
+    ComposeOptions, PushOptions, RecallFor, Session, SessionBuilder, SessionError,
+};
+use ctxwin_std::store::sqlite::SqliteArchive;
+use ctxwin_std::store::{ArchiveStore, Deferred};
 use ctxwin_std::{ChatMessage, core::counter::TokenCounter};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
@@ -110,7 +113,7 @@ pub struct Conv {
     provider: Provider,
     session: Session,
     db: Store,
-    writer: ArchiveWriter,
+    writer: Arc<Deferred<SqliteArchive>>,
     entries: Vec<Entry>,
     by_id: HashMap<u64, (usize, usize)>,
     placeholders: HashSet<u64>,
@@ -129,8 +132,7 @@ pub struct Conv {
     /// `meta` rows of a new conversation (its window), written with the first flush's entries.
     unsaved_meta: Vec<(&'static str, String)>,
     /// The upstream's last answer, not yet in the session: taken with the next request's
-    /// messages in one archive batch (as the client's copy when the client echoes it), or at
-    /// the next checkpoint.
+    /// messages (as the client's copy when the client echoes it), or at the next checkpoint.
     pending_answer: Option<Value>,
 }
 
@@ -197,14 +199,16 @@ pub const ARCHIVE_CACHE_KIB: u32 = 2_048;
 pub struct Stores {
     /// The side store.
     pub side: Store,
-    /// The archive (`<state_dir>/archive.db`): sessions hold clones of this handle.
-    pub archive: ctxwin_std::archive::Archive,
+    /// The archive (`<state_dir>/archive.db`): the writer's inner store, whose handle (one
+    /// connection, and read connections for searches) every conversation shares.
+    pub archive: SqliteArchive,
     /// A second connection to the archive, for WAL checkpoints off the request path
     /// ([`crate::server::App::checkpoint_wal`]).
-    pub wal: ctxwin_std::archive::Archive,
-    /// The archive's writer thread: every conversation's rows are queued to it and written
-    /// many requests to a transaction, off the request path.
-    pub writer: ArchiveWriter,
+    pub wal: SqliteArchive,
+    /// The archive port every session writes: the archive behind a [`Deferred`] writer
+    /// thread, which writes every conversation's rows many requests to a transaction, off
+    /// the request path (a session's reads wait for its own queued rows).
+    pub writer: Arc<Deferred<SqliteArchive>>,
 }
 
 /// The side store's connection, locked.
@@ -235,17 +239,17 @@ pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
     let path = state_dir.join("archive.db");
     // Opened and closed first: a new file's schema stays in its WAL until its last connection
     // closes, and opening a second one checks the file's header.
-    drop(ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?);
+    drop(SqliteArchive::open(&path).map_err(SessionError::from)?);
     // Retrieval's searches read on connections of their own, one per blocking-pool worker: in
     // WAL mode they never wait for the writer thread's transactions on the shared one, nor
     // for each other.
-    let archive = ctxwin_std::archive::Archive::open(&path)
+    let archive = SqliteArchive::open(&path)
         .and_then(|archive| archive.with_read_connections(crate::server::workers()))
         .map_err(SessionError::from)?;
     archive.set_cache_kib(ARCHIVE_CACHE_KIB).map_err(SessionError::from)?;
-    let wal = ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?;
+    let wal = SqliteArchive::open(&path).map_err(SessionError::from)?;
     wal.set_cache_kib(64).map_err(SessionError::from)?;
-    let writer = ArchiveWriter::spawn(&archive)?;
+    let writer = Arc::new(Deferred::spawn(archive.clone())?);
     Ok(Stores { side: Arc::new(Mutex::new(db)), archive, wal, writer })
 }
 
@@ -265,7 +269,7 @@ pub fn persisted_keys(stores: &Stores) -> Result<HashSet<String>, ConvError> {
             keys.insert(key?);
         }
     }
-    for name in stores.archive.session_names("").map_err(SessionError::from)? {
+    for name in stores.archive.conversations("", "").map_err(SessionError::from)? {
         let key = name.split(['#', '@']).next().unwrap_or(&name);
         keys.insert(key.to_string());
     }
@@ -282,7 +286,7 @@ fn session_builder(
 ) -> SessionBuilder {
     SessionBuilder::new(name)
         .config(session_config(window, reserve))
-        .archive_writer(&stores.writer)
+        .archive_store(stores.writer.clone())
         .checkpoints(checkpoints)
         .keep_checkpoints(3)
         // The proxy checkpoints when a conversation idles or unloads, not every N messages.
@@ -550,18 +554,13 @@ impl Conv {
     /// pushed before the failure stay recorded.
     pub fn ingest(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
         self.last_used = Instant::now();
-        // One archive batch for the request, its messages and the answer before them, queued
-        // to the writer together (written in one transaction, with other conversations' rows).
-        self.session.begin_batch();
-        let ingested = self.ingest_batch(request, hashes);
-        let ended = self.session.end_batch();
-        let ingested = ingested?;
-        ended?;
-        Ok(ingested)
+        // The request's messages and the answer before them are queued to the writer as they
+        // are pushed (written with other conversations' rows, many to a transaction).
+        self.ingest_messages(request, hashes)
     }
 
-    /// [`ingest`](Self::ingest) inside the archive batch.
-    fn ingest_batch(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
+    /// [`ingest`](Self::ingest)'s work.
+    fn ingest_messages(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
         let mut diverged = self.compare_prefix(request, hashes)?;
         let mut evicted = 0;
         if let Some(message) = self.pending_answer.take() {
@@ -771,12 +770,8 @@ impl Conv {
         // Retrieval leaves out what the payload holds: before anything of this conversation
         // left the core it can find nothing, and its full-text search is most of a request's
         // cost (the archive is shared by every conversation).
-        let mut retrieval = *self.session.retrieval();
-        if retrieval.auto != self.evicted_any {
-            retrieval.auto = self.evicted_any;
-            self.session.set_retrieval(retrieval);
-        }
-        let payload = self.session.compose(&[])?;
+        let recall = if self.evicted_any { RecallFor::Settings } else { RecallFor::Nothing };
+        let payload = self.session.compose_with(ComposeOptions::new(&[]).recall(recall))?;
         self.evicted_any |= payload.evicted_units > 0;
         let manager = self.session.manager();
         let permanent: Vec<_> = manager.messages(Level::Permanent).collect();
@@ -885,7 +880,7 @@ impl Conv {
         Ok(evicted)
     }
 
-    /// Pushes the waiting answer into the session (its rows queued as one archive batch).
+    /// Pushes the waiting answer into the session (its rows queued to the writer).
     /// Returns the units evicted.
     fn settle_answer(&mut self) -> Result<usize, ConvError> {
         let Some(message) = self.pending_answer.take() else { return Ok(0) };
@@ -898,12 +893,7 @@ impl Conv {
         };
         let raw = message.to_string();
         let raw_hash = hash_str(&raw);
-        self.session.begin_batch();
-        let recorded = self.record(&analyzed, &raw, raw_hash, true);
-        let ended = self.session.end_batch();
-        let evicted = recorded?;
-        ended?;
-        Ok(evicted)
+        self.record(&analyzed, &raw, raw_hash, true)
     }
 
     /// Whether recording the next answer and counting its exchange would touch the disk: a
@@ -1110,11 +1100,13 @@ mod tests {
         drop((saved, crashed, idle));
         // A later generation's rows, and rows a restore set aside, count for their key.
         let row = |text: &str| {
-            ctxwin_std::archive::ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, text))
+            ctxwin_std::store::ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, text))
         };
-        let mut archive = store.archive.clone();
-        archive.store_messages("next#1", &[row("a")]).unwrap();
-        archive.store_messages("aside@rewound-1", &[row("b")]).unwrap();
+        let archive = store.archive.clone();
+        let local = ctxwin_std::store::Scope::local;
+        let none = ctxwin_std::store::Fence::NONE;
+        archive.put(&local("next#1"), none, &[row("a")]).unwrap();
+        archive.put(&local("aside@rewound-1"), none, &[row("b")]).unwrap();
         let mut keys: Vec<String> = persisted_keys(&store).unwrap().into_iter().collect();
         keys.sort();
         assert_eq!(keys, ["aside", "crashed", "next", "saved"]);
@@ -1132,7 +1124,7 @@ mod tests {
         let mut conv = Conv::open(dir.path(), &store, "w", Provider::OpenAi, 8_192, 512).unwrap();
         let rows = |conv: &mut Conv| {
             conv.session.sync_archive().unwrap();
-            conv.session().archive().unwrap().message_count(Some("w")).unwrap()
+            conv.session().archive().unwrap().usage(conv.session.scope()).unwrap().messages
         };
         let mut messages = vec![json!({"role": "user", "content": "Is the build green?"})];
         turn(&mut conv, &messages);
@@ -1158,16 +1150,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = prepare_state(dir.path()).unwrap();
         let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
-        assert_eq!(
-            conv.session().archive().unwrap().cache_kib().unwrap(),
-            u64::from(ARCHIVE_CACHE_KIB)
-        );
+        assert_eq!(conv.writer.inner().cache_kib().unwrap(), u64::from(ARCHIVE_CACHE_KIB));
         let mut messages = vec![
             json!({"role": "user", "content": "The staging database runs Postgres 16."}),
             json!({"role": "assistant", "content": "Noted."}),
         ];
         turn(&mut conv, &messages);
-        assert!(!conv.session().retrieval().auto, "nothing has left the core");
+        assert!(!conv.evicted_any, "nothing has left the core");
         let mut n = 0;
         while !conv.evicted_any {
             n += 1;
@@ -1179,7 +1168,7 @@ mod tests {
         messages
             .push(json!({"role": "user", "content": "Which Postgres version does staging run?"}));
         let body = turn(&mut conv, &messages);
-        assert!(conv.session().retrieval().auto);
+        assert!(conv.evicted_any);
         assert!(body.contains("Retrieved from archive"), "{body}");
         assert!(body.contains("runs Postgres 16"), "{body}");
         // Reopened from its checkpoint, it still knows that something left.

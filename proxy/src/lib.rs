@@ -62,7 +62,7 @@
 //!   core) runs in `spawn_blocking`, at most twice the cores at once. A conversation the proxy
 //!   has never seen (not among those with stored rows at start, [`conv::persisted_keys`], nor
 //!   loaded since) is created in memory without reading anything. Every conversation's session
-//!   queues its archive rows to one [`ArchiveWriter`](ctxwin_std::archive::ArchiveWriter)
+//!   queues its archive rows to one [`Deferred`](ctxwin_std::store::Deferred) writer
 //!   thread, which writes what many requests queued in one transaction on the one SQLite
 //!   connection all of them share (a connection each cost about 200 KiB per resident
 //!   conversation, and each reread the pages the others wrote); retrieval's searches read on

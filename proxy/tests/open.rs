@@ -83,7 +83,12 @@ fn a_crash_before_the_first_checkpoint_starts_the_next_generation() {
     // Killed before any checkpoint: archived rows, nothing else.
     drop(conv);
     let archive = &stores.archive;
-    assert_eq!(archive.message_count(Some("g")).unwrap(), 1);
+    assert_eq!(
+        ctxwin_std::store::ArchiveStore::usage(archive, &ctxwin_std::store::Scope::local("g"))
+            .unwrap()
+            .messages,
+        1
+    );
     assert_eq!(rows(&stores, "meta", "g"), 0);
 
     let mut conv = open(state.path(), &stores, "g", 8_192);
@@ -104,8 +109,18 @@ fn a_crash_before_the_first_checkpoint_starts_the_next_generation() {
     drop(conv);
     let conv = open(state.path(), &stores, "g", 8_192);
     assert_eq!((conv.session().name(), conv.len(), window_of(&conv)), ("g#1", 2, 8_192));
-    assert_eq!(archive.message_count(Some("g")).unwrap(), 1);
-    assert_eq!(archive.message_count(Some("g#1")).unwrap(), 2);
+    assert_eq!(
+        ctxwin_std::store::ArchiveStore::usage(archive, &ctxwin_std::store::Scope::local("g"))
+            .unwrap()
+            .messages,
+        1
+    );
+    assert_eq!(
+        ctxwin_std::store::ArchiveStore::usage(archive, &ctxwin_std::store::Scope::local("g#1"))
+            .unwrap()
+            .messages,
+        2
+    );
 }
 
 fn ms(duration: Duration) -> f64 {

@@ -116,20 +116,30 @@ async fn a_secret_never_reaches_b(
 /// conversations that hold nothing of B's, and a search scoped to any of B's conversations
 /// cannot return it.
 fn stores_keep_them_apart(state: &Path) {
-    let archive = ctxwin_std::archive::Archive::open(state.join("archive.db")).unwrap();
+    use ctxwin_std::store::{ArchiveStore, Scope, SearchQuery};
+    let archive = ctxwin_std::store::sqlite::SqliteArchive::open(state.join("archive.db")).unwrap();
+    let names = archive.conversations("", "").unwrap();
     let holding = |word: &str| -> BTreeSet<String> {
-        archive.search(None, word, 1_000).unwrap().into_iter().map(|h| h.session).collect()
+        let query = SearchQuery::new(word, 1_000);
+        let holds =
+            |name: &String| !archive.search(&Scope::local(name), &query).unwrap().is_empty();
+        names.iter().filter(|name| holds(name)).cloned().collect()
     };
     let secret = holding("KESTREL");
     let b = holding(B_MARKER);
     assert!(!secret.is_empty() && !b.is_empty(), "{secret:?} {b:?}");
     assert!(secret.is_disjoint(&b), "A's secret shares a conversation with B: {secret:?} {b:?}");
     for name in &b {
-        for hits in [
-            archive.rank(name, "account balance transfer code KESTREL", 100).unwrap(),
-            archive.search(Some(name), "account balance transfer code KESTREL", 100).unwrap(),
-        ] {
-            assert!(hits.iter().all(|h| &h.session == name), "{hits:?}");
+        let scope = Scope::local(name);
+        let query = SearchQuery::new("account balance transfer code KESTREL", 100);
+        for hits in [archive.search(&scope, &query).unwrap(), {
+            archive.search(&scope, &query.with_snippets()).unwrap()
+        }] {
+            for hit in &hits {
+                // The hit is this conversation's own row.
+                let row = archive.get(&scope, hit.id).unwrap().expect("a hit of another session");
+                assert_eq!(row.message.content, hit.content, "{hits:?}");
+            }
             assert!(
                 hits.iter().all(|h| !SECRETS.iter().any(|s| h.content.contains(s))),
                 "{hits:?}"
@@ -249,8 +259,8 @@ async fn with_a_tenant_header_one_team_shares_its_conversations_across_keys() {
     let metrics = client.get(proxy.url("/metrics")).send().await.unwrap().text().await.unwrap();
     proxy.stop().await;
     assert!(metrics.contains("ctxwin_proxy_branches_total 0"), "{metrics}");
-    let archive = ctxwin_std::archive::Archive::open(state.path().join("archive.db")).unwrap();
-    assert_eq!(archive.session_names("").unwrap().len(), 1, "one conversation for the team");
+    let archive = ctxwin_std::store::open_archive(state.path().join("archive.db")).unwrap();
+    assert_eq!(archive.conversations("", "").unwrap().len(), 1, "one conversation for the team");
 }
 
 /// Every directory name under the state directory, recursively.
@@ -298,11 +308,12 @@ async fn the_state_directory_holds_neither_credentials_nor_client_bytes_in_names
         // The second life finds each conversation again: the tenant secret persists.
         assert!(metrics.contains("ctxwin_proxy_branches_total 0"), "{metrics}");
     }
-    let archive = ctxwin_std::archive::Archive::open(state.path().join("archive.db")).unwrap();
-    let names = archive.session_names("").unwrap();
+    let archive = ctxwin_std::store::open_archive(state.path().join("archive.db")).unwrap();
+    let names = archive.conversations("", "").unwrap();
     assert_eq!(names.len(), sessions.len(), "one conversation per session id: {names:?}");
     for name in &names {
-        assert_eq!(archive.message_count(Some(name)).unwrap(), 4, "{name}");
+        let usage = archive.usage(&ctxwin_std::store::Scope::local(name)).unwrap();
+        assert_eq!(usage.messages, 4, "{name}");
     }
 
     let mut dirs = Vec::new();

@@ -1,17 +1,18 @@
 //! `ctxwin._native.Context`: a std [`Session`] behind a mutex, every call made with the GIL
 //! released. The only file of the package that touches the session; it uses
 //! [`SessionBuilder`] (`new`, `config`, `counter`, `archive`, `archive_in_memory`,
-//! `checkpoints`, `restore_latest`) and [`Session`]'s `push`, `add_tool`, `compose_recall`,
+//! `checkpoints`, `restore_latest`) and [`Session`]'s `push`, `add_tool`, `compose_with`,
 //! `stats`, `checkpoint`, `checkpoints`, `restore`, `forget`, `forget_matching`,
-//! `abort_pending_calls` and `archive().search`.
+//! `abort_pending_calls` and `archive().search` (the archive port).
 
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use ctxwin_core::Config;
-use ctxwin_std::checkpoint::CheckpointId;
 use ctxwin_std::format::Format;
-use ctxwin_std::session::{RestorePoint, Session, SessionBuilder};
+use ctxwin_std::session::{ComposeOptions, RecallFor, RestorePoint, Session, SessionBuilder};
+use ctxwin_std::store::CheckpointId;
+use ctxwin_std::store::SearchQuery;
 use ctxwin_std::{ChatMessage, ToolDefinition};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -173,9 +174,13 @@ impl Context {
         };
         py.detach(|| {
             let dynamic: Vec<&str> = dynamic.iter().map(String::as_str).collect();
+            let recall = match query.as_deref() {
+                Some(query) => RecallFor::Query(query),
+                None => RecallFor::Settings,
+            };
             let payload = self
                 .session()
-                .compose_recall(&dynamic, query.as_deref())
+                .compose_with(ComposeOptions::new(&dynamic).recall(recall))
                 .map_err(errors::session)?;
             let body = payload.write(format).map_err(errors::session)?;
             Ok((body, payload.tokens, payload.budget, payload.evicted_units, payload.recall.ids))
@@ -226,9 +231,8 @@ impl Context {
         let hits = py.detach(|| {
             let session = self.session();
             let Some(archive) = session.archive() else { return Ok(Vec::new()) };
-            archive
-                .search(Some(session.name()), &query, limit)
-                .map_err(|e| errors::session(e.into()))
+            let query = SearchQuery::new(&query, limit).with_snippets();
+            archive.search(session.scope(), &query).map_err(|e| errors::session(e.into()))
         })?;
         hits.into_iter()
             .map(|hit| {

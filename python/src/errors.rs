@@ -4,9 +4,8 @@
 
 use ctxwin_core::Error as CoreError;
 use ctxwin_core::trim::{TrimError, Unsupported};
-use ctxwin_std::archive::{ArchiveError, SqliteFailure};
-use ctxwin_std::checkpoint::CheckpointError;
 use ctxwin_std::session::SessionError;
+use ctxwin_std::store::{ErrorKind, StoreError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
@@ -68,8 +67,7 @@ fn classify_session(err: SessionError) -> (Kind, String) {
         SessionError::Config(_) | SessionError::Setting(_) | SessionError::Tokenizer(_) => {
             (Kind::Config, text)
         }
-        SessionError::Archive(archive) => (archive_kind(&archive), text),
-        SessionError::Checkpoint(checkpoint) => (checkpoint_kind(&checkpoint), text),
+        SessionError::Store(store) => (store_kind(&store), text),
         SessionError::BadCheckpoint { .. } | SessionError::ArchiveInUse { .. } => {
             (Kind::Corrupt, text)
         }
@@ -99,28 +97,17 @@ pub(crate) fn core_kind(err: CoreError) -> Kind {
     }
 }
 
-fn checkpoint_kind(err: &CheckpointError) -> Kind {
+/// The category of a storage failure, by its kind (no backend's error type is named), as the
+/// CLI's `from_store` classifies it.
+fn store_kind(err: &StoreError) -> Kind {
     match err {
-        CheckpointError::InvalidId(_) | CheckpointError::NotFound { .. } => Kind::InvalidInput,
-        CheckpointError::Io { .. } => Kind::Storage,
-        CheckpointError::Corrupt { .. } => Kind::Corrupt,
-        CheckpointError::NoValidCheckpoint { .. } => Kind::NoState,
-        _ => Kind::Internal,
-    }
-}
-
-fn archive_kind(err: &ArchiveError) -> Kind {
-    match err {
-        ArchiveError::Sqlite(_) => match err.sqlite_failure() {
-            Some(SqliteFailure::Locked | SqliteFailure::Other) => Kind::Storage,
-            _ => Kind::Corrupt,
+        StoreError::NoUsableCheckpoint { .. } => Kind::NoState,
+        _ => match err.kind() {
+            ErrorKind::Damaged => Kind::Corrupt,
+            ErrorKind::NotFound | ErrorKind::Invalid => Kind::InvalidInput,
+            ErrorKind::Busy | ErrorKind::Io | ErrorKind::Full | ErrorKind::Backend => Kind::Storage,
+            _ => Kind::Internal,
         },
-        ArchiveError::Mismatch(_)
-        | ArchiveError::Corrupt(_)
-        | ArchiveError::SchemaTooNew { .. }
-        | ArchiveError::Json(_) => Kind::Corrupt,
-        ArchiveError::SummaryNotFound { .. } => Kind::InvalidInput,
-        _ => Kind::Internal,
     }
 }
 

@@ -3,14 +3,13 @@
 
 pub use ctxwin_core as core;
 
-pub mod archive;
-pub mod checkpoint;
 pub mod embed;
 pub mod format;
 pub mod llm;
 pub mod message;
 pub mod session;
 pub mod statefs;
+pub mod store;
 pub mod tokens;
 
 pub use message::{ChatMessage, Conversation, ToolCall, ToolDefinition};

@@ -479,7 +479,7 @@ fn writing_invalid_arguments_to_anthropic_names_message_and_call() {
 /// conversation the writer here writes for the same payload: two writers, one layout.
 #[test]
 fn the_cores_zero_copy_body_reads_back_like_the_conversation_writers() {
-    use ctxwin_std::session::SessionBuilder;
+    use ctxwin_std::session::{ComposeOptions, SessionBuilder};
     let mut session = SessionBuilder::new("s").build().unwrap();
     session
         .add_tool(&ToolDefinition {
@@ -500,7 +500,7 @@ fn the_cores_zero_copy_body_reads_back_like_the_conversation_writers() {
         session.push(&message).unwrap();
     }
     let dynamic = ["Goal: list the files."];
-    let (body, _) = session.compose_openai_body(&dynamic, "m").unwrap();
+    let (body, _) = session.compose_openai_body(ComposeOptions::new(&dynamic), "m").unwrap();
     let payload = session.compose(&dynamic).unwrap();
     let from_core = read(&body, Format::OpenAiJson).unwrap();
     let written = write(&payload.conversation, Format::OpenAiJson).unwrap();

@@ -404,7 +404,7 @@ pub fn anthropic_pairs_intact(messages: &[Value]) -> Result<(), String> {
 /// before its first checkpoint (which creates the directory); its generations (`key#N`) and
 /// side sessions (`key@...`) count as that conversation.
 pub fn archive_counts(state: &Path) -> Vec<(String, u64)> {
-    let archive = ctxwin_std::archive::Archive::open(state.join("archive.db")).unwrap();
+    let archive = ctxwin_std::store::sqlite::SqliteArchive::open(state.join("archive.db")).unwrap();
     let mut keys = std::collections::BTreeSet::new();
     let dirs = |dir: &Path| -> Vec<String> {
         std::fs::read_dir(dir)
@@ -419,12 +419,17 @@ pub fn archive_counts(state: &Path) -> Vec<(String, u64)> {
             keys.insert(format!("{tenant}.{conversation}"));
         }
     }
-    for name in archive.session_names("").unwrap() {
+    for name in ctxwin_std::store::ArchiveStore::conversations(&archive, "", "").unwrap() {
         keys.extend(name.split(['#', '@']).next().map(str::to_string));
     }
     keys.into_iter()
         .map(|key| {
-            let count = archive.message_count(Some(&key)).unwrap();
+            let count = ctxwin_std::store::ArchiveStore::usage(
+                &archive,
+                &ctxwin_std::store::Scope::local(key.as_str()),
+            )
+            .unwrap()
+            .messages;
             (key, count)
         })
         .collect()

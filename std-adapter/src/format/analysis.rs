@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::request::{BadRequest, Request};
 use super::{Provider, anthropic, openai};
-use crate::ChatMessage;
+use crate::message::ChatMessage;
 
 /// One block the counter cannot read (an image, a document, audio, a redacted thinking block,
 /// a server tool's block), with its estimated token cost.

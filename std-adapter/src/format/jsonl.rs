@@ -9,7 +9,7 @@ use std::io::BufRead;
 use super::Provider;
 use super::error::FormatError;
 use super::node::{MESSAGES, Path, Seg, Source};
-use crate::Conversation;
+use crate::message::Conversation;
 
 /// Reads JSONL records one line at a time into a conversation.
 pub(super) struct LineReader {

@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 
 use super::request::Request;
 use super::{Provider, anthropic, openai};
-use crate::ChatMessage;
+use crate::message::ChatMessage;
 
 /// One part of an analyzed message that a payload keeps.
 ///

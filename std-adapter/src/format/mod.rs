@@ -126,7 +126,7 @@ pub use managed::{KeptPart, ManagedBody};
 pub use request::{BadRequest, Request, raw_hashes};
 pub use timestamps::message_timestamps;
 
-use crate::Conversation;
+use crate::message::Conversation;
 use node::Source;
 
 /// A conversation file format.

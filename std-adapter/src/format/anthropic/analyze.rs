@@ -11,7 +11,7 @@ use crate::format::cost::{
     text_tokens,
 };
 use crate::format::fingerprint::{Normalized, canonical};
-use crate::{ChatMessage, ToolCall};
+use crate::message::{ChatMessage, ToolCall};
 
 /// Anthropic's top-level `system`: a string or blocks (text read, any other block opaque).
 /// Its part is pinned: a top-level system prompt leads the conversation.

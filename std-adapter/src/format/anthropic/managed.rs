@@ -8,8 +8,8 @@ use serde_json::Value;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use crate::ChatMessage;
 use crate::format::managed::{KeptPart, raw_json, reduced_text_blocks};
+use crate::message::ChatMessage;
 
 /// The user turn a managed body opens with when its first kept turn is the assistant's: the
 /// Messages API refuses any other first turn, and eviction often starts the window mid-turn.

@@ -8,7 +8,7 @@ use ctxwin_core::Role;
 use super::{BLOCK_SEPARATOR, OPENING_USER_TEXT};
 use crate::format::error::{FormatError, Problem};
 use crate::format::node::{Kind, Node, Object};
-use crate::{ChatMessage, Conversation, ToolCall, ToolDefinition};
+use crate::message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
 
 /// Reads the non-message fields a body or a JSONL header line may carry (`system`, `tools`).
 pub(in crate::format) fn read_header(

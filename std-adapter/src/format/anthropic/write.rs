@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use super::{OPENING_USER_TEXT, SYSTEM_PREFIX};
 use crate::format::check::{self, Layout};
 use crate::format::error::FormatError;
-use crate::{ChatMessage, Conversation};
+use crate::message::{ChatMessage, Conversation};
 
 /// A request body without the model: what the JSON writer emits.
 #[derive(Serialize)]

@@ -10,7 +10,7 @@ use crate::format::cost::{
     openai_image_tokens,
 };
 use crate::format::fingerprint::Normalized;
-use crate::{ChatMessage, ToolCall};
+use crate::message::{ChatMessage, ToolCall};
 
 /// Text, opaque parts and their normalized blocks, as read from a message's `content`.
 #[derive(Default)]

@@ -7,8 +7,8 @@ use serde_json::Value;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use crate::ChatMessage;
 use crate::format::managed::{KeptPart, raw_json, reduced_text_blocks};
+use crate::message::ChatMessage;
 
 /// The client's message `raw` with the core's reduced text as its `content`: a string
 /// content becomes the text, an array of text parts one text part (its cache mark kept); any

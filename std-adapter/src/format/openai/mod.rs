@@ -45,7 +45,7 @@ mod tests {
     use super::*;
     use crate::format::error::{FormatError, Problem};
     use crate::format::node::{Node, Source};
-    use crate::{ChatMessage, Conversation, ToolCall};
+    use crate::message::{ChatMessage, Conversation, ToolCall};
     use ctxwin_core::Role;
 
     fn read_document(root: &Node<'_, '_>, conv: &mut Conversation) -> Result<(), FormatError> {

@@ -5,7 +5,7 @@ use ctxwin_core::Role;
 
 use crate::format::error::{FormatError, Problem};
 use crate::format::node::{Kind, Node, Object};
-use crate::{ChatMessage, Conversation, ToolCall, ToolDefinition};
+use crate::message::{ChatMessage, Conversation, ToolCall, ToolDefinition};
 
 /// Separator between the text parts of one message.
 const PART_SEPARATOR: &str = "\n";

@@ -7,9 +7,9 @@ use ctxwin_core::Role;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::Conversation;
 use crate::format::check::{self, Layout};
 use crate::format::error::FormatError;
+use crate::message::Conversation;
 
 /// A request body without the model: what the JSON writer emits.
 #[derive(Serialize)]
