@@ -203,7 +203,7 @@ pub struct Stores {
     /// connection, and read connections for searches) every conversation shares.
     pub archive: SqliteArchive,
     /// A second connection to the archive, for WAL checkpoints off the request path
-    /// ([`crate::server::App::checkpoint_wal`]).
+    /// ([`crate::app::App::checkpoint_wal`]).
     pub wal: SqliteArchive,
     /// The archive port every session writes: the archive behind a [`Deferred`] writer
     /// thread, which writes every conversation's rows many requests to a transaction, off
@@ -244,7 +244,7 @@ pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
     // WAL mode they never wait for the writer thread's transactions on the shared one, nor
     // for each other.
     let archive = SqliteArchive::open(&path)
-        .and_then(|archive| archive.with_read_connections(crate::server::workers()))
+        .and_then(|archive| archive.with_read_connections(crate::pool::workers()))
         .map_err(SessionError::from)?;
     archive.set_cache_kib(ARCHIVE_CACHE_KIB).map_err(SessionError::from)?;
     let wal = SqliteArchive::open(&path).map_err(SessionError::from)?;

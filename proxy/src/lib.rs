@@ -122,19 +122,27 @@
 //! slow, 400 when the pinned part cannot fit or the body does not parse (with where), 413
 //! above the body limit, 401 without the proxy key. Upstream HTTP errors pass through.
 
+pub mod app;
 pub mod assemble;
 pub mod config;
 pub mod conv;
+pub mod errors;
 pub mod hash;
 pub mod keys;
 pub mod metrics;
-pub mod server;
+pub mod middleware;
+pub mod pipeline;
+pub mod pool;
+pub mod respond;
+pub mod routes;
+pub mod upstream;
 pub mod wire;
 
 use std::sync::Arc;
 
+pub use app::App;
 pub use config::{ConfigError, ProxyConfig};
-pub use server::{App, router};
+pub use routes::router;
 
 /// Why [`run`] stopped.
 #[derive(Debug, thiserror::Error)]

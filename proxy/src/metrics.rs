@@ -10,6 +10,12 @@ use std::time::Duration;
 const BUCKETS: [f64; 12] =
     [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
 
+/// How long a request waited for the upstream: a handler puts it in its response's
+/// extensions, and the added-latency histogram leaves it out
+/// ([`Metrics::added_latency`]; the layer that times requests reads it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamWait(pub Duration);
+
 /// The proxy's counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
