@@ -342,88 +342,9 @@ impl Conv {
                 window
             }
         };
-        // The session's name in the shared archive: the key, or `key#N` after a crash left
-        // rows of a generation that never reached a checkpoint (they stay, under their name).
-        let mut generation: u32 = meta("generation")?.and_then(|g| g.parse().ok()).unwrap_or(0);
-        let dir = conv_dir(state_dir, key);
-        let session = loop {
-            let (name, checkpoints) = if generation == 0 {
-                (key.to_string(), dir.join("checkpoints"))
-            } else {
-                (format!("{key}#{generation}"), dir.join(format!("checkpoints-{generation}")))
-            };
-            let built = session_builder(stores, &name, checkpoints, window, reserve)
-                .restore_latest(true)
-                .build();
-            match built {
-                Ok(session) => break session,
-                Err(SessionError::ArchiveInUse { messages, .. }) if generation < 1_000 => {
-                    tracing::warn!(
-                        session = %name,
-                        messages,
-                        "proxy: archived rows without a checkpoint (a crash before the first one); starting the next generation"
-                    );
-                    generation += 1;
-                    set_meta("generation", &generation.to_string())?;
-                    lock(store).execute("DELETE FROM entries WHERE conv = ?1", [key])?;
-                }
-                Err(error) => return Err(error.into()),
-            }
-        };
+        let session = open_generation(state_dir, stores, key, window, reserve, &meta, &set_meta)?;
         let next_id = session.manager().next_id();
-        // Entries pushed after the checkpoint the session restored are gone from it: forget
-        // them too (the client resends them; the archive rows are rewritten under the same ids).
-        // Looked up first: a delete takes the write lock even when it finds nothing.
-        let stale: bool = lock(store)
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM entries WHERE conv = ?1 AND max_id >= ?2)",
-            )?
-            .query_row(params![key, to_sql(next_id)], |row| row.get(0))?;
-        let dropped = if stale {
-            lock(store).execute(
-                "DELETE FROM entries WHERE conv = ?1 AND max_id >= ?2",
-                params![key, to_sql(next_id)],
-            )?
-        } else {
-            0
-        };
-        if dropped > 0 {
-            tracing::info!(
-                session = key,
-                dropped,
-                "proxy: messages after the checkpoint will be taken again"
-            );
-        }
-        let mut entries = Vec::new();
-        {
-            let db = lock(store);
-            let mut stmt = db.prepare_cached(
-                "SELECT fp, ids, blocks, tokens, from_answer, raw_hash, pinned, calls FROM entries WHERE conv = ?1 ORDER BY seq",
-            )?;
-            let rows = stmt.query_map([key], |row| {
-                let fp: i64 = row.get(0)?;
-                let ids: String = row.get(1)?;
-                let blocks: String = row.get(2)?;
-                let tokens: i64 = row.get(3)?;
-                let from_answer: bool = row.get(4)?;
-                let raw_hash: i64 = row.get(5)?;
-                let pinned: bool = row.get(6)?;
-                let calls: i64 = row.get(7)?;
-                Ok(Entry {
-                    calls: calls as u64,
-                    fp: fp as u64,
-                    raw_hash: raw_hash as u64,
-                    pinned,
-                    ids: serde_json::from_str(&ids).unwrap_or_default(),
-                    blocks: serde_json::from_str(&blocks).unwrap_or_default(),
-                    tokens: u32::try_from(tokens).unwrap_or(0),
-                    from_answer,
-                })
-            })?;
-            for row in rows {
-                entries.push(row?);
-            }
-        }
+        let entries = load_entries(store, key, next_id)?;
         let placeholders: HashSet<u64> = meta("placeholders")?
             .and_then(|p| serde_json::from_str::<Vec<u64>>(&p).ok())
             .unwrap_or_default()
@@ -975,6 +896,106 @@ impl Conv {
         self.unsaved_meta.clear();
         Ok(())
     }
+}
+
+/// The session of conversation `key`, restored from its newest checkpoint. Its name in the
+/// shared archive is the key, or `key#N` after a crash left rows of a generation that never
+/// reached a checkpoint (they stay, under their name); `meta`/`set_meta` read and record the
+/// generation.
+fn open_generation(
+    state_dir: &Path,
+    stores: &Stores,
+    key: &str,
+    window: u32,
+    reserve: u32,
+    meta: &dyn Fn(&str) -> Result<Option<String>, rusqlite::Error>,
+    set_meta: &dyn Fn(&str, &str) -> Result<(), rusqlite::Error>,
+) -> Result<Session, ConvError> {
+    let store = &stores.side;
+    // The session's name in the shared archive: the key, or `key#N` after a crash left
+    // rows of a generation that never reached a checkpoint (they stay, under their name).
+    let mut generation: u32 = meta("generation")?.and_then(|g| g.parse().ok()).unwrap_or(0);
+    let dir = conv_dir(state_dir, key);
+    loop {
+        let (name, checkpoints) = if generation == 0 {
+            (key.to_string(), dir.join("checkpoints"))
+        } else {
+            (format!("{key}#{generation}"), dir.join(format!("checkpoints-{generation}")))
+        };
+        let built = session_builder(stores, &name, checkpoints, window, reserve)
+            .restore_latest(true)
+            .build();
+        match built {
+            Ok(session) => return Ok(session),
+            Err(SessionError::ArchiveInUse { messages, .. }) if generation < 1_000 => {
+                tracing::warn!(
+                    session = %name,
+                    messages,
+                    "proxy: archived rows without a checkpoint (a crash before the first one); starting the next generation"
+                );
+                generation += 1;
+                set_meta("generation", &generation.to_string())?;
+                lock(store).execute("DELETE FROM entries WHERE conv = ?1", [key])?;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+/// The recorded entries of conversation `key` whose session restored up to `next_id`.
+/// Entries pushed after that checkpoint are gone from it: they are forgotten too (the client
+/// resends them; the archive rows are rewritten under the same ids).
+fn load_entries(store: &Store, key: &str, next_id: u64) -> Result<Vec<Entry>, ConvError> {
+    // Looked up first: a delete takes the write lock even when it finds nothing.
+    let stale: bool = lock(store)
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE conv = ?1 AND max_id >= ?2)")?
+        .query_row(params![key, to_sql(next_id)], |row| row.get(0))?;
+    let dropped = if stale {
+        lock(store).execute(
+            "DELETE FROM entries WHERE conv = ?1 AND max_id >= ?2",
+            params![key, to_sql(next_id)],
+        )?
+    } else {
+        0
+    };
+    if dropped > 0 {
+        tracing::info!(
+            session = key,
+            dropped,
+            "proxy: messages after the checkpoint will be taken again"
+        );
+    }
+    let mut entries = Vec::new();
+    {
+        let db = lock(store);
+        let mut stmt = db.prepare_cached(
+            "SELECT fp, ids, blocks, tokens, from_answer, raw_hash, pinned, calls FROM entries WHERE conv = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([key], |row| {
+            let fp: i64 = row.get(0)?;
+            let ids: String = row.get(1)?;
+            let blocks: String = row.get(2)?;
+            let tokens: i64 = row.get(3)?;
+            let from_answer: bool = row.get(4)?;
+            let raw_hash: i64 = row.get(5)?;
+            let pinned: bool = row.get(6)?;
+            let calls: i64 = row.get(7)?;
+            Ok(Entry {
+                calls: calls as u64,
+                fp: fp as u64,
+                raw_hash: raw_hash as u64,
+                pinned,
+                ids: serde_json::from_str(&ids).unwrap_or_default(),
+                blocks: serde_json::from_str(&blocks).unwrap_or_default(),
+                tokens: u32::try_from(tokens).unwrap_or(0),
+                from_answer,
+            })
+        })?;
+        for row in rows {
+            entries.push(row?);
+        }
+    }
+    Ok(entries)
 }
 
 /// Hash of a message's tool-call ids, in order (0 without calls).
