@@ -48,7 +48,9 @@
 //!   rendering whose token cost is the text plus the block's estimate (images from their
 //!   declared size by the provider's published formula, documents and audio by size); each
 //!   message's original JSON is in the archive row of its first part. When
-//!   composing, the proxy re-emits the original JSON of every message the payload keeps — as
+//!   composing, the session says where each message of the payload comes from
+//!   ([`Origin`](ctxwin_std::session::Origin): a message it holds, by id, or text the core
+//!   added), and the proxy re-emits the original JSON of every message the payload keeps — as
 //!   this request carried it, so `cache_control` marks and thinking signatures survive byte
 //!   for byte. A thinking block is part of its assistant message, so it leaves the window only
 //!   with that message's unit (its tool calls and their results). An Anthropic user turn

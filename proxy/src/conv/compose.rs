@@ -5,16 +5,43 @@
 use std::collections::HashMap;
 
 use ctxwin_std::ChatMessage;
-use ctxwin_std::core::Level;
-use ctxwin_std::session::{ComposeOptions, RecallFor};
+use ctxwin_std::session::{ComposeOptions, ComposedPayload, Origin, RecallFor};
 
 use super::{Composed, Conv, ConvError};
 use crate::wire::{KeptPart, ManagedBody, Provider, Request};
 
 /// A message to emit, in payload order.
 enum Slot {
-    Entry(usize),
+    /// Recorded message `.0`, with the parts the payload keeps.
+    Entry(usize, Vec<KeptPart>),
+    /// A message the core wrote itself.
     Core(ChatMessage),
+}
+
+/// What a payload emits ([`Conv::plan`]).
+#[derive(Default)]
+struct Plan {
+    /// The texts the core added (retrieved text, summaries), in order.
+    added: Vec<String>,
+    /// The messages, in order.
+    order: Vec<Slot>,
+    /// The slot where the history starts (after the pinned system messages).
+    first_history: Option<usize>,
+    /// Session ids of the messages emitted.
+    emitted: Vec<u64>,
+}
+
+/// A message the core wrote itself (a synthetic tool result), as the provider formats write
+/// one: its role, text and the call it answers.
+fn core_written(message: &ChatMessage) -> ChatMessage {
+    ChatMessage {
+        role: message.role,
+        content: message.content.clone(),
+        tool_calls: Vec::new(),
+        tool_call_id: message.tool_call_id.clone(),
+        is_error: false,
+        name: None,
+    }
 }
 
 impl Conv {
@@ -29,65 +56,19 @@ impl Conv {
         let recall = if self.evicted_any { RecallFor::Settings } else { RecallFor::Nothing };
         let payload = self.session.compose_with(ComposeOptions::new(&[]).recall(recall))?;
         self.evicted_any |= payload.evicted_units > 0;
-        let manager = self.session.manager();
-        let permanent: Vec<_> = manager.messages(Level::Permanent).collect();
-        let history: Vec<_> = manager.history().collect();
-        let rendered = &payload.conversation.messages;
-        let system_end = rendered.len().saturating_sub(history.len());
-        let extra: Vec<String> = rendered
-            .get(permanent.len().min(system_end)..system_end)
-            .unwrap_or_default()
-            .iter()
-            .map(|m| m.content.clone())
-            .collect();
-        // Which parts of each entry the payload keeps, and the reduced text of kept parts.
-        let mut kept: HashMap<usize, Vec<KeptPart>> = HashMap::new();
-        let mut order: Vec<Slot> = Vec::new();
-        let mut emitted_ids = Vec::new();
-        let mut first_history = None;
-        for (n, message) in permanent.iter().chain(history.iter()).enumerate() {
-            if n == permanent.len() {
-                first_history = Some(order.len());
-            }
-            let id = message.id();
-            if self.recorded.placeholders.contains(&id) {
-                continue;
-            }
-            emitted_ids.push(id);
-            match self.recorded.locate(id) {
-                Some((entry, part)) => {
-                    let reduced = message.was_reduced().then(|| message.content().to_string());
-                    let parts = kept.entry(entry).or_default();
-                    if parts.is_empty() {
-                        order.push(Slot::Entry(entry));
-                    }
-                    parts.push(KeptPart { part, reduced });
-                }
-                None => order.push(Slot::Core(ChatMessage {
-                    role: message.role(),
-                    content: message.content().to_string(),
-                    tool_calls: Vec::new(),
-                    tool_call_id: message.tool_call_id().map(str::to_string),
-                    is_error: false,
-                    name: None,
-                })),
-            }
-        }
-        let tokens = payload.tokens;
-        let evicted = payload.evicted_units;
-        let mut body = ManagedBody::new(self.provider, request, extra);
-        for (n, slot) in order.into_iter().enumerate() {
-            if first_history == Some(n) {
+        let plan = self.plan(&payload);
+        let mut body = ManagedBody::new(self.provider, request, plan.added);
+        for (n, slot) in plan.order.into_iter().enumerate() {
+            if plan.first_history == Some(n) {
                 body.history_starts();
             }
             match slot {
-                Slot::Entry(e) => {
+                Slot::Entry(e, parts) => {
                     let raw = self.raw(request, e)?;
                     if self.provider == Provider::Anthropic && request.has_system_item && e == 0 {
                         body.system(raw);
                         continue;
                     }
-                    let parts = kept.remove(&e).unwrap_or_default();
                     body.message(&raw, &self.recorded.entries[e].blocks, &parts);
                 }
                 Slot::Core(chat) => body.core_message(&chat),
@@ -95,10 +76,55 @@ impl Conv {
         }
         let body = body.finish();
         let cache_stable =
-            !self.last_emitted.is_empty() && emitted_ids.starts_with(&self.last_emitted);
-        self.last_emitted = emitted_ids;
+            !self.last_emitted.is_empty() && plan.emitted.starts_with(&self.last_emitted);
+        self.last_emitted = plan.emitted;
         self.dirty = true;
-        Ok(Composed { body, tokens, evicted, cache_stable })
+        Ok(Composed { body, tokens: payload.tokens, evicted: payload.evicted_units, cache_stable })
+    }
+
+    /// What `payload` emits, as the session says where each of its messages comes from: the
+    /// texts the core added, and the messages it holds in order — a recorded message (with
+    /// the parts of it the payload keeps, reduced where the core reduced them) or one the
+    /// core wrote itself. The tool-definition placeholders are left out (the request's own
+    /// `tools` field is sent).
+    fn plan(&self, payload: &ComposedPayload) -> Plan {
+        let mut plan = Plan::default();
+        // Which slot holds each recorded message: its parts gather there.
+        let mut slot_of: HashMap<usize, usize> = HashMap::new();
+        for (message, origin) in payload.conversation.messages.iter().zip(&payload.origins) {
+            let (id, reduced) = match *origin {
+                Origin::Added => {
+                    plan.added.push(message.content.clone());
+                    continue;
+                }
+                Origin::System { id, reduced } => (id, reduced),
+                Origin::History { id, reduced } => {
+                    plan.first_history.get_or_insert(plan.order.len());
+                    (id, reduced)
+                }
+            };
+            if self.recorded.placeholders.contains(&id) {
+                continue;
+            }
+            plan.emitted.push(id);
+            let Some((entry, part)) = self.recorded.locate(id) else {
+                plan.order.push(Slot::Core(core_written(message)));
+                continue;
+            };
+            let kept = KeptPart { part, reduced: reduced.then(|| message.content.clone()) };
+            match slot_of.get(&entry) {
+                Some(&at) => {
+                    if let Some(Slot::Entry(_, parts)) = plan.order.get_mut(at) {
+                        parts.push(kept);
+                    }
+                }
+                None => {
+                    slot_of.insert(entry, plan.order.len());
+                    plan.order.push(Slot::Entry(entry, vec![kept]));
+                }
+            }
+        }
+        plan
     }
 
     /// The raw JSON of entry `e`: from this request, or else its archive row.
