@@ -127,6 +127,12 @@
 //! Failures answer in the provider's error format: 502/504 when the upstream is down or
 //! slow, 400 when the pinned part cannot fit or the body does not parse (with where), 413
 //! above the body limit, 401 without the proxy key. Upstream HTTP errors pass through.
+//!
+//! A request the proxy refuses stores nothing: its new messages are all read and checked
+//! (each by the session, without storing; tool results paired with their calls as the
+//! providers require) before the first is pushed (`tests/refused.rs`). One refusal comes
+//! later: a payload whose pinned part cannot fit is found when composing, after the request's
+//! messages were taken.
 
 pub mod app;
 pub mod assemble;

@@ -12,6 +12,7 @@ use ctxwin_std::session::PushOptions;
 use serde_json::Value;
 
 use super::state::Entry;
+use super::validate::{level_of, pins};
 use super::{Conv, ConvError, Ingest};
 use crate::hash::{canonical, hash_str};
 use crate::wire::{Analyzed, Part, Request, analyze_item, analyze_message};
@@ -25,8 +26,9 @@ impl Conv {
     ///
     /// # Errors
     /// [`ConvError::BadRequest`] for a message that does not read; session refusals (a tool
-    /// result without its call, a message larger than its level) and store failures. Messages
-    /// pushed before the failure stay recorded.
+    /// result without its call, a message larger than its level) and store failures. Every
+    /// new message is read and checked before any is pushed, so a refused request stores
+    /// nothing; a store failure after that leaves the messages pushed before it recorded.
     pub fn ingest(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
         self.last_used = Instant::now();
         let (diverged, mut evicted) = self.take_pending_answer(request, hashes)?;
@@ -36,6 +38,13 @@ impl Conv {
         }
         let known = self.recorded.entries.len();
         let incoming = request.items.len();
+        // Every new message is read and checked before any is pushed: a refused request
+        // stores nothing.
+        let new = (known..incoming)
+            .map(|i| analyze_item(self.provider, request, i).map(|message| (i, message)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ConvError::BadRequest(e.0))?;
+        self.validate(request, &new)?;
         if let Some(last) = self.recorded.entries.last_mut()
             && last.from_answer
             && incoming > known
@@ -43,16 +52,12 @@ impl Conv {
             last.from_answer = false;
         }
         evicted += self.take_tools(request)?;
-        let mut new = 0;
-        for (i, &hash) in hashes.iter().enumerate().take(incoming).skip(known) {
-            let message =
-                analyze_item(self.provider, request, i).map_err(|e| ConvError::BadRequest(e.0))?;
-            evicted += self.record(&message, request.items[i].get(), hash, false)?;
-            new += 1;
+        for (i, message) in &new {
+            evicted += self.record(message, request.items[*i].get(), hashes[*i], false)?;
         }
         let tokens_in = self.recorded.entries.iter().map(|e| u64::from(e.tokens)).sum();
         self.evicted_any |= evicted > 0;
-        Ok(Ingest::Extended { new, tokens_in, evicted })
+        Ok(Ingest::Extended { new: new.len(), tokens_in, evicted })
     }
 
     /// Compares the request with what is recorded, after taking the answer still waiting
@@ -80,16 +85,22 @@ impl Conv {
         }
     }
 
-    /// Pushes the request's tool definitions when they changed, as one permanent system
-    /// message (never emitted: the request's own `tools` field is). Returns the units evicted.
-    fn take_tools(&mut self, request: &Request) -> Result<usize, ConvError> {
-        let Some(tools) = request.fields.get("tools") else { return Ok(0) };
+    /// The request's tool definitions when they changed since the last pushed: their
+    /// fingerprint and the text pushed for them.
+    pub(super) fn tools_to_push(&self, request: &Request) -> Option<(u64, String)> {
+        let tools = request.fields.get("tools")?;
         let parsed: Value = serde_json::from_str(tools.get()).unwrap_or(Value::Null);
         let fp = hash_str(&canonical(&parsed));
         if fp == self.recorded.tools_fp || parsed.as_array().is_none_or(|a| a.is_empty()) {
-            return Ok(0);
+            return None;
         }
-        let text = format!("[tool definitions]\n{}", tools.get());
+        Some((fp, format!("[tool definitions]\n{}", tools.get())))
+    }
+
+    /// Pushes the request's tool definitions when they changed, as one permanent system
+    /// message (never emitted: the request's own `tools` field is). Returns the units evicted.
+    fn take_tools(&mut self, request: &Request) -> Result<usize, ConvError> {
+        let Some((fp, text)) = self.tools_to_push(request) else { return Ok(0) };
         let options = PushOptions { level: Some(Level::Permanent), ..PushOptions::default() };
         let report = self.session.push_with(&ChatMessage::text(Role::System, text), options)?;
         self.recorded.placeholders.insert(report.id);
@@ -148,7 +159,6 @@ impl Conv {
             entry.fp = message.fp;
             entry.raw_hash = hash;
             entry.from_answer = false;
-            self.dirty = true;
         }
         if incoming < known {
             return Ok(Some(incoming));
@@ -165,9 +175,7 @@ impl Conv {
         raw_hash: u64,
         from_answer: bool,
     ) -> Result<usize, ConvError> {
-        let leading = self.recorded.entries.last().is_none_or(|e| e.pinned);
-        let pinned =
-            leading && message.parts.len() == 1 && message.parts[0].chat.role == Role::System;
+        let pinned = pins(message, self.recorded.entries.last().is_none_or(|e| e.pinned));
         let mut entry = Entry {
             fp: message.fp,
             raw_hash,
@@ -181,11 +189,7 @@ impl Conv {
         let mut evicted = 0;
         let mut failure = None;
         for part in &message.parts {
-            let level = (part.chat.role == Role::System).then_some(if pinned {
-                Level::Permanent
-            } else {
-                Level::Working
-            });
+            let level = level_of(&part.chat, pinned);
             let raw = entry.ids.is_empty().then_some(raw);
             let options = PushOptions { level, raw, ..PushOptions::default() };
             match self.session.push_with(&self.rendering(part), options) {
@@ -216,7 +220,7 @@ impl Conv {
 
     /// The session's copy of `part`: its text, a line per opaque block, and a filler whose
     /// token count is the blocks' estimated cost.
-    fn rendering(&self, part: &Part) -> ChatMessage {
+    pub(super) fn rendering(&self, part: &Part) -> ChatMessage {
         let mut chat = part.chat.clone();
         if part.opaque.is_empty() {
             return chat;

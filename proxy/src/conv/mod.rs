@@ -12,6 +12,7 @@ mod ingest;
 mod paths;
 mod state;
 mod stores;
+mod validate;
 
 use std::path::Path;
 use std::sync::Arc;
