@@ -334,162 +334,169 @@ fn known_context_keys() -> Vec<String> {
 /// One documented key of the `[context]` section.
 struct Key {
     name: &'static str,
-    value: String,
+    /// Its default, as TOML, from the core's defaults.
+    value: fn(&Config) -> String,
     doc: &'static str,
+}
+
+/// The `[context]` keys `ctxwin init` writes, in order, each with its default and meaning.
+const CONTEXT_KEYS: &[Key] = &[
+    Key {
+        name: "context_window",
+        value: |d| d.context_window.to_string(),
+        doc: "The model's context window, in tokens.",
+    },
+    Key {
+        name: "reserved_for_reply",
+        value: |d| d.reserved_for_reply.to_string(),
+        doc: "Tokens kept free for the reply; the budget is context_window minus this (with fit_budgets, at most a quarter of the window).",
+    },
+    Key {
+        name: "permanent_budget",
+        value: |d| d.permanent_budget.to_string(),
+        doc: "Budget of the permanent level: system prompt, rules, tool definitions (never evicted).",
+    },
+    Key {
+        name: "session_budget",
+        value: |d| d.session_budget.to_string(),
+        doc: "Budget of the session level: summaries and key decisions ([Memory Summary]).",
+    },
+    Key {
+        name: "working_budget",
+        value: |d| d.working_budget.to_string(),
+        doc: "Budget of the working level: recent turns. The volatile level gets the rest. Level budgets are quotas: what a level leaves unused, the history may use.",
+    },
+    Key {
+        name: "fit_budgets",
+        value: |d| d.fit_budgets.to_string(),
+        doc: "Cap the reply reserve (1/4 of the window) and the level budgets (1/4, 1/4, 1/2 of the budget) so any window from 2,048 fits; false takes them as written.",
+    },
+    Key {
+        name: "trigger_percent",
+        value: |d| d.trigger_percent.to_string(),
+        doc: "High-water mark: a compaction starts above this share of the budget (1-100).",
+    },
+    Key {
+        name: "low_water_percent",
+        value: |d| d.low_water_percent.to_string(),
+        doc: "Low-water mark: a compaction evicts (and summarizes) down to this share in one step; between compactions payloads only grow, so the provider's prompt cache holds. At or above trigger_percent: evict just enough at every push.",
+    },
+    Key {
+        name: "dynamic_placement",
+        value: |_| "\"after_tools\"".into(),
+        doc: "Where `build --dynamic` text goes: \"after_tools\" (reads as standing instructions; a change breaks the cache after the tools) or \"before_newest_user\" (a change costs only the newest turn).",
+    },
+    Key {
+        name: "locked_tail",
+        value: |d| d.locked_tail.to_string(),
+        doc: "The newest messages, never evicted.",
+    },
+    Key {
+        name: "lock_newest_user",
+        value: |d| d.lock_newest_user.to_string(),
+        doc: "Whether the newest user message (the live request) is never evicted, wherever it is.",
+    },
+    Key {
+        name: "max_messages",
+        value: |d| d.max_messages.to_string(),
+        doc: "Most messages kept in the history; 0 for no limit.",
+    },
+    Key {
+        name: "observation_limit",
+        value: |d| d.observation_limit.to_string(),
+        doc: "Tool outputs above this many tokens are kept as head and tail (the archive keeps all).",
+    },
+    Key {
+        name: "message_overhead",
+        value: |d| d.message_overhead.to_string(),
+        doc: "Framing tokens per message (role, separators): 4 for OpenAI, 5 for ChatML.",
+    },
+    Key {
+        name: "request_overhead",
+        value: |d| d.request_overhead.to_string(),
+        doc: "Framing tokens per request (the reply primer).",
+    },
+    Key {
+        name: "tool_call_overhead",
+        value: |d| d.tool_call_overhead.to_string(),
+        doc: "Tokens per tool call besides its id, name and arguments (type and function framing).",
+    },
+    Key {
+        name: "unanswered_calls",
+        value: |d| format!("{:?}", unanswered_calls_name(d.unanswered_calls)),
+        doc: "Tool calls left without a result: \"synthesize_aborted\" or \"drop_calls\".",
+    },
+    Key {
+        name: "strategy",
+        value: |d| format!("{:?}", d.strategy.as_str()),
+        doc: "What leaves the window and what stays of it.",
+    },
+    Key {
+        name: "summarize_threshold",
+        value: |d| d.summarize_threshold.to_string(),
+        doc: "summarization: user turns in the history above which the oldest are folded.",
+    },
+    Key {
+        name: "summarize_batch",
+        value: |d| d.summarize_batch.to_string(),
+        doc: "summarization: user turns folded at a time.",
+    },
+    Key {
+        name: "summary_tokens",
+        value: |d| d.summary_tokens.to_string(),
+        doc: "Most tokens one summary may cost.",
+    },
+    Key {
+        name: "importance_threshold",
+        value: |d| d.importance_threshold.to_string(),
+        doc: "importance: score (in thousandths) from which a leaving unit is summarized.",
+    },
+    Key {
+        name: "working_age_ms",
+        value: |d| d.working_age_ms.to_string(),
+        doc: "hierarchical: age after which a turn becomes a paragraph summary.",
+    },
+    Key {
+        name: "session_age_ms",
+        value: |d| d.session_age_ms.to_string(),
+        doc: "hierarchical: age after which a paragraph becomes one line.",
+    },
+    Key {
+        name: CHECKPOINT_INTERVAL_KEY,
+        value: |_| CheckpointPolicy::DEFAULT.interval_messages.to_string(),
+        doc: "Messages between checkpoints inside one command (each command also checkpoints at its end); 0 disables.",
+    },
+    Key {
+        name: "entity_schema",
+        value: |_| "[]".into(),
+        doc: "Facts tracked from user messages, e.g. [\"file\", \"branch\"] (at most 8 keys).",
+    },
+];
+
+/// The name `[context] unanswered_calls` takes for `calls`.
+fn unanswered_calls_name(calls: UnansweredCalls) -> &'static str {
+    match calls {
+        UnansweredCalls::SynthesizeAborted => "synthesize_aborted",
+        UnansweredCalls::DropCalls => "drop_calls",
+    }
 }
 
 /// The commented configuration `ctxwin init` writes: every key with its default and meaning.
 pub(crate) fn default_toml() -> String {
     let d = Config::DEFAULT;
     let strategies: Vec<&str> = StrategyKind::ALL.iter().map(|s| s.as_str()).collect();
-    let unanswered = |u: UnansweredCalls| match u {
-        UnansweredCalls::SynthesizeAborted => "synthesize_aborted",
-        UnansweredCalls::DropCalls => "drop_calls",
-    };
-    let keys = [
-        Key {
-            name: "context_window",
-            value: d.context_window.to_string(),
-            doc: "The model's context window, in tokens.",
-        },
-        Key {
-            name: "reserved_for_reply",
-            value: d.reserved_for_reply.to_string(),
-            doc: "Tokens kept free for the reply; the budget is context_window minus this (with fit_budgets, at most a quarter of the window).",
-        },
-        Key {
-            name: "permanent_budget",
-            value: d.permanent_budget.to_string(),
-            doc: "Budget of the permanent level: system prompt, rules, tool definitions (never evicted).",
-        },
-        Key {
-            name: "session_budget",
-            value: d.session_budget.to_string(),
-            doc: "Budget of the session level: summaries and key decisions ([Memory Summary]).",
-        },
-        Key {
-            name: "working_budget",
-            value: d.working_budget.to_string(),
-            doc: "Budget of the working level: recent turns. The volatile level gets the rest. Level budgets are quotas: what a level leaves unused, the history may use.",
-        },
-        Key {
-            name: "fit_budgets",
-            value: d.fit_budgets.to_string(),
-            doc: "Cap the reply reserve (1/4 of the window) and the level budgets (1/4, 1/4, 1/2 of the budget) so any window from 2,048 fits; false takes them as written.",
-        },
-        Key {
-            name: "trigger_percent",
-            value: d.trigger_percent.to_string(),
-            doc: "High-water mark: a compaction starts above this share of the budget (1-100).",
-        },
-        Key {
-            name: "low_water_percent",
-            value: d.low_water_percent.to_string(),
-            doc: "Low-water mark: a compaction evicts (and summarizes) down to this share in one step; between compactions payloads only grow, so the provider's prompt cache holds. At or above trigger_percent: evict just enough at every push.",
-        },
-        Key {
-            name: "dynamic_placement",
-            value: "\"after_tools\"".into(),
-            doc: "Where `build --dynamic` text goes: \"after_tools\" (reads as standing instructions; a change breaks the cache after the tools) or \"before_newest_user\" (a change costs only the newest turn).",
-        },
-        Key {
-            name: "locked_tail",
-            value: d.locked_tail.to_string(),
-            doc: "The newest messages, never evicted.",
-        },
-        Key {
-            name: "lock_newest_user",
-            value: d.lock_newest_user.to_string(),
-            doc: "Whether the newest user message (the live request) is never evicted, wherever it is.",
-        },
-        Key {
-            name: "max_messages",
-            value: d.max_messages.to_string(),
-            doc: "Most messages kept in the history; 0 for no limit.",
-        },
-        Key {
-            name: "observation_limit",
-            value: d.observation_limit.to_string(),
-            doc: "Tool outputs above this many tokens are kept as head and tail (the archive keeps all).",
-        },
-        Key {
-            name: "message_overhead",
-            value: d.message_overhead.to_string(),
-            doc: "Framing tokens per message (role, separators): 4 for OpenAI, 5 for ChatML.",
-        },
-        Key {
-            name: "request_overhead",
-            value: d.request_overhead.to_string(),
-            doc: "Framing tokens per request (the reply primer).",
-        },
-        Key {
-            name: "tool_call_overhead",
-            value: d.tool_call_overhead.to_string(),
-            doc: "Tokens per tool call besides its id, name and arguments (type and function framing).",
-        },
-        Key {
-            name: "unanswered_calls",
-            value: format!("{:?}", unanswered(d.unanswered_calls)),
-            doc: "Tool calls left without a result: \"synthesize_aborted\" or \"drop_calls\".",
-        },
-        Key {
-            name: "strategy",
-            value: format!("{:?}", d.strategy.as_str()),
-            doc: "What leaves the window and what stays of it.",
-        },
-        Key {
-            name: "summarize_threshold",
-            value: d.summarize_threshold.to_string(),
-            doc: "summarization: user turns in the history above which the oldest are folded.",
-        },
-        Key {
-            name: "summarize_batch",
-            value: d.summarize_batch.to_string(),
-            doc: "summarization: user turns folded at a time.",
-        },
-        Key {
-            name: "summary_tokens",
-            value: d.summary_tokens.to_string(),
-            doc: "Most tokens one summary may cost.",
-        },
-        Key {
-            name: "importance_threshold",
-            value: d.importance_threshold.to_string(),
-            doc: "importance: score (in thousandths) from which a leaving unit is summarized.",
-        },
-        Key {
-            name: "working_age_ms",
-            value: d.working_age_ms.to_string(),
-            doc: "hierarchical: age after which a turn becomes a paragraph summary.",
-        },
-        Key {
-            name: "session_age_ms",
-            value: d.session_age_ms.to_string(),
-            doc: "hierarchical: age after which a paragraph becomes one line.",
-        },
-        Key {
-            name: CHECKPOINT_INTERVAL_KEY,
-            value: CheckpointPolicy::DEFAULT.interval_messages.to_string(),
-            doc: "Messages between checkpoints inside one command (each command also checkpoints at its end); 0 disables.",
-        },
-        Key {
-            name: "entity_schema",
-            value: "[]".into(),
-            doc: "Facts tracked from user messages, e.g. [\"file\", \"branch\"] (at most 8 keys).",
-        },
-    ];
     let mut text = String::from(
         "# ctxwin configuration, written by `ctxwin init`. Every key is optional: a missing key\n\
          # takes the default shown. Unknown keys are refused.\n\n\
          # The session's name: its key in the archive.\n",
     );
     text.push_str(&format!("session = {DEFAULT_SESSION:?}\n\n[context]\n"));
-    for key in keys {
+    for key in CONTEXT_KEYS {
         text.push_str(&format!("# {}\n", key.doc));
         if key.name == "strategy" {
             text.push_str(&format!("# One of: {}.\n", strategies.join(", ")));
         }
-        text.push_str(&format!("{} = {}\n", key.name, key.value));
+        text.push_str(&format!("{} = {}\n", key.name, (key.value)(&d)));
     }
     text.push_str(&format!(
         "\n[checkpoints]\n# Checkpoints kept (the oldest are deleted).\nkeep = {DEFAULT_KEEP}\n\n\

@@ -16,9 +16,9 @@ pub struct ProxyConfig {
     pub upstream: String,
     /// Where to listen.
     pub listen: SocketAddr,
-    /// Where sessions live: `<state_dir>/archive.db` (shared), `<state_dir>/proxy.db` (the
-    /// side store), `<state_dir>/tenant.key` (the secret tenant and conversation names are
-    /// keyed with) and `<state_dir>/<tenant>/<conversation>/checkpoints/`.
+    /// Where sessions live: `<state_dir>/archive.db` (shared), `<state_dir>/tenant.key` (the
+    /// secret tenant and conversation names are keyed with) and
+    /// `<state_dir>/<tenant>/<conversation>/checkpoints/`.
     pub state_dir: PathBuf,
     /// Context windows by model name (exact match first, then the longest prefix).
     pub windows: BTreeMap<String, u32>,

@@ -9,7 +9,7 @@
 //! * **Conversation.** The `x-ctxwin-session` value as opaque bytes, or without it the
 //!   canonical form of the messages up to the first user message, hashed with the tenant.
 //! * **Key.** `<tenant>.<conversation>`, 64 hex digits each: the session's name in the archive,
-//!   the side store's rows, and `<state_dir>/<tenant>/<conversation>/` on disk
+//!   and `<state_dir>/<tenant>/<conversation>/` on disk
 //!   ([`crate::conv::conv_dir`]). A branch is `<tenant>.<hash of the parent key and index>`.
 //!   No client byte reaches a key, a name or a path; a credential is never stored.
 

@@ -19,15 +19,19 @@
 //!   once, owner-only), full width: the key is `<tenant>.<conversation>`, 64 hex digits each
 //!   ([`keys`]). Nothing of a credential or a session id is stored or reaches a path. Each
 //!   conversation has a session named by its key in the archive shared by all of them
-//!   (`<state_dir>/archive.db`, SQLite in WAL mode), its checkpoints in
-//!   `<state_dir>/<tenant>/<conversation>/checkpoints/`, and its rows in
-//!   `<state_dir>/proxy.db`, the proxy's side store; every query of them names the
-//!   conversation inside the statement. The directory and the rows are written at its first
-//!   checkpoint (opening a new conversation writes nothing). A conversation whose first life
-//!   crashed before any checkpoint continues as a new generation (`<key>#1`), its earlier rows
-//!   kept under the old name.
-//! * **Dedupe.** The side store records, per conversation, the sequence of message
-//!   fingerprints the session holds: a hash of each message's canonical form (role, text,
+//!   (`<state_dir>/archive.db`, SQLite in WAL mode) and its checkpoints in
+//!   `<state_dir>/<tenant>/<conversation>/checkpoints/`; every query of the archive names the
+//!   conversation inside the statement. A message is stored once: its archive row (the core's
+//!   text, and the client's raw JSON as [`ArchivedMessage::raw`](ctxwin_std::store::ArchivedMessage::raw)),
+//!   plus the checkpoints. Opening a new conversation writes nothing; its directory is written
+//!   at its first checkpoint. A conversation whose first life crashed before any checkpoint
+//!   continues as a new generation (`<key>#1`), its earlier rows kept under the old name; so
+//!   does one whose checkpoints an older proxy wrote (it kept its index of them in
+//!   `<state_dir>/proxy.db`, which is no longer read: the proxy names a leftover one in a
+//!   warning at start, and it can be deleted).
+//! * **Dedupe.** Each conversation records the sequence of message fingerprints its session
+//!   holds, in the session's checkpoints ([`Session::set_caller_state`](ctxwin_std::session::Session::set_caller_state)):
+//!   a hash of each message's canonical form (role, text,
 //!   tool calls with canonical arguments, opaque blocks as canonical JSON without
 //!   `cache_control`, which clients move from turn to turn). The longest common prefix of an
 //!   incoming history with that sequence is known; the rest is new and is pushed.
@@ -42,9 +46,11 @@
 //! * **Opaque blocks, byte-exact.** The core stores text. Images, documents, audio,
 //!   thinking and redacted-thinking blocks and server-tool blocks are pushed as a text
 //!   rendering whose token cost is the text plus the block's estimate (images from their
-//!   declared size by the provider's published formula, documents and audio by size); the
-//!   side store keeps each message's original JSON keyed by the session's message ids. When
-//!   composing, the proxy re-emits the original JSON of every message the payload keeps — as
+//!   declared size by the provider's published formula, documents and audio by size); each
+//!   message's original JSON is in the archive row of its first part. When
+//!   composing, the session says where each message of the payload comes from
+//!   ([`Origin`](ctxwin_std::session::Origin): a message it holds, by id, or text the core
+//!   added), and the proxy re-emits the original JSON of every message the payload keeps — as
 //!   this request carried it, so `cache_control` marks and thinking signatures survive byte
 //!   for byte. A thinking block is part of its assistant message, so it leaves the window only
 //!   with that message's unit (its tool calls and their results). An Anthropic user turn
@@ -67,7 +73,7 @@
 //!   connection all of them share (a connection each cost about 200 KiB per resident
 //!   conversation, and each reread the pages the others wrote); retrieval's searches read on
 //!   connections of their own, one per blocking-pool worker, which in WAL mode never wait for
-//!   the writer. The side store is one connection for all too. At most `max_resident` conversations stay in memory: above it,
+//!   the writer. At most `max_resident` conversations stay in memory: above it,
 //!   the least recently used idle ones are checkpointed and unloaded, and reloaded from their
 //!   checkpoint on their next request.
 //! * **Crash safety.** A request's messages are queued to the archive's writer before the
@@ -80,8 +86,8 @@
 //!   them. A crash of the machine can lose the last second of commits. A checkpoint is written when a conversation has
 //!   been idle for `checkpoint_idle` after a change, every `checkpoint_every` exchanges,
 //!   before it is unloaded and on shutdown — off the request path. After a crash, a
-//!   conversation restores its newest checkpoint and forgets the side-store entries pushed
-//!   after it; the client's next request resends them and they are pushed again under the
+//!   conversation restores its newest checkpoint, with what the conversation had recorded up
+//!   to it; the client's next request resends the messages pushed after it, pushed again under the
 //!   same ids, so the conversation's archive still holds each message once (the session
 //!   copies the rows it rewound aside, under `<key>@rewound-…`, rather than lose them).
 //! * **Answers.** Streams are passed through chunk by chunk while the assistant message is
@@ -121,20 +127,34 @@
 //! Failures answer in the provider's error format: 502/504 when the upstream is down or
 //! slow, 400 when the pinned part cannot fit or the body does not parse (with where), 413
 //! above the body limit, 401 without the proxy key. Upstream HTTP errors pass through.
+//!
+//! A request the proxy refuses stores nothing: its new messages are all read and checked
+//! (each by the session, without storing; tool results paired with their calls as the
+//! providers require) before the first is pushed (`tests/refused.rs`). One refusal comes
+//! later: a payload whose pinned part cannot fit is found when composing, after the request's
+//! messages were taken.
 
+pub mod app;
 pub mod assemble;
 pub mod config;
 pub mod conv;
+pub mod errors;
 pub mod hash;
 pub mod keys;
 pub mod metrics;
-pub mod server;
+pub mod middleware;
+pub mod pipeline;
+pub mod pool;
+pub mod respond;
+pub mod routes;
+pub mod upstream;
 pub mod wire;
 
 use std::sync::Arc;
 
+pub use app::App;
 pub use config::{ConfigError, ProxyConfig};
-pub use server::{App, router};
+pub use routes::router;
 
 /// Why [`run`] stopped.
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +167,7 @@ pub enum RunError {
         /// Why.
         source: std::io::Error,
     },
-    /// The proxy cannot start (state directory, side store, HTTP client, runtime).
+    /// The proxy cannot start (state directory, archive, HTTP client, runtime).
     #[error("{0}")]
     Start(String),
     /// Serving failed.

@@ -10,6 +10,12 @@ use std::time::Duration;
 const BUCKETS: [f64; 12] =
     [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
 
+/// How long a request waited for the upstream: a handler puts it in its response's
+/// extensions, and the added-latency histogram leaves it out
+/// ([`Metrics::added_latency`]; the layer that times requests reads it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamWait(pub Duration);
+
 /// The proxy's counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -89,57 +95,40 @@ impl Metrics {
                 "ctxwin_proxy_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {count}"
             );
         }
-        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
+        let counters: [(&str, &str, &AtomicU64); 8] = [
+            ("tokens_in_total", "Estimated tokens of the histories clients sent.", &self.tokens_in),
+            (
+                "tokens_sent_total",
+                "Estimated tokens of the payloads forwarded upstream.",
+                &self.tokens_sent,
+            ),
+            (
+                "compactions_total",
+                "Units evicted from context windows (to the archive).",
+                &self.compactions,
+            ),
+            ("managed_requests_total", "Managed requests forwarded upstream.", &self.managed),
+            (
+                "cache_stable_requests_total",
+                "Managed requests whose message prefix was unchanged since the conversation's previous request.",
+                &self.cache_stable,
+            ),
+            (
+                "session_loads_total",
+                "Conversations created or loaded from their checkpoint.",
+                &self.loads,
+            ),
+            (
+                "session_unloads_total",
+                "Idle conversations checkpointed and unloaded under the resident cap.",
+                &self.unloads,
+            ),
+            ("branches_total", "Conversations branched off a diverging history.", &self.branches),
+        ];
+        for (name, help, value) in counters {
+            let (name, value) = (format!("ctxwin_proxy_{name}"), value.load(Relaxed));
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
-        };
-        counter(
-            &mut out,
-            "ctxwin_proxy_tokens_in_total",
-            "Estimated tokens of the histories clients sent.",
-            self.tokens_in.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "ctxwin_proxy_tokens_sent_total",
-            "Estimated tokens of the payloads forwarded upstream.",
-            self.tokens_sent.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "ctxwin_proxy_compactions_total",
-            "Units evicted from context windows (to the archive).",
-            self.compactions.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "ctxwin_proxy_managed_requests_total",
-            "Managed requests forwarded upstream.",
-            self.managed.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "ctxwin_proxy_cache_stable_requests_total",
-            "Managed requests whose message prefix was unchanged since the conversation's previous request.",
-            self.cache_stable.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "ctxwin_proxy_session_loads_total",
-            "Conversations created or loaded from their checkpoint.",
-            self.loads.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "ctxwin_proxy_session_unloads_total",
-            "Idle conversations checkpointed and unloaded under the resident cap.",
-            self.unloads.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "ctxwin_proxy_branches_total",
-            "Conversations branched off a diverging history.",
-            self.branches.load(Relaxed),
-        );
+        }
         let managed = self.managed.load(Relaxed);
         let share = if managed == 0 {
             0.0
@@ -155,6 +144,12 @@ impl Metrics {
             "# HELP ctxwin_proxy_resident_sessions Conversations in memory.\n# TYPE ctxwin_proxy_resident_sessions gauge\nctxwin_proxy_resident_sessions {}",
             self.resident.load(Relaxed)
         );
+        self.render_latency(&mut out);
+        out
+    }
+
+    /// The added-latency histogram, in the Prometheus text exposition.
+    fn render_latency(&self, out: &mut String) {
         out.push_str("# HELP ctxwin_proxy_added_latency_seconds Time the proxy added to a request, upstream excluded.\n");
         out.push_str("# TYPE ctxwin_proxy_added_latency_seconds histogram\n");
         let mut cumulative = 0;
@@ -174,7 +169,6 @@ impl Metrics {
             self.latency_sum_ns.load(Relaxed) as f64 / 1e9
         );
         let _ = writeln!(out, "ctxwin_proxy_added_latency_seconds_count {cumulative}");
-        out
     }
 }
 

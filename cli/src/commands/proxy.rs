@@ -2,7 +2,7 @@
 //!
 //! Settings: the `[proxy]` section of `DIR/ctxwin.toml` (when the file exists), then the
 //! `CTXWIN_PROXY_*` environment variables, then the flags; conversations live in `DIR/proxy/`
-//! unless those say otherwise. The proxy keeps its own archive, side store and checkpoints
+//! unless those say otherwise. The proxy keeps its own archive and checkpoints
 //! there, so the state directory's lock is not taken: `ctxwin` commands on the CLI's own
 //! session keep working while the proxy runs.
 

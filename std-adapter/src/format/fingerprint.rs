@@ -202,7 +202,7 @@ mod tests {
         assert_eq!(hash_str("foobar"), 0x8594_4171_f739_67e8);
     }
 
-    /// Fingerprints are stored (the proxy's side store, checkpoints): these values must never
+    /// Fingerprints are stored (in the proxy's checkpoints): these values must never
     /// change, or stored conversations stop matching their clients' histories.
     #[test]
     fn fingerprints_are_the_stored_ones() {

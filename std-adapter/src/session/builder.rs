@@ -353,6 +353,40 @@ impl SessionBuilder {
         self
     }
 
+    /// The caller's state ([`Session::caller_state`]) in the newest intact checkpoint this
+    /// builder would restore, read without building: `None` when there is no checkpoint
+    /// (empty for a checkpoint written without one). For a caller whose settings live there
+    /// and decide how to build, as a proxy's conversation keeps the window it was created
+    /// with. The checkpoints are only read.
+    ///
+    /// # Errors
+    /// Store errors, including `NoUsableCheckpoint` when checkpoints exist and none reads.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let dir = tempfile::tempdir()?;
+    /// let builder = || SessionBuilder::new("s").checkpoints(dir.path());
+    /// assert_eq!(builder().stored_caller_state()?, None);
+    /// let mut session = builder().build()?;
+    /// session.set_caller_state(b"window=8192".to_vec());
+    /// session.checkpoint()?;
+    /// assert_eq!(builder().stored_caller_state()?.as_deref(), Some(&b"window=8192"[..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stored_caller_state(&self) -> Result<Option<Vec<u8>>, SessionError> {
+        let scope = Scope::new(self.tenant.clone(), self.name.clone());
+        let sink: Arc<dyn CheckpointSink> = match &self.checkpoints {
+            CheckpointsAt::Nowhere => return Ok(None),
+            CheckpointsAt::Dir(dir) => Arc::new(CheckpointDir::bound(dir.clone(), scope.clone())),
+            CheckpointsAt::Sink(sink) => sink.clone(),
+        };
+        let mut found = None;
+        sink.load_latest(&scope, &mut |bytes| {
+            super::persist::caller_state_in(bytes, &self.name).map(|state| found = Some(state))
+        })?;
+        Ok(found)
+    }
+
     /// Opens the archive and checkpoint sink, allocates the manager and, with
     /// [`restore_latest`](Self::restore_latest), restores the newest intact checkpoint (a
     /// checkpoint directory not created yet holds none). The checkpoints are only read. The

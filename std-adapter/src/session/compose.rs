@@ -1,7 +1,7 @@
 //! Composing the payload (as an owned conversation or a ready request body), with the
 //! retrieval each call asks for.
 
-use ctxwin_core::OpenAiRequest;
+use ctxwin_core::{OpenAiRequest, Payload, PayloadItem};
 
 use super::convert::render;
 use super::{Recall, RetrievalSettings, Session, SessionError};
@@ -67,15 +67,59 @@ impl<'a> ComposeOptions<'a> {
     }
 }
 
+/// Where a message of a [`ComposedPayload`] comes from: a message the core holds (which a
+/// caller that kept the client's own copy writes back from it), or text the core adds for
+/// this payload.
+///
+/// ```
+/// use ctxwin_std::session::{Origin, SessionBuilder};
+/// use ctxwin_std::{ChatMessage, core::Role};
+/// let mut session = SessionBuilder::new("s").build()?;
+/// let system = session.push(&ChatMessage::text(Role::System, "Be terse."))?.id;
+/// let user = session.push(&ChatMessage::text(Role::User, "What changed?"))?.id;
+/// let payload = session.compose(&["Goal: a green build."])?;
+/// assert_eq!(payload.origins, [
+///     Origin::System { id: system, reduced: false },
+///     Origin::Added,
+///     Origin::History { id: user, reduced: false },
+/// ]);
+/// # Ok::<(), ctxwin_std::session::SessionError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A permanent-level message the core holds (system prompt, rules), by id; `reduced` when
+    /// the core keeps a reduced form of it (the message's content is that form).
+    System {
+        /// Its id.
+        id: u64,
+        /// The core keeps a reduced form of it.
+        reduced: bool,
+    },
+    /// A history message the core holds (one it was given, or one it wrote itself, such as a
+    /// synthetic result for a call never answered), by id.
+    History {
+        /// Its id.
+        id: u64,
+        /// The core keeps a reduced form of it.
+        reduced: bool,
+    },
+    /// Text the core adds for this payload: dynamic context, retrieved text, the entity
+    /// table, the memory summary.
+    Added,
+}
+
 /// This turn's payload, owned: ready for [`format::write`] in any provider format.
 ///
 /// `conversation.messages` starts with the system messages (permanent ones, then each piece
 /// of dynamic context, the entity block and the `[Memory Summary]` when there are any), then
-/// the history; `conversation.tools` holds the tool definitions.
+/// the history; `conversation.tools` holds the tool definitions. `origins` says where each
+/// message comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ComposedPayload {
     /// What the model sees.
     pub conversation: Conversation,
+    /// Where each of `conversation.messages` comes from, in the same order.
+    pub origins: Vec<Origin>,
     /// Its token cost as the session's counter counts it (framing included); never above the
     /// core's budget. Pass it to [`Session::record_usage`] with the provider's count.
     pub tokens: u32,
@@ -107,6 +151,26 @@ impl ComposedPayload {
     pub fn write(&self, format: Format) -> Result<String, SessionError> {
         Ok(format::write(&self.conversation, format)?)
     }
+}
+
+/// Where each message [`render`] writes for `payload` comes from, in its order (tool
+/// definitions are not messages).
+fn origins(payload: &Payload<'_>) -> Vec<Origin> {
+    payload
+        .items()
+        .filter_map(|item| match item {
+            PayloadItem::System(message) => {
+                Some(Origin::System { id: message.id(), reduced: message.was_reduced() })
+            }
+            PayloadItem::Message(message) => {
+                Some(Origin::History { id: message.id(), reduced: message.was_reduced() })
+            }
+            PayloadItem::ToolDefinition(_) => None,
+            PayloadItem::Dynamic(_) | PayloadItem::Entities(_) | PayloadItem::MemorySummary(_) => {
+                Some(Origin::Added)
+            }
+        })
+        .collect()
 }
 
 impl Session {
@@ -172,13 +236,14 @@ impl Session {
             all.push(&recall.block);
         }
         let since = self.tracker.next_id;
-        let (conversation, tokens) = {
+        let (conversation, origins, tokens) = {
             let payload = self.manager.compose(&all)?;
-            (render(&payload)?, payload.tokens())
+            (render(&payload)?, origins(&payload), payload.tokens())
         };
         let after = self.after_op(since, &|_| false)?;
         Ok(ComposedPayload {
             conversation,
+            origins,
             tokens,
             budget: self.manager.budget(),
             evicted_units: after.drained.units.len(),
@@ -250,5 +315,48 @@ impl Session {
             SessionError::Setting(format!("the core wrote a body that is not UTF-8: {e}"))
         })?;
         Ok((body, tokens))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ctxwin_core::{Config, DynamicPlacement, Role};
+
+    use super::super::SessionBuilder;
+    use super::*;
+    use crate::message::{ChatMessage, ToolCall};
+
+    #[test]
+    fn origins_follow_the_rendered_messages_wherever_the_core_places_its_text() {
+        let config = Config {
+            dynamic_placement: DynamicPlacement::BeforeNewestUser,
+            observation_limit: 64,
+            ..Config::DEFAULT
+        };
+        let mut session = SessionBuilder::new("s").config(config).build().unwrap();
+        let mut push = |message: ChatMessage| session.push(&message).unwrap().id;
+        let system = push(ChatMessage::text(Role::System, "Be terse."));
+        let ask = push(ChatMessage::text(Role::User, "Build it."));
+        let call = ToolCall::new("c1", "build", "{}");
+        let calls = push(ChatMessage::assistant_calls("", vec![call]));
+        let log: String = (0..200).map(|n| format!("line {n} of the build log\n")).collect();
+        let result = push(ChatMessage::tool_result("c1", log));
+        let newest = push(ChatMessage::text(Role::User, "Why did it fail?"));
+        let payload = session.compose(&["Goal: a green build."]).unwrap();
+        let held = |id, reduced| Origin::History { id, reduced };
+        assert_eq!(
+            payload.origins,
+            [
+                Origin::System { id: system, reduced: false },
+                held(ask, false),
+                held(calls, false),
+                held(result, true),
+                Origin::Added,
+                held(newest, false),
+            ]
+        );
+        let messages = &payload.conversation.messages;
+        assert_eq!(messages[4].content, "Goal: a green build.");
+        assert!(messages[3].content.contains("[Data Truncated]"), "{}", messages[3].content);
     }
 }

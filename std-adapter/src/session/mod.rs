@@ -107,7 +107,7 @@ use crate::tokens::Calibrator;
 pub use builder::SessionBuilder;
 pub use capacities::{ServerCapacities, ServerManager, SmallCapacities, SmallManager};
 pub use checkpointing::{CheckpointPolicy, PeriodicCheckpointer};
-pub use compose::{ComposeOptions, ComposedPayload, RecallFor};
+pub use compose::{ComposeOptions, ComposedPayload, Origin, RecallFor};
 pub use convert::tool_definition_json;
 pub use core::{SessionCore, SessionManager};
 pub use counter::Counter;

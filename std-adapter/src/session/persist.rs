@@ -417,6 +417,15 @@ impl Session {
     }
 }
 
+/// The caller's state in a checkpoint payload of session `name`, without restoring it.
+pub(super) fn caller_state_in(payload: &[u8], name: &str) -> Result<Vec<u8>, String> {
+    let Decoded { state, caller, .. } = decode(payload)?;
+    if state.session != name {
+        return Err(format!("it belongs to session {:?}", state.session));
+    }
+    Ok(caller.to_vec())
+}
+
 /// A checkpoint loaded into the manager: the session's state and the caller's.
 struct Restored {
     state: SessionState,

@@ -113,9 +113,7 @@ impl Session {
         self.poll_llm();
         self.commit()?;
         let timestamp = options.timestamp.unwrap_or_else(now_ms);
-        self.make_tier_room(message, &options)?;
-        let calls = core_calls(message);
-        self.manager.check(&core_message(message, &calls, &options, timestamp))?;
+        self.check_at(message, &options, timestamp)?;
         let head = (message.role == Role::Tool).then(|| self.pending_head().map(|h| h.id()));
         let since = self.manager.next_id();
         let id = match self.push_core(message, &options, timestamp) {
@@ -129,6 +127,46 @@ impl Session {
         let unit = head.flatten().unwrap_or(id);
         self.finish_push(message, &options, id, unit, since)
             .map_err(|source| SessionError::AfterStore { id, source: Box::new(source) })
+    }
+
+    /// What [`push_with`](Self::push_with) would refuse for `message`, found without storing
+    /// anything: its shape, its size (against the capacity tier the session grows to for it,
+    /// which is memory work), and for a tool result whether it answers a call pending now. For
+    /// a caller that takes several messages at once and must store none of them when one is
+    /// refused.
+    ///
+    /// # Errors
+    /// [`SessionError::Core`] with the core's refusal.
+    ///
+    /// ```
+    /// use ctxwin_std::session::{PushOptions, SessionBuilder};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let mut session = SessionBuilder::new("s").archive_in_memory().build()?;
+    /// let orphan = ChatMessage::tool_result("c1", "42");
+    /// assert!(session.check(&orphan, PushOptions::default()).is_err());
+    /// session.check(&ChatMessage::text(Role::User, "hi"), PushOptions::default())?;
+    /// assert_eq!(session.archive().unwrap().usage(session.scope())?.messages, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check(
+        &mut self,
+        message: &ChatMessage,
+        options: PushOptions<'_>,
+    ) -> Result<(), SessionError> {
+        let timestamp = options.timestamp.unwrap_or_else(now_ms);
+        self.check_at(message, &options, timestamp)
+    }
+
+    fn check_at(
+        &mut self,
+        message: &ChatMessage,
+        options: &PushOptions<'_>,
+        timestamp: u64,
+    ) -> Result<(), SessionError> {
+        self.make_tier_room(message, options)?;
+        let calls = core_calls(message);
+        self.manager.check(&core_message(message, &calls, options, timestamp))?;
+        Ok(())
     }
 
     /// Everything after the core took message `id` of unit `unit`.

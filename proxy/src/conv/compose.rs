@@ -1,0 +1,145 @@
+//! Composing the body to forward: the session's payload, each message the client sent
+//! written back from its raw JSON (as this request carried it), reduced where the core
+//! reduced it, with what the core adds (retrieved text, summaries) in the provider's shape.
+
+use std::collections::HashMap;
+
+use ctxwin_std::ChatMessage;
+use ctxwin_std::session::{ComposeOptions, ComposedPayload, Origin, RecallFor};
+
+use super::{Composed, Conv, ConvError};
+use crate::wire::{KeptPart, ManagedBody, Provider, Request};
+
+/// A message to emit, in payload order.
+enum Slot {
+    /// Recorded message `.0`, with the parts the payload keeps.
+    Entry(usize, Vec<KeptPart>),
+    /// A message the core wrote itself.
+    Core(ChatMessage),
+}
+
+/// What a payload emits ([`Conv::plan`]).
+#[derive(Default)]
+struct Plan {
+    /// The texts the core added (retrieved text, summaries), in order.
+    added: Vec<String>,
+    /// The messages, in order.
+    order: Vec<Slot>,
+    /// The slot where the history starts (after the pinned system messages).
+    first_history: Option<usize>,
+    /// Session ids of the messages emitted.
+    emitted: Vec<u64>,
+}
+
+/// A message the core wrote itself (a synthetic tool result), as the provider formats write
+/// one: its role, text and the call it answers.
+fn core_written(message: &ChatMessage) -> ChatMessage {
+    ChatMessage {
+        role: message.role,
+        content: message.content.clone(),
+        tool_calls: Vec::new(),
+        tool_call_id: message.tool_call_id.clone(),
+        is_error: false,
+        name: None,
+    }
+}
+
+impl Conv {
+    /// Composes the payload for `request` and writes the body to forward.
+    ///
+    /// # Errors
+    /// `PinnedOverBudget` when what must stay does not fit; `ToolCallsPending`; store errors.
+    pub fn compose(&mut self, request: &Request) -> Result<Composed, ConvError> {
+        // Retrieval leaves out what the payload holds: before anything of this conversation
+        // left the core it can find nothing, and its full-text search is most of a request's
+        // cost (the archive is shared by every conversation).
+        let recall = if self.evicted_any { RecallFor::Settings } else { RecallFor::Nothing };
+        let payload = self.session.compose_with(ComposeOptions::new(&[]).recall(recall))?;
+        self.evicted_any |= payload.evicted_units > 0;
+        let plan = self.plan(&payload);
+        let mut body = ManagedBody::new(self.provider, request, plan.added);
+        for (n, slot) in plan.order.into_iter().enumerate() {
+            if plan.first_history == Some(n) {
+                body.history_starts();
+            }
+            match slot {
+                Slot::Entry(e, parts) => {
+                    let raw = self.raw(request, e)?;
+                    if self.provider == Provider::Anthropic && request.has_system_item && e == 0 {
+                        body.system(raw);
+                        continue;
+                    }
+                    body.message(&raw, &self.recorded.entries[e].blocks, &parts);
+                }
+                Slot::Core(chat) => body.core_message(&chat),
+            }
+        }
+        let body = body.finish();
+        let cache_stable =
+            !self.last_emitted.is_empty() && plan.emitted.starts_with(&self.last_emitted);
+        self.last_emitted = plan.emitted;
+        self.dirty = true;
+        Ok(Composed { body, tokens: payload.tokens, evicted: payload.evicted_units, cache_stable })
+    }
+
+    /// What `payload` emits, as the session says where each of its messages comes from: the
+    /// texts the core added, and the messages it holds in order — a recorded message (with
+    /// the parts of it the payload keeps, reduced where the core reduced them) or one the
+    /// core wrote itself. The tool-definition placeholders are left out (the request's own
+    /// `tools` field is sent).
+    fn plan(&self, payload: &ComposedPayload) -> Plan {
+        let mut plan = Plan::default();
+        // Which slot holds each recorded message: its parts gather there.
+        let mut slot_of: HashMap<usize, usize> = HashMap::new();
+        for (message, origin) in payload.conversation.messages.iter().zip(&payload.origins) {
+            let (id, reduced) = match *origin {
+                Origin::Added => {
+                    plan.added.push(message.content.clone());
+                    continue;
+                }
+                Origin::System { id, reduced } => (id, reduced),
+                Origin::History { id, reduced } => {
+                    plan.first_history.get_or_insert(plan.order.len());
+                    (id, reduced)
+                }
+            };
+            if self.recorded.placeholders.contains(&id) {
+                continue;
+            }
+            plan.emitted.push(id);
+            let Some((entry, part)) = self.recorded.locate(id) else {
+                plan.order.push(Slot::Core(core_written(message)));
+                continue;
+            };
+            let kept = KeptPart { part, reduced: reduced.then(|| message.content.clone()) };
+            match slot_of.get(&entry) {
+                Some(&at) => {
+                    if let Some(Slot::Entry(_, parts)) = plan.order.get_mut(at) {
+                        parts.push(kept);
+                    }
+                }
+                None => {
+                    slot_of.insert(entry, plan.order.len());
+                    plan.order.push(Slot::Entry(entry, vec![kept]));
+                }
+            }
+        }
+        plan
+    }
+
+    /// The raw JSON of entry `e`: from this request, or else its archive row.
+    fn raw(&self, request: &Request, e: usize) -> Result<String, ConvError> {
+        if let Some(raw) = request.items.get(e) {
+            return Ok(raw.get().to_string());
+        }
+        let id = self.recorded.entries.get(e).and_then(|entry| entry.ids.first().copied());
+        let archive = self.session.archive();
+        let row = match (id, archive) {
+            (Some(id), Some(archive)) => archive.get(self.session.scope(), id)?,
+            _ => None,
+        };
+        row.and_then(|row| row.raw).ok_or_else(|| {
+            ConvError::State(format!("message {e}'s raw JSON is not in the archive (id {id:?})"))
+        })
+    }
+}

@@ -1,0 +1,157 @@
+//! What a conversation has recorded of the messages its session holds, kept in the session's
+//! checkpoints as the caller's state ([`Session::set_caller_state`]): restored with the
+//! session, so the proxy keeps no store of its own. A message's raw JSON is in its archive row
+//! ([`ArchivedMessage::raw`]), once.
+//!
+//! The bytes: `CWPX`, a version byte (1), then [`Recorded`] in postcard's encoding (varints,
+//! compact: about 30 bytes a message).
+//!
+//! [`Session::set_caller_state`]: ctxwin_std::session::Session::set_caller_state
+//! [`ArchivedMessage::raw`]: ctxwin_std::store::ArchivedMessage::raw
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+const MAGIC: &[u8; 4] = b"CWPX";
+const VERSION: u8 = 1;
+
+/// One message of the recorded sequence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Fingerprint of its canonical form.
+    pub fp: u64,
+    /// Hash of the raw JSON last seen for it (equal bytes need no reading).
+    pub raw_hash: u64,
+    /// A system message leading the conversation (kept permanently).
+    pub pinned: bool,
+    /// Hash of its tool-call ids (0 without calls).
+    pub calls: u64,
+    /// Session ids of its parts, in order (the first part's archive row holds its raw JSON).
+    pub ids: Vec<u64>,
+    /// Anthropic content-block indexes of each part.
+    pub blocks: Vec<Vec<usize>>,
+    /// Estimated tokens of all its parts.
+    pub tokens: u32,
+    /// Built from an upstream answer (the client has not echoed it yet).
+    pub from_answer: bool,
+}
+
+/// What a conversation has recorded: its window, the sequence of messages its session holds
+/// and the tool definitions it pushed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recorded {
+    /// The window the conversation was created with: it keeps it for life.
+    pub window: u32,
+    /// The messages, in order.
+    pub entries: Vec<Entry>,
+    /// Session ids of the tool-definition messages (never emitted as messages).
+    pub placeholders: BTreeSet<u64>,
+    /// Fingerprint of the tool definitions last pushed.
+    pub tools_fp: u64,
+    /// Session id → (entry, part): derived from `entries`.
+    #[serde(skip)]
+    by_id: HashMap<u64, (usize, usize)>,
+}
+
+impl Recorded {
+    /// Nothing recorded yet, for a `window`-token model.
+    pub fn new(window: u32) -> Self {
+        Self { window, ..Self::default() }
+    }
+
+    /// The caller's state to keep in a checkpoint.
+    pub fn encode(&self) -> Result<Vec<u8>, String> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.push(VERSION);
+        postcard::to_extend(self, bytes).map_err(|e| format!("recorded messages: {e}"))
+    }
+
+    /// Reads what [`encode`](Self::encode) wrote.
+    ///
+    /// # Errors
+    /// Bytes of another kind or version, or that do not decode.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let body = bytes
+            .strip_prefix(&MAGIC[..])
+            .ok_or("not the proxy's recorded messages (no CWPX magic)")?;
+        match body.split_first() {
+            Some((&VERSION, body)) => {
+                let mut recorded: Self = postcard::from_bytes(body)
+                    .map_err(|e| format!("recorded messages do not decode: {e}"))?;
+                recorded.index();
+                Ok(recorded)
+            }
+            Some((version, _)) => {
+                Err(format!("recorded messages version {version}, this build reads {VERSION}"))
+            }
+            None => Err("recorded messages cut short".into()),
+        }
+    }
+
+    fn index(&mut self) {
+        self.by_id.clear();
+        for (e, entry) in self.entries.iter().enumerate() {
+            for (p, id) in entry.ids.iter().enumerate() {
+                self.by_id.insert(*id, (e, p));
+            }
+        }
+    }
+
+    /// Appends `entry`.
+    pub fn push(&mut self, entry: Entry) {
+        let seq = self.entries.len();
+        for (p, id) in entry.ids.iter().enumerate() {
+            self.by_id.insert(*id, (seq, p));
+        }
+        self.entries.push(entry);
+    }
+
+    /// The entry and part of the message with session id `id`.
+    pub fn locate(&self, id: u64) -> Option<(usize, usize)> {
+        self.by_id.get(&id).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ids: &[u64]) -> Entry {
+        Entry {
+            fp: u64::MAX - 1,
+            raw_hash: 7,
+            pinned: false,
+            calls: 0,
+            ids: ids.to_vec(),
+            blocks: vec![vec![0, 2]; ids.len()],
+            tokens: 42,
+            from_answer: true,
+        }
+    }
+
+    #[test]
+    fn recorded_messages_round_trip_and_their_index_is_rebuilt() {
+        let mut recorded = Recorded::new(8_192);
+        recorded.push(entry(&[1]));
+        recorded.push(entry(&[3, 4]));
+        recorded.placeholders.insert(2);
+        recorded.tools_fp = 99;
+        let bytes = recorded.encode().unwrap();
+        let back = Recorded::decode(&bytes).unwrap();
+        assert_eq!(back, recorded);
+        assert_eq!(back.locate(4), Some((1, 1)));
+        assert!(bytes.len() < 80, "{} bytes", bytes.len());
+    }
+
+    #[test]
+    fn other_bytes_are_refused_not_read_as_empty() {
+        let bytes = Recorded::new(1).encode().unwrap();
+        assert!(Recorded::decode(b"").unwrap_err().contains("magic"));
+        assert!(Recorded::decode(b"CWPX").unwrap_err().contains("cut short"));
+        let mut newer = bytes.clone();
+        newer[4] = 2;
+        assert!(Recorded::decode(&newer).unwrap_err().contains("version 2"));
+        assert!(Recorded::decode(&bytes[..bytes.len() - 1]).unwrap_err().contains("decode"));
+    }
+}

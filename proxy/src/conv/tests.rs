@@ -1,0 +1,157 @@
+//! The conversation's unit tests (private fields: what it recorded, its writer).
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::assemble::Answer;
+use crate::wire::Request;
+use ctxwin_std::ChatMessage;
+use ctxwin_std::core::Role;
+use ctxwin_std::store::ArchiveStore;
+
+fn request(messages: &[Value]) -> Request {
+    let body = json!({"model": "m", "messages": messages}).to_string();
+    Request::parse(Provider::OpenAi, body.as_bytes()).unwrap()
+}
+
+fn turn(conv: &mut Conv, messages: &[Value]) -> String {
+    let request = request(messages);
+    let hashes = crate::wire::raw_hashes(&request);
+    assert!(matches!(conv.ingest(&request, &hashes).unwrap(), Ingest::Extended { .. }));
+    String::from_utf8(conv.compose(&request).unwrap().body).unwrap()
+}
+
+#[test]
+fn a_reduced_tool_output_of_text_blocks_is_sent_reduced() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let long: String = (0..800).map(|i| format!("line {i} of the build log\n")).collect();
+    let blocks = json!([{"type": "text", "text": long}, {"type": "text", "text": "exit 1", "cache_control": {"type": "ephemeral"}}]);
+    // OpenAI: a tool message whose content is an array of text parts.
+    let mut conv = Conv::open(dir.path(), &store, "o", Provider::OpenAi, 32_768, 1_024).unwrap();
+    let messages = [
+        json!({"role": "user", "content": "build it"}),
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "build", "arguments": "{}"}}]}),
+        json!({"role": "tool", "tool_call_id": "c1", "content": blocks}),
+    ];
+    let body: Value = serde_json::from_str(&turn(&mut conv, &messages)).unwrap();
+    let content = &body["messages"][2]["content"];
+    let sent = content[0]["text"].as_str().unwrap();
+    assert!(sent.len() < long.len() / 2, "sent {} of {} bytes", sent.len(), long.len());
+    assert_eq!(content.as_array().unwrap().len(), 1);
+    assert_eq!(content[0]["cache_control"], json!({"type": "ephemeral"}));
+    // Anthropic: a tool_result block whose content is an array of text blocks.
+    let mut conv = Conv::open(dir.path(), &store, "a", Provider::Anthropic, 32_768, 1_024).unwrap();
+    let messages = [
+        json!({"role": "user", "content": "build it"}),
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "build", "input": {}}]}),
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": blocks}]}),
+    ];
+    let body = {
+        let body = json!({"model": "m", "max_tokens": 100, "messages": messages}).to_string();
+        let request = Request::parse(Provider::Anthropic, body.as_bytes()).unwrap();
+        let hashes = crate::wire::raw_hashes(&request);
+        conv.ingest(&request, &hashes).unwrap();
+        String::from_utf8(conv.compose(&request).unwrap().body).unwrap()
+    };
+    let body: Value = serde_json::from_str(&body).unwrap();
+    let content = &body["messages"][2]["content"][0]["content"];
+    let sent = content[0]["text"].as_str().unwrap();
+    assert!(sent.len() < long.len() / 2, "sent {} of {} bytes", sent.len(), long.len());
+    assert_eq!(content[0]["cache_control"], json!({"type": "ephemeral"}));
+}
+
+#[test]
+fn persisted_keys_name_every_conversation_with_something_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let messages = [json!({"role": "user", "content": "Is the build green?"})];
+    // Checkpointed: archive rows and a checkpoint.
+    let mut saved =
+        Conv::create(dir.path(), &store, "saved", Provider::OpenAi, 8_192, 512).unwrap();
+    turn(&mut saved, &messages);
+    saved.checkpoint().unwrap();
+    // Never checkpointed: archive rows only (as after a crash).
+    let mut crashed =
+        Conv::create(dir.path(), &store, "crashed", Provider::OpenAi, 8_192, 512).unwrap();
+    turn(&mut crashed, &messages);
+    crashed.session.sync_archive().unwrap();
+    // Created, nothing pushed: nothing stored.
+    let idle = Conv::create(dir.path(), &store, "idle", Provider::OpenAi, 8_192, 512).unwrap();
+    drop((saved, crashed, idle));
+    // A later generation's rows, and rows a restore set aside, count for their key.
+    let row = |text: &str| {
+        ctxwin_std::store::ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, text))
+    };
+    let archive = store.archive.clone();
+    let local = ctxwin_std::store::Scope::local;
+    let none = ctxwin_std::store::Fence::NONE;
+    archive.put(&local("next#1"), none, &[row("a")]).unwrap();
+    archive.put(&local("aside@rewound-1"), none, &[row("b")]).unwrap();
+    let mut keys: Vec<String> = persisted_keys(&store).unwrap().into_iter().collect();
+    keys.sort();
+    assert_eq!(keys, ["aside", "crashed", "next", "saved"]);
+    // A created conversation's checkpoint opens like any other.
+    let reopened = Conv::open(dir.path(), &store, "saved", Provider::OpenAi, 1_024, 512).unwrap();
+    assert_eq!(reopened.len(), 1);
+    assert_eq!(reopened.session().manager().config().context_window, 8_192);
+}
+
+#[test]
+fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let mut conv = Conv::open(dir.path(), &store, "w", Provider::OpenAi, 8_192, 512).unwrap();
+    let rows = |conv: &mut Conv| {
+        conv.session.sync_archive().unwrap();
+        conv.session().archive().unwrap().usage(conv.session.scope()).unwrap().messages
+    };
+    let mut messages = vec![json!({"role": "user", "content": "Is the build green?"})];
+    turn(&mut conv, &messages);
+    let answer = json!({"role": "assistant", "content": "Yes, all 42 tests pass."});
+    let reply = Answer { message: answer.clone(), prompt_tokens: None };
+    conv.record_answer(&reply, 0).unwrap();
+    assert_eq!((rows(&mut conv), conv.len()), (1, 1), "the answer waits for the next request");
+    // The client echoes it (its library adds a field) with the next question: one row each.
+    messages
+        .push(json!({"role": "assistant", "content": "Yes, all 42 tests pass.", "refusal": null}));
+    messages.push(json!({"role": "user", "content": "Deploy it."}));
+    turn(&mut conv, &messages);
+    assert_eq!((rows(&mut conv), conv.len()), (3, 3));
+    // An answer no request follows is taken at the checkpoint.
+    conv.record_answer(&Answer { message: answer, prompt_tokens: None }, 0).unwrap();
+    conv.checkpoint().unwrap();
+    assert_eq!((rows(&mut conv), conv.len()), (4, 4));
+}
+
+#[test]
+fn retrieval_starts_with_the_first_eviction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
+    assert_eq!(conv.writer.inner().cache_kib().unwrap(), u64::from(ARCHIVE_CACHE_KIB));
+    let mut messages = vec![
+        json!({"role": "user", "content": "The staging database runs Postgres 16."}),
+        json!({"role": "assistant", "content": "Noted."}),
+    ];
+    turn(&mut conv, &messages);
+    assert!(!conv.evicted_any, "nothing has left the core");
+    let mut n = 0;
+    while !conv.evicted_any {
+        n += 1;
+        assert!(n < 200, "the fact never left the window");
+        messages.push(json!({"role": "user", "content": format!("Filler turn {n}: list the open pull requests, the failing jobs and who owns each of them.")}));
+        messages.push(json!({"role": "assistant", "content": format!("Reply {n}: three pull requests are open and one job fails.")}));
+        turn(&mut conv, &messages);
+    }
+    messages.push(json!({"role": "user", "content": "Which Postgres version does staging run?"}));
+    let body = turn(&mut conv, &messages);
+    assert!(conv.evicted_any);
+    assert!(body.contains("Retrieved from archive"), "{body}");
+    assert!(body.contains("runs Postgres 16"), "{body}");
+    // Reopened from its checkpoint, it still knows that something left.
+    conv.checkpoint().unwrap();
+    drop(conv);
+    let conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
+    assert!(conv.evicted_any);
+}

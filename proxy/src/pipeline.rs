@@ -1,0 +1,235 @@
+//! A managed request (`POST /v1/chat/completions`, `POST /v1/messages`) as short steps: parse
+//! the body, name its conversation, take its new messages into the conversation (following
+//! branches when its history diverges) and compose the payload, forward it, answer.
+//!
+//! Authentication, the body limit and the request's metrics are layers around this
+//! ([`crate::middleware`]).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+
+use crate::app::{App, Guard};
+use crate::conv::{Composed, Conv, ConvError, Ingest};
+use crate::errors::Failure;
+use crate::keys::{branch_key, conversation_key};
+use crate::respond::{self, release};
+use crate::upstream;
+use crate::wire::{self, Provider, Request};
+
+/// Branches a request may follow before it is refused.
+const MAX_HOPS: usize = 64;
+
+/// Answers a managed request of `provider`: the upstream's answer, or the failure in the
+/// provider's error format.
+pub async fn managed(
+    app: Arc<App>,
+    provider: Provider,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match handle(&app, provider, &headers, &body).await {
+        Ok(response) => response,
+        Err(failure) => {
+            if failure.status.is_server_error() {
+                tracing::warn!(endpoint = provider.as_str(), status = failure.status.as_u16(), reason = %failure.message, "proxy: request failed");
+            }
+            failure.respond(Some(provider))
+        }
+    }
+}
+
+async fn handle(
+    app: &Arc<App>,
+    provider: Provider,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, Failure> {
+    let bad_request = |e: wire::BadRequest| Failure::new(StatusCode::BAD_REQUEST, e.0);
+    let request = Request::parse(provider, body).map_err(bad_request)?;
+    let tenant_header = app.config.tenant_header.as_deref();
+    let key = conversation_key(&app.keys, tenant_header, headers, &request, provider)
+        .map_err(bad_request)?;
+    let (guard, composed) = take(app, key, provider, Arc::new(request)).await?;
+    count(app, &composed);
+    let url = app.config.upstream_url(match provider {
+        Provider::OpenAi => "/v1/chat/completions",
+        Provider::Anthropic => "/v1/messages",
+    });
+    let sent_tokens = composed.tokens;
+    let sent_at = Instant::now();
+    let body = Bytes::from(composed.body);
+    match upstream::post_json(&app.client, &app.config, &url, headers, body).await {
+        Ok(answer) => respond::answer(app, provider, guard, answer, sent_tokens, sent_at).await,
+        Err(failure) => {
+            release(app.clone(), guard);
+            Err(failure.waited(sent_at.elapsed()))
+        }
+    }
+}
+
+/// Counts a composed payload in the metrics.
+fn count(app: &App, composed: &Composed) {
+    app.metrics.managed.fetch_add(1, Relaxed);
+    app.metrics.tokens_sent.fetch_add(u64::from(composed.tokens), Relaxed);
+    app.metrics.compactions.fetch_add(composed.evicted as u64, Relaxed);
+    if composed.cache_stable {
+        app.metrics.cache_stable.fetch_add(1, Relaxed);
+    }
+}
+
+/// Takes the request into conversation `key` and composes its payload; a history that
+/// diverges from the conversation goes on to its branch ([`branch_key`]). Returns the locked
+/// conversation (released once the answer is recorded) and the payload.
+async fn take(
+    app: &Arc<App>,
+    mut key: String,
+    provider: Provider,
+    request: Arc<Request>,
+) -> Result<(Guard, Composed), Failure> {
+    let hashes: Arc<[u64]> = wire::raw_hashes(&request).into();
+    for hop in 0..=MAX_HOPS {
+        let guard = app.lock(&key, provider, &request.model).await?;
+        let (guard, step) = take_once(app, guard, &request, &hashes).await?;
+        match step {
+            Ok(Step::Composed(composed, tokens_in)) => {
+                app.metrics.tokens_in.fetch_add(tokens_in, Relaxed);
+                return Ok((guard, composed));
+            }
+            Ok(Step::Diverged(_)) if hop == MAX_HOPS => break,
+            Ok(Step::Diverged(at)) => {
+                drop(guard);
+                let branch = branch_key(&key, at);
+                tracing::info!(session = %key, branch = %branch, at, "proxy: history diverges; using a branch");
+                app.metrics.branches.fetch_add(1, Relaxed);
+                key = branch;
+            }
+            Err(error) => {
+                let failure = Failure::from(&error);
+                release(app.clone(), guard);
+                return Err(failure);
+            }
+        }
+    }
+    Err(Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "too many branches"))
+}
+
+/// One conversation's try at the request. A request the session serves from memory takes
+/// tens of microseconds: it runs here, as a hop to the blocking pool (a permit, a thread woken
+/// and switched to) would cost more than it and queue behind other conversations' disk work.
+async fn take_once(
+    app: &App,
+    mut guard: Guard,
+    request: &Arc<Request>,
+    hashes: &Arc<[u64]>,
+) -> Result<(Guard, Result<Step, ConvError>), Failure> {
+    let (guard, progress) = if guard.as_ref().is_some_and(Conv::request_in_memory) {
+        let progress = take_request(&mut guard, request, hashes, true);
+        (guard, progress)
+    } else {
+        let (req, hashes) = (request.clone(), hashes.clone());
+        app.on_pool(guard, move |guard| take_request(guard, &req, &hashes, false)).await?
+    };
+    match progress {
+        Ok(Progress::Done(step)) => Ok((guard, Ok(step))),
+        // Its messages evicted for the first time: retrieval now queries the archive.
+        Ok(Progress::Taken { tokens_in, evicted }) => {
+            let req = request.clone();
+            app.on_pool(guard, move |guard| compose(guard, &req, tokens_in, evicted)).await
+        }
+        Err(error) => Ok((guard, Err(error))),
+    }
+}
+
+enum Step {
+    Diverged(usize),
+    Composed(Composed, u64),
+}
+
+/// How far [`take_request`] went.
+enum Progress {
+    Done(Step),
+    /// The request's messages were taken and its payload is still to compose (off the async
+    /// threads): `tokens_in` and the units `evicted` so far.
+    Taken {
+        tokens_in: u64,
+        evicted: usize,
+    },
+}
+
+/// Takes the request's new messages and composes its payload. `inline` (on an async thread):
+/// stops after taking them when that moved the conversation's work to the disk (its first
+/// eviction turns retrieval on), with [`Progress::Taken`].
+fn take_request(
+    guard: &mut Guard,
+    request: &Request,
+    hashes: &[u64],
+    inline: bool,
+) -> Result<Progress, ConvError> {
+    let conv = guard.as_mut().ok_or(ConvError::Unloaded)?;
+    match conv.ingest(request, hashes)? {
+        Ingest::Diverged(at) => Ok(Progress::Done(Step::Diverged(at))),
+        Ingest::Extended { tokens_in, evicted, .. } if inline && !conv.request_in_memory() => {
+            Ok(Progress::Taken { tokens_in, evicted })
+        }
+        Ingest::Extended { tokens_in, evicted, .. } => {
+            compose(guard, request, tokens_in, evicted).map(Progress::Done)
+        }
+    }
+}
+
+/// Composes the payload of a request whose messages were taken.
+fn compose(
+    guard: &mut Guard,
+    request: &Request,
+    tokens_in: u64,
+    evicted: usize,
+) -> Result<Step, ConvError> {
+    let conv = guard.as_mut().ok_or(ConvError::Unloaded)?;
+    let mut composed = conv.compose(request)?;
+    composed.evicted += evicted;
+    Ok(Step::Composed(composed, tokens_in))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tokio::sync::Mutex as AsyncMutex;
+
+    #[test]
+    fn the_request_that_first_evicts_composes_off_the_async_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let stores = crate::conv::prepare_state(dir.path()).unwrap();
+        let conv = Conv::create(dir.path(), &stores, "t", Provider::OpenAi, 2_048, 256).unwrap();
+        let mut guard = Arc::new(AsyncMutex::new(Some(conv))).try_lock_owned().unwrap();
+        let mut messages = vec![json!({"role": "user", "content": "Staging runs Postgres 16."})];
+        for n in 0..200 {
+            assert!(guard.as_ref().unwrap().request_in_memory(), "turn {n}");
+            let body = json!({"model": "m", "messages": messages}).to_string();
+            let request = Request::parse(Provider::OpenAi, body.as_bytes()).unwrap();
+            let hashes = wire::raw_hashes(&request);
+            match take_request(&mut guard, &request, &hashes, true).unwrap() {
+                Progress::Done(Step::Composed(..)) => {}
+                Progress::Done(Step::Diverged(at)) => panic!("diverged at {at}"),
+                Progress::Taken { evicted, .. } => {
+                    assert!(evicted > 0);
+                    assert!(!guard.as_ref().unwrap().request_in_memory());
+                    let Step::Composed(composed, _) = compose(&mut guard, &request, 0, 0).unwrap()
+                    else {
+                        panic!("not composed")
+                    };
+                    assert!(String::from_utf8(composed.body).unwrap().contains("Postgres 16"));
+                    return;
+                }
+            }
+            messages.push(json!({"role": "assistant", "content": format!("Reply {n}: three pull requests are open and one job fails.")}));
+            messages.push(json!({"role": "user", "content": format!("Turn {n}: which Postgres version runs on staging, and who owns the failing job?")}));
+        }
+        panic!("nothing was evicted in 200 turns");
+    }
+}
