@@ -1,9 +1,11 @@
 //! The optional embeddings server of hybrid recall: settings from `--embeddings-url` /
 //! `CTXWIN_EMBED_URL` / `[retrieval] embeddings_url` (and the model's name likewise), checked
-//! and turned into an [`HttpEmbedder`].
+//! and turned into an `HttpEmbedder` (refused in a build without the `http` feature).
 
 use std::sync::Arc;
 
+use ctxwin_std::embed::Embedder;
+#[cfg(feature = "http")]
 use ctxwin_std::embed::HttpEmbedder;
 
 use super::config_file::EmbeddingsSection;
@@ -15,7 +17,7 @@ use super::error::CliError;
 pub(crate) fn embedder(
     flags: (Option<&str>, Option<&str>),
     file: &EmbeddingsSection,
-) -> Result<Option<Arc<HttpEmbedder>>, CliError> {
+) -> Result<Option<Arc<dyn Embedder>>, CliError> {
     let Some(url) = flags.0.or(file.url.as_deref()).map(str::trim).filter(|u| !u.is_empty()) else {
         return Ok(None);
     };
@@ -26,14 +28,25 @@ pub(crate) fn embedder(
              --embeddings-model); cached vectors are keyed by it"
         )));
     }
-    HttpEmbedder::new(url, model).map(|e| Some(Arc::new(e))).map_err(|e| {
-        CliError::Config(format!(
-            "embeddings url {url:?}: {e}; give a base URL like http://127.0.0.1:8090"
-        ))
-    })
+    http(url, model).map(Some)
 }
 
-#[cfg(test)]
+#[cfg(feature = "http")]
+fn http(url: &str, model: &str) -> Result<Arc<dyn Embedder>, CliError> {
+    match HttpEmbedder::new(url, model) {
+        Ok(embedder) => Ok(Arc::new(embedder)),
+        Err(e) => Err(CliError::Config(format!(
+            "embeddings url {url:?}: {e}; give a base URL like http://127.0.0.1:8090"
+        ))),
+    }
+}
+
+#[cfg(not(feature = "http"))]
+fn http(_: &str, _: &str) -> Result<Arc<dyn Embedder>, CliError> {
+    Err(CliError::without_feature("http", "an embeddings server (hybrid recall)"))
+}
+
+#[cfg(all(test, feature = "http"))]
 mod tests {
     use super::*;
 

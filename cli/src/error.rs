@@ -22,7 +22,7 @@ use ctxwin_std::store::{ErrorKind, StoreError};
 /// | 5 | budget impossible: what must stay in the context does not fit the token budget |
 /// | 6 | state corrupt: damaged checkpoints or archive, an archive that is not the checkpoints' own, a symlink in the state directory (reported, never reset) |
 /// | 7 | no state: the state directory is missing (run `ctxwin init`), or `init` found one already |
-/// | 8 | configuration: `ctxwin.toml`, `--tokenizer` or `--llm-url` is invalid |
+/// | 8 | configuration: `ctxwin.toml`, `--tokenizer` or `--llm-url` is invalid, or needs a cargo feature this build left out |
 ///
 /// ```
 /// use ctxwin_cli::Exit;
@@ -152,6 +152,19 @@ impl CliError {
         CliError::Io(format!("cannot {action} {}: {error}; {hint}", path.display()))
     }
 
+    /// `what` (a flag, a setting, a command) needs cargo feature `feature` of ctxwin-cli,
+    /// which this build left out (README's first command builds with `--no-default-features`).
+    ///
+    /// "--tokenizer needs the `tokenizers` feature, which this ctxwin was built without;
+    /// rebuild with default features (`cargo install --path cli`)"
+    #[allow(dead_code, reason = "a build with every feature refuses nothing")]
+    pub(crate) fn without_feature(feature: &str, what: &str) -> CliError {
+        CliError::Config(format!(
+            "{what} needs the `{feature}` feature, which this ctxwin was built without; rebuild \
+             it with default features (`cargo install --path cli`)"
+        ))
+    }
+
     /// The same error with `context` in front of its message (same exit code).
     pub(crate) fn context(self, context: &str) -> CliError {
         let wrap = |message: String| format!("{context}: {message}");
@@ -214,6 +227,7 @@ fn from_session(error: SessionError) -> CliError {
             "checkpoint {id} cannot be restored: {reason}; restore another one (`ctxwin checkpoints` lists them)"
         )),
         SessionError::Format(format) => CliError::BadInput(format.to_string()),
+        #[cfg(feature = "tokenizers")]
         SessionError::Tokenizer(tokenizer) => CliError::Config(format!(
             "{tokenizer}; pass a Hugging Face tokenizer.json (or cl100k, smollm2) to --tokenizer"
         )),

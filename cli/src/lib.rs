@@ -33,6 +33,11 @@
 //! distinct exit codes of [`Exit`]; no input makes the tool panic, and a damaged state
 //! directory is reported, never reset.
 //!
+//! Cargo features, all on by default: `sqlite` (state directories), `http` (`--llm-url`,
+//! `--embeddings-url`), `tokenizers` (`--tokenizer`), `proxy` (`ctxwin proxy`). Built with
+//! `--no-default-features`, `ctxwin trim` works as always with the estimator and builds in a
+//! fraction of the time; what needs a missing feature exits with code 8 naming it.
+//!
 //! # Examples
 //!
 //! ```

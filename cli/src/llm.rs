@@ -1,13 +1,31 @@
 //! The optional LLM server: settings from `--llm-url` / `CTXWIN_LLM_URL` / `[llm]`, checked
 //! and turned into an [`LlmClient`], and the one place where it meets the session.
+//!
+//! Built without the `http` feature there is no client: [`LlmClient`] and [`LlmStats`] are
+//! uninhabited, a configured URL is refused, and the rest of the command line is unchanged.
 
 use std::time::Duration;
 
-use ctxwin_std::llm::{LlmClient, LlmClientBuilder};
-use ctxwin_std::session::{LlmStats, Session, SessionBuilder};
+#[cfg(feature = "http")]
+pub(crate) use ctxwin_std::llm::LlmClient;
+#[cfg(feature = "http")]
+use ctxwin_std::llm::LlmClientBuilder;
+#[cfg(feature = "http")]
+pub(crate) use ctxwin_std::session::LlmStats;
+use ctxwin_std::session::{Session, SessionBuilder};
 
 use super::config_file::LlmSection;
 use super::error::CliError;
+
+/// No client can exist without the `http` feature.
+#[cfg(not(feature = "http"))]
+#[derive(Clone, Debug)]
+pub(crate) enum LlmClient {}
+
+/// No model works for a session without the `http` feature.
+#[cfg(not(feature = "http"))]
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) enum LlmStats {}
 
 /// Where the LLM URL came from, for error messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +44,16 @@ pub(crate) fn client(flag: Option<&str>, file: &LlmSection) -> Result<Option<Llm
         (None, None) => return Ok(None),
     };
     let url = url.trim();
+    let origin = match origin {
+        Origin::Flag => "--llm-url",
+        Origin::File => "[llm] url in ctxwin.toml",
+    };
+    build(url, origin, file).map(Some)
+}
+
+/// The client for `url` with the file's other `[llm]` settings.
+#[cfg(feature = "http")]
+fn build(url: &str, origin: &str, file: &LlmSection) -> Result<LlmClient, CliError> {
     let mut builder = LlmClientBuilder::new(url);
     if let Some(model) = &file.model {
         builder = builder.model(model);
@@ -39,15 +67,16 @@ pub(crate) fn client(flag: Option<&str>, file: &LlmSection) -> Result<Option<Llm
         }
         builder = builder.timeout(Duration::from_secs(secs));
     }
-    let origin = match origin {
-        Origin::Flag => "--llm-url",
-        Origin::File => "[llm] url in ctxwin.toml",
-    };
-    builder.build().map(Some).map_err(|e| {
+    builder.build().map_err(|e| {
         CliError::Config(format!(
             "{origin} {url:?}: {e}; give a base URL like http://127.0.0.1:8080"
         ))
     })
+}
+
+#[cfg(not(feature = "http"))]
+fn build(_: &str, origin: &str, _: &LlmSection) -> Result<LlmClient, CliError> {
+    Err(CliError::without_feature("http", origin))
 }
 
 /// How long a command waits for the model's answers when `[llm] wait_secs` is not set.
@@ -65,7 +94,10 @@ pub(crate) fn wait(file: &LlmSection) -> Duration {
 /// its background worker; the builder must have an archive.
 pub(crate) fn attach_llm(builder: SessionBuilder, client: Option<&LlmClient>) -> SessionBuilder {
     match client {
+        #[cfg(feature = "http")]
         Some(client) => builder.llm(client.clone()),
+        #[cfg(not(feature = "http"))]
+        Some(client) => match *client {},
         None => builder,
     }
 }
@@ -73,6 +105,7 @@ pub(crate) fn attach_llm(builder: SessionBuilder, client: Option<&LlmClient>) ->
 /// Waits up to `wait` for the model's answers so that they are applied before the command
 /// checkpoints and the process exits (the worker dies with it). A worker failure is logged:
 /// the extractive summaries stay and the originals are in the archive.
+#[cfg(feature = "http")]
 pub(crate) fn settle(session: &mut Session, wait: Duration) -> Option<LlmStats> {
     session.llm_stats()?;
     match session.wait_for_summaries(wait) {
@@ -85,7 +118,14 @@ pub(crate) fn settle(session: &mut Session, wait: Duration) -> Option<LlmStats> 
     session.llm_stats()
 }
 
+/// Without the `http` feature: no model, nothing to wait for.
+#[cfg(not(feature = "http"))]
+pub(crate) fn settle(_: &mut Session, _: Duration) -> Option<LlmStats> {
+    None
+}
+
 /// One line on what the model did in this command: requests, swaps, fallbacks by reason.
+#[cfg(feature = "http")]
 pub(crate) fn outcome(stats: &LlmStats) -> String {
     format!(
         "{} summaries requested, {} swapped in, fallbacks: {}; {} extractions, {} accepted, fallbacks: {}",
@@ -98,9 +138,25 @@ pub(crate) fn outcome(stats: &LlmStats) -> String {
     )
 }
 
+#[cfg(not(feature = "http"))]
+pub(crate) fn outcome(stats: &LlmStats) -> String {
+    match *stats {}
+}
+
+/// The server's base URL, for reports.
+pub(crate) fn base_url(client: &LlmClient) -> String {
+    #[cfg(feature = "http")]
+    return client.base_url().to_string();
+    #[cfg(not(feature = "http"))]
+    match *client {}
+}
+
 /// What `ctxwin stats` says about the LLM.
 pub(crate) fn describe(client: Option<&LlmClient>) -> String {
     match client {
+        #[cfg(not(feature = "http"))]
+        Some(client) => match *client {},
+        #[cfg(feature = "http")]
         Some(client) => format!(
             "{} (rewrites summaries and extracts entities; extractive on failure)",
             client.base_url()
@@ -109,7 +165,7 @@ pub(crate) fn describe(client: Option<&LlmClient>) -> String {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "http"))]
 mod tests {
     use super::*;
 
@@ -150,7 +206,8 @@ mod tests {
             locked_tail: 2,
             ..Config::DEFAULT
         };
-        let builder = SessionBuilder::new("t").config(config).archive_in_memory();
+        let archive = std::sync::Arc::new(ctxwin_std::store::MemoryStore::new());
+        let builder = SessionBuilder::new("t").config(config).archive_store(archive);
         let mut session = attach_llm(builder, client.as_ref()).build().unwrap();
         for turn in 0..6 {
             let text =

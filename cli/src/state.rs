@@ -22,11 +22,12 @@ use super::llm;
 use super::notes::{Compression, Notes};
 use std::time::{Duration, Instant};
 
-use ctxwin_std::embed::HttpEmbedder;
-use ctxwin_std::llm::LlmClient;
+use super::llm::LlmClient;
+use ctxwin_std::embed::Embedder;
 use ctxwin_std::session::{Counter, Session, SessionBuilder};
 use ctxwin_std::statefs::{self, StateLock};
-use ctxwin_std::store::{CheckpointDir, CheckpointSink, ErrorKind, Scope};
+use ctxwin_std::store::{ArchiveStore, CheckpointDir, CheckpointSink, ErrorKind, Scope};
+#[cfg(feature = "tokenizers")]
 use ctxwin_std::tokens::ExactCounter;
 use std::sync::Arc;
 
@@ -66,6 +67,18 @@ impl StateDir {
 
     pub(crate) fn archive(&self) -> PathBuf {
         self.root.join("archive.db")
+    }
+
+    /// The archive port on `archive.db` (created if missing).
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn open_archive(&self) -> Result<Arc<dyn ArchiveStore>, CliError> {
+        Ok(ctxwin_std::store::open_archive(self.archive())?)
+    }
+
+    /// Without the `sqlite` feature a state directory cannot be opened: only `trim` works.
+    #[cfg(not(feature = "sqlite"))]
+    pub(crate) fn open_archive(&self) -> Result<Arc<dyn ArchiveStore>, CliError> {
+        Err(CliError::without_feature("sqlite", "a state directory (its archive.db)"))
     }
 
     pub(crate) fn checkpoints(&self) -> PathBuf {
@@ -171,10 +184,15 @@ pub(crate) fn counter(flag: Option<&str>, file: Option<PathBuf>) -> Result<Count
         (None, Some(path)) => (path, "[tokenizer] path"),
         (None, None) => return Ok(Counter::default()),
     };
+    exact(&path, origin)
+}
+
+#[cfg(feature = "tokenizers")]
+fn exact(path: &Path, origin: &str) -> Result<Counter, CliError> {
     let loaded = match path.to_str() {
         Some("cl100k") => ExactCounter::cl100k(),
         Some("smollm2") => ExactCounter::smollm2(),
-        _ => ExactCounter::from_file(&path),
+        _ => ExactCounter::from_file(path),
     };
     loaded.map(Counter::Exact).map_err(|e| {
         CliError::Config(format!(
@@ -184,14 +202,20 @@ pub(crate) fn counter(flag: Option<&str>, file: Option<PathBuf>) -> Result<Count
     })
 }
 
+#[cfg(not(feature = "tokenizers"))]
+fn exact(_: &Path, origin: &str) -> Result<Counter, CliError> {
+    Err(CliError::without_feature("tokenizers", origin))
+}
+
 /// A state directory with its configuration, LLM client and notes, ready to build sessions.
-#[derive(Debug)]
 pub(crate) struct Workspace {
     pub dir: StateDir,
     pub config: FileConfig,
     pub llm: Option<LlmClient>,
     /// The embeddings server for hybrid recall, when one is configured.
-    pub embedder: Option<Arc<HttpEmbedder>>,
+    pub embedder: Option<Arc<dyn Embedder>>,
+    /// The archive port on `archive.db`, shared by the sessions the command builds.
+    archive: Arc<dyn ArchiveStore>,
     /// Until when the command waits for the model's answers: `[llm] wait_secs` from the
     /// moment the state was locked, for all waits of the command together.
     llm_deadline: Option<Instant>,
@@ -214,8 +238,19 @@ impl Workspace {
         let llm = llm::client(globals.llm_url, &config.llm)?;
         let embedder = embeddings::embedder(globals.embeddings, &config.embeddings)?;
         let notes = Notes::load(&dir.notes())?;
+        let archive = dir.open_archive()?;
         let llm_deadline = Instant::now().checked_add(llm::wait(&config.llm));
-        Ok(Workspace { dir, config, llm, embedder, llm_deadline, notes, counter, _lock: lock })
+        Ok(Workspace {
+            dir,
+            config,
+            llm,
+            embedder,
+            archive,
+            llm_deadline,
+            notes,
+            counter,
+            _lock: lock,
+        })
     }
 
     /// A session builder over this directory with `config`, restoring the latest checkpoint.
@@ -223,7 +258,7 @@ impl Workspace {
         let builder = SessionBuilder::new(self.config.session.as_str())
             .config(config)
             .counter(self.counter.clone())
-            .archive(self.dir.archive())
+            .archive_store(self.archive.clone())
             .checkpoints(self.dir.checkpoints())
             .checkpoint_interval_messages(self.config.checkpoint_interval_messages)
             .keep_checkpoints(self.config.keep_checkpoints)

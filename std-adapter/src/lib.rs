@@ -5,6 +5,7 @@ pub use ctxwin_core as core;
 
 pub mod embed;
 pub mod format;
+#[cfg(feature = "http")]
 pub mod llm;
 pub mod message;
 pub mod session;

@@ -7,7 +7,7 @@ use crate::error::CliError;
 use crate::output::{Output, Table, thousands};
 use crate::state::{self, Checkpointing, Globals, StateDir, Workspace};
 use ctxwin_std::session::{RestorePoint, Session, take_for_recovery};
-use ctxwin_std::store::{CheckpointId, CheckpointSink, CheckpointStatus, Scope, open_archive};
+use ctxwin_std::store::{CheckpointId, CheckpointSink, CheckpointStatus, Scope};
 
 /// `checkpoint`: one now, whatever changed.
 pub(crate) fn write(session: &mut Session, _: &mut Workspace) -> Result<Output, CliError> {
@@ -112,7 +112,7 @@ pub(crate) fn recover(globals: &Globals<'_>) -> Result<Output, CliError> {
     let mut workspace = Workspace::load(globals)?;
     let name = workspace.config.session.clone();
     let source = {
-        let archive = open_archive(workspace.dir.archive())?;
+        let archive = workspace.dir.open_archive()?;
         take_for_recovery(archive.as_ref(), &Scope::local(name.as_str()))?
     };
     let session = workspace.builder(workspace.config.context).restore_latest(false).build()?;

@@ -22,7 +22,7 @@ use crate::error::CliError;
 use crate::llm;
 use crate::output::{Output, pairs, thousands};
 use crate::state::Workspace;
-use ctxwin_std::session::{LlmStats, Session};
+use ctxwin_std::session::Session;
 
 /// The configuration `compress` runs under.
 pub(crate) fn compress_config(config: Config, args: &CompressArgs) -> Config {
@@ -65,7 +65,7 @@ struct Pass {
     summaries: u64,
     summary_id: Option<u64>,
     /// What the model did, when one is configured.
-    llm: Option<LlmStats>,
+    llm: Option<llm::LlmStats>,
 }
 
 fn pass(session: &mut Session, before: Before, wait: Duration) -> Result<Pass, CliError> {

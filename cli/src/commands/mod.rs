@@ -8,6 +8,7 @@ mod entity;
 mod forget;
 mod import;
 mod init;
+#[cfg(feature = "proxy")]
 mod proxy;
 mod search;
 mod stats;
@@ -36,7 +37,10 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
         Command::Init(args) => init::run(&globals, args),
         Command::Trim(args) => trim::run(&globals, args),
         Command::Checkpoints => checkpoints::list(&globals),
+        #[cfg(feature = "proxy")]
         Command::Proxy(args) => proxy::run(&globals, args),
+        #[cfg(not(feature = "proxy"))]
+        Command::Proxy(_) => Err(CliError::without_feature("proxy", "`ctxwin proxy`")),
         Command::Add(args) => {
             // Input is read (bounded) before the state is locked: a slow pipe blocks no one.
             state::StateDir::new(globals.dir).require()?;

@@ -7,6 +7,7 @@ use ctxwin_std::SessionStats;
 use serde_json::{Map, Value, json};
 
 use crate::error::CliError;
+use crate::llm;
 use crate::notes::{ago, now_ms};
 use crate::output::{Output, thousands};
 use crate::state::Workspace;
@@ -93,7 +94,7 @@ fn report(stats: &SessionStats, workspace: &Workspace) -> Value {
         "reduced": {"outputs": counters.observations_reduced, "tokens_saved": counters.tokens_saved_by_reduction},
         "retrieved_items": notes.retrieved_items,
         "checkpoints": {"kept": stats.checkpoints_kept.unwrap_or(0), "last": stats.last_checkpoint},
-        "llm": workspace.llm.as_ref().map(|client| client.base_url().to_string()),
+        "llm": workspace.llm.as_ref().map(llm::base_url),
         "detail": stats,
     })
 }

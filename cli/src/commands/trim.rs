@@ -17,6 +17,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use ctxwin_core::trim::{TrimError, TrimmedItem, trim};
 use ctxwin_core::{Config, Error as CoreError, Level, Message, Role, StrategyKind};
@@ -31,6 +32,7 @@ use crate::output::{Output, thousands};
 use crate::{input, llm, payload, state};
 use ctxwin_std::Conversation;
 use ctxwin_std::session::{Counter, SessionBuilder, SessionError};
+use ctxwin_std::store::MemoryStore;
 
 use super::import::stopped;
 
@@ -67,7 +69,7 @@ fn run_with(
     let mut builder = SessionBuilder::new("trim").config(config).counter(counter.clone());
     if client.is_some() {
         // The model's summaries are recorded with their sources; nothing outlives the process.
-        builder = builder.archive_in_memory();
+        builder = builder.archive_store(Arc::new(MemoryStore::new()));
     }
     let mut session = llm::attach_llm(builder, client.as_ref()).build()?;
     session.import(&conversation).map_err(|e| stopped(e, 0, conversation.messages.len()))?;
@@ -335,13 +337,16 @@ mod tests {
             Output::Raw(text) => text,
             _ => panic!("not a payload"),
         };
-        for (budget, format, tokenizer) in [
+        let mut cases = vec![
             (8_000, None, None),
             (300_000, None, None),
             (4_000, Some(PayloadFormat::Anthropic), None),
             (2_500, None, None),
-            (8_000, None, Some("cl100k")),
-        ] {
+        ];
+        if cfg!(feature = "tokenizers") {
+            cases.push((8_000, None, Some("cl100k")));
+        }
+        for (budget, format, tokenizer) in cases {
             let globals = state::Globals {
                 dir: &dir,
                 tokenizer,
@@ -363,6 +368,39 @@ mod tests {
             let stateless = raw(run_with(&globals, &args, true).unwrap());
             let session = raw(run_with(&globals, &args, false).unwrap());
             assert_eq!(stateless, session, "budget {budget}, {format:?}, {tokenizer:?}");
+        }
+    }
+
+    /// A build without the `tokenizers` or `http` feature refuses the settings that need
+    /// them, naming the feature (exit code 8), and trims with the estimator as always.
+    #[test]
+    #[cfg(not(all(feature = "tokenizers", feature = "http")))]
+    fn a_lean_build_names_the_feature_a_setting_needs() {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/agent-session.jsonl");
+        let dir = std::env::temp_dir();
+        let args = TrimArgs {
+            file: example,
+            budget: 8_000,
+            format: None,
+            input_format: None,
+            config: None,
+        };
+        let globals = |tokenizer, llm_url| state::Globals {
+            dir: &dir,
+            tokenizer,
+            llm_url,
+            embeddings: (None, None),
+            command: "trim",
+        };
+        assert!(run(&globals(None, None), &args).is_ok());
+        let refusals = [
+            (cfg!(not(feature = "tokenizers")), globals(Some("cl100k"), None), "`tokenizers`"),
+            (cfg!(not(feature = "http")), globals(None, Some("http://127.0.0.1:9")), "`http`"),
+        ];
+        for (_, globals, feature) in refusals.into_iter().filter(|(lean, ..)| *lean) {
+            let error = run(&globals, &args).unwrap_err();
+            assert_eq!(error.exit(), crate::Exit::Config, "{error}");
+            assert!(error.to_string().contains(feature), "{error}");
         }
     }
 

@@ -1,5 +1,6 @@
 //! What can go wrong when asking for vectors.
 
+#[cfg(feature = "http")]
 use crate::llm::LlmError;
 
 /// Why an [`Embedder`](super::Embedder) gave no vectors. Retrieval treats every variant the
@@ -14,6 +15,7 @@ use crate::llm::LlmError;
 #[non_exhaustive]
 pub enum EmbedError {
     /// The embeddings request failed (transport, HTTP status, malformed answer, timeout).
+    #[cfg(feature = "http")]
     #[error("embeddings request failed: {0}")]
     Request(#[from] LlmError),
     /// The embedder returned another number of vectors than texts.

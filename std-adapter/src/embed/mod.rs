@@ -1,6 +1,6 @@
 //! Semantic vectors for archived messages: the [`Embedder`] seam, an OpenAI-compatible
-//! `/v1/embeddings` implementation ([`HttpEmbedder`]) and the vector arithmetic retrieval
-//! ranks with ([`cosine`]).
+//! `/v1/embeddings` implementation ([`HttpEmbedder`], cargo feature `http`) and the vector
+//! arithmetic retrieval ranks with ([`cosine`]).
 //!
 //! Optional: a session without an embedder retrieves lexically (BM25) only. With one
 //! ([`SessionBuilder::embedder`](crate::session::SessionBuilder::embedder)) retrieval fuses
@@ -28,10 +28,12 @@
 //! ```
 
 mod error;
+#[cfg(feature = "http")]
 mod http;
 mod vector;
 
 pub use error::EmbedError;
+#[cfg(feature = "http")]
 pub use http::HttpEmbedder;
 pub use vector::{cosine, dot, normalized};
 

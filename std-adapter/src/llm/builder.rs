@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::retry::Backoff;
+use super::transport::Transport;
 use super::wire::Endpoints;
 use super::{LlmClient, LlmError, TokenCountFn};
 
@@ -303,20 +304,13 @@ impl LlmClientBuilder {
             Some(key) => Some(format!("Bearer {key}")),
             None => None,
         };
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(self.timeout))
-            .timeout_connect(Some(self.connect_timeout))
-            .user_agent(concat!("ctxwin/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
+        let transport = Transport::new(self.timeout, self.connect_timeout)?;
         Ok(LlmClient {
-            agent,
+            transport,
             endpoints,
             model: self.model,
             authorization,
             timeout: self.timeout,
-            connect_timeout: self.connect_timeout,
             max_retries: self.max_retries,
             backoff: self.backoff,
             retry_after_cap: self.retry_after_cap,

@@ -1,12 +1,12 @@
 //! The blocking HTTP client: configuration, one chat completion, retries.
 
 use std::fmt;
-use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::error::{excerpt, is_retryable_status, status_hint};
-use super::retry::{Backoff, request_id, retry_after};
+use super::retry::{Backoff, request_id};
+use super::transport::{Attempt, Transport};
 use super::wire::{ChatRequest, ChatResponse, Endpoints, ResponseFormat, WireMessage};
 use super::{LlmError, estimate_tokens};
 
@@ -23,22 +23,22 @@ use super::{LlmError, estimate_tokens};
 /// ```
 pub type TokenCountFn = Arc<dyn Fn(&str) -> u32 + Send + Sync>;
 
-/// Largest response body read; chat answers are a few kilobytes.
-const MAX_BODY_BYTES: u64 = 4 * 1024 * 1024;
-
 /// A blocking client for an OpenAI-compatible chat-completions server; cheap to clone, safe
 /// to share between threads. Build it with [`LlmClientBuilder`](super::LlmClientBuilder).
 ///
 /// Besides [`complete`](Self::complete) it offers [`summarize`](Self::summarize),
 /// [`extract`](Self::extract) and [`tokenize`](Self::tokenize).
+///
+/// Its calls block, and its connections live on a thread of their own (`reqwest`'s blocking
+/// client): build, call and drop it on ordinary threads, not on an async runtime's workers
+/// (wrap it in `spawn_blocking` there).
 #[derive(Clone)]
 pub struct LlmClient {
-    pub(super) agent: ureq::Agent,
+    pub(super) transport: Transport,
     pub(super) endpoints: Endpoints,
     pub(super) model: Option<String>,
     pub(super) authorization: Option<String>,
     pub(super) timeout: Duration,
-    pub(super) connect_timeout: Duration,
     pub(super) max_retries: u32,
     pub(super) backoff: Backoff,
     pub(super) retry_after_cap: Duration,
@@ -111,12 +111,6 @@ pub(super) struct Exchange {
     pub(super) latency: Duration,
     pub(super) attempts: u32,
     pub(super) request_id: String,
-}
-
-/// What one attempt produced.
-enum Attempt {
-    Answered { status: u16, body: String, wait: Option<Duration> },
-    Failed { error: LlmError, retryable: bool },
 }
 
 impl LlmClient {
@@ -215,7 +209,9 @@ impl LlmClient {
         loop {
             attempts = attempts.saturating_add(1);
             tracing::debug!(request_id = %request_id, url, attempt = attempts, "LLM request");
-            let (error, wait) = match self.attempt(url, body, &request_id, attempts) {
+            let authorization = self.authorization.as_deref();
+            let attempt = self.transport.post(url, body, &request_id, authorization, attempts);
+            let (error, wait) = match attempt {
                 Attempt::Answered { status, body, .. } if (200..300).contains(&status) => {
                     return Ok(Exchange { body, latency: started.elapsed(), attempts, request_id });
                 }
@@ -255,74 +251,6 @@ impl LlmClient {
                 "LLM request failed; retrying"
             );
             std::thread::sleep(wait);
-        }
-    }
-
-    fn attempt(&self, url: &str, body: &str, request_id: &str, attempts: u32) -> Attempt {
-        let mut request = self
-            .agent
-            .post(url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json")
-            .header("X-Request-Id", request_id);
-        if let Some(authorization) = &self.authorization {
-            request = request.header("Authorization", authorization.as_str());
-        }
-        let mut response = match request.send(body) {
-            Ok(response) => response,
-            Err(error) => return self.failed(url, attempts, error),
-        };
-        let status = response.status().as_u16();
-        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok());
-        let wait = retry_after(header("retry-after-ms"), header("retry-after"));
-        match response.body_mut().with_config().limit(MAX_BODY_BYTES).read_to_string() {
-            Ok(body) => Attempt::Answered { status, body, wait },
-            Err(error) => self.failed(url, attempts, error),
-        }
-    }
-
-    fn failed(&self, url: &str, attempts: u32, error: ureq::Error) -> Attempt {
-        let unreachable =
-            |reason: String| LlmError::Unreachable { url: url.to_owned(), attempts, reason };
-        let timeout = |limit| LlmError::Timeout { url: url.to_owned(), attempts, limit };
-        match error {
-            ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve) => {
-                Attempt::Failed { error: timeout(self.connect_timeout), retryable: true }
-            }
-            ureq::Error::Timeout(_) | ureq::Error::BodyStalled => {
-                Attempt::Failed { error: timeout(self.timeout), retryable: true }
-            }
-            ureq::Error::Io(io)
-                if matches!(io.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) =>
-            {
-                Attempt::Failed { error: timeout(self.timeout), retryable: true }
-            }
-            ureq::Error::Io(io) => {
-                Attempt::Failed { error: unreachable(io.to_string()), retryable: true }
-            }
-            ureq::Error::HostNotFound => {
-                Attempt::Failed { error: unreachable("host not found".into()), retryable: true }
-            }
-            ureq::Error::ConnectionFailed => {
-                Attempt::Failed { error: unreachable("connection failed".into()), retryable: true }
-            }
-            ureq::Error::BodyExceedsLimit(limit) => Attempt::Failed {
-                error: LlmError::Malformed(format!("response body longer than {limit} bytes")),
-                retryable: false,
-            },
-            ureq::Error::Protocol(error) => Attempt::Failed {
-                error: LlmError::Malformed(format!("invalid HTTP response: {error}")),
-                retryable: false,
-            },
-            ureq::Error::BadUri(uri) => Attempt::Failed {
-                error: LlmError::Config(format!("invalid request URL {uri}")),
-                retryable: false,
-            },
-            ureq::Error::Http(error) => Attempt::Failed {
-                error: LlmError::Config(format!("invalid request header: {error}")),
-                retryable: false,
-            },
-            other => Attempt::Failed { error: unreachable(other.to_string()), retryable: false },
         }
     }
 }

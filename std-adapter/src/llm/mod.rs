@@ -1,8 +1,8 @@
 //! A blocking client for OpenAI-compatible chat-completion servers, and the two jobs ctxwin
 //! gives a model: rolling summaries of evicted history and key/value fact extraction.
 //!
-//! - [`LlmClientBuilder`] → [`LlmClient`]: `POST {base}/v1/chat/completions` over `ureq`
-//!   (rustls, no async runtime), bearer auth, per-attempt and connect timeouts, bounded
+//! - [`LlmClientBuilder`] → [`LlmClient`]: `POST {base}/v1/chat/completions` over
+//!   `reqwest`'s blocking client (rustls, the proxy's HTTP stack), bearer auth, per-attempt and connect timeouts, bounded
 //!   retries with exponential backoff and jitter on connection errors, timeouts, 408, 429 and
 //!   5xx (honouring `Retry-After` up to a cap), never on other 4xx.
 //! - [`LlmClient::summarize`]: the previous summary plus new messages in, a checked
@@ -52,6 +52,7 @@ mod retry;
 mod summarize;
 mod summarizer;
 mod tokenize;
+mod transport;
 mod wire;
 pub(crate) mod worker;
 

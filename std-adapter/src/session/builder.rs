@@ -6,6 +6,7 @@ use std::sync::Arc;
 use ctxwin_core::{Config, OutboxMode};
 
 use super::checkpointing::{CheckpointPolicy, Checkpointing};
+#[cfg(feature = "http")]
 use super::llm::{LlmOptions, LlmState};
 use super::retrieve::Retrieval;
 use super::semantic::{EmbedderSlot, SemanticIndex};
@@ -16,6 +17,7 @@ use super::{
     Calibration, Counter, Hybrid, Journal, RetrievalSettings, Session, SessionError, SessionManager,
 };
 use crate::embed::Embedder;
+#[cfg(feature = "http")]
 use crate::llm::LlmClient;
 use crate::store::{ArchiveStore, CheckpointDir, CheckpointSink, Scope};
 use crate::tokens::{Calibrator, CalibratorConfig, ChatFraming};
@@ -103,7 +105,9 @@ pub struct SessionBuilder {
     restore_latest: bool,
     assume_new: bool,
     calibrator: CalibratorConfig,
+    #[cfg(feature = "http")]
     llm: Option<LlmClient>,
+    #[cfg(feature = "http")]
     llm_options: LlmOptions,
     retrieval: RetrievalSettings,
     embedder: Option<EmbedderSlot>,
@@ -133,7 +137,9 @@ impl SessionBuilder {
             restore_latest: false,
             assume_new: false,
             calibrator: CalibratorConfig::DEFAULT,
+            #[cfg(feature = "http")]
             llm: None,
+            #[cfg(feature = "http")]
             llm_options: LlmOptions::default(),
             retrieval: RetrievalSettings::DEFAULT,
             embedder: None,
@@ -336,6 +342,7 @@ impl SessionBuilder {
     /// assert!(matches!(no_archive, Err(SessionError::Setting(_))));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[cfg(feature = "http")]
     pub fn llm(mut self, client: LlmClient) -> Self {
         self.llm = Some(client);
         self
@@ -348,6 +355,7 @@ impl SessionBuilder {
     /// let builder = SessionBuilder::new("s").llm_options(LlmOptions { extraction: false, ..LlmOptions::default() });
     /// assert!(builder.build().is_ok());
     /// ```
+    #[cfg(feature = "http")]
     pub fn llm_options(mut self, options: LlmOptions) -> Self {
         self.llm_options = options;
         self
@@ -427,6 +435,7 @@ impl SessionBuilder {
             tracker: Tracker::new(),
             counters: SessionCounters::default(),
             checkpointing: Checkpointing::new(self.checkpoint_policy),
+            #[cfg(feature = "http")]
             llm: match self.llm {
                 Some(client) => Some(LlmState::start(client, self.llm_options)?),
                 None => None,
@@ -469,6 +478,7 @@ impl SessionBuilder {
                 "OutboxMode::Discard would release evicted units unarchived; use OutboxMode::Hold with an archive".into(),
             ));
         }
+        #[cfg(feature = "http")]
         if self.llm.is_some() && self.archive.is_nowhere() {
             return Err(SessionError::Setting(
                 "LLM summaries read their sources from the archive: add .archive(path) or .archive_in_memory()".into(),

@@ -229,6 +229,7 @@ impl Session {
         &mut self,
         options: ComposeOptions<'_>,
     ) -> Result<ComposedPayload, SessionError> {
+        #[cfg(feature = "http")]
         self.poll_llm();
         let recall = self.recall_for(&options)?;
         let mut all: Vec<&str> = options.dynamic.to_vec();
@@ -295,6 +296,7 @@ impl Session {
         options: ComposeOptions<'_>,
         model: &str,
     ) -> Result<(String, u32), SessionError> {
+        #[cfg(feature = "http")]
         self.poll_llm();
         let recall = self.recall_for(&options)?;
         let mut all: Vec<&str> = options.dynamic.to_vec();

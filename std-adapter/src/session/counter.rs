@@ -2,7 +2,9 @@
 
 use ctxwin_core::{counter::TokenCounter, estimator::Estimator};
 
-use crate::tokens::{CacheStats, ExactCounter};
+use crate::tokens::CacheStats;
+#[cfg(feature = "tokenizers")]
+use crate::tokens::ExactCounter;
 
 /// The token counter of a [`Session`](super::Session): the core's no-tokenizer estimator, or
 /// an exact count with a real tokenizer. `Send + Sync`, so a session can move between
@@ -24,7 +26,8 @@ use crate::tokens::{CacheStats, ExactCounter};
 pub enum Counter {
     /// The core's estimator (no tokenizer; about 8% mean error, with a safety margin).
     Estimator(Estimator),
-    /// A Hugging Face tokenizer, with a per-text cache.
+    /// A Hugging Face tokenizer, with a per-text cache (cargo feature `tokenizers`).
+    #[cfg(feature = "tokenizers")]
     Exact(ExactCounter),
 }
 
@@ -37,6 +40,7 @@ impl Counter {
     pub fn kind(&self) -> &'static str {
         match self {
             Counter::Estimator(_) => "estimator",
+            #[cfg(feature = "tokenizers")]
             Counter::Exact(_) => "exact",
         }
     }
@@ -49,6 +53,7 @@ impl Counter {
     pub fn cache_stats(&self) -> Option<CacheStats> {
         match self {
             Counter::Estimator(_) => None,
+            #[cfg(feature = "tokenizers")]
             Counter::Exact(exact) => Some(exact.cache_stats()),
         }
     }
@@ -66,6 +71,7 @@ impl From<Estimator> for Counter {
     }
 }
 
+#[cfg(feature = "tokenizers")]
 impl From<ExactCounter> for Counter {
     fn from(exact: ExactCounter) -> Self {
         Counter::Exact(exact)
@@ -76,6 +82,7 @@ impl TokenCounter for Counter {
     fn count(&self, text: &str) -> u32 {
         match self {
             Counter::Estimator(estimator) => estimator.count(text),
+            #[cfg(feature = "tokenizers")]
             Counter::Exact(exact) => exact.count(text),
         }
     }

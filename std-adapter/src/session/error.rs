@@ -4,7 +4,9 @@ use ctxwin_core::{ConfigError, Error as CoreError, SnapshotError};
 
 use crate::format::FormatError;
 use crate::store::{CheckpointId, StoreError};
-use crate::tokens::{CalibrationError, TokenizerError};
+use crate::tokens::CalibrationError;
+#[cfg(feature = "tokenizers")]
+use crate::tokens::TokenizerError;
 
 /// Why a [`Session`](super::Session) operation failed. Nothing is lost on error: a refused
 /// message is not in the context (the caller still holds it), and evicted units stay in the
@@ -48,6 +50,7 @@ pub enum SessionError {
     #[error("format: {0}")]
     Format(#[from] FormatError),
     /// The tokenizer could not be loaded.
+    #[cfg(feature = "tokenizers")]
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] TokenizerError),
     /// A provider usage report was refused by the calibrator.

@@ -225,10 +225,14 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "sqlite")]
     use crate::message::ChatMessage;
+    #[cfg(feature = "sqlite")]
     use crate::session::SessionBuilder;
+    #[cfg(feature = "sqlite")]
     use ctxwin_core::{Config, EntitySchema, Role};
 
+    #[cfg(feature = "sqlite")]
     fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
         let mut found = Vec::new();
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
@@ -243,6 +247,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sqlite")]
     fn a_deleted_entity_value_leaves_no_byte_on_disk() {
         let secret = "4111-9876-5432-1001";
         let dir = tempfile::tempdir().unwrap();
@@ -267,6 +272,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sqlite")]
     fn forgetting_before_the_first_checkpoint_finds_no_directory_and_no_error() {
         let dir = tempfile::tempdir().unwrap();
         let checkpoints = dir.path().join("checkpoints");

@@ -85,6 +85,7 @@ mod forget;
 mod fusion;
 mod import;
 mod journal;
+#[cfg(feature = "http")]
 mod llm;
 mod persist;
 mod push;
@@ -115,6 +116,7 @@ pub use error::SessionError;
 pub use forget::ForgetReport;
 pub use fusion::Hybrid;
 pub use import::UNTIMED_TURN_INTERVAL_MS;
+#[cfg(feature = "http")]
 pub use llm::{LlmOptions, LlmStats, LlmWait};
 pub use persist::RestorePoint;
 pub use push::PushOptions;
@@ -177,6 +179,7 @@ pub struct Session {
     /// The periodic policy, the last checkpoint, and the caller's state kept in checkpoints.
     checkpointing: Checkpointing,
     /// The model's summaries and extraction, when built with [`SessionBuilder::llm`].
+    #[cfg(feature = "http")]
     llm: Option<llm::LlmState>,
     /// How recall retrieves, and the vectors of hybrid recall.
     recall: Retrieval,
@@ -286,7 +289,6 @@ impl std::fmt::Debug for Session {
             .field("checkpoints", &self.stores.checkpoints.is_some())
             .field("journal", &self.journal.len())
             .field("last_checkpoint", &self.checkpointing.last)
-            .field("llm", &self.llm.is_some())
             .finish_non_exhaustive()
     }
 }

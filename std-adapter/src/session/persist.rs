@@ -360,6 +360,7 @@ impl Session {
         self.verify_archive(&id, state.archive.as_ref())?;
         self.tracker = state.tracker;
         self.tracker.next_id = self.manager.next_id();
+        #[cfg(feature = "http")]
         self.forget_llm_texts();
         self.calibration.calibrator = state.calibrator;
         self.counters = state.counters;

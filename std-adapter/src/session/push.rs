@@ -110,6 +110,7 @@ impl Session {
         message: &ChatMessage,
         options: PushOptions<'_>,
     ) -> Result<PushReport, SessionError> {
+        #[cfg(feature = "http")]
         self.poll_llm();
         self.commit()?;
         let timestamp = options.timestamp.unwrap_or_else(now_ms);
@@ -180,11 +181,14 @@ impl Session {
     ) -> Result<PushReport, SessionError> {
         self.saw_id(id);
         self.counters.messages_pushed += 1;
+        // `level` decides on LLM extraction, which needs the `http` feature.
+        #[cfg_attr(not(feature = "http"), allow(unused_variables))]
         let (row, reduced, level) = self.row_of(message, options, id, unit);
         if self.stores.archive.is_some() {
             self.journal.add_rows(&self.scope, self.stores.fence, vec![row]);
         }
         let after = self.after_op(since, &|known| known == id)?;
+        #[cfg(feature = "http")]
         if level.is_history() {
             self.schedule_llm_extraction(id, message);
         }

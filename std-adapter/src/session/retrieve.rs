@@ -551,7 +551,8 @@ fn render(lines: &[(u64, String)]) -> String {
     block
 }
 
-#[cfg(test)]
+// Every test recalls from an SQLite archive (its FTS5 ranking).
+#[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use super::*;
     use crate::message::ChatMessage;

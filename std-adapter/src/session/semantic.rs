@@ -347,7 +347,9 @@ mod tests {
     }
 
     /// Words of one concept share a dimension: a toy model for tests.
+    #[cfg(feature = "sqlite")]
     struct Concepts;
+    #[cfg(feature = "sqlite")]
     impl Embedder for Concepts {
         fn model(&self) -> &str {
             "concepts"
@@ -370,8 +372,10 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "sqlite")]
     #[derive(Default)]
     struct Broken(std::sync::atomic::AtomicUsize);
+    #[cfg(feature = "sqlite")]
     impl Embedder for Broken {
         fn model(&self) -> &str {
             "broken"
@@ -382,6 +386,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "sqlite")]
     fn chat(embedder: Option<Arc<dyn Embedder>>) -> Session {
         use crate::message::ChatMessage;
         use ctxwin_core::{Config, Role};
@@ -403,6 +408,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sqlite")]
     fn hybrid_recall_finds_a_turn_sharing_no_word_with_the_request() {
         let mut lexical = chat(None);
         let mut settings = lexical.retrieval().to_owned();
@@ -420,6 +426,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sqlite")]
     fn a_failing_embedder_falls_back_to_the_lexical_payload() {
         let mut lexical = chat(None);
         let embedder = Arc::new(Broken::default());
@@ -435,6 +442,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sqlite")]
     fn forgotten_messages_leave_the_index() {
         let mut session = chat(Some(Arc::new(Concepts)));
         session.sync_vectors().unwrap();

@@ -9,7 +9,9 @@ use std::fmt;
 use ctxwin_core::{Level, Stats, StrategyKind};
 use serde::{Deserialize, Serialize};
 
-use super::{Calibration, LlmStats, Session, SessionError};
+#[cfg(feature = "http")]
+use super::LlmStats;
+use super::{Calibration, Session, SessionError};
 use crate::tokens::CacheStats;
 
 /// What the session itself did, kept across checkpoints.
@@ -101,7 +103,8 @@ pub struct SessionStats {
     pub last_checkpoint: Option<String>,
     /// Checkpoint files in the session's checkpoint directory; `None` without one.
     pub checkpoints_kept: Option<usize>,
-    /// LLM summaries and extraction, when the session has an LLM.
+    /// LLM summaries and extraction, when the session has an LLM (cargo feature `http`).
+    #[cfg(feature = "http")]
     pub llm: Option<LlmStats>,
 }
 
@@ -153,6 +156,7 @@ impl Session {
             counters: self.counters.clone(),
             last_checkpoint: self.checkpointing.last.as_ref().map(ToString::to_string),
             checkpoints_kept,
+            #[cfg(feature = "http")]
             llm: self.llm_stats(),
         })
     }
@@ -284,6 +288,9 @@ impl SessionStats {
             }
             None => "none (no checkpoint directory)".to_string(),
         };
+        #[cfg(not(feature = "http"))]
+        let llm = "none (built without the http feature)".to_string();
+        #[cfg(feature = "http")]
         let llm = match &self.llm {
             Some(llm) => format!(
                 "{} of {} summaries rewritten, {} of {} extractions accepted, {} pending",
@@ -410,6 +417,7 @@ impl SessionStats {
                 format!("{} hits, {} misses ({rate})", cache.hits, cache.misses),
             ));
         }
+        #[cfg(feature = "http")]
         if let Some(llm) = &self.llm {
             rows.extend(llm_rows(llm));
         }
@@ -440,6 +448,7 @@ impl SessionStats {
 }
 
 /// The detail rows of the LLM work: summaries and extraction, with their latencies.
+#[cfg(feature = "http")]
 fn llm_rows(llm: &LlmStats) -> [(&'static str, String); 4] {
     let ms = |p50: Option<u64>, p90: Option<u64>, max: Option<u64>| match (p50, p90, max) {
         (Some(p50), Some(p90), Some(max)) => format!("p50 {p50} ms, p90 {p90} ms, max {max} ms"),

@@ -69,6 +69,7 @@ impl Session {
         let summaries = self.journal_summaries();
         self.commit()?;
         // Sources are written by now: jobs read them from the archive.
+        #[cfg(feature = "http")]
         self.schedule_llm_summaries(&summaries);
         let drained = self.drain_outbox();
         self.prune_summary_marks();

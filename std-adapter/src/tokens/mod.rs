@@ -1,6 +1,7 @@
 //! Exact token counts, chat framing overheads, and calibration against provider usage.
 //!
-//! - [`ExactCounter`]: a [`TokenCounter`](ctxwin_core::counter::TokenCounter) backed by a Hugging Face
+//! - [`ExactCounter`] (cargo feature `tokenizers`, on by default): a
+//!   [`TokenCounter`](ctxwin_core::counter::TokenCounter) backed by a Hugging Face
 //!   `tokenizer.json` (the pure-Rust `tokenizers` crate), with a bounded per-text cache.
 //!   `cl100k_base` and SmolLM2 ship inside the crate; any other file loads by path.
 //! - [`ChatFraming`]: per-message and per-request tokens a chat API adds around contents,
@@ -27,12 +28,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// The count cache serves `ExactCounter`; `CacheStats` is the sessions' stats type either way.
+#[cfg_attr(not(feature = "tokenizers"), allow(dead_code))]
 mod cache;
 mod calibration;
+#[cfg(feature = "tokenizers")]
 mod exact;
 mod overhead;
 
 pub use cache::{CacheStats, DEFAULT_CACHE_CAPACITY};
 pub use calibration::{CalibrationError, Calibrator, CalibratorConfig, Observation};
+#[cfg(feature = "tokenizers")]
 pub use exact::{ExactCounter, MAX_TOKENIZER_BYTES, TokenizerError};
 pub use overhead::{CHATML_REPLY_PRIMER, CHATML_ROLES, ChatFraming, render_chatml};

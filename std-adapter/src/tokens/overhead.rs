@@ -7,6 +7,7 @@
 
 use ctxwin_core::{Config, counter::TokenCounter};
 
+#[cfg(feature = "tokenizers")]
 use super::ExactCounter;
 
 /// Roles whose framing [`ChatFraming::chatml`] measures; the overhead is the largest.
@@ -80,6 +81,7 @@ impl ChatFraming {
     /// assert_eq!(ChatFraming::chatml(&ExactCounter::smollm2()?), ChatFraming::new(6, 4));
     /// # Ok::<(), ctxwin_std::tokens::TokenizerError>(())
     /// ```
+    #[cfg(feature = "tokenizers")]
     pub fn chatml(counter: &ExactCounter) -> ChatFraming {
         let message = CHATML_ROLES
             .iter()
@@ -102,6 +104,7 @@ impl ChatFraming {
     /// assert_eq!(ChatFraming::chatml_message_tokens(&counter, "assistant"), 6);
     /// # Ok::<(), ctxwin_std::tokens::TokenizerError>(())
     /// ```
+    #[cfg(feature = "tokenizers")]
     pub fn chatml_message_tokens(counter: &ExactCounter, role: &str) -> u32 {
         counter.count_uncached(&render_chatml([(role, "")], false))
     }
@@ -207,6 +210,7 @@ pub fn render_chatml<'a>(
     text
 }
 
+#[cfg(feature = "tokenizers")]
 fn saturate_u16(n: u32) -> u16 {
     u16::try_from(n).unwrap_or(u16::MAX)
 }
@@ -216,6 +220,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "tokenizers")]
     fn chatml_framing_of_smollm2() {
         let counter = ExactCounter::smollm2().unwrap();
         let per_role = CHATML_ROLES.map(|role| ChatFraming::chatml_message_tokens(&counter, role));
@@ -225,6 +230,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "tokenizers")]
     fn chatml_without_special_markers_costs_more() {
         // cl100k has no <|im_start|>, so the markers are spelled out in ordinary tokens.
         let framing = ChatFraming::chatml(&ExactCounter::cl100k().unwrap());

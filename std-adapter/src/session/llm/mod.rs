@@ -421,6 +421,7 @@ impl Session {
 /// The session's LLM double buffer against small local HTTP servers.
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use ctxwin_core::{Config, EntitySchema, Role, StrategyKind};
@@ -430,6 +431,7 @@ mod tests {
     use crate::llm::LlmClientBuilder;
     use crate::llm::mock::responder;
     use crate::session::{Session, SessionBuilder};
+    use crate::store::MemoryStore;
 
     const SUMMARY: &str = "Worked through the build steps; src/step files edited.";
 
@@ -456,7 +458,7 @@ mod tests {
         let client = LlmClientBuilder::new(url).max_retries(0).build().unwrap();
         SessionBuilder::new("llm")
             .config(config())
-            .archive_in_memory()
+            .archive_store(Arc::new(MemoryStore::new()))
             .llm(client)
             .llm_options(options)
             .build()

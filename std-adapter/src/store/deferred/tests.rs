@@ -189,6 +189,7 @@ fn a_stale_fence_is_dropped_and_reported_to_its_scope_alone() {
 }
 
 #[test]
+#[cfg(feature = "sqlite")]
 fn dropping_it_writes_what_is_queued() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.db");
