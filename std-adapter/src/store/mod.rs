@@ -50,6 +50,8 @@ mod faulty;
 pub mod keywords;
 mod memory;
 mod port;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod retrying;
 mod scope;
 #[cfg(feature = "sqlite")]

@@ -15,17 +15,20 @@ use ctxwin_core::terms;
 /// Query words beyond this many are ignored (bounds the cost of a pasted paragraph).
 const MAX_QUERY_TERMS: usize = 32;
 
-/// BM25's parameters (the usual ones).
-const K1: f64 = 1.2;
-const B: f64 = 0.75;
+/// BM25's parameters (the usual ones), for every adapter that ranks by BM25 itself.
+pub(crate) const K1: f64 = 1.2;
+pub(crate) const B: f64 = 0.75;
 
 /// The index terms of `text`, in order.
 pub(crate) fn terms(text: &str) -> Vec<String> {
     terms::search_words(text).map(|word| terms::stem(&word.to_lowercase()).to_string()).collect()
 }
 
-/// The terms a query `text` searches for (empty: nothing to search).
-pub(crate) fn query_terms(text: &str) -> Vec<String> {
+/// The words a query `text` searches for, as the user wrote them (unstemmed): each word with an
+/// irregular verb's other forms, words of one stem once, stop words dropped unless nothing
+/// else is left, at most [`MAX_QUERY_TERMS`]. Adapters whose database stems (PostgreSQL's
+/// text search) take these; [`query_terms`] stems them.
+pub(crate) fn query_words(text: &str) -> Vec<&str> {
     let mut words: Vec<&str> = Vec::new();
     for word in terms::search_words(text) {
         for form in core::iter::once(word).chain(terms::verb_forms(word).iter().copied()) {
@@ -38,8 +41,13 @@ pub(crate) fn query_terms(text: &str) -> Vec<String> {
         words.retain(|w| !terms::is_stop_word(w));
     }
     words.truncate(MAX_QUERY_TERMS);
+    words
+}
+
+/// The terms a query `text` searches for (empty: nothing to search).
+pub(crate) fn query_terms(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for word in words {
+    for word in query_words(text) {
         let term = terms::stem(&word.to_lowercase()).to_string();
         if !out.contains(&term) {
             out.push(term);
