@@ -322,6 +322,24 @@ impl PgStore {
         })
     }
 
+    /// Rebuilds the full-text indexes (`REINDEX INDEX CONCURRENTLY`: writes go on
+    /// meanwhile). A GIN index keeps the key of every word it ever indexed, with no row
+    /// pointing at it once the rows are gone or scrubbed: after a
+    /// [`forget`](crate::store::ArchiveStore::forget) of a secret, its (lower-cased) word is
+    /// still in the index's pages until they are rebuilt. It is not in a dump; this takes it
+    /// off the index files too. Costs a pass over every conversation's rows.
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub fn rebuild_search_indexes(&self) -> Result<(), StoreError> {
+        self.run(|client| {
+            // One statement per call: REINDEX CONCURRENTLY cannot run in a transaction block.
+            client.batch_execute("REINDEX INDEX CONCURRENTLY messages_search")?;
+            client.batch_execute("REINDEX INDEX CONCURRENTLY summaries_search")?;
+            Ok(())
+        })
+    }
+
     /// Runs `work` on a pooled connection.
     fn run<T>(&self, work: impl FnOnce(&mut Client) -> Pg<T>) -> Result<T, StoreError> {
         let mut conn = checkout(&self.inner.pool, &self.inner.place)?;
