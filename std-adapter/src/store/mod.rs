@@ -49,6 +49,7 @@ mod error;
 mod faulty;
 pub mod keywords;
 mod memory;
+mod open;
 mod port;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -66,6 +67,7 @@ pub use dir::{CheckpointDir, STALE_TEMP_AGE};
 pub use error::{ErrorKind, StoreError};
 pub use faulty::{Faults, Faulty};
 pub use memory::MemoryStore;
+pub use open::{Deleted, Location, Ports, STORE_URL_VAR, open, open_bound};
 pub use port::{ArchiveStore, CheckpointSink, PendingOp, PendingWrite, Write, WriteOp};
 pub use retrying::Retrying;
 pub use scope::{Fence, Scope};

@@ -131,3 +131,11 @@ fn ranks_as_the_in_memory_store_does() {
         assert_eq!(snipped[0].snippet, "Sofia has taken up «pottery» and took a class");
     });
 }
+
+#[test]
+fn prune_and_delete_through_the_ports() {
+    let Some(schema) = TestSchema::new("ports") else { return };
+    let schema = schema.unwrap();
+    let location = crate::store::Location::parse(schema.url());
+    crate::store::open::prune_and_delete(&crate::store::open(&location).unwrap());
+}
