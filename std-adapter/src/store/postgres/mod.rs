@@ -4,7 +4,7 @@
 //! * **Scoped in SQL.** A [`Scope`] is a row of `conversations` (tenant, name); every
 //!   statement joins on it, and every row's search vector holds its conversation's lexeme,
 //!   so a search intersects the conversation's postings with the words' in the GIN index.
-//! * **Fenced.** [`acquire`](ArchiveStore::acquire) raises the conversation's fence and
+//! * **Fenced.** [`acquire`](crate::store::ArchiveStore::acquire) raises the conversation's fence and
 //!   returns it; every write (rows, summaries, vectors, forget, deletes, checkpoint saves,
 //!   prunes, rewrites) locks the conversation's row in its own transaction and is refused
 //!   with [`StoreError::Fenced`] when its fence is older than the row's. A holder that was
@@ -33,8 +33,39 @@
 //!   outside them — WAL segments not yet recycled, replicas, base backups — still holds it
 //!   until they turn over (see the README's fleet section).
 //!
-//! TLS is not built in: reach the server on a private network or a local socket, or through
-//! a TLS-terminating proxy.
+//! # Operating it
+//!
+//! * **A schema of its own**: the tables go in the connection's current schema. Give ctxwin a
+//!   role whose `search_path` starts with its schema (`ALTER ROLE ctxwin SET search_path =
+//!   ctxwin`), or put `?options=-csearch_path%3Dctxwin` in the URL when connecting directly
+//!   (a pooler may refuse or drop the `options` startup parameter — PgBouncer does unless
+//!   configured for it — while the role's setting works behind any pooler).
+//! * **Behind a transaction-mode pooler** nothing else is needed: no statement is prepared
+//!   by name, no setting or lock outlives its transaction (PgBouncer's
+//!   `max_prepared_statements` may stay 0).
+//! * **Connections**: at most [`PgOptions::max_connections`] per process (4 by default),
+//!   none while idle past [`PgOptions::idle_timeout`] (60 s) unless
+//!   [`PgOptions::min_idle`] says otherwise. Twenty idle agents hold no connection
+//!   (`tests/postgres_fleet.rs`).
+//! * **Server settings worth setting**: `idle_in_transaction_session_timeout` (a client
+//!   stopped mid-transaction releases its conversation's lock); TCP keepalives are set by
+//!   the client (30 s idle) so a partitioned instance's transaction ends within minutes.
+//! * **What a forget leaves on the server's disks.** After
+//!   [`forget`](crate::store::ArchiveStore::forget) and a checkpoint
+//!   [`rewrite`](crate::store::CheckpointSink::rewrite), a `pg_dump` holds no byte of the
+//!   text (rows, search vectors, vectors, summaries, checkpoints; checked by
+//!   `tests/postgres_fleet.rs`), and the `VACUUM` that follows leaves no copy in the tables'
+//!   pages (the same test counts 0 in their files). Three places still hold it: the GIN
+//!   indexes keep every word they ever indexed as a key, with no row pointing at it, until
+//!   [`PgStore::rebuild_search_indexes`] (`REINDEX … CONCURRENTLY`) rebuilds them (6 copies
+//!   before, 0 after, in that test); the write-ahead log holds every version written until
+//!   its segments are recycled (after checkpoints, past `wal_keep_size`; the test found
+//!   dozens in `pg_wal`); and whatever copied the WAL or the pages before the forget (WAL
+//!   archives, replicas' WAL, base backups, the file system's free blocks) keeps them until
+//!   it expires. A hard guarantee needs those retention windows, or encrypted storage whose
+//!   key goes with the data.
+//! * **TLS** is not built in: reach the server on a private network or a local socket, or
+//!   through a TLS-terminating proxy.
 //!
 //! # Examples
 //!

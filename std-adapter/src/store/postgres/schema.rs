@@ -1,7 +1,7 @@
 //! The PostgreSQL schema and its migrations.
 //!
 //! [`MIGRATIONS`] is append-only and numbered from 1: each is applied once, recorded in
-//! `ctxwin_migrations` (version, name, when). [`migrate`] runs in ONE transaction that first
+//! `ctxwin_migrations` (version, name, when). `migrate` runs in ONE transaction that first
 //! takes `pg_advisory_xact_lock` (released by the commit): processes opening the store at
 //! once queue for it, the first applies what is missing, the others find it recorded. No
 //! session-scoped state (no session advisory lock, no `SET`, no prepared statement kept):
