@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ctxwin_core::{Config, OutboxMode, StrategyKind, UnansweredCalls};
-use ctxwin_std::checkpoint::CheckpointPolicy;
+use ctxwin_std::session::CheckpointPolicy;
 use ctxwin_std::session::RetrievalSettings;
 use serde::Deserialize;
 

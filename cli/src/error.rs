@@ -6,10 +6,9 @@ use std::path::Path;
 
 use ctxwin_core::Error as CoreError;
 
-use ctxwin_std::archive::{ArchiveError, SqliteFailure};
-use ctxwin_std::checkpoint::CheckpointError;
 use ctxwin_std::session::SessionError;
 use ctxwin_std::statefs::StateFsError;
+use ctxwin_std::store::{ErrorKind, StoreError};
 
 /// The exit codes of `ctxwin`, one per kind of failure.
 ///
@@ -175,9 +174,9 @@ impl From<SessionError> for CliError {
     }
 }
 
-impl From<CheckpointError> for CliError {
-    fn from(error: CheckpointError) -> Self {
-        from_checkpoint(error)
+impl From<StoreError> for CliError {
+    fn from(error: StoreError) -> Self {
+        from_store(error)
     }
 }
 
@@ -202,12 +201,6 @@ impl From<StateFsError> for CliError {
     }
 }
 
-impl From<ArchiveError> for CliError {
-    fn from(error: ArchiveError) -> Self {
-        from_archive(error)
-    }
-}
-
 /// What the command line can do about a session error.
 fn from_session(error: SessionError) -> CliError {
     match error {
@@ -216,8 +209,7 @@ fn from_session(error: SessionError) -> CliError {
             "invalid configuration: {config}; fix the [context] section of ctxwin.toml"
         )),
         SessionError::Setting(setting) => CliError::Config(format!("{setting}; fix ctxwin.toml")),
-        SessionError::Archive(archive) => from_archive(archive),
-        SessionError::Checkpoint(checkpoint) => from_checkpoint(checkpoint),
+        SessionError::Store(store) => from_store(store),
         SessionError::BadCheckpoint { id, reason } => CliError::Corrupt(format!(
             "checkpoint {id} cannot be restored: {reason}; restore another one (`ctxwin checkpoints` lists them)"
         )),
@@ -276,58 +268,43 @@ pub(crate) fn from_core(error: CoreError) -> CliError {
     }
 }
 
-fn from_checkpoint(error: CheckpointError) -> CliError {
-    match error {
-        CheckpointError::InvalidId(id) => CliError::BadInput(format!(
-            "{id}; `ctxwin checkpoints` lists the ids (or use `latest`)"
+/// What the command line can do about a storage failure: by its kind (no backend's error
+/// type is named here), with what to do about each.
+fn from_store(error: StoreError) -> CliError {
+    match &error {
+        StoreError::Mismatch { .. } => CliError::Corrupt(format!(
+            "archive.db: {error}; put the right archive.db back, or `ctxwin recover` rebuilds the context from this one"
         )),
-        CheckpointError::NotFound { id, .. } => {
-            CliError::BadInput(format!("no checkpoint {id}; `ctxwin checkpoints` lists the ids"))
+        StoreError::NoUsableCheckpoint { .. } => CliError::Corrupt(format!(
+            "{error}; the archive still holds every message: `ctxwin checkpoints` shows what is left, `ctxwin recover` rebuilds the context from the archive"
+        )),
+        StoreError::SchemaTooNew { .. } => {
+            CliError::Corrupt(format!("archive.db: {error}; it was written by a newer ctxwin"))
         }
-        CheckpointError::Io { .. } => {
-            CliError::Io(format!("{error}; check the disk and permissions"))
-        }
-        CheckpointError::Corrupt { .. } | CheckpointError::NoValidCheckpoint { .. } => {
+        StoreError::Damaged { what, .. } if what.contains("checkpoint") => {
             CliError::Corrupt(format!(
                 "{error}; the archive still holds every message: `ctxwin checkpoints` shows what is left, `ctxwin recover` rebuilds the context from the archive"
             ))
         }
-        other => CliError::Internal(other.to_string()),
-    }
-}
-
-fn from_archive(error: ArchiveError) -> CliError {
-    match &error {
-        ArchiveError::Sqlite(_) => match error.sqlite_failure() {
-            Some(SqliteFailure::Damaged) => CliError::Corrupt(format!(
-                "archive.db is damaged ({error}); the checkpoints still hold the context, but the archive needs restoring from a backup"
+        _ => match error.kind() {
+            ErrorKind::Damaged => CliError::Corrupt(format!(
+                "{error}; the damage was reported, not served: restore archive.db from a backup, or `ctxwin recover` rebuilds the context from what is intact"
             )),
-            // SQLite's generic error: ctxwin's own statements are fixed, so one of them
-            // failing (no such table, a schema that does not parse) means a damaged file.
-            Some(SqliteFailure::Generic) => CliError::Corrupt(format!(
-                "archive.db is damaged or not ctxwin's ({error}); restore it from a backup, or `ctxwin recover` rebuilds what the checkpoints miss"
+            ErrorKind::NotFound => match &error {
+                StoreError::NotFound { what } if what.starts_with("checkpoint") => {
+                    CliError::BadInput(format!("no {what}; `ctxwin checkpoints` lists the ids"))
+                }
+                _ => CliError::BadInput(format!("{error}")),
+            },
+            ErrorKind::Busy => CliError::Io(format!(
+                "{error}; another process holds the archive: wait for the other ctxwin command to finish"
             )),
-            Some(SqliteFailure::Locked) => CliError::Io(format!(
-                "archive.db is locked by another process ({error}); wait for the other ctxwin command to finish"
-            )),
-            Some(SqliteFailure::Other) => CliError::Io(format!(
-                "archive.db: {error}; check the disk and the file's permissions"
-            )),
-            // A value of the wrong type or out of range in a row.
-            _ => CliError::Corrupt(format!("archive.db holds a damaged row ({error})")),
+            ErrorKind::Io | ErrorKind::Full => {
+                CliError::Io(format!("{error}; check the disk and the files' permissions"))
+            }
+            ErrorKind::Invalid => CliError::BadInput(error.to_string()),
+            _ => CliError::Internal(format!("store: {error}")),
         },
-        ArchiveError::Mismatch(_) => CliError::Corrupt(format!(
-            "archive.db: {error}; put the right archive.db back, or `ctxwin recover` rebuilds the context from this one"
-        )),
-        ArchiveError::Corrupt(_) | ArchiveError::SchemaTooNew { .. } | ArchiveError::Json(_) => {
-            CliError::Corrupt(format!(
-                "archive.db: {error}; it was damaged or written by a newer ctxwin"
-            ))
-        }
-        ArchiveError::SummaryNotFound { id, .. } => CliError::BadInput(format!(
-            "no summary {id} in the archive; `ctxwin search <words>` lists summaries with their ids"
-        )),
-        _ => CliError::Internal(format!("archive: {error}")),
     }
 }
 

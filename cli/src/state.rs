@@ -22,11 +22,11 @@ use super::llm;
 use super::notes::{Compression, Notes};
 use std::time::{Duration, Instant};
 
-use ctxwin_std::checkpoint::{CheckpointError, CheckpointStore};
 use ctxwin_std::embed::HttpEmbedder;
 use ctxwin_std::llm::LlmClient;
 use ctxwin_std::session::{Counter, Session, SessionBuilder};
 use ctxwin_std::statefs::{self, StateLock};
+use ctxwin_std::store::{CheckpointDir, CheckpointSink, ErrorKind, Scope};
 use ctxwin_std::tokens::ExactCounter;
 use std::sync::Arc;
 
@@ -70,6 +70,11 @@ impl StateDir {
 
     pub(crate) fn checkpoints(&self) -> PathBuf {
         self.root.join("checkpoints")
+    }
+
+    /// The checkpoint port of session `session` in this directory.
+    pub(crate) fn checkpoint_sink(&self, session: &str) -> CheckpointDir {
+        CheckpointDir::bound(self.checkpoints(), Scope::local(session))
     }
 
     pub(crate) fn notes(&self) -> PathBuf {
@@ -240,12 +245,13 @@ impl Workspace {
         strict: bool,
         adjust: impl FnOnce(Config) -> Config,
     ) -> Result<Session, CliError> {
-        let store = CheckpointStore::open(self.dir.checkpoints())?;
-        let newest = store.ids()?.into_iter().next();
+        let scope = Scope::local(self.config.session.as_str());
+        let sink = self.dir.checkpoint_sink(&scope.conversation);
+        let newest = sink.ids(&scope)?.into_iter().next();
         if strict && let Some(newest) = &newest {
-            match store.load(newest) {
+            match sink.load(&scope, newest) {
                 Ok(_) => {}
-                Err(error @ CheckpointError::Corrupt { .. }) => {
+                Err(error) if error.kind() == ErrorKind::Damaged => {
                     return Err(CliError::Corrupt(format!(
                         "{error}; `ctxwin restore latest` continues from the newest intact checkpoint (`ctxwin checkpoints` lists them)"
                     )));

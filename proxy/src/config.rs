@@ -17,7 +17,8 @@ pub struct ProxyConfig {
     /// Where to listen.
     pub listen: SocketAddr,
     /// Where sessions live: `<state_dir>/archive.db` (shared), `<state_dir>/proxy.db` (the
-    /// side store) and `<state_dir>/<session key>/checkpoints/`.
+    /// side store), `<state_dir>/tenant.key` (the secret tenant and conversation names are
+    /// keyed with) and `<state_dir>/<tenant>/<conversation>/checkpoints/`.
     pub state_dir: PathBuf,
     /// Context windows by model name (exact match first, then the longest prefix).
     pub windows: BTreeMap<String, u32>,
@@ -38,6 +39,10 @@ pub struct ProxyConfig {
     pub checkpoint_idle: Duration,
     /// A busy conversation is checkpointed every this many exchanges.
     pub checkpoint_every: u32,
+    /// The header that identifies a request's tenant (`x-team-id`, lower case), when set;
+    /// otherwise, and for a request without it, the credential it carries does
+    /// ([`crate::keys`]).
+    pub tenant_header: Option<String>,
 }
 
 impl Default for ProxyConfig {
@@ -55,6 +60,7 @@ impl Default for ProxyConfig {
             upstream_timeout: Duration::from_secs(300),
             checkpoint_idle: Duration::from_secs(1),
             checkpoint_every: 64,
+            tenant_header: None,
         }
     }
 }
@@ -91,6 +97,7 @@ struct ProxySection {
     upstream_timeout_secs: Option<u64>,
     checkpoint_idle_ms: Option<u64>,
     checkpoint_every: Option<u32>,
+    tenant_header: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -166,11 +173,15 @@ impl ProxyConfig {
         if let Some(every) = section.checkpoint_every {
             self.checkpoint_every = every.max(1);
         }
+        if let Some(header) = section.tenant_header {
+            self.tenant_header = tenant_header(&header);
+        }
         Ok(())
     }
 
     /// Applies `CTXWIN_PROXY_UPSTREAM`, `CTXWIN_PROXY_LISTEN`, `CTXWIN_PROXY_KEY`,
-    /// `CTXWIN_PROXY_STATE_DIR` and `CTXWIN_PROXY_MAX_RESIDENT` when set.
+    /// `CTXWIN_PROXY_STATE_DIR`, `CTXWIN_PROXY_MAX_RESIDENT` and `CTXWIN_PROXY_TENANT_HEADER`
+    /// (empty: none) when set.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for a bad address or number.
@@ -192,11 +203,15 @@ impl ProxyConfig {
                 ConfigError::Invalid(format!("CTXWIN_PROXY_MAX_RESIDENT: `{max}` is not a number"))
             })?;
         }
+        if let Some(header) = get("CTXWIN_PROXY_TENANT_HEADER") {
+            self.tenant_header = tenant_header(&header);
+        }
         Ok(())
     }
 
     /// Checks the settings work together: a non-loopback address needs a proxy key, the
-    /// resident cap is at least 1, the upstream is an http(s) URL.
+    /// resident cap is at least 1, the upstream is an http(s) URL, the tenant header is a
+    /// header name.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] saying what to change.
@@ -216,6 +231,13 @@ impl ProxyConfig {
                 self.upstream
             )));
         }
+        if let Some(header) = &self.tenant_header
+            && axum::http::HeaderName::from_bytes(header.as_bytes()).is_err()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "tenant_header `{header}` is not an HTTP header name"
+            )));
+        }
         if self.default_window < 1_024 || self.windows.values().any(|w| *w < 1_024) {
             return Err(ConfigError::Invalid(
                 "context windows must be at least 1,024 tokens".into(),
@@ -231,6 +253,12 @@ impl ProxyConfig {
             base.strip_suffix("/v1").filter(|_| path_and_query.starts_with("/v1")).unwrap_or(base);
         format!("{base}{path_and_query}")
     }
+}
+
+/// A tenant header setting: lower case (header names are case-insensitive); empty is none.
+fn tenant_header(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_ascii_lowercase())
 }
 
 fn parse_listen(text: &str) -> Result<SocketAddr, ConfigError> {
@@ -270,5 +298,14 @@ max_resident = 4
         config.proxy_key = Some("k".into());
         config.validate().unwrap();
         assert!(config.apply_toml("[proxy]\nbogus = 1").is_err());
+        config.apply_toml("[proxy]\ntenant_header = \"X-Team-Id\"").unwrap();
+        assert_eq!(config.tenant_header.as_deref(), Some("x-team-id"));
+        config.validate().unwrap();
+        config
+            .apply_env(|k| (k == "CTXWIN_PROXY_TENANT_HEADER").then(|| "bad header".into()))
+            .unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("tenant_header"));
+        config.apply_env(|k| (k == "CTXWIN_PROXY_TENANT_HEADER").then(String::new)).unwrap();
+        assert_eq!(config.tenant_header, None);
     }
 }

@@ -7,18 +7,21 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use ctxwin_std::archive::ArchiveWriter;
 use ctxwin_std::core::{Config, Error as CoreError, Level, Role};
-use ctxwin_std::session::{PushOptions, Session, SessionBuilder, SessionError};
+use ctxwin_std::session::{
+    ComposeOptions, PushOptions, RecallFor, Session, SessionBuilder, SessionError,
+};
+use ctxwin_std::store::sqlite::SqliteArchive;
+use ctxwin_std::store::{ArchiveStore, Deferred};
 use ctxwin_std::{ChatMessage, core::counter::TokenCounter};
-use indexmap::IndexMap;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use crate::assemble::Answer;
-use crate::hash::{canonical, hash_str};
-use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, response_fingerprint};
+use crate::hash::{canonical, digest_hex, hash_str, is_hex_name};
+use crate::wire::{
+    Analyzed, KeptPart, ManagedBody, Part, Provider, Request, analyze_item, analyze_message,
+};
 
 /// What went wrong in a conversation.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +113,7 @@ pub struct Conv {
     provider: Provider,
     session: Session,
     db: Store,
-    writer: ArchiveWriter,
+    writer: Arc<Deferred<SqliteArchive>>,
     entries: Vec<Entry>,
     by_id: HashMap<u64, (usize, usize)>,
     placeholders: HashSet<u64>,
@@ -129,8 +132,7 @@ pub struct Conv {
     /// `meta` rows of a new conversation (its window), written with the first flush's entries.
     unsaved_meta: Vec<(&'static str, String)>,
     /// The upstream's last answer, not yet in the session: taken with the next request's
-    /// messages in one archive batch (as the client's copy when the client echoes it), or at
-    /// the next checkpoint.
+    /// messages (as the client's copy when the client echoes it), or at the next checkpoint.
     pending_answer: Option<Value>,
 }
 
@@ -197,14 +199,16 @@ pub const ARCHIVE_CACHE_KIB: u32 = 2_048;
 pub struct Stores {
     /// The side store.
     pub side: Store,
-    /// The archive (`<state_dir>/archive.db`): sessions hold clones of this handle.
-    pub archive: ctxwin_std::archive::Archive,
+    /// The archive (`<state_dir>/archive.db`): the writer's inner store, whose handle (one
+    /// connection, and read connections for searches) every conversation shares.
+    pub archive: SqliteArchive,
     /// A second connection to the archive, for WAL checkpoints off the request path
     /// ([`crate::server::App::checkpoint_wal`]).
-    pub wal: ctxwin_std::archive::Archive,
-    /// The archive's writer thread: every conversation's rows are queued to it and written
-    /// many requests to a transaction, off the request path.
-    pub writer: ArchiveWriter,
+    pub wal: SqliteArchive,
+    /// The archive port every session writes: the archive behind a [`Deferred`] writer
+    /// thread, which writes every conversation's rows many requests to a transaction, off
+    /// the request path (a session's reads wait for its own queued rows).
+    pub writer: Arc<Deferred<SqliteArchive>>,
 }
 
 /// The side store's connection, locked.
@@ -235,17 +239,17 @@ pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
     let path = state_dir.join("archive.db");
     // Opened and closed first: a new file's schema stays in its WAL until its last connection
     // closes, and opening a second one checks the file's header.
-    drop(ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?);
+    drop(SqliteArchive::open(&path).map_err(SessionError::from)?);
     // Retrieval's searches read on connections of their own, one per blocking-pool worker: in
     // WAL mode they never wait for the writer thread's transactions on the shared one, nor
     // for each other.
-    let archive = ctxwin_std::archive::Archive::open(&path)
+    let archive = SqliteArchive::open(&path)
         .and_then(|archive| archive.with_read_connections(crate::server::workers()))
         .map_err(SessionError::from)?;
     archive.set_cache_kib(ARCHIVE_CACHE_KIB).map_err(SessionError::from)?;
-    let wal = ctxwin_std::archive::Archive::open(&path).map_err(SessionError::from)?;
+    let wal = SqliteArchive::open(&path).map_err(SessionError::from)?;
     wal.set_cache_kib(64).map_err(SessionError::from)?;
-    let writer = ArchiveWriter::spawn(&archive)?;
+    let writer = Arc::new(Deferred::spawn(archive.clone())?);
     Ok(Stores { side: Arc::new(Mutex::new(db)), archive, wal, writer })
 }
 
@@ -265,7 +269,7 @@ pub fn persisted_keys(stores: &Stores) -> Result<HashSet<String>, ConvError> {
             keys.insert(key?);
         }
     }
-    for name in stores.archive.session_names("").map_err(SessionError::from)? {
+    for name in stores.archive.conversations("", "").map_err(SessionError::from)? {
         let key = name.split(['#', '@']).next().unwrap_or(&name);
         keys.insert(key.to_string());
     }
@@ -282,7 +286,7 @@ fn session_builder(
 ) -> SessionBuilder {
     SessionBuilder::new(name)
         .config(session_config(window, reserve))
-        .archive_writer(&stores.writer)
+        .archive_store(stores.writer.clone())
         .checkpoints(checkpoints)
         .keep_checkpoints(3)
         // The proxy checkpoints when a conversation idles or unloads, not every N messages.
@@ -550,22 +554,17 @@ impl Conv {
     /// pushed before the failure stay recorded.
     pub fn ingest(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
         self.last_used = Instant::now();
-        // One archive batch for the request, its messages and the answer before them, queued
-        // to the writer together (written in one transaction, with other conversations' rows).
-        self.session.begin_batch();
-        let ingested = self.ingest_batch(request, hashes);
-        let ended = self.session.end_batch();
-        let ingested = ingested?;
-        ended?;
-        Ok(ingested)
+        // The request's messages and the answer before them are queued to the writer as they
+        // are pushed (written with other conversations' rows, many to a transaction).
+        self.ingest_messages(request, hashes)
     }
 
-    /// [`ingest`](Self::ingest) inside the archive batch.
-    fn ingest_batch(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
+    /// [`ingest`](Self::ingest)'s work.
+    fn ingest_messages(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
         let mut diverged = self.compare_prefix(request, hashes)?;
         let mut evicted = 0;
         if let Some(message) = self.pending_answer.take() {
-            match response_fingerprint(self.provider, &message) {
+            match analyze_message(self.provider, &message) {
                 // The client's copy comes with the new messages below.
                 Ok(answer) if diverged.is_none() && self.echoes(request, &answer) => {}
                 Ok(answer) => {
@@ -771,12 +770,8 @@ impl Conv {
         // Retrieval leaves out what the payload holds: before anything of this conversation
         // left the core it can find nothing, and its full-text search is most of a request's
         // cost (the archive is shared by every conversation).
-        let mut retrieval = *self.session.retrieval();
-        if retrieval.auto != self.evicted_any {
-            retrieval.auto = self.evicted_any;
-            self.session.set_retrieval(retrieval);
-        }
-        let payload = self.session.compose(&[])?;
+        let recall = if self.evicted_any { RecallFor::Settings } else { RecallFor::Nothing };
+        let payload = self.session.compose_with(ComposeOptions::new(&[]).recall(recall))?;
         self.evicted_any |= payload.evicted_units > 0;
         let manager = self.session.manager();
         let permanent: Vec<_> = manager.messages(Level::Permanent).collect();
@@ -790,7 +785,7 @@ impl Conv {
             .map(|m| m.content.clone())
             .collect();
         // Which parts of each entry the payload keeps, and the reduced text of kept parts.
-        let mut kept: HashMap<usize, Vec<(usize, Option<String>)>> = HashMap::new();
+        let mut kept: HashMap<usize, Vec<KeptPart>> = HashMap::new();
         let mut order: Vec<Slot> = Vec::new();
         let mut emitted_ids = Vec::new();
         let mut first_history = None;
@@ -810,7 +805,7 @@ impl Conv {
                     if parts.is_empty() {
                         order.push(Slot::Entry(entry));
                     }
-                    parts.push((part, reduced));
+                    parts.push(KeptPart { part, reduced });
                 }
                 None => order.push(Slot::Core(ChatMessage {
                     role: message.role(),
@@ -824,59 +819,25 @@ impl Conv {
         }
         let tokens = payload.tokens;
         let evicted = payload.evicted_units;
-        let mut messages: Vec<String> = Vec::new();
-        let mut system_raw: Option<String> = None;
-        let mut extra_inserted = false;
+        let mut body = ManagedBody::new(self.provider, request, extra);
         for (n, slot) in order.into_iter().enumerate() {
-            if first_history == Some(n) && !extra_inserted {
-                extra_inserted = true;
-                if self.provider == Provider::OpenAi {
-                    for text in &extra {
-                        messages.push(
-                            serde_json::json!({"role": "system", "content": text}).to_string(),
-                        );
-                    }
-                }
+            if first_history == Some(n) {
+                body.history_starts();
             }
             match slot {
                 Slot::Entry(e) => {
                     let raw = self.raw(request, e)?;
                     if self.provider == Provider::Anthropic && request.has_system_item && e == 0 {
-                        system_raw = Some(raw);
+                        body.system(raw);
                         continue;
                     }
                     let parts = kept.remove(&e).unwrap_or_default();
-                    if let Some(text) = self.emit(&raw, &self.entries[e], &parts) {
-                        messages.push(text);
-                    }
+                    body.message(&raw, &self.entries[e].blocks, &parts);
                 }
-                Slot::Core(chat) => messages.push(self.emit_core(&chat)),
+                Slot::Core(chat) => body.core_message(&chat),
             }
         }
-        if !extra_inserted && self.provider == Provider::OpenAi {
-            for text in &extra {
-                messages.push(serde_json::json!({"role": "system", "content": text}).to_string());
-            }
-        }
-        if self.provider == Provider::Anthropic
-            && let Some(first) = messages.first()
-            && first.contains("\"assistant\"")
-            && serde_json::from_str::<Value>(first).ok().and_then(|v| v.get("role").cloned())
-                == Some(Value::from("assistant"))
-        {
-            messages.insert(
-                0,
-                r#"{"role":"user","content":"[ctxwin: earlier turns of this conversation were moved out of the context window]"}"#.to_string(),
-            );
-        }
-        let system = match self.provider {
-            Provider::Anthropic if !extra.is_empty() => {
-                Some(anthropic_system_with(system_raw.as_deref(), &extra))
-            }
-            Provider::Anthropic => system_raw,
-            Provider::OpenAi => None,
-        };
-        let body = write_body(request, &messages, system.as_deref());
+        let body = body.finish();
         let cache_stable =
             !self.last_emitted.is_empty() && emitted_ids.starts_with(&self.last_emitted);
         self.last_emitted = emitted_ids;
@@ -899,81 +860,6 @@ impl Conv {
         )?)
     }
 
-    /// The JSON of one recorded message with the parts the payload keeps.
-    fn emit(&self, raw: &str, entry: &Entry, parts: &[(usize, Option<String>)]) -> Option<String> {
-        let whole = parts.len() == entry.ids.len() && parts.iter().all(|(_, r)| r.is_none());
-        if whole {
-            return Some(raw.to_string());
-        }
-        let mut map: IndexMap<String, Box<RawValue>> = serde_json::from_str(raw).ok()?;
-        match self.provider {
-            Provider::OpenAi => {
-                if let Some((_, Some(text))) = parts.first()
-                    && let Some(content) = map.get("content")
-                {
-                    if content.get().starts_with('"') {
-                        map.insert("content".into(), raw_json(&Value::from(text.as_str())));
-                    } else if let Ok(value) = serde_json::from_str::<Value>(content.get())
-                        && let Some(blocks) = reduced_text_blocks(&value, text)
-                    {
-                        map.insert("content".into(), raw_json(&blocks));
-                    }
-                }
-            }
-            Provider::Anthropic => {
-                let content: Vec<Box<RawValue>> =
-                    serde_json::from_str(map.get("content")?.get()).ok()?;
-                let mut keep: Vec<Box<RawValue>> = Vec::new();
-                for (index, block) in content.into_iter().enumerate() {
-                    let Some((_, reduced)) = parts
-                        .iter()
-                        .find(|(p, _)| entry.blocks.get(*p).is_some_and(|b| b.contains(&index)))
-                    else {
-                        continue;
-                    };
-                    match reduced {
-                        Some(text) => {
-                            let mut value: Value = serde_json::from_str(block.get()).ok()?;
-                            let reduced = match value.get("content") {
-                                Some(Value::String(_)) => Some(Value::from(text.as_str())),
-                                Some(content) => reduced_text_blocks(content, text),
-                                None => None,
-                            };
-                            match reduced {
-                                Some(content) => {
-                                    value["content"] = content;
-                                    keep.push(raw_json(&value));
-                                }
-                                None => keep.push(block),
-                            }
-                        }
-                        None => keep.push(block),
-                    }
-                }
-                if keep.is_empty() {
-                    return None;
-                }
-                map.insert("content".into(), raw_json(&keep));
-            }
-        }
-        serde_json::to_string(&map).ok()
-    }
-
-    /// A message the core wrote itself (a synthetic result for a call never answered).
-    fn emit_core(&self, chat: &ChatMessage) -> String {
-        match (self.provider, chat.role) {
-            (Provider::OpenAi, Role::Tool) => {
-                serde_json::json!({"role": "tool", "tool_call_id": chat.tool_call_id, "content": chat.content})
-            }
-            (Provider::Anthropic, Role::Tool) => serde_json::json!({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": chat.tool_call_id, "content": chat.content}]}),
-            (Provider::OpenAi, role) => serde_json::json!({"role": role.as_str(), "content": chat.content}),
-            (Provider::Anthropic, Role::Assistant) => serde_json::json!({"role": "assistant", "content": chat.content}),
-            (Provider::Anthropic, _) => serde_json::json!({"role": "user", "content": chat.content}),
-        }
-        .to_string()
-    }
-
     /// Records the upstream's answer, usage fed to the calibrator now. The message waits for
     /// the next request (taken in its archive transaction; see [`ingest`](Self::ingest)) or
     /// the next checkpoint, whichever comes first. Returns the units evicted (by an earlier
@@ -994,11 +880,11 @@ impl Conv {
         Ok(evicted)
     }
 
-    /// Pushes the waiting answer into the session (its rows queued as one archive batch).
+    /// Pushes the waiting answer into the session (its rows queued to the writer).
     /// Returns the units evicted.
     fn settle_answer(&mut self) -> Result<usize, ConvError> {
         let Some(message) = self.pending_answer.take() else { return Ok(0) };
-        let analyzed = match response_fingerprint(self.provider, &message) {
+        let analyzed = match analyze_message(self.provider, &message) {
             Ok(analyzed) => analyzed,
             Err(reason) => {
                 tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
@@ -1007,12 +893,7 @@ impl Conv {
         };
         let raw = message.to_string();
         let raw_hash = hash_str(&raw);
-        self.session.begin_batch();
-        let recorded = self.record(&analyzed, &raw, raw_hash, true);
-        let ended = self.session.end_batch();
-        let evicted = recorded?;
-        ended?;
-        Ok(evicted)
+        self.record(&analyzed, &raw, raw_hash, true)
     }
 
     /// Whether recording the next answer and counting its exchange would touch the disk: a
@@ -1112,97 +993,32 @@ enum Slot {
     Core(ChatMessage),
 }
 
-/// A tool output's `content` array reduced to one text block holding `text` (the core's
-/// reduced copy), when the array holds text blocks only; a `cache_control` mark on its last
-/// block moves to the new one. `None` when other blocks (images, documents) are there: the
-/// output is sent whole then.
-fn reduced_text_blocks(content: &Value, text: &str) -> Option<Value> {
-    let blocks = content.as_array()?;
-    let text_only = !blocks.is_empty()
-        && blocks.iter().all(|b| b.get("type").and_then(Value::as_str) == Some("text"));
-    if !text_only {
-        return None;
-    }
-    let mut block = serde_json::json!({"type": "text", "text": text});
-    if let Some(mark) = blocks.last().and_then(|b| b.get("cache_control")) {
-        block["cache_control"] = mark.clone();
-    }
-    Some(Value::Array(vec![block]))
-}
-
-fn raw_json<T: serde::Serialize + ?Sized>(value: &T) -> Box<RawValue> {
-    serde_json::value::to_raw_value(value)
-        .unwrap_or_else(|_| RawValue::from_string("null".into()).unwrap_or_default())
-}
-
-/// Anthropic's `system` with `extra` text blocks appended (the memory summary, entities).
-fn anthropic_system_with(system: Option<&str>, extra: &[String]) -> String {
-    let mut blocks: Vec<Box<RawValue>> = match system {
-        Some(raw) if raw.trim_start().starts_with('[') => {
-            serde_json::from_str(raw).unwrap_or_default()
-        }
-        Some(raw) => match serde_json::from_str::<String>(raw) {
-            Ok(text) => vec![raw_json(&serde_json::json!({"type": "text", "text": text}))],
-            Err(_) => Vec::new(),
-        },
-        None => Vec::new(),
-    };
-    for text in extra {
-        blocks.push(raw_json(&serde_json::json!({"type": "text", "text": text})));
-    }
-    serde_json::to_string(&blocks).unwrap_or_else(|_| "[]".into())
-}
-
-/// The request body with `messages` (and Anthropic's `system`) replaced, every other field
-/// as the client sent it, in its order.
-fn write_body(request: &Request, messages: &[String], system: Option<&str>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(messages.iter().map(String::len).sum::<usize>() + 1024);
-    out.push(b'{');
-    let mut first = true;
-    let mut field = |out: &mut Vec<u8>, key: &str, value: &[u8]| {
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        out.extend_from_slice(Value::from(key).to_string().as_bytes());
-        out.push(b':');
-        out.extend_from_slice(value);
-    };
-    let messages_json = {
-        let mut m = Vec::new();
-        m.push(b'[');
-        for (i, message) in messages.iter().enumerate() {
-            if i > 0 {
-                m.push(b',');
-            }
-            m.extend_from_slice(message.as_bytes());
-        }
-        m.push(b']');
-        m
-    };
-    let mut system_written = false;
-    for (key, value) in &request.fields {
-        match key.as_str() {
-            "messages" => field(&mut out, key, &messages_json),
-            "system" => {
-                if let Some(system) = system {
-                    field(&mut out, key, system.as_bytes());
-                }
-                system_written = true;
-            }
-            _ => field(&mut out, key, value.get().as_bytes()),
-        }
-    }
-    if !system_written && let Some(system) = system {
-        field(&mut out, "system", system.as_bytes());
-    }
-    out.push(b'}');
-    out
-}
-
-/// The directory of conversation `key` under `state_dir`.
+/// The directory of conversation `key` under `state_dir`: `<tenant>/<conversation>` for a key
+/// [`crate::keys`] built, else one named by a hash of the key (no name from a key reaches a
+/// path as it is).
+///
+/// ```
+/// use std::path::Path;
+/// let key = format!("{}.{}", "a".repeat(64), "b".repeat(64));
+/// let dir = ctxwin_proxy::conv::conv_dir(Path::new("s"), &key);
+/// assert_eq!(dir, Path::new("s").join("a".repeat(64)).join("b".repeat(64)));
+/// let other = ctxwin_proxy::conv::conv_dir(Path::new("s"), "../x");
+/// assert!(other.starts_with("s") && other.file_name().unwrap().len() == 64);
+/// ```
 pub fn conv_dir(state_dir: &Path, key: &str) -> PathBuf {
-    state_dir.join(key)
+    match key.split_once('.') {
+        Some((tenant, conversation)) if is_tenant_key(key) => {
+            state_dir.join(tenant).join(conversation)
+        }
+        _ => state_dir.join(digest_hex(&[b"ctxwin directory v1", key.as_bytes()])),
+    }
+}
+
+/// Whether `key` is `<tenant>.<conversation>`, as [`crate::keys`] builds them (a key stored
+/// before tenants is not).
+pub fn is_tenant_key(key: &str) -> bool {
+    key.split_once('.')
+        .is_some_and(|(tenant, conversation)| is_hex_name(tenant) && is_hex_name(conversation))
 }
 
 #[cfg(test)]
@@ -1284,11 +1100,13 @@ mod tests {
         drop((saved, crashed, idle));
         // A later generation's rows, and rows a restore set aside, count for their key.
         let row = |text: &str| {
-            ctxwin_std::archive::ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, text))
+            ctxwin_std::store::ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, text))
         };
-        let mut archive = store.archive.clone();
-        archive.store_messages("next#1", &[row("a")]).unwrap();
-        archive.store_messages("aside@rewound-1", &[row("b")]).unwrap();
+        let archive = store.archive.clone();
+        let local = ctxwin_std::store::Scope::local;
+        let none = ctxwin_std::store::Fence::NONE;
+        archive.put(&local("next#1"), none, &[row("a")]).unwrap();
+        archive.put(&local("aside@rewound-1"), none, &[row("b")]).unwrap();
         let mut keys: Vec<String> = persisted_keys(&store).unwrap().into_iter().collect();
         keys.sort();
         assert_eq!(keys, ["aside", "crashed", "next", "saved"]);
@@ -1306,7 +1124,7 @@ mod tests {
         let mut conv = Conv::open(dir.path(), &store, "w", Provider::OpenAi, 8_192, 512).unwrap();
         let rows = |conv: &mut Conv| {
             conv.session.sync_archive().unwrap();
-            conv.session().archive().unwrap().message_count(Some("w")).unwrap()
+            conv.session().archive().unwrap().usage(conv.session.scope()).unwrap().messages
         };
         let mut messages = vec![json!({"role": "user", "content": "Is the build green?"})];
         turn(&mut conv, &messages);
@@ -1332,16 +1150,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = prepare_state(dir.path()).unwrap();
         let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
-        assert_eq!(
-            conv.session().archive().unwrap().cache_kib().unwrap(),
-            u64::from(ARCHIVE_CACHE_KIB)
-        );
+        assert_eq!(conv.writer.inner().cache_kib().unwrap(), u64::from(ARCHIVE_CACHE_KIB));
         let mut messages = vec![
             json!({"role": "user", "content": "The staging database runs Postgres 16."}),
             json!({"role": "assistant", "content": "Noted."}),
         ];
         turn(&mut conv, &messages);
-        assert!(!conv.session().retrieval().auto, "nothing has left the core");
+        assert!(!conv.evicted_any, "nothing has left the core");
         let mut n = 0;
         while !conv.evicted_any {
             n += 1;
@@ -1353,7 +1168,7 @@ mod tests {
         messages
             .push(json!({"role": "user", "content": "Which Postgres version does staging run?"}));
         let body = turn(&mut conv, &messages);
-        assert!(conv.session().retrieval().auto);
+        assert!(conv.evicted_any);
         assert!(body.contains("Retrieved from archive"), "{body}");
         assert!(body.contains("runs Postgres 16"), "{body}");
         // Reopened from its checkpoint, it still knows that something left.

@@ -1,90 +1,93 @@
-//! Stable hashes and canonical JSON: fingerprints that survive restarts and re-serialization.
+//! Stable hashes: FNV-1a and canonical JSON from [`ctxwin_std::format::fingerprint`] (their one
+//! home: conversation keys and tool-definition fingerprints hash as message fingerprints do),
+//! and full-width keyed hashes for the names of tenants and conversations.
 
-use serde_json::Value;
+use std::path::Path;
 
-/// 64-bit FNV-1a of `bytes`, continuing from `seed` (use [`FNV_SEED`] to start).
-pub fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
+use ring::hmac;
+
+pub use ctxwin_std::format::fingerprint::{FNV_SEED, canonical, canonical_text, fnv1a, hash_str};
+
+/// The file under the state directory holding the key of [`KeyedHash`].
+pub const SECRET_FILE: &str = "tenant.key";
+
+/// HMAC-SHA-256 under the state directory's secret: tenant and conversation names that are
+/// full width (256 bits, 64 hex digits), that nobody without the secret can compute from a
+/// credential or a session id, and that stay the same across restarts.
+///
+/// ```
+/// use ctxwin_proxy::hash::KeyedHash;
+/// let key = KeyedHash::new(&[7; 32]);
+/// let name = key.hex(&[b"tenant", b"Bearer sk-1"]);
+/// assert_eq!(name.len(), 64);
+/// assert_eq!(name, key.hex(&[b"tenant", b"Bearer sk-1"]));
+/// // Fields are length-prefixed: moving a byte from one to the next is another name.
+/// assert_ne!(name, key.hex(&[b"tenan", b"tBearer sk-1"]));
+/// assert_ne!(name, KeyedHash::new(&[8; 32]).hex(&[b"tenant", b"Bearer sk-1"]));
+/// ```
+#[derive(Clone)]
+pub struct KeyedHash(hmac::Key);
+
+impl std::fmt::Debug for KeyedHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyedHash(..)")
+    }
+}
+
+impl KeyedHash {
+    /// A keyed hash with `secret` as its key.
+    pub fn new(secret: &[u8]) -> Self {
+        Self(hmac::Key::new(hmac::HMAC_SHA256, secret))
+    }
+
+    /// The keyed hash of the state directory `dir`: its secret ([`SECRET_FILE`], 32 bytes
+    /// from the operating system's random generator) is created on first use, owner-only, by
+    /// [`ctxwin_std::statefs::secret_file`].
+    ///
+    /// # Errors
+    /// When the secret cannot be read or created (a damaged one is reported, never replaced:
+    /// every name it keyed would be lost).
+    pub fn for_state_dir(dir: &Path) -> Result<Self, ctxwin_std::statefs::StateFsError> {
+        let secret = ctxwin_std::statefs::secret_file(&dir.join(SECRET_FILE), 32, |bytes| {
+            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), bytes)
+                .map_err(|_| std::io::Error::other("the system's random generator failed"))
+        })?;
+        Ok(Self::new(&secret))
+    }
+
+    /// The hash of `fields` (each prefixed with its length, so no two lists of fields hash
+    /// alike by concatenation), as 64 lower-case hex digits.
+    pub fn hex(&self, fields: &[&[u8]]) -> String {
+        let mut context = hmac::Context::with_key(&self.0);
+        for field in fields {
+            context.update(&(field.len() as u64).to_le_bytes());
+            context.update(field);
+        }
+        hex(context.sign().as_ref())
+    }
+}
+
+/// SHA-256 of `fields` (length-prefixed as in [`KeyedHash::hex`]), as 64 hex digits: names
+/// derived from names that are secret-keyed already.
+pub fn digest_hex(fields: &[&[u8]]) -> String {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    for field in fields {
+        context.update(&(field.len() as u64).to_le_bytes());
+        context.update(field);
+    }
+    hex(context.finish().as_ref())
+}
+
+/// Whether `text` is a name [`KeyedHash::hex`] or [`digest_hex`] writes.
+pub fn is_hex_name(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     bytes
         .iter()
-        .fold(seed, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3))
-}
-
-/// FNV-1a's offset basis.
-pub const FNV_SEED: u64 = 0xcbf2_9ce4_8422_2325;
-
-/// 64-bit FNV-1a of `text`.
-pub fn hash_str(text: &str) -> u64 {
-    fnv1a(FNV_SEED, text.as_bytes())
-}
-
-/// `value` as canonical JSON: object keys sorted, `null` members and `cache_control` marks
-/// dropped (clients move their cache breakpoints from turn to turn; the message stays the same).
-pub fn canonical(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
-}
-
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map
-                .iter()
-                .filter(|(key, value)| !value.is_null() && key.as_str() != "cache_control")
-                .map(|(key, _)| key)
-                .collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::from(key.as_str()).to_string());
-                out.push(':');
-                write_canonical(&map[key], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-/// A JSON text as canonical JSON when it parses, else the text itself (tool-call arguments a
-/// model produced are usually JSON, but need not be).
-pub fn canonical_text(text: &str) -> String {
-    serde_json::from_str::<Value>(text).map_or_else(|_| text.to_string(), |v| canonical(&v))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn canonical_sorts_and_drops_marks() {
-        let a: Value = serde_json::from_str(
-            r#"{"b":1,"a":{"y":null,"x":[1,2]},"cache_control":{"type":"ephemeral"}}"#,
-        )
-        .unwrap();
-        let b: Value = serde_json::from_str(r#"{"a":{"x":[1,2]},"b":1}"#).unwrap();
-        assert_eq!(canonical(&a), canonical(&b));
-        assert_eq!(canonical(&a), r#"{"a":{"x":[1,2]},"b":1}"#);
-        assert_eq!(canonical_text("{\"q\": 2, \"p\": 1}"), r#"{"p":1,"q":2}"#);
-        assert_eq!(canonical_text("not json"), "not json");
-    }
-
-    #[test]
-    fn fnv_is_stable() {
-        assert_eq!(hash_str(""), FNV_SEED);
-        assert_eq!(hash_str("a"), 0xaf63_dc4c_8601_ec8c);
-    }
+        .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]])
+        .map(char::from)
+        .collect()
 }

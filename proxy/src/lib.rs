@@ -10,23 +10,31 @@
 //!
 //! # Design
 //!
-//! * **Conversations.** A request belongs to the conversation named by `x-ctxwin-session`, or
-//!   without it to a stable hash (FNV-1a) of its system prompt and first user message. Each
-//!   has a session named by its key in the archive shared by all of them
+//! * **Tenants and conversations.** A request belongs to a tenant: the credential it carries
+//!   (`Authorization`, `x-api-key`, `api-key`), or the header the operator names in
+//!   `[proxy] tenant_header`; without either, the one anonymous tenant. Within its tenant it
+//!   belongs to the conversation named by `x-ctxwin-session` (its bytes, opaque), or without
+//!   it to the canonical form of its system prompt and first user message. Both are
+//!   HMAC-SHA-256 under a secret the state directory keeps (`<state_dir>/tenant.key`, created
+//!   once, owner-only), full width: the key is `<tenant>.<conversation>`, 64 hex digits each
+//!   ([`keys`]). Nothing of a credential or a session id is stored or reaches a path. Each
+//!   conversation has a session named by its key in the archive shared by all of them
 //!   (`<state_dir>/archive.db`, SQLite in WAL mode), its checkpoints in
-//!   `<state_dir>/<key>/checkpoints/`, and its rows in `<state_dir>/proxy.db`, the proxy's side
-//!   store; the directory and the rows are written at its first checkpoint (opening a new
-//!   conversation writes nothing). A conversation whose first life crashed before any
-//!   checkpoint continues as a new generation (`<key>#1`), its earlier rows kept under the old
-//!   name.
+//!   `<state_dir>/<tenant>/<conversation>/checkpoints/`, and its rows in
+//!   `<state_dir>/proxy.db`, the proxy's side store; every query of them names the
+//!   conversation inside the statement. The directory and the rows are written at its first
+//!   checkpoint (opening a new conversation writes nothing). A conversation whose first life
+//!   crashed before any checkpoint continues as a new generation (`<key>#1`), its earlier rows
+//!   kept under the old name.
 //! * **Dedupe.** The side store records, per conversation, the sequence of message
 //!   fingerprints the session holds: a hash of each message's canonical form (role, text,
 //!   tool calls with canonical arguments, opaque blocks as canonical JSON without
 //!   `cache_control`, which clients move from turn to turn). The longest common prefix of an
 //!   incoming history with that sequence is known; the rest is new and is pushed.
 //! * **Branches.** A history that differs before the end of the recorded sequence (edited or
-//!   rewound) goes to a branch conversation keyed by the parent's key and the index where it
-//!   leaves it (`<key>~<index>`); the original is never touched. A history that also differs
+//!   rewound) goes to a branch conversation of the same tenant, keyed by a hash of the
+//!   parent's key and the index where it leaves it ([`keys::branch_key`]); the original is
+//!   never touched. A history that also differs
 //!   from that branch goes on to the branch's own branches, so the next request of an edited
 //!   conversation finds its branch again. One exception: the last recorded message, when it is an
 //!   answer the proxy assembled itself, is matched against the client's copy of it leniently
@@ -43,7 +51,10 @@
 //!   carrying tool results is pushed as one tool result per block (plus the rest), and
 //!   re-emitted with the blocks whose parts are kept. A tool output the core stored reduced
 //!   (head and tail) is sent reduced when its content is a plain string or text blocks only
-//!   (then as one text block, keeping the last block's `cache_control`).
+//!   (then as one text block, keeping the last block's `cache_control`). Reading, costing and
+//!   re-emitting are [`ctxwin_std::format`]'s ([`Request`](ctxwin_std::format::Request),
+//!   [`analyze_item`](ctxwin_std::format::analyze_item),
+//!   [`ManagedBody`](ctxwin_std::format::ManagedBody)), which the CLI and the session use too.
 //! * **Concurrency.** One `tokio::sync::Mutex` per conversation. A request whose work stays
 //!   in memory (pushing its new messages and composing, tens of microseconds) runs on the
 //!   async thread that read it; disk work (loading a conversation from its checkpoint,
@@ -51,7 +62,7 @@
 //!   core) runs in `spawn_blocking`, at most twice the cores at once. A conversation the proxy
 //!   has never seen (not among those with stored rows at start, [`conv::persisted_keys`], nor
 //!   loaded since) is created in memory without reading anything. Every conversation's session
-//!   queues its archive rows to one [`ArchiveWriter`](ctxwin_std::archive::ArchiveWriter)
+//!   queues its archive rows to one [`Deferred`](ctxwin_std::store::Deferred) writer
 //!   thread, which writes what many requests queued in one transaction on the one SQLite
 //!   connection all of them share (a connection each cost about 200 KiB per resident
 //!   conversation, and each reread the pages the others wrote); retrieval's searches read on
@@ -97,8 +108,9 @@
 //!   [`conv::ARCHIVE_CACHE_KIB`] for all).
 //!   `max_resident` bounds the total.
 //! * Retrieval from the archive runs only once something of the conversation has left the
-//!   core (before, it could find nothing the payload lacks); its full-text search covers the
-//!   archive every conversation shares.
+//!   core (before, it could find nothing the payload lacks); its full-text search matches the
+//!   conversation's own rows only (the index holds each row's session), though BM25's word
+//!   statistics count the whole archive every conversation shares.
 //! * The budget counts opaque blocks by their estimate; a tool output the core reduced whose
 //!   content mixes text with other blocks (images, documents) is sent whole (the budget counts
 //!   what the core stored).
@@ -114,6 +126,7 @@ pub mod assemble;
 pub mod config;
 pub mod conv;
 pub mod hash;
+pub mod keys;
 pub mod metrics;
 pub mod server;
 pub mod wire;

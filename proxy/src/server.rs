@@ -19,7 +19,8 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, mpsc};
 use crate::assemble::{self, StreamAssembler};
 use crate::config::ProxyConfig;
 use crate::conv::{Composed, Conv, ConvError, Ingest, Stores};
-use crate::hash::{FNV_SEED, fnv1a, hash_str};
+use crate::hash::KeyedHash;
+use crate::keys::{branch_key, conversation_key};
 use crate::metrics::Metrics;
 use crate::wire::{self, Provider, Request};
 
@@ -28,8 +29,7 @@ pub(crate) fn workers() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get()).saturating_mul(2).max(2)
 }
 
-/// The header naming a conversation.
-pub const SESSION_HEADER: &str = "x-ctxwin-session";
+pub use crate::keys::SESSION_HEADER;
 /// The header carrying the proxy's own key.
 pub const KEY_HEADER: &str = "x-ctxwin-key";
 
@@ -53,6 +53,8 @@ pub struct App {
     pub metrics: Metrics,
     client: reqwest::Client,
     stores: Stores,
+    /// Names tenants and conversations ([`crate::keys`]).
+    keys: KeyedHash,
     /// Permits for session work on the blocking pool (see [`App::blocking`]).
     work: Arc<tokio::sync::Semaphore>,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
@@ -118,6 +120,15 @@ impl App {
             .map_err(|e| format!("state directory {}: {e}", config.state_dir.display()))?;
         let persisted = crate::conv::persisted_keys(&stores)
             .map_err(|e| format!("state directory {}: {e}", config.state_dir.display()))?;
+        let keys = KeyedHash::for_state_dir(&config.state_dir)
+            .map_err(|e| format!("state directory {}: {e}", config.state_dir.display()))?;
+        let untenanted = persisted.iter().filter(|key| !crate::conv::is_tenant_key(key)).count();
+        if untenanted > 0 {
+            tracing::warn!(
+                conversations = untenanted,
+                "proxy: conversations stored before tenants are kept but not continued (their keys name no tenant); clients start new ones"
+            );
+        }
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .read_timeout(config.upstream_timeout)
@@ -129,6 +140,7 @@ impl App {
             metrics: Metrics::default(),
             client,
             stores,
+            keys,
             work: Arc::new(tokio::sync::Semaphore::new(workers())),
             slots: Mutex::default(),
             resident: Mutex::default(),
@@ -459,43 +471,6 @@ async fn anthropic(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) 
     managed(app, Provider::Anthropic, headers, body).await
 }
 
-/// The conversation key: the session header (sanitized, with a hash of the whole value), or
-/// a hash of the system prompt and the first user message.
-fn conversation_key(
-    headers: &HeaderMap,
-    request: &Request,
-    provider: Provider,
-) -> Result<String, wire::BadRequest> {
-    if let Some(value) =
-        headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
-    {
-        let clean: String = value
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            .take(48)
-            .collect();
-        let clean = clean.trim_start_matches('.');
-        return Ok(format!("s-{clean}-{:08x}", hash_str(value) as u32));
-    }
-    let mut hash = fnv1a(FNV_SEED, provider.as_str().as_bytes());
-    for i in 0..request.items.len() {
-        let message = wire::analyze_item(provider, request, i)?;
-        hash = fnv1a(hash, &message.fp.to_le_bytes());
-        if message.role == "user" {
-            break;
-        }
-    }
-    Ok(format!("h-{hash:016x}"))
-}
-
-/// A branch's key: the parent's and the index where the history left it. Every history that
-/// leaves the parent at that index goes to this branch first; one that also differs from the
-/// branch goes on to the branch's own branches, so a branch is found again by the next request
-/// of the same conversation.
-fn branch_key(parent: &str, at: usize) -> String {
-    format!("{parent}~{at}")
-}
-
 async fn managed(app: Arc<App>, provider: Provider, headers: HeaderMap, body: Body) -> Response {
     let endpoint = provider.as_str();
     match managed_inner(&app, provider, &headers, body).await {
@@ -669,8 +644,14 @@ async fn managed_inner(
     let request =
         Request::parse(provider, &bytes).map_err(|e| Failure::new(StatusCode::BAD_REQUEST, e.0))?;
     let hashes = Arc::new(wire::raw_hashes(&request));
-    let mut key = conversation_key(headers, &request, provider)
-        .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, e.0))?;
+    let mut key = conversation_key(
+        &app.keys,
+        app.config.tenant_header.as_deref(),
+        headers,
+        &request,
+        provider,
+    )
+    .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, e.0))?;
     let request = Arc::new(request);
     let mut hops = 0;
     let (mut guard, composed) = loop {

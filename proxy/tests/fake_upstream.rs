@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Mode, anthropic_pairs_intact, archive_counts, config, openai_pairs_intact, start_fake,
-    start_proxy,
+    Mode, anthropic_pairs_intact, archive_counts, config, openai_pairs_intact, session_key,
+    start_fake, start_proxy,
 };
 use ctxwin_std::core::counter::TokenCounter;
 use serde_json::{Value, json};
@@ -430,7 +430,8 @@ async fn failures_answer_in_the_provider_format_and_lose_nothing() {
     down.stop().await;
 
     let counts = archive_counts(state.path());
-    let f = counts.iter().find(|(name, _)| name.starts_with("s-f-")).unwrap();
+    let f_key = session_key(state.path(), "Bearer sk-test-secret", "f");
+    let f = counts.iter().find(|(name, _)| *name == f_key).unwrap();
     // system, user, call, result, answer, placeholder: once each despite the faults.
     assert_eq!(f.1, 6, "{counts:?}");
 }
@@ -503,10 +504,12 @@ async fn an_edited_history_branches_and_the_original_stays() {
     proxy.stop().await;
     let counts = archive_counts(state.path());
     assert_eq!(counts.len(), 2, "{counts:?}");
+    let b = session_key(state.path(), "Bearer sk-test-secret", "b");
+    let branch = ctxwin_proxy::keys::branch_key(&b, 3);
     // original: system + user + 3 × (answer, user) + the last answer = 9
-    assert_eq!(counts.iter().find(|c| !c.0.contains('~')).unwrap().1, 9, "{counts:?}");
+    assert_eq!(counts.iter().find(|c| c.0 == b).unwrap().1, 9, "{counts:?}");
     // branch: its 4 messages (copied), answer, user, answer = 7
-    assert_eq!(counts.iter().find(|c| c.0.contains('~')).unwrap().1, 7, "{counts:?}");
+    assert_eq!(counts.iter().find(|c| c.0 == branch).unwrap().1, 7, "{counts:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

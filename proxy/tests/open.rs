@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ctxwin_proxy::conv::{Conv, Ingest, Stores, prepare_state};
+use ctxwin_proxy::conv::{Conv, Ingest, Stores, conv_dir, prepare_state};
 use ctxwin_proxy::wire::{Provider, Request, raw_hashes};
 use serde_json::{Value, json};
 
@@ -49,7 +49,7 @@ fn a_new_conversation_opens_without_writing_and_keeps_its_window() {
     let mut conv = open(state.path(), &stores, "k", 8_192);
     assert_eq!((rows(&stores, "meta", "k"), rows(&stores, "entries", "k")), (0, 0));
     assert_eq!(stores.side.lock().unwrap().total_changes(), changes, "no row written");
-    assert!(!state.path().join("k").exists(), "no directory created");
+    assert!(!conv_dir(state.path(), "k").exists(), "no directory created");
     assert_eq!(window_of(&conv), 8_192);
 
     let messages = [json!({"role": "user", "content": "Keep the release notes short."})];
@@ -58,7 +58,7 @@ fn a_new_conversation_opens_without_writing_and_keeps_its_window() {
     conv.checkpoint().unwrap();
     assert_eq!(meta(&stores, "k", "window").as_deref(), Some("8192"));
     assert_eq!(rows(&stores, "entries", "k"), 1);
-    assert!(state.path().join("k/checkpoints").is_dir());
+    assert!(conv_dir(state.path(), "k").join("checkpoints").is_dir());
     drop(conv);
     drop(stores);
 
@@ -83,7 +83,12 @@ fn a_crash_before_the_first_checkpoint_starts_the_next_generation() {
     // Killed before any checkpoint: archived rows, nothing else.
     drop(conv);
     let archive = &stores.archive;
-    assert_eq!(archive.message_count(Some("g")).unwrap(), 1);
+    assert_eq!(
+        ctxwin_std::store::ArchiveStore::usage(archive, &ctxwin_std::store::Scope::local("g"))
+            .unwrap()
+            .messages,
+        1
+    );
     assert_eq!(rows(&stores, "meta", "g"), 0);
 
     let mut conv = open(state.path(), &stores, "g", 8_192);
@@ -104,8 +109,18 @@ fn a_crash_before_the_first_checkpoint_starts_the_next_generation() {
     drop(conv);
     let conv = open(state.path(), &stores, "g", 8_192);
     assert_eq!((conv.session().name(), conv.len(), window_of(&conv)), ("g#1", 2, 8_192));
-    assert_eq!(archive.message_count(Some("g")).unwrap(), 1);
-    assert_eq!(archive.message_count(Some("g#1")).unwrap(), 2);
+    assert_eq!(
+        ctxwin_std::store::ArchiveStore::usage(archive, &ctxwin_std::store::Scope::local("g"))
+            .unwrap()
+            .messages,
+        1
+    );
+    assert_eq!(
+        ctxwin_std::store::ArchiveStore::usage(archive, &ctxwin_std::store::Scope::local("g#1"))
+            .unwrap()
+            .messages,
+        2
+    );
 }
 
 fn ms(duration: Duration) -> f64 {

@@ -114,8 +114,17 @@ async fn killed_mid_stream_resumes_from_the_checkpoint() {
     // answer (a call) waits for the next request or the idle checkpoint, whichever comes
     // first: killed before either, the proxy takes it from the client's resend.
     assert_eq!(counts[0].1, 7, "{counts:?}");
-    let archive = ctxwin_std::archive::Archive::open(state.path().join("archive.db")).unwrap();
-    assert_eq!(archive.message_count(Some(&format!("{}#1", counts[0].0))).unwrap(), 0);
+    let archive =
+        ctxwin_std::store::sqlite::SqliteArchive::open(state.path().join("archive.db")).unwrap();
+    assert_eq!(
+        ctxwin_std::store::ArchiveStore::usage(
+            &archive,
+            &ctxwin_std::store::Scope::local(format!("{}#1", counts[0].0))
+        )
+        .unwrap()
+        .messages,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,6 +144,14 @@ async fn killed_before_the_first_checkpoint_continues_as_a_new_generation() {
         .json()
         .await
         .unwrap();
+    // The request's rows reach the archive through its deferred writer, a moment after the
+    // answer: the kill comes once they are there (before the first checkpoint), so that the
+    // second life finds rows without a checkpoint.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while archive_counts(state.path()).first().is_none_or(|(_, rows)| *rows < 2) {
+        assert!(std::time::Instant::now() < deadline, "the first rows never reached the archive");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     proxy.start_kill().unwrap();
     proxy.wait().await.unwrap();
     messages.push(answer["choices"][0]["message"].clone());
@@ -151,9 +168,20 @@ async fn killed_before_the_first_checkpoint_continues_as_a_new_generation() {
     proxy.start_kill().unwrap();
     proxy.wait().await.unwrap();
     let counts = archive_counts(state.path());
-    let archive = ctxwin_std::archive::Archive::open(state.path().join("archive.db")).unwrap();
-    let first = archive.message_count(Some(&counts[0].0)).unwrap();
-    let second = archive.message_count(Some(&format!("{}#1", counts[0].0))).unwrap();
+    let archive =
+        ctxwin_std::store::sqlite::SqliteArchive::open(state.path().join("archive.db")).unwrap();
+    let first = ctxwin_std::store::ArchiveStore::usage(
+        &archive,
+        &ctxwin_std::store::Scope::local(counts[0].0.as_str()),
+    )
+    .unwrap()
+    .messages;
+    let second = ctxwin_std::store::ArchiveStore::usage(
+        &archive,
+        &ctxwin_std::store::Scope::local(format!("{}#1", counts[0].0)),
+    )
+    .unwrap()
+    .messages;
     // The first life's rows stay (placeholder, user, and the answer if it was recorded before
     // the kill); the new generation holds them all again plus the result (and the answer).
     assert!((2..=3).contains(&first) && (4..=5).contains(&second), "{first} {second}");

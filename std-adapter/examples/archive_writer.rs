@@ -1,18 +1,22 @@
-//! Measures what the deferred archive writer saves: 200 sessions sharing one archive file,
-//! 20 requests each of two messages (a question and an answer, one archive batch per request),
-//! written (a) with one transaction per request, as `end_batch` does, and (b) through an
-//! `ArchiveWriter`. Prints wall and process CPU time (the writer's thread included; the final
-//! flush too), transactions, and per request the time of the whole request (two pushes and
-//! `end_batch`: the core's work too) and of `end_batch` alone (the archive's part).
+//! Measures what the archive port's wrappers save: 200 sessions sharing one SQLite archive
+//! file, 20 requests each of two messages (a question and an answer), written (a) directly,
+//! one transaction per push, (b) through a `Batched` archive flushed once per request (one
+//! transaction per request), and (c) through a `Deferred` archive (one background thread, many
+//! requests per transaction). Prints wall and process CPU time (the writer's thread included;
+//! the final flush too), transactions, and per request the time of the whole request (two
+//! pushes and the flush: the core's work too) and of the flush alone (the archive's part;
+//! direct writes commit inside the pushes).
 //!
 //! ```sh
-//! cargo run --release -p ctxwin-std --example archive_writer -- [--threads 4] [--sessions 200] [--requests 20] [--mode all|none|direct|writer]
+//! cargo run --release -p ctxwin-std --example archive_writer -- [--threads 4] [--sessions 200] [--requests 20] [--mode all|none|direct|batched|deferred]
 //! ```
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ctxwin_std::archive::{Archive, ArchiveWriter};
 use ctxwin_std::session::{Session, SessionBuilder};
+use ctxwin_std::store::sqlite::SqliteArchive;
+use ctxwin_std::store::{ArchiveStore, Batched, Deferred};
 use ctxwin_std::{ChatMessage, core::Role};
 
 struct Args {
@@ -90,24 +94,31 @@ struct Outcome {
 enum Mode {
     /// No archive at all: the core's own cost, for reference.
     None,
-    /// One transaction per request.
+    /// One transaction per push.
     Direct,
-    /// Through an `ArchiveWriter`.
-    Writer,
+    /// Through a `Batched` archive flushed after each request.
+    Batched,
+    /// Through a `Deferred` archive.
+    Deferred,
 }
 
 fn run(args: &Args, mode: Mode) -> Outcome {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let archive = Archive::open(dir.path().join("archive.db")).expect("archive");
-    let writer =
-        (mode == Mode::Writer).then(|| ArchiveWriter::spawn(&archive).expect("writer thread"));
+    let archive = SqliteArchive::open(dir.path().join("archive.db")).expect("archive");
+    let deferred = (mode == Mode::Deferred)
+        .then(|| Arc::new(Deferred::spawn(archive.clone()).expect("writer thread")));
+    let store: Option<Arc<dyn ArchiveStore>> = match mode {
+        Mode::None => None,
+        Mode::Direct => Some(Arc::new(archive.clone())),
+        Mode::Batched => Some(Arc::new(Batched::new(archive.clone()))),
+        Mode::Deferred => deferred.clone().map(|d| d as Arc<dyn ArchiveStore>),
+    };
     let per_thread = args.sessions.div_ceil(args.threads);
     let cpu_start = cpu_time();
     let start = Instant::now();
     let threads: Vec<_> = (0..args.threads)
         .map(|thread| {
-            let archive = archive.clone();
-            let writer = writer.clone();
+            let store = store.clone();
             let requests = args.requests;
             let names: Vec<String> = (thread * per_thread
                 ..((thread + 1) * per_thread).min(args.sessions))
@@ -118,10 +129,9 @@ fn run(args: &Args, mode: Mode) -> Outcome {
                     .iter()
                     .map(|name| {
                         let builder = SessionBuilder::new(name);
-                        match (&writer, mode) {
-                            (_, Mode::None) => builder,
-                            (Some(writer), _) => builder.archive_writer(writer),
-                            (None, _) => builder.archive_shared(&archive),
+                        match &store {
+                            Some(store) => builder.archive_store(store.clone()),
+                            None => builder,
                         }
                         .build()
                         .expect("session")
@@ -135,11 +145,12 @@ fn run(args: &Args, mode: Mode) -> Outcome {
                         let question = ChatMessage::text(Role::User, text(seed, 40));
                         let answer = ChatMessage::text(Role::Assistant, text(seed + 7, 160));
                         let began = Instant::now();
-                        session.begin_batch();
                         session.push(&question).expect("push");
                         session.push(&answer).expect("push");
                         let ending = Instant::now();
-                        session.end_batch().expect("end batch");
+                        if mode == Mode::Batched {
+                            session.sync_archive().expect("flush");
+                        }
                         ends.push(ending.elapsed());
                         times.push(began.elapsed());
                     }
@@ -158,16 +169,16 @@ fn run(args: &Args, mode: Mode) -> Outcome {
         request_times.extend(times);
         end_batch_times.extend(ends);
     }
-    if let Some(writer) = &writer {
-        writer.flush().expect("flush");
+    if let Some(deferred) = &deferred {
+        deferred.flush_all().expect("flush");
     }
     let wall = start.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_start);
-    let rows = archive.message_count(None).expect("count");
-    if let Some(writer) = &writer {
-        let stats = writer.stats();
+    let rows = archive.stats().expect("count").messages;
+    if let Some(deferred) = &deferred {
+        let stats = deferred.stats();
         println!(
-            "  writer: {} rows in {} transactions ({:.0} rows each), {:.2} s writing, longest {:.1} ms, peak queue {} rows",
+            "  deferred: {} rows in {} transactions ({:.0} rows each), {:.2} s writing, longest {:.1} ms, peak queue {} rows",
             stats.rows_committed,
             stats.transactions,
             stats.rows_committed as f64 / stats.transactions.max(1) as f64,
@@ -176,10 +187,11 @@ fn run(args: &Args, mode: Mode) -> Outcome {
             stats.peak_queued_rows,
         );
     }
-    let transactions = match (&writer, mode) {
-        (Some(writer), _) => writer.stats().transactions,
+    let transactions = match (&deferred, mode) {
+        (Some(deferred), _) => deferred.stats().transactions,
         (None, Mode::None) => 0,
-        // One end_batch, one transaction, per request.
+        (None, Mode::Direct) => (args.sessions * args.requests * 2) as u64,
+        // One flush, one transaction, per request.
         (None, _) => (args.sessions * args.requests) as u64,
     };
     request_times.sort();
@@ -211,17 +223,19 @@ fn main() {
         "req p50",
         "req p99",
         "req max",
-        "end p50",
-        "end p99"
+        "flush p50",
+        "flush p99"
     );
     let none = (Mode::None, "no archive (reference)");
-    let direct = (Mode::Direct, "direct (1 tx per request)");
-    let deferred = (Mode::Writer, "ArchiveWriter (deferred)");
+    let direct = (Mode::Direct, "direct (1 tx per push)");
+    let batched = (Mode::Batched, "Batched (1 tx per request)");
+    let deferred = (Mode::Deferred, "Deferred");
     let modes = match args.mode.as_str() {
         "none" => vec![none],
         "direct" => vec![direct],
-        "writer" => vec![deferred],
-        _ => vec![none, direct, deferred],
+        "batched" => vec![batched],
+        "deferred" => vec![deferred],
+        _ => vec![none, direct, batched, deferred],
     };
     for (mode, name) in modes {
         let outcome = run(&args, mode);

@@ -3,8 +3,6 @@
 
 pub use ctxwin_core as core;
 
-pub mod archive;
-pub mod checkpoint;
 pub mod embed;
 pub mod format;
 pub mod llm;

@@ -439,6 +439,111 @@ fn move_into(from: &Path, to: &Path, marker: &str) -> Result<(), StateFsError> {
     sync_dir(to).map_err(|e| StateFsError::io("fsync", to, e))
 }
 
+/// The secret of `len` bytes kept in the file at `path`, created on first use with the bytes
+/// `fill` writes (the operating system's random generator, say). A new file is readable by its
+/// owner only (mode 0600): written to a fresh temp file beside it (never through a symlink),
+/// fsynced, and linked in place only if nothing is there yet, so two processes starting at
+/// once end up with one secret. An existing file is read without following a symlink, its
+/// mode narrowed to 0600; one of another size is reported, never replaced (whatever the secret
+/// keys would be lost with it).
+///
+/// ```
+/// use ctxwin_std::statefs::secret_file;
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("tenant.key");
+/// let first = secret_file(&path, 32, |bytes| {
+///     bytes.fill(7);
+///     Ok(())
+/// })?;
+/// let again = secret_file(&path, 32, |_| unreachable!("it exists"))?;
+/// assert_eq!((first.len(), first), (32, again));
+/// assert!(secret_file(&path, 16, |_| Ok(())).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`StateFsError::Unsafe`] for a symlink or not a regular file; [`StateFsError::Io`] for a
+/// file of another size, `fill`'s error and I/O errors.
+pub fn secret_file(
+    path: &Path,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) -> io::Result<()>,
+) -> Result<Vec<u8>, StateFsError> {
+    if let Some(secret) = read_secret(path, len)? {
+        return Ok(secret);
+    }
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut bytes = vec![0u8; len];
+    fill(&mut bytes).map_err(|e| StateFsError::io("generate", path, e))?;
+    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    // A leftover of a crashed process with our pid: it is ours to remove.
+    let _ = fs::remove_file(&temp);
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file =
+        no_follow(&mut options).open(&temp).map_err(|e| StateFsError::io("create", &temp, e))?;
+    let written = file.write_all(&bytes).and_then(|()| file.sync_all());
+    drop(file);
+    // A link fails if anything is at `path` (another process's secret, a symlink): no
+    // check-then-rename race. Where links are refused, a rename that does not replace.
+    let linked = written.and_then(|()| match fs::hard_link(&temp, path) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => rename_no_replace(&temp, path),
+        other => other,
+    });
+    let _ = fs::remove_file(&temp);
+    match linked {
+        Ok(()) => sync_dir(&dir).map_err(|e| StateFsError::io("fsync", &dir, e))?,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(StateFsError::io("create", path, e)),
+    }
+    read_secret(path, len)?
+        .ok_or_else(|| StateFsError::io("read", path, io::ErrorKind::NotFound.into()))
+}
+
+/// The secret at `path` ([`secret_file`]), `None` when there is no file.
+fn read_secret(path: &Path, len: usize) -> Result<Option<Vec<u8>>, StateFsError> {
+    let file = match no_follow(OpenOptions::new().read(true)).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StateFsError::io("read", path, e)),
+    };
+    let meta = file.metadata().map_err(|e| StateFsError::io("inspect", path, e))?;
+    if !meta.is_file() {
+        return Err(StateFsError::Unsafe { path: path.to_path_buf() });
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o077 != 0 {
+            file.set_permissions(fs::Permissions::from_mode(0o600))
+                .map_err(|e| StateFsError::io("narrow the mode of", path, e))?;
+        }
+    }
+    let cap = u64::try_from(len).unwrap_or(u64::MAX);
+    let bytes = read_bounded(&file, cap, &path.display().to_string());
+    match bytes {
+        Ok(bytes) if bytes.len() == len => Ok(Some(bytes)),
+        Ok(_) | Err(StateFsError::TooLarge { .. }) => Err(StateFsError::io(
+            "read",
+            path,
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("not a secret of {len} bytes (kept as it is: restore it from a backup)"),
+            ),
+        )),
+        Err(error) => Err(error),
+    }
+}
+
 /// Renames `from` to `to` unless `to` exists (an empty directory counts as free, as
 /// `rename(2)` allows: an existing empty `--dir` is initialized in place of it).
 fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
@@ -499,6 +604,37 @@ mod tests {
             StateLock::acquire(&dir.path().join("lock"), Duration::ZERO, "t", |_| {}).unwrap_err();
         assert!(matches!(error, StateFsError::Unsafe { .. }), "{error}");
         assert!(!target.exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_secret_is_created_once_owner_only_and_never_through_a_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tenant.key");
+        let outside = dir.path().join("outside");
+        std::os::unix::fs::symlink(&outside, &path).unwrap();
+        let refused = secret_file(&path, 8, |b| {
+            b.fill(1);
+            Ok(())
+        });
+        assert!(matches!(refused, Err(StateFsError::Unsafe { .. })), "{refused:?}");
+        assert!(!outside.exists());
+        fs::remove_file(&path).unwrap();
+        let secret = secret_file(&path, 8, |b| {
+            b.copy_from_slice(b"12345678");
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(secret, b"12345678");
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "no temp file left");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(secret_file(&path, 8, |_| Ok(())).unwrap(), b"12345678");
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        fs::write(&path, b"short").unwrap();
+        assert!(secret_file(&path, 8, |_| Ok(())).is_err(), "a damaged secret is reported");
+        assert_eq!(fs::read(&path).unwrap(), b"short", "and kept");
     }
 
     #[test]

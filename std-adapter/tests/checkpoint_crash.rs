@@ -8,12 +8,16 @@
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
-use std::num::NonZeroUsize;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ctxwin_std::checkpoint::{CheckpointStatus, CheckpointStore};
+use ctxwin_std::store::{CheckpointDir, CheckpointSink, CheckpointStatus, Fence, Scope};
+
+/// The directory of one conversation's checkpoints.
+fn sink(dir: &Path) -> CheckpointDir {
+    CheckpointDir::bound(dir, Scope::local("crash"))
+}
 
 /// Tells a re-executed test binary to act as the writer, storing into this directory.
 const CHILD_DIR_ENV: &str = "CTXWIN_CHECKPOINT_CRASH_CHILD_DIR";
@@ -75,8 +79,9 @@ fn verify(bytes: &[u8]) -> Result<u64, String> {
 #[ignore = "writer process of checkpoint_survives_repeated_sigkill; runs only when re-executed"]
 fn checkpoint_writer_child() {
     let Some(dir) = std::env::var_os(CHILD_DIR_ENV) else { return };
-    let store = CheckpointStore::open(dir).unwrap().with_keep(NonZeroUsize::new(4).unwrap());
-    let mut seq = match store.load_latest().unwrap() {
+    let store = sink(Path::new(&dir));
+    let scope = Scope::local("crash");
+    let mut seq = match store.load_latest(&scope, &mut |_| Ok(())).unwrap() {
         Some(restored) => verify(&restored.bytes).unwrap() + 1,
         None => 0,
     };
@@ -86,7 +91,8 @@ fn checkpoint_writer_child() {
     let started = Instant::now();
     let parent = parent_id();
     while started.elapsed() < CHILD_LIFETIME && parent_id() == parent {
-        store.save(&content(seq)).unwrap();
+        store.save(&scope, Fence::NONE, &content(seq)).unwrap();
+        store.prune(&scope, Fence::NONE, 4).unwrap();
         seq += 1;
     }
 }
@@ -144,7 +150,8 @@ fn checkpoint_survives_repeated_sigkill() {
     let mut rng = seed;
     let mut seen_temps = HashSet::new();
     // A first checkpoint before any crash, so every restore below must find one.
-    CheckpointStore::open(dir.path()).unwrap().save(&content(0)).unwrap();
+    let scope = Scope::local("crash");
+    sink(dir.path()).save(&scope, Fence::NONE, &content(0)).unwrap();
     let mut latest_seq = 0;
     let (mut mid_write, mut progressed, mut restored_total) = (0u32, 0u32, 0u32);
 
@@ -161,11 +168,14 @@ fn checkpoint_survives_repeated_sigkill() {
         }
         seen_temps = temps;
 
-        let store = CheckpointStore::open(dir.path()).unwrap();
-        for info in store.list().unwrap() {
+        let store = sink(dir.path());
+        for info in store.list(&scope).unwrap() {
             assert_eq!(info.status, CheckpointStatus::Ok, "kill {kill} (seed {seed}): {info:?}");
         }
-        let restored = store.load_latest().unwrap().expect("the first checkpoint or a newer one");
+        let restored = store
+            .load_latest(&scope, &mut |_| Ok(()))
+            .unwrap()
+            .expect("the first checkpoint or a newer one");
         assert!(restored.skipped.is_empty(), "kill {kill} (seed {seed}): {:?}", restored.skipped);
         let seq = verify(&restored.bytes).unwrap_or_else(|why| {
             panic!("kill {kill} (seed {seed}) restored {}: {why}", restored.id)

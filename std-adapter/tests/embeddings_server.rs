@@ -46,10 +46,14 @@ fn server(test: &str) -> Option<HttpEmbedder> {
 /// and the request names it with other words.
 fn builder(dir: &std::path::Path, embedder: Option<Arc<dyn Embedder>>) -> SessionBuilder {
     let config = Config { max_messages: 4, locked_tail: 1, ..Config::DEFAULT };
+    // Two items: BM25's only hit ("new laptop") and one more.
+    let retrieval =
+        RetrievalSettings { max_items: 2, neighbours: false, ..RetrievalSettings::DEFAULT };
     let builder = SessionBuilder::new("s")
         .config(config)
         .archive(dir.join("archive.db"))
-        .checkpoints(dir.join("checkpoints"));
+        .checkpoints(dir.join("checkpoints"))
+        .retrieval(retrieval);
     match embedder {
         Some(embedder) => builder.embedder(embedder),
         None => builder,
@@ -58,12 +62,6 @@ fn builder(dir: &std::path::Path, embedder: Option<Arc<dyn Embedder>>) -> Sessio
 
 fn chat(dir: &std::path::Path, embedder: Option<Arc<dyn Embedder>>) -> Session {
     let mut session = builder(dir, embedder).build().unwrap();
-    // Two items: BM25's only hit ("new laptop") and one more.
-    session.set_retrieval(RetrievalSettings {
-        max_items: 2,
-        neighbours: false,
-        ..RetrievalSettings::DEFAULT
-    });
     let filler = [
         "The quarterly budget review moved to Thursday afternoon.",
         "I repainted the kitchen cabinets a pale green colour.",
@@ -115,7 +113,7 @@ fn hybrid_recall_finds_what_bm25_cannot_and_caches_vectors() {
     assert!(payload.tokens <= payload.budget);
     let stats = hybrid.semantic_stats().unwrap();
     assert_eq!((stats.embedded >= 14, stats.fallbacks), (true, 0), "{stats:?}");
-    assert_eq!(hybrid.archive().unwrap().vector_count("s").unwrap(), 14);
+    assert_eq!(hybrid.archive().unwrap().usage(hybrid.scope()).unwrap().vectors, 14);
     // The same build again sees the same payload.
     assert_eq!(hybrid.compose(&[]).unwrap().conversation, payload.conversation);
     hybrid.checkpoint().unwrap();

@@ -1,5 +1,9 @@
 //! Provider formats: fixtures, conversions between OpenAI and Anthropic, large JSONL,
-//! malformed input, and round-trip properties.
+//! malformed input, and round-trip properties; requests (every block kind read and written
+//! back byte for byte, reduced content) in [`requests`].
+
+#[path = "formats/requests.rs"]
+mod requests;
 
 use std::io::{BufReader, Cursor};
 use std::path::PathBuf;
@@ -469,6 +473,39 @@ fn writing_invalid_arguments_to_anthropic_names_message_and_call() {
     // OpenAI carries arguments as text, so the same conversation is written as is.
     let back = convert(&conv, Format::OpenAiJson);
     assert_eq!(back.messages[1].tool_calls[0].arguments, "{\"cmd\": \"ls\"");
+}
+
+/// The core's zero-copy OpenAI body (the session's `compose_openai_body`) reads back as the
+/// conversation the writer here writes for the same payload: two writers, one layout.
+#[test]
+fn the_cores_zero_copy_body_reads_back_like_the_conversation_writers() {
+    use ctxwin_std::session::{ComposeOptions, SessionBuilder};
+    let mut session = SessionBuilder::new("s").build().unwrap();
+    session
+        .add_tool(&ToolDefinition {
+            name: "ls".into(),
+            description: "List files.".into(),
+            parameters: r#"{"type":"object","properties":{"dir":{"type":"string"}}}"#.into(),
+        })
+        .unwrap();
+    for message in [
+        ChatMessage::text(Role::System, "Be \"terse\"."),
+        ChatMessage::text(Role::User, "List the files.\nThen stop."),
+        ChatMessage::assistant_calls("", vec![ToolCall::new("c1", "ls", r#"{"dir": "."}"#)]),
+        ChatMessage::tool_result("c1", "Cargo.toml\nsrc/"),
+        ChatMessage::assistant_calls("Checking.", vec![ToolCall::new("c2", "ls", "{}")]),
+        ChatMessage::tool_result("c2", "main.rs"),
+        ChatMessage::text(Role::Assistant, "Two entries, then one."),
+    ] {
+        session.push(&message).unwrap();
+    }
+    let dynamic = ["Goal: list the files."];
+    let (body, _) = session.compose_openai_body(ComposeOptions::new(&dynamic), "m").unwrap();
+    let payload = session.compose(&dynamic).unwrap();
+    let from_core = read(&body, Format::OpenAiJson).unwrap();
+    let written = write(&payload.conversation, Format::OpenAiJson).unwrap();
+    assert_eq!(from_core, read(&written, Format::OpenAiJson).unwrap());
+    assert_eq!(from_core.messages.len(), 8);
 }
 
 fn any_text() -> impl Strategy<Value = String> {

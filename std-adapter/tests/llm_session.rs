@@ -266,7 +266,12 @@ fn a_long_session_with_a_real_model_survives_the_server_dying() {
     let rolling = session.manager().session().find(|m| m.is_summary()).unwrap();
     let (rolling_id, model_text) = (rolling.id(), rolling.content().to_owned());
     println!("rolling summary {rolling_id} after phase 1: {model_text:?}");
-    let record = session.archive().unwrap().summary("e2e", rolling_id).unwrap().unwrap();
+    let record = session
+        .archive()
+        .unwrap()
+        .summary(&ctxwin_std::store::Scope::local("e2e"), rolling_id)
+        .unwrap()
+        .unwrap();
     assert_eq!(record.text, model_text, "the archive records the swapped-in text");
 
     // Phase 2: the server dies while jobs are running; the session goes on.
@@ -290,13 +295,17 @@ fn a_long_session_with_a_real_model_survives_the_server_dying() {
     // sources, and the session still composes within its budget.
     let archive = session.archive().unwrap();
     for (id, content) in &pushed {
-        let row = archive.get("e2e", *id).unwrap().unwrap_or_else(|| panic!("message {id} lost"));
+        let row = archive
+            .get(&ctxwin_std::store::Scope::local("e2e"), *id)
+            .unwrap()
+            .unwrap_or_else(|| panic!("message {id} lost"));
         assert_eq!(row.full_text(), content, "message {id}");
     }
-    let sources = archive.drill_down("e2e", rolling_id).unwrap();
+    let sources = archive.drill_down(&ctxwin_std::store::Scope::local("e2e"), rolling_id).unwrap();
     assert!(sources.len() >= 40, "{} sources", sources.len());
     assert!(sources.iter().all(|row| pushed.iter().any(|(id, _)| *id == row.id)));
-    let summary = archive.summary("e2e", rolling_id).unwrap().unwrap();
+    let summary =
+        archive.summary(&ctxwin_std::store::Scope::local("e2e"), rolling_id).unwrap().unwrap();
     assert_eq!(summary.text, rolling.content());
     let payload = session.compose(&[]).unwrap();
     assert!(payload.tokens <= payload.budget);

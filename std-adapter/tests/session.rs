@@ -6,6 +6,7 @@ use std::path::Path;
 use ctxwin_core::{Config, EntitySchema, Role, StrategyKind, reduce::TRUNCATION_MARKER};
 use ctxwin_std::format::{self, Format};
 use ctxwin_std::session::{PushReport, RestorePoint, Session, SessionBuilder, SessionError};
+use ctxwin_std::store::{ArchiveStore, ArchivedMessage, Scope, SearchQuery};
 use ctxwin_std::{ChatMessage, ToolCall};
 
 mod session_support;
@@ -64,6 +65,12 @@ fn agent_turn(session: &mut Session, turn: usize, huge: bool) -> Vec<(ChatMessag
         .collect()
 }
 
+/// The rows of unit `unit` of `scope`, in id order.
+fn unit_rows(archive: &dyn ArchiveStore, scope: &Scope, unit: u64) -> Vec<ArchivedMessage> {
+    let rows = archive.rows_after(scope, unit.saturating_sub(1), 64).unwrap();
+    rows.into_iter().filter(|row| row.unit == unit).collect()
+}
+
 fn parse_json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("invalid JSON ({e}):\n{body}"))
 }
@@ -108,11 +115,12 @@ fn agent_session_loses_nothing() {
         }
     }
     let archive = session.archive().unwrap();
+    let scope = session.scope();
 
     // Every message is archived with its full text, tool calls and call id.
-    assert_eq!(archive.message_count(Some("agent")).unwrap(), pushed.len() as u64);
+    assert_eq!(archive.usage(scope).unwrap().messages, pushed.len() as u64);
     for (message, id) in &pushed {
-        let row = archive.get("agent", *id).unwrap().unwrap_or_else(|| panic!("{id} missing"));
+        let row = archive.get(scope, *id).unwrap().unwrap_or_else(|| panic!("{id} missing"));
         assert_eq!(row.full_text(), message.content, "message {id}");
         assert_eq!(row.message.role, message.role);
         assert_eq!(row.message.tool_calls, message.tool_calls);
@@ -122,18 +130,18 @@ fn agent_session_loses_nothing() {
     // The huge outputs were reduced in the core; the archive keeps both forms.
     assert_eq!(reduced.len(), 3);
     for id in &reduced {
-        let row = archive.get("agent", *id).unwrap().unwrap();
+        let row = archive.get(scope, *id).unwrap().unwrap();
         assert!(row.message.content.contains(TRUNCATION_MARKER));
         assert!(!row.message.content.contains("MIDDLE_MARKER_7f3a"));
         assert_eq!(row.original.as_deref(), Some(huge_output().as_str()));
-        let found = archive.search(Some("agent"), "MIDDLE_MARKER_7f3a", 10).unwrap();
+        let found = archive.search(scope, &SearchQuery::new("MIDDLE_MARKER_7f3a", 10)).unwrap();
         assert!(found.iter().any(|hit| hit.id == *id));
     }
 
     // Every evicted unit is in the archive whole: a call and its three results together.
     assert!(evicted_units.len() >= 10, "{evicted_units:?}");
     for unit in &evicted_units {
-        let messages = archive.unit("agent", *unit).unwrap();
+        let messages = unit_rows(archive, scope, *unit);
         assert_eq!(messages.first().map(|m| m.id), Some(*unit));
         if messages[0].message.tool_calls.len() == 3 {
             assert_eq!(messages.len(), 4, "unit {unit}");
@@ -142,16 +150,16 @@ fn agent_session_loses_nothing() {
     }
     assert!(session.manager().stats().counters.units_evicted >= evicted_units.len() as u64);
     let counters = session.stats().unwrap().counters;
-    assert_eq!((counters.id_repairs, counters.refused_after_write_ahead), (0, 0));
+    assert!(counters.archive_rows_written >= pushed.len() as u64);
 
     // Summaries are recorded with drill-down to the messages they stand for.
     assert!(!summaries.is_empty());
     let first_user = pushed.iter().find(|(m, _)| m.role == Role::User).unwrap().1;
     let mut reaches_first = false;
     for id in &summaries {
-        let record = archive.summary("agent", *id).unwrap().unwrap();
+        let record = archive.summary(scope, *id).unwrap().unwrap();
         assert!(!record.text.is_empty() && record.tokens_before > record.tokens_after);
-        let sources = archive.drill_down("agent", *id).unwrap();
+        let sources = archive.drill_down(scope, *id).unwrap();
         assert!(!sources.is_empty());
         assert!(sources.iter().all(|m| record.source_ids.contains(&m.id)));
         reaches_first |= sources.iter().any(|m| m.id == first_user);
@@ -196,7 +204,8 @@ fn zero_copy_body_matches_the_rendered_conversation() {
     }
     session.push(&user("file: src/main.rs, branch: \"feature/x\"")).unwrap();
     let dynamic = ["Retrieved: handler_2 was rewritten"];
-    let (body, tokens) = session.compose_openai_body(&dynamic, "gpt-4o").unwrap();
+    let options = ctxwin_std::session::ComposeOptions::new(&dynamic);
+    let (body, tokens) = session.compose_openai_body(options, "gpt-4o").unwrap();
     let payload = session.compose(&dynamic).unwrap();
     assert_eq!(tokens, payload.tokens);
     let zero_copy = parse_json(&body);
@@ -262,7 +271,7 @@ fn restart_continues_from_the_latest_checkpoint() {
     assert_eq!(restored.last_checkpoint.as_deref(), Some(checkpoint.as_str()));
     assert_eq!(restored.calibration, stats.calibration);
     // The message pushed after the checkpoint is kept aside: its id is handed out again.
-    let side = format!("restart@rewound-{checkpoint}");
+    let side = Scope::local(format!("restart@rewound-{checkpoint}"));
     let archive = reopened.archive().unwrap();
     assert_eq!(archive.get(&side, next).unwrap().unwrap().message.content, "after the checkpoint");
     assert_eq!(restored.core, {
@@ -280,7 +289,7 @@ fn restart_continues_from_the_latest_checkpoint() {
     let archive = reopened.archive().unwrap();
     for (message, id) in &pushed {
         assert!(reopened.manager().get(*id).is_none() || *id > next, "{id} still live");
-        let row = archive.get("restart", *id).unwrap().unwrap();
+        let row = archive.get(reopened.scope(), *id).unwrap().unwrap();
         assert_eq!(row.full_text(), message.content, "message {id}");
     }
 }
@@ -319,9 +328,9 @@ fn sessions_move_up_a_tier_and_checkpoints_of_either_tier_restore() {
     assert_eq!(again.manager().tier(), "server");
     assert_eq!(again.stats().unwrap().core, core);
     let archive = again.archive().unwrap();
-    assert!(archive.get("restart", first).unwrap().is_some());
+    assert!(archive.get(again.scope(), first).unwrap().is_some());
     for (message, id) in &pushed {
-        let row = archive.get("restart", *id).unwrap().unwrap();
+        let row = archive.get(again.scope(), *id).unwrap().unwrap();
         assert_eq!(row.full_text(), message.content, "message {id}");
     }
 }
@@ -337,7 +346,8 @@ fn a_damaged_newest_checkpoint_is_skipped() {
     let good_stats = session.stats().unwrap().core;
     agent_turn(&mut session, 3, false);
     let damaged = session.checkpoint().unwrap();
-    let path = session.checkpoints().unwrap().into_iter().find(|c| c.id == damaged).unwrap().path;
+    let path =
+        session.checkpoints().unwrap().into_iter().find(|c| c.id == damaged).unwrap().location;
     drop(session);
     let mut bytes = std::fs::read(&path).unwrap();
     let middle = bytes.len() / 2;
@@ -349,8 +359,8 @@ fn a_damaged_newest_checkpoint_is_skipped() {
     assert_eq!(stats.last_checkpoint.as_deref(), Some(good.as_str()));
     assert_eq!(stats.core, good_stats);
     // The turn after the good checkpoint is archived aside, not overwritten.
-    let side = format!("restart@rewound-{good}");
-    assert_eq!(reopened.archive().unwrap().message_count(Some(&side)).unwrap(), 6);
+    let side = Scope::local(format!("restart@rewound-{good}"));
+    assert_eq!(reopened.archive().unwrap().usage(&side).unwrap().messages, 6);
 }
 
 #[test]
@@ -364,8 +374,11 @@ fn restore_by_id_and_foreign_checkpoints() {
     assert_eq!((report.id, report.rewound), (id.clone(), vec![2]));
     assert_eq!(first.manager().history().count(), 1);
 
+    // A directory holds one session's checkpoints: another's payload there is refused.
+    let snapshots = dir.path().join("snapshots");
+    let foreign = ctxwin_std::store::CheckpointDir::bound(&snapshots, Scope::local("other"));
     let mut other =
-        SessionBuilder::new("other").checkpoints(dir.path().join("snapshots")).build().unwrap();
+        SessionBuilder::new("other").checkpoint_sink(std::sync::Arc::new(foreign)).build().unwrap();
     let error = other.restore(RestorePoint::Id(id)).unwrap_err();
     assert!(error.to_string().contains("belongs to session \"restart\""), "{error}");
 }
@@ -441,15 +454,16 @@ fn ten_thousand_messages_import_and_stay_retrievable() {
     assert_eq!((report.stored, report.tools), (conversation.messages.len() + 1, 3));
     assert!(report.reduced >= 6 && report.units_evicted > 1_000, "{report:?}");
     let archive = session.archive().unwrap();
-    assert_eq!(archive.message_count(Some("bulk")).unwrap(), report.stored as u64);
+    let scope = session.scope();
+    assert_eq!(archive.usage(scope).unwrap().messages, report.stored as u64);
     for (message, id) in conversation.messages.iter().zip(&report.ids) {
-        let row = archive.get("bulk", *id).unwrap().unwrap();
+        let row = archive.get(scope, *id).unwrap().unwrap();
         assert_eq!(row.full_text(), message.content);
         assert_eq!(row.message.tool_call_id, message.tool_call_id);
     }
     assert!(planted.len() >= 80);
     for (index, token) in &planted {
-        let hits = archive.search(Some("bulk"), token, 3).unwrap();
+        let hits = archive.search(scope, &SearchQuery::new(token, 3)).unwrap();
         assert_eq!(hits.first().map(|h| h.id), Some(report.ids[*index]), "{token}");
     }
     // The session goes on after the import.
@@ -468,25 +482,16 @@ fn summarizing_import_records_drillable_summaries() {
     assert!(report.summaries > 0, "{report:?}");
     let rolling = session.manager().session().find(|m| m.is_summary()).unwrap().id();
     let archive = session.archive().unwrap();
-    let sources = archive.drill_down("fold", rolling).unwrap();
+    let sources = archive.drill_down(session.scope(), rolling).unwrap();
     assert_eq!(sources.first().map(|m| m.id), Some(report.ids[0]));
     assert!(sources.len() > 500, "{}", sources.len());
-    assert_eq!(session.stats().unwrap().counters.id_repairs, 0);
 }
 
+/// A push the core takes only after the session drains its outbox, where summaries take ids
+/// meanwhile: the message gets the id the core gives it, and no row is written under any
+/// other.
 #[test]
-fn a_push_that_needs_drained_space_is_retried_under_the_right_id() {
-    drained_space_retry(false);
-}
-
-#[test]
-fn the_repair_of_a_wrong_id_follows_the_wrong_row_in_a_batch() {
-    drained_space_retry(true);
-}
-
-/// A push the core takes only after the session drains its outbox, where summaries take the
-/// predicted id meanwhile; with `batched`, inside an archive batch.
-fn drained_space_retry(batched: bool) {
+fn a_push_that_needs_drained_space_is_archived_under_the_id_it_got() {
     let config = Config {
         context_window: 200_000,
         working_budget: 150_000,
@@ -508,22 +513,21 @@ fn drained_space_retry(batched: bool) {
     }
     assert_eq!(session.stats().unwrap().core.counters.units_evicted, 0);
     let big = user(format!("{} the end", "=".repeat(250_000)));
-    let predicted = pushed.last().unwrap().0 + 1;
-    if batched {
-        session.begin_batch();
-    }
+    let next_before = session.manager().next_id();
     let report = session.push(&big).unwrap();
-    session.end_batch().unwrap();
-    assert!(report.id > predicted, "hierarchical summaries took ids while making room");
+    assert!(report.id > next_before, "hierarchical summaries took ids while making room");
     assert!(!report.evicted_units.is_empty());
     pushed.push((report.id, big));
     let archive = session.archive().unwrap();
+    let scope = session.scope();
     for (id, message) in &pushed {
-        assert_eq!(archive.get("space", *id).unwrap().unwrap().full_text(), message.content);
+        assert_eq!(archive.get(scope, *id).unwrap().unwrap().full_text(), message.content);
     }
-    let displaced = archive.get("space", predicted).unwrap().unwrap();
-    assert_eq!(displaced.message.role, Role::System, "{displaced:?}");
-    assert_eq!(session.stats().unwrap().counters.id_repairs, 1);
+    let rows = archive.rows_after(scope, 0, usize::MAX).unwrap();
+    assert_eq!(rows.len(), pushed.len(), "a row for each message, none for the summaries' ids");
+    for id in next_before..report.id {
+        assert!(archive.get(scope, id).unwrap().is_none(), "a row under id {id}");
+    }
 }
 
 #[test]
@@ -549,12 +553,13 @@ fn refused_messages_leave_no_row() {
         Err(SessionError::Core(_))
     ));
     let archive = session.archive().unwrap();
-    assert_eq!(archive.message_count(Some("refuse")).unwrap(), 2);
-    assert_eq!(session.stats().unwrap().counters.refused_after_write_ahead, 0);
+    assert_eq!(archive.usage(session.scope()).unwrap().messages, 2);
 }
 
+/// A refusal only the core's push finds (its check passed): nothing was written before the
+/// push, so nothing is left behind, and the next id goes to whatever comes next.
 #[test]
-fn a_row_left_by_a_late_refusal_is_repaired() {
+fn a_late_refusal_leaves_nothing_behind() {
     let config = Config { working_budget: 2_000, ..Config::DEFAULT };
     let mut session =
         SessionBuilder::new("late").config(config).archive_in_memory().build().unwrap();
@@ -573,12 +578,10 @@ fn a_row_left_by_a_late_refusal_is_repaired() {
     let head = session.push(&ChatMessage::assistant_calls("", calls)).unwrap().id;
     let refused = session.push(&ChatMessage::tool_result("c1", "delta ".repeat(300)));
     assert!(matches!(refused, Err(SessionError::Core(ctxwin_core::Error::MessageTooLarge { .. }))));
-    assert_eq!(session.stats().unwrap().counters.refused_after_write_ahead, 1);
     let tool = session.add_tool(&tools()[0]).unwrap();
-    assert_eq!(tool, head + 1, "the tool definition took the refused message's id");
-    let row = session.archive().unwrap().get("late", tool).unwrap().unwrap();
-    assert_eq!(row.message.role, Role::System);
-    assert!(row.message.content.contains("read_file"), "{row:?}");
+    assert_eq!(tool, head + 1);
+    let archive = session.archive().unwrap();
+    assert_eq!(archive.rows_after(session.scope(), 0, 10).unwrap().len(), 1, "only the call");
 }
 
 #[test]
@@ -589,10 +592,9 @@ fn aborted_calls_are_archived_in_their_unit() {
     session.push(&ChatMessage::tool_result("c1", "done")).unwrap();
     let next = session.push(&user("never mind")).unwrap();
     assert_eq!(next.id, head + 3, "the synthetic result for c2 took an id");
-    let unit = session.archive().unwrap().unit("abort", head).unwrap();
+    let unit = unit_rows(session.archive().unwrap(), session.scope(), head);
     assert_eq!(unit.len(), 3);
     assert_eq!(unit[2].message.tool_call_id.as_deref(), Some("c2"));
-    assert_eq!(session.stats().unwrap().counters.id_repairs, 0, "the id was predicted");
 }
 
 #[test]
@@ -605,14 +607,16 @@ fn retrieved_text_feeds_the_payload() {
         session.push(&user(format!("unrelated chatter {i}"))).unwrap();
     }
     assert!(session.manager().history().all(|m| !m.content().contains("vault")));
-    let block = session.retrieve("where is the deploy key vault", 3, 400).unwrap();
+    let recall = session.recall("where is the deploy key vault", &[]).unwrap();
+    let block = recall.block.clone();
     assert!(block.starts_with("[Retrieved from archive]") && block.contains("secret/deploy/prod"));
-    let payload = session.compose(&[&block]).unwrap();
+    let options = ctxwin_std::session::ComposeOptions::new(&[])
+        .recall(ctxwin_std::session::RecallFor::Query("where is the deploy key vault"));
+    let payload = session.compose_with(options).unwrap();
     assert_eq!(payload.conversation.messages[0].content, block);
-    assert!(matches!(
-        SessionBuilder::new("x").build().unwrap().retrieve("q", 1, 100),
-        Err(SessionError::NoArchive { .. })
-    ));
+    assert_eq!(payload.recall, recall);
+    let without = SessionBuilder::new("x").build().unwrap().recall("q", &[]).unwrap();
+    assert!(without.block.is_empty(), "no archive, nothing recalled");
 }
 
 #[test]
@@ -638,7 +642,7 @@ fn sessions_move_between_threads() {
         worker.join().unwrap();
     }
     let session = shared.lock().unwrap();
-    assert_eq!(session.archive().unwrap().message_count(Some("threads")).unwrap(), 20);
+    assert_eq!(session.archive().unwrap().usage(session.scope()).unwrap().messages, 20);
     assert_eq!(session.stats().unwrap().counters.messages_pushed, 20);
 }
 
@@ -767,7 +771,7 @@ fn an_untimed_import_ages_by_turn_order() {
         .collect();
     let conversation = ctxwin_std::Conversation { messages, ..Default::default() };
     let report = session.import(&conversation).unwrap();
-    let stored = session.archive().unwrap().get_many("turns", &report.ids).unwrap();
+    let stored = session.archive().unwrap().get_many(session.scope(), &report.ids).unwrap();
     assert_eq!(stored.len(), 40);
     for pair in stored.windows(2) {
         assert_eq!(

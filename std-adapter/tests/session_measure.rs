@@ -42,7 +42,7 @@ fn measure_import_archive_and_exact_counting() {
             bytes / 1024,
             report.units_evicted,
             on_disk / 1024,
-            stats.archive.unwrap().db_size_bytes / 1024,
+            stats.archive.unwrap().store_bytes.unwrap_or(0) / 1024,
         );
     }
 
@@ -96,10 +96,12 @@ fn measure_import_archive_and_exact_counting() {
 #[test]
 #[ignore = "measurement"]
 fn measure_archive_transactions() {
-    use ctxwin_std::archive::{Archive, ArchivedMessage, CompressionRecord};
+    use ctxwin_std::store::sqlite::SqliteArchive;
+    use ctxwin_std::store::{ArchiveStore, ArchivedMessage, CompressionRecord, Fence, Scope};
     use std::time::Instant;
     let dir = tempfile::tempdir().unwrap();
-    let mut archive = Archive::open(dir.path().join("a.db")).unwrap();
+    let archive = SqliteArchive::open(dir.path().join("a.db")).unwrap();
+    let s = Scope::local("s");
     let started = Instant::now();
     for i in 1..=2_000u64 {
         let row = ArchivedMessage::new(
@@ -107,17 +109,19 @@ fn measure_archive_transactions() {
             i,
             user(format!("message {i} about crate_{} and runner-{}", i % 31, i % 17)),
         );
-        archive.store_unit("s", &[row]).unwrap();
+        archive.put(&s, Fence::NONE, &[row]).unwrap();
     }
-    println!("store_unit: {:.1} µs", started.elapsed().as_secs_f64() * 1e6 / 2_000.0);
+    println!("put: {:.1} µs", started.elapsed().as_secs_f64() * 1e6 / 2_000.0);
     let started = Instant::now();
     for i in 1..=2_000u64 {
-        archive.record_compression("s", &CompressionRecord::new(i, 10, 5, "x")).unwrap();
+        archive
+            .record_compression(&s, Fence::NONE, &CompressionRecord::new(i, 10, 5, "x"))
+            .unwrap();
     }
     println!("record_compression: {:.1} µs", started.elapsed().as_secs_f64() * 1e6 / 2_000.0);
     let started = Instant::now();
     for i in 1..=2_000u64 {
-        archive.get("s", i).unwrap();
+        archive.get(&s, i).unwrap();
     }
     println!("get: {:.1} µs", started.elapsed().as_secs_f64() * 1e6 / 2_000.0);
 }

@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 use ctxwin_core::{Config, Role};
 use ctxwin_std::ChatMessage;
-use ctxwin_std::archive::Archive;
+use std::sync::Arc;
+
 use ctxwin_std::session::{Session, SessionBuilder, SessionError};
+use ctxwin_std::store::ArchiveStore;
+use ctxwin_std::store::sqlite::SqliteArchive;
 
 /// The proxy's configuration for a 32k-token model (`ctxwin_proxy::conv::session_config`).
 fn proxy_config() -> Config {
@@ -28,10 +31,10 @@ fn proxy_config() -> Config {
 
 /// A session built with the proxy's options: conversation `name`'s checkpoints in
 /// `<state>/<name>/checkpoints`.
-fn open(state: &Path, archive: &Archive, name: &str) -> Result<Session, SessionError> {
+fn open(state: &Path, archive: &Arc<SqliteArchive>, name: &str) -> Result<Session, SessionError> {
     SessionBuilder::new(name)
         .config(proxy_config())
-        .archive_shared(archive)
+        .archive_store(archive.clone())
         .checkpoints(state.join(name).join("checkpoints"))
         .keep_checkpoints(3)
         .checkpoint_interval_messages(0)
@@ -50,7 +53,7 @@ fn history(session: &Session) -> Vec<String> {
 #[test]
 fn a_new_session_creates_its_checkpoint_directory_at_the_first_checkpoint() {
     let state = tempfile::tempdir().unwrap();
-    let archive = Archive::open(state.path().join("archive.db")).unwrap();
+    let archive = Arc::new(SqliteArchive::open(state.path().join("archive.db")).unwrap());
     let conv = state.path().join("c1");
     let mut session = open(state.path(), &archive, "c1").unwrap();
     assert!(!conv.exists(), "building a new session creates nothing");
@@ -71,7 +74,7 @@ fn a_new_session_creates_its_checkpoint_directory_at_the_first_checkpoint() {
 #[test]
 fn a_crash_after_the_first_checkpoint_restores_it() {
     let state = tempfile::tempdir().unwrap();
-    let archive = Archive::open(state.path().join("archive.db")).unwrap();
+    let archive = Arc::new(SqliteArchive::open(state.path().join("archive.db")).unwrap());
     let mut session = open(state.path(), &archive, "c2").unwrap();
     session.push(&user("first")).unwrap();
     let id = session.checkpoint().unwrap();
@@ -83,7 +86,8 @@ fn a_crash_after_the_first_checkpoint_restores_it() {
     let mut reopened = open(state.path(), &archive, "c2").unwrap();
     assert_eq!(reopened.checkpoints().unwrap()[0].id, id);
     assert_eq!(history(&reopened), ["first"]);
-    assert_eq!(archive.message_count(Some("c2")).unwrap(), 1, "the later rows were set aside");
+    let c2 = ctxwin_std::store::Scope::local("c2");
+    assert_eq!(archive.usage(&c2).unwrap().messages, 1, "the later rows were set aside");
     reopened.push(&user("second, again")).unwrap();
     reopened.checkpoint().unwrap();
     drop(reopened);
@@ -93,7 +97,7 @@ fn a_crash_after_the_first_checkpoint_restores_it() {
 #[test]
 fn a_crash_before_the_first_checkpoint_is_still_refused() {
     let state = tempfile::tempdir().unwrap();
-    let archive = Archive::open(state.path().join("archive.db")).unwrap();
+    let archive = Arc::new(SqliteArchive::open(state.path().join("archive.db")).unwrap());
     let mut session = open(state.path(), &archive, "c3").unwrap();
     session.push(&user("archived, then the process died")).unwrap();
     drop(session);
@@ -108,7 +112,7 @@ fn a_crash_before_the_first_checkpoint_is_still_refused() {
 #[test]
 fn a_damaged_checkpoint_directory_is_reported_not_replaced() {
     let state = tempfile::tempdir().unwrap();
-    let archive = Archive::open(state.path().join("archive.db")).unwrap();
+    let archive = Arc::new(SqliteArchive::open(state.path().join("archive.db")).unwrap());
     std::fs::create_dir(state.path().join("c4")).unwrap();
     std::fs::write(state.path().join("c4/checkpoints"), b"a file where the directory goes")
         .unwrap();
@@ -117,7 +121,11 @@ fn a_damaged_checkpoint_directory_is_reported_not_replaced() {
 }
 
 /// Per-build times, sorted, of `count` new sessions opened one after the other.
-fn build_serially(state: &Path, archive: &Archive, count: usize) -> (Duration, Vec<Duration>) {
+fn build_serially(
+    state: &Path,
+    archive: &Arc<SqliteArchive>,
+    count: usize,
+) -> (Duration, Vec<Duration>) {
     let started = Instant::now();
     let mut each: Vec<Duration> = (0..count)
         .map(|n| {
@@ -133,7 +141,7 @@ fn build_serially(state: &Path, archive: &Archive, count: usize) -> (Duration, V
 /// The same, from `threads` threads at once (the proxy opens sessions on blocking threads).
 fn build_concurrently(
     state: &Path,
-    archive: &Archive,
+    archive: &Arc<SqliteArchive>,
     count: usize,
     threads: usize,
 ) -> (Duration, Vec<Duration>) {
@@ -169,7 +177,7 @@ fn measure_building_200_new_sessions() {
     // On the disk the state directory lives on (the temp directory may be a RAM disk, where
     // an fsync costs nothing).
     let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let archive = Archive::open(state.path().join("archive.db")).unwrap();
+    let archive = Arc::new(SqliteArchive::open(state.path().join("archive.db")).unwrap());
     let count = 200;
     let report = |label: &str, (total, each): (Duration, Vec<Duration>)| {
         println!(

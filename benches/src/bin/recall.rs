@@ -35,10 +35,12 @@ use ctxwin_benches::longchat::{Chat, generate};
 use ctxwin_core::Config;
 use ctxwin_core::counter::TokenCounter;
 use ctxwin_core::estimator::Estimator;
-use ctxwin_std::archive::{Archive, ArchivedMessage};
 use ctxwin_std::embed::{Embedder, HttpEmbedder};
 use ctxwin_std::llm::LlmClientBuilder;
+use ctxwin_std::session::{ComposeOptions, RecallFor};
 use ctxwin_std::session::{Hybrid, PushOptions, RetrievalSettings, Session, SessionBuilder};
+use ctxwin_std::store::sqlite::SqliteArchive;
+use ctxwin_std::store::{ArchiveStore, ArchivedMessage, Fence, Scope, SearchQuery};
 use ctxwin_std::{ChatMessage, core::Role};
 
 const BUDGETS: [u32; 2] = [4_096, 8_192];
@@ -143,6 +145,55 @@ struct Causes {
     unranked_near_hit: [usize; 3],
 }
 
+/// The old `--retrieve` path: the `limit` best hits not in the window, as one block of at most
+/// `max_chars` characters (`[Retrieved from archive]`, then a line per hit, the budget shared
+/// fairly, none under 48 characters): what `Session::retrieve` did before there was one
+/// retrieval.
+fn top_hits_block(s: &Session, query: &str, limit: usize, max_chars: usize) -> String {
+    const HEADER: &str = "[Retrieved from archive]";
+    let Some(archive) = s.archive() else { return String::new() };
+    let mut hits = archive.search(s.scope(), &SearchQuery::new(query, limit * 4)).expect("search");
+    hits.retain(|hit| s.manager().get(hit.id).is_none());
+    hits.truncate(limit);
+    let Some(budget) = max_chars.checked_sub(HEADER.chars().count()) else { return String::new() };
+    let fitting = (budget / 48).min(hits.len());
+    let lines: Vec<(String, String)> = hits
+        .iter()
+        .take(fitting)
+        .map(|hit| {
+            let flat = hit.content.split_whitespace().collect::<Vec<_>>().join(" ");
+            (format!("\n- (msg {}, {}) ", hit.id, hit.role), flat)
+        })
+        .collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    // The budget shared so that no line gets more than it needs, the rest split evenly.
+    let needs: Vec<usize> =
+        lines.iter().map(|(prefix, text)| prefix.chars().count() + text.chars().count()).collect();
+    let mut order: Vec<usize> = (0..needs.len()).collect();
+    order.sort_by_key(|&i| needs[i]);
+    let mut allotted = vec![0; needs.len()];
+    let mut left = budget;
+    for (served, &index) in order.iter().enumerate() {
+        let give = needs[index].min(left / (needs.len() - served));
+        allotted[index] = give;
+        left -= give;
+    }
+    let mut block = String::from(HEADER);
+    for ((prefix, text), allot) in lines.into_iter().zip(allotted) {
+        let room = allot.saturating_sub(prefix.chars().count());
+        block.push_str(&prefix);
+        if text.chars().count() <= room {
+            block.push_str(&text);
+        } else {
+            block.extend(text.chars().take(room.saturating_sub(1)));
+            block.push('…');
+        }
+    }
+    block
+}
+
 /// Classifies every evidence turn of `question` the payload lacks.
 #[allow(clippy::too_many_arguments)]
 fn tally(
@@ -160,13 +211,14 @@ fn tally(
     let archive = s.archive().expect("archive");
     // The full ranking, without what the window holds (what retrieval ranks among).
     let ranked: Vec<u64> = archive
-        .rank("bench", &question.text, 100_000)
+        .search(s.scope(), &SearchQuery::new(&question.text, 100_000))
         .expect("rank")
         .into_iter()
         .map(|hit| hit.id)
         .filter(|&id| s.manager().get(id).is_none())
         .collect();
-    let all_ranked = archive.rank("bench", &question.text, settings.candidates).expect("rank");
+    let query = SearchQuery::new(&question.text, settings.candidates);
+    let all_ranked = archive.search(s.scope(), &query).expect("rank");
     let candidates: Vec<u64> =
         all_ranked.iter().map(|hit| hit.id).filter(|&id| s.manager().get(id).is_none()).collect();
     let mut missed = false;
@@ -347,7 +399,7 @@ fn main() {
     for (b, &budget) in BUDGETS.iter().enumerate() {
         for chat in &chats {
             // The baseline's archive: every turn, searched with the same BM25.
-            let mut archive = Archive::open_in_memory().expect("archive");
+            let archive = SqliteArchive::open_in_memory().expect("archive");
             let rows_in: Vec<ArchivedMessage> = chat
                 .turns
                 .iter()
@@ -357,7 +409,7 @@ fn main() {
                     ArchivedMessage::new(id, id, ChatMessage::text(role(t.speaker), t.text.clone()))
                 })
                 .collect();
-            archive.store_messages("b", &rows_in).expect("store");
+            archive.put(&Scope::local("b"), Fence::NONE, &rows_in).expect("store");
             let step = chat.questions.len().div_ceil(per_chat.max(1)).max(1);
             for question in chat.questions.iter().step_by(step) {
                 let live = ChatMessage::text(Role::User, question.text.clone());
@@ -388,15 +440,9 @@ fn main() {
                 }
                 let mut s = session(chat, budget, settings, None);
                 s.push(&live).expect("push question");
-                let plain = {
-                    let mut off = s.retrieval().to_owned();
-                    off.auto = false;
-                    let keep = *s.retrieval();
-                    s.set_retrieval(off);
-                    let p = s.compose(&[]).expect("compose");
-                    s.set_retrieval(keep);
-                    p
-                };
+                let plain = s
+                    .compose_with(ComposeOptions::new(&[]).recall(RecallFor::Nothing))
+                    .expect("compose");
                 let before: Vec<u64> = s.manager().history().map(|m| m.id()).collect();
                 let payload = s.compose(&[]).expect("compose");
                 let after: Vec<u64> = s.manager().history().map(|m| m.id()).collect();
@@ -420,13 +466,13 @@ fn main() {
                 let texts: Vec<String> =
                     plain.conversation.messages.iter().map(|m| m.content.clone()).collect();
                 rows[b][2].add(score(&texts, chat, &question.evidence), plain.tokens, budget);
-                // main's path, last (it evicts): 5 items, 8,000 characters, evicting to fit.
-                let block = s.retrieve(&question.text, 5, 8_000).expect("retrieve");
+                // main's old path, last (it evicts): the 5 best hits outside the window as one
+                // block of at most 8,000 characters, passed as dynamic context.
+                let block = top_hits_block(&s, &question.text, 5, 8_000);
                 let dynamic: Vec<&str> =
                     if block.is_empty() { vec![] } else { vec![block.as_str()] };
-                let keep = *s.retrieval();
-                s.set_retrieval(RetrievalSettings { auto: false, ..keep });
-                let old = s.compose(&dynamic).expect("compose");
+                let quiet = ComposeOptions::new(&dynamic).recall(RecallFor::Nothing);
+                let old = s.compose_with(quiet).expect("compose");
                 let texts: Vec<String> =
                     old.conversation.messages.iter().map(|m| m.content.clone()).collect();
                 rows[b][1].add(score(&texts, chat, &question.evidence), old.tokens, budget);
@@ -438,7 +484,9 @@ fn main() {
                 let mut texts: Vec<String> =
                     recent.iter().map(|&i| chat.turns[i].text.clone()).collect();
                 let mut used = spent + q_cost;
-                let hits = archive.search(Some("b"), &question.text, 200).expect("search");
+                let hits = archive
+                    .search(&Scope::local("b"), &SearchQuery::new(&question.text, 200))
+                    .expect("search");
                 let mut bm25_room = budget - used;
                 for hit in hits {
                     let i = (hit.id - 1) as usize;
@@ -548,7 +596,7 @@ fn main() {
     }
     big.turns.truncate(10_000);
     let mut s = session(&big, 8_192, RetrievalSettings::DEFAULT, None);
-    let archived = s.archive().map(|a| a.message_count(Some("bench")).unwrap_or(0)).unwrap_or(0);
+    let archived = s.archive().map(|a| a.usage(s.scope()).map_or(0, |u| u.messages)).unwrap_or(0);
     let questions: Vec<String> = big.questions.iter().take(200).map(|q| q.text.clone()).collect();
     let start = Instant::now();
     for q in &questions {
@@ -557,15 +605,14 @@ fn main() {
     let recall_ms = start.elapsed().as_secs_f64() * 1e3 / questions.len() as f64;
     let start = Instant::now();
     for q in &questions {
-        std::hint::black_box(s.compose_recall(&[], Some(q)).expect("compose").tokens);
+        let asked = ComposeOptions::new(&[]).recall(RecallFor::Query(q));
+        std::hint::black_box(s.compose_with(asked).expect("compose").tokens);
     }
     let with_ms = start.elapsed().as_secs_f64() * 1e3 / questions.len() as f64;
-    let mut off = *s.retrieval();
-    off.auto = false;
-    s.set_retrieval(off);
     let start = Instant::now();
     for _ in &questions {
-        std::hint::black_box(s.compose(&[]).expect("compose").tokens);
+        let quiet = ComposeOptions::new(&[]).recall(RecallFor::Nothing);
+        std::hint::black_box(s.compose_with(quiet).expect("compose").tokens);
     }
     let without_ms = start.elapsed().as_secs_f64() * 1e3 / questions.len() as f64;
     println!(
@@ -596,7 +643,8 @@ fn main() {
     let recall_ms = start.elapsed().as_secs_f64() * 1e3 / questions.len() as f64;
     let start = Instant::now();
     for q in &questions {
-        std::hint::black_box(h.compose_recall(&[], Some(q)).expect("compose").tokens);
+        let asked = ComposeOptions::new(&[]).recall(RecallFor::Query(q));
+        std::hint::black_box(h.compose_with(asked).expect("compose").tokens);
     }
     let hybrid_ms = start.elapsed().as_secs_f64() * 1e3 / questions.len() as f64;
     let stats = h.semantic_stats().expect("semantic");

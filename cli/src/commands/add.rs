@@ -20,7 +20,7 @@ pub(crate) fn run(
     let options = PushOptions {
         level: args.level.map(Into::into),
         important: args.important,
-        timestamp: None,
+        ..PushOptions::default()
     };
     let report = session.push_with(message, options)?;
     let manager = session.manager();

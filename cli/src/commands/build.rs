@@ -6,7 +6,7 @@ use crate::input;
 use crate::output::Output;
 use crate::payload;
 use crate::state::Workspace;
-use ctxwin_std::session::Session;
+use ctxwin_std::session::{ComposeOptions, RecallFor, Session};
 
 pub(crate) fn run(
     session: &mut Session,
@@ -24,11 +24,13 @@ pub(crate) fn run(
     if let Some(limit) = args.retrieve_limit {
         settings.max_items = limit;
     }
-    if args.no_retrieve {
-        settings.auto = false;
-    }
-    session.set_retrieval(settings);
-    let composed = session.compose_recall(&dynamic, args.retrieve.as_deref())?;
+    let recall = match (&args.retrieve, args.no_retrieve) {
+        (Some(query), _) => RecallFor::Query(query),
+        (None, true) => RecallFor::Nothing,
+        (None, false) => RecallFor::Settings,
+    };
+    let options = ComposeOptions::new(&dynamic).recall(recall).retrieval(settings);
+    let composed = session.compose_with(options)?;
     workspace.notes.retrieved_items += composed.recall.ids.len() as u64;
     payload::render(&composed.conversation, args.format).map(Output::Raw)
 }

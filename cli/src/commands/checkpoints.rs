@@ -6,8 +6,8 @@ use crate::args::RestoreArgs;
 use crate::error::CliError;
 use crate::output::{Output, Table, thousands};
 use crate::state::{self, Checkpointing, Globals, StateDir, Workspace};
-use ctxwin_std::checkpoint::{CheckpointId, CheckpointStatus, CheckpointStore};
 use ctxwin_std::session::{RestorePoint, Session, take_for_recovery};
+use ctxwin_std::store::{CheckpointId, CheckpointSink, CheckpointStatus, Scope, open_archive};
 
 /// `checkpoint`: one now, whatever changed.
 pub(crate) fn write(session: &mut Session, _: &mut Workspace) -> Result<Output, CliError> {
@@ -21,7 +21,8 @@ pub(crate) fn write(session: &mut Session, _: &mut Workspace) -> Result<Output, 
 pub(crate) fn list(globals: &Globals<'_>) -> Result<Output, CliError> {
     let dir = StateDir::new(globals.dir);
     dir.require()?;
-    let listed = CheckpointStore::open(dir.checkpoints())?.list()?;
+    let session = crate::config_file::FileConfig::load(&dir.config())?.session;
+    let listed = dir.checkpoint_sink(&session).list(&Scope::local(session.as_str()))?;
     let mut table =
         Table::new(&[("id", false), ("taken", false), ("bytes", true), ("status", false)]);
     let mut rows = Vec::with_capacity(listed.len());
@@ -29,15 +30,20 @@ pub(crate) fn list(globals: &Globals<'_>) -> Result<Output, CliError> {
         let taken = taken(&info.id);
         let status = match &info.status {
             CheckpointStatus::Ok if index == 0 => "ok (latest)".to_string(),
+            CheckpointStatus::Damaged(why) => format!("corrupt: {why}"),
             other => other.to_string(),
         };
         table.row(vec![info.id.to_string(), taken.clone(), thousands(info.size), status.clone()]);
+        let detail = match &info.status {
+            CheckpointStatus::Damaged(why) => format!("corrupt: {why}"),
+            other => other.to_string(),
+        };
         rows.push(json!({
             "id": info.id.as_str(),
             "taken": taken,
             "bytes": info.size,
             "ok": info.status == CheckpointStatus::Ok,
-            "status": info.status.to_string(),
+            "status": detail,
         }));
     }
     let text = if listed.is_empty() {
@@ -106,8 +112,8 @@ pub(crate) fn recover(globals: &Globals<'_>) -> Result<Output, CliError> {
     let mut workspace = Workspace::load(globals)?;
     let name = workspace.config.session.clone();
     let source = {
-        let mut archive = ctxwin_std::archive::Archive::open(workspace.dir.archive())?;
-        take_for_recovery(&mut archive, &name)?
+        let archive = open_archive(workspace.dir.archive())?;
+        take_for_recovery(archive.as_ref(), &Scope::local(name.as_str()))?
     };
     let session = workspace.builder(workspace.config.context).restore_latest(false).build()?;
     state::run(&mut workspace, session, "recover", Checkpointing::Never, |session, _| {

@@ -12,8 +12,8 @@ use crate::error::CliError;
 use crate::llm;
 use crate::output::{Output, pairs, thousands};
 use crate::state::{self, Globals, StateDir, Workspace};
-use ctxwin_std::archive::Archive;
 use ctxwin_std::statefs;
+use ctxwin_std::store::open_archive;
 
 pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliError> {
     let dir = StateDir::new(globals.dir);
@@ -82,7 +82,7 @@ fn create(root: &Path, text: &str, globals: &Globals<'_>) -> Result<String, CliE
         .map_err(|e| CliError::io("write", &path, &e))?;
     fs::create_dir_all(dir.checkpoints())
         .map_err(|e| CliError::io("create", &dir.checkpoints(), &e))?;
-    drop(Archive::open(dir.archive())?);
+    drop(open_archive(dir.archive())?);
     let globals = Globals { dir: root, ..*globals };
     let workspace = Workspace::load(&globals)?;
     let mut session = workspace.builder(workspace.config.context).build()?;

@@ -7,8 +7,8 @@ use crate::args::SearchArgs;
 use crate::error::CliError;
 use crate::output::{Output, Table, one_line, thousands};
 use crate::state::Workspace;
-use ctxwin_std::archive::Archive;
 use ctxwin_std::session::Session;
+use ctxwin_std::store::{ArchiveStore, SearchQuery};
 
 /// Characters of a message or summary shown in a table row.
 const ROW_CHARS: usize = 100;
@@ -29,13 +29,13 @@ pub(crate) fn run(
 
 fn search(
     session: &Session,
-    archive: &Archive,
+    archive: &dyn ArchiveStore,
     query: &str,
     limit: usize,
 ) -> Result<Output, CliError> {
-    let name = session.name();
-    let hits = archive.search(Some(name), query, limit)?;
-    let summaries = archive.search_summaries(Some(name), query, limit)?;
+    let scope = session.scope();
+    let hits = archive.search(scope, &SearchQuery::new(query, limit).with_snippets())?;
+    let summaries = archive.search_summaries(scope, &SearchQuery::new(query, limit))?;
     let mut table = Table::new(&[
         ("id", true),
         ("unit", true),
@@ -88,17 +88,17 @@ fn search(
 
 fn drill_down(
     session: &Session,
-    archive: &Archive,
+    archive: &dyn ArchiveStore,
     id: u64,
     limit: usize,
 ) -> Result<Output, CliError> {
-    let name = session.name();
-    let summary = archive.summary(name, id)?.ok_or_else(|| {
+    let scope = session.scope();
+    let summary = archive.summary(scope, id)?.ok_or_else(|| {
         CliError::BadInput(format!(
             "no summary {id} in the archive; `ctxwin search <words>` lists summaries with their ids"
         ))
     })?;
-    let sources = archive.drill_down(name, id)?;
+    let sources = archive.drill_down(scope, id)?;
     let mut table = Table::new(&[("id", true), ("unit", true), ("role", false), ("text", false)]);
     let mut rows = Vec::with_capacity(sources.len());
     for message in &sources {

@@ -20,7 +20,7 @@ use std::path::Path;
 
 use ctxwin_core::trim::{TrimError, TrimmedItem, trim};
 use ctxwin_core::{Config, Error as CoreError, Level, Message, Role, StrategyKind};
-use ctxwin_std::format::{self, Format};
+use ctxwin_std::format::{self, Format, JsonlTail};
 use ctxwin_std::session::tool_definition_json;
 use ctxwin_std::{ChatMessage, ToolCall};
 
@@ -115,7 +115,7 @@ fn stateless_trim(
     };
     config.validate().map_err(|e| CliError::Config(format!("--budget {}: {e}", args.budget)))?;
     let body = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let lines = if format.is_jsonl() { Lines::of(body) } else { None };
+    let lines = if format.is_jsonl() { JsonlTail::of(body) } else { None };
     let Some(lines) = lines else {
         let Ok(conversation) = format::read(body, format) else { return Ok(None) };
         let total = || conversation.messages.len() + usize::from(conversation.system.is_some());
@@ -143,80 +143,6 @@ fn stateless_trim(
             None if complete => return Ok(None),
             None => tail *= 4,
         }
-    }
-}
-
-/// Line offsets of a JSONL text: where the leading system/header lines end, and the starts of
-/// lines found from the end on demand.
-struct Lines {
-    /// Bytes of the leading lines kept whole (header, system messages).
-    head: usize,
-}
-
-impl Lines {
-    /// `None` when the first lines cannot be classified (the full parse reports it).
-    fn of(body: &str) -> Option<Lines> {
-        let mut head = 0;
-        for line in body.split_inclusive('\n') {
-            let value: serde_json::Value = match serde_json::from_str(line.trim()) {
-                Ok(value) => value,
-                Err(_) if line.trim().is_empty() => {
-                    head += line.len();
-                    continue;
-                }
-                Err(_) => return None,
-            };
-            let role = value.get("role").and_then(|r| r.as_str());
-            let header =
-                role.is_none() && (value.get("tools").is_some() || value.get("system").is_some());
-            if role != Some("system") && !header {
-                break;
-            }
-            head += line.len();
-        }
-        Some(Lines { head })
-    }
-
-    /// Start of the `n`-th line from the end (0 when the history has fewer lines).
-    fn tail_start(&self, body: &str, n: usize) -> usize {
-        let history = body.get(self.head..).unwrap_or_default();
-        let trimmed = history.trim_end_matches(['\n', '\r', ' ', '\t']);
-        let mut start = trimmed.len();
-        for _ in 0..n {
-            match trimmed.get(..start).and_then(|before| before.rfind('\n')) {
-                Some(at) => start = at,
-                None => return self.head,
-            }
-        }
-        self.head + start + 1
-    }
-
-    /// The leading lines and the last `n` lines as one JSONL text, and whether that is all.
-    fn sub_text(&self, body: &str, n: usize) -> (String, bool) {
-        let start = self.tail_start(body, n);
-        let head = body.get(..self.head).unwrap_or_default();
-        let tail = body.get(start..).unwrap_or_default();
-        let mut sub = String::with_capacity(head.len() + tail.len() + 1);
-        sub.push_str(head);
-        if !head.is_empty() && !head.ends_with('\n') {
-            sub.push('\n');
-        }
-        sub.push_str(tail);
-        (sub, start <= self.head)
-    }
-
-    /// The lines between the leading ones and the last `n`.
-    fn skipped<'b>(&self, body: &'b str, n: usize) -> &'b str {
-        body.get(self.head..self.tail_start(body, n)).unwrap_or_default()
-    }
-
-    /// Messages in the whole file (non-blank lines after the header), for the report.
-    fn records(&self, body: &str) -> usize {
-        let head = body.get(..self.head).unwrap_or_default();
-        let history = body.get(self.head..).unwrap_or_default();
-        let pinned =
-            head.lines().filter(|l| l.contains("\"role\"") || l.contains("\"system\"")).count();
-        pinned + history.lines().filter(|l| !l.trim().is_empty()).count()
     }
 }
 

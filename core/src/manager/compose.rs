@@ -42,10 +42,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 return Err(Error::ToolCallsPending { unanswered: pending.unanswered() });
             }
         }
-        let overhead = u32::from(self.config().message_overhead);
-        let dynamic_tokens = dynamic.iter().fold(0u32, |sum, text| {
-            sum.saturating_add(self.counter().count(text)).saturating_add(overhead)
-        });
+        let dynamic_tokens =
+            dynamic.iter().fold(0u32, |sum, text| sum.saturating_add(self.dynamic_tokens(text)));
         self.refresh_entities();
         self.collect();
         self.make_space(dynamic_tokens)?;
@@ -65,6 +63,48 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             tokens,
         )
         .placed(placement, this.state().last_user_id))
+    }
+
+    /// Tokens `text` costs as one piece of a payload's dynamic context: its count plus the
+    /// message framing (what [`compose`](Self::compose) charges for it).
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, TinyCapacities};
+    /// let manager = ContextManager::<TinyCapacities>::new();
+    /// let framing = u32::from(manager.config().message_overhead);
+    /// assert!(manager.dynamic_tokens("Retrieved: commit 3f2a") > framing);
+    /// assert_eq!(manager.dynamic_tokens(""), framing);
+    /// ```
+    pub fn dynamic_tokens(&self, text: &str) -> u32 {
+        self.counter().count(text).saturating_add(u32::from(self.config().message_overhead))
+    }
+
+    /// Tokens more dynamic context may cost in a payload composed with `dynamic`, without
+    /// [`compose`](Self::compose) evicting anything for it: the budget less the live messages,
+    /// `dynamic` and the request overhead. What a caller filling free room (retrieval) sizes
+    /// its text by.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.push(Message::user("What changed?"))?;
+    /// let room = manager.dynamic_room(&["task: keep CI green"]);
+    /// let block = "Retrieved: commit 3f2a renamed parse()";
+    /// assert!(manager.dynamic_tokens(block) <= room);
+    /// let tokens = manager.compose(&["task: keep CI green", block])?.tokens();
+    /// assert_eq!(manager.outbox().count(), 0, "nothing was evicted for it");
+    /// assert!(tokens <= manager.budget());
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn dynamic_room(&self, dynamic: &[&str]) -> u32 {
+        let used = self.used();
+        let dynamic_tokens =
+            dynamic.iter().fold(0u32, |sum, text| sum.saturating_add(self.dynamic_tokens(text)));
+        let mut spent = used.saturating_add(dynamic_tokens);
+        if used == 0 {
+            spent = spent.saturating_add(u32::from(self.config().request_overhead));
+        }
+        self.budget().saturating_sub(spent)
     }
 
     /// The cache accounting of one compose, in O(1) besides hashing `dynamic`: whether this

@@ -49,6 +49,8 @@ impl Received {
 pub struct Fake {
     pub received: Mutex<Vec<Received>>,
     pub mode: Mutex<Mode>,
+    /// Texts of the next OpenAI answers, in order (then `done N`).
+    pub answers: Mutex<std::collections::VecDeque<String>>,
     counter: AtomicU64,
 }
 
@@ -62,12 +64,17 @@ impl Fake {
     pub fn count(&self) -> usize {
         self.received.lock().unwrap().len()
     }
+    /// The next OpenAI answer says `text`.
+    pub fn answer_next(&self, text: &str) {
+        self.answers.lock().unwrap().push_back(text.to_string());
+    }
 }
 
 pub async fn start_fake() -> (SocketAddr, Arc<Fake>) {
     let fake = Arc::new(Fake {
         received: Mutex::default(),
         mode: Mutex::new(Mode::Normal),
+        answers: Mutex::default(),
         counter: AtomicU64::new(0),
     });
     let router = Router::new()
@@ -161,7 +168,7 @@ async fn openai(State(fake): State<Arc<Fake>>, headers: HeaderMap, body: Bytes) 
     let tool_name = request["tools"][0]["function"]["name"].as_str().unwrap_or("tool").to_string();
     let args = format!("{{\"n\": {n}}}");
     let call_id = format!("call_{n}");
-    let text = format!("done {n}");
+    let text = fake.answers.lock().unwrap().pop_front().unwrap_or_else(|| format!("done {n}"));
     if request["stream"] == json!(true) {
         let mut chunks = vec![format!(
             "data: {}\n\n",
@@ -393,25 +400,49 @@ pub fn anthropic_pairs_intact(messages: &[Value]) -> Result<(), String> {
 }
 
 /// Archive rows of every conversation under `state` (the shared archive), by session name.
-/// A conversation is known by its directory, or by its rows alone before its first checkpoint
-/// (which creates the directory); its generations (`key#N`) and side sessions (`key@...`) count
-/// as that conversation.
+/// A conversation is known by its directory (`<tenant>/<conversation>`), or by its rows alone
+/// before its first checkpoint (which creates the directory); its generations (`key#N`) and
+/// side sessions (`key@...`) count as that conversation.
 pub fn archive_counts(state: &Path) -> Vec<(String, u64)> {
-    let archive = ctxwin_std::archive::Archive::open(state.join("archive.db")).unwrap();
+    let archive = ctxwin_std::store::sqlite::SqliteArchive::open(state.join("archive.db")).unwrap();
     let mut keys = std::collections::BTreeSet::new();
-    for entry in std::fs::read_dir(state).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_dir() {
-            keys.insert(entry.file_name().to_string_lossy().to_string());
+    let dirs = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|entry| entry.file_type().unwrap().is_dir())
+            .map(|entry| entry.file_name().to_string_lossy().to_string())
+            .collect()
+    };
+    for tenant in dirs(state) {
+        for conversation in dirs(&state.join(&tenant)) {
+            keys.insert(format!("{tenant}.{conversation}"));
         }
     }
-    for name in archive.session_names("").unwrap() {
+    for name in ctxwin_std::store::ArchiveStore::conversations(&archive, "", "").unwrap() {
         keys.extend(name.split(['#', '@']).next().map(str::to_string));
     }
     keys.into_iter()
         .map(|key| {
-            let count = archive.message_count(Some(&key)).unwrap();
+            let count = ctxwin_std::store::ArchiveStore::usage(
+                &archive,
+                &ctxwin_std::store::Scope::local(key.as_str()),
+            )
+            .unwrap()
+            .messages;
             (key, count)
         })
         .collect()
+}
+
+/// The key of the conversation a client sending `authorization` names `session`, as the proxy
+/// on `state` builds it (under that state directory's secret).
+pub fn session_key(state: &Path, authorization: &str, session: &str) -> String {
+    use ctxwin_proxy::wire::{Provider, Request};
+    let keys = ctxwin_proxy::hash::KeyedHash::for_state_dir(state).unwrap();
+    let mut headers = HeaderMap::new();
+    headers.insert("authorization", authorization.parse().unwrap());
+    headers.insert("x-ctxwin-session", session.parse().unwrap());
+    let request = Request::parse(Provider::OpenAi, br#"{"model":"m","messages":[]}"#).unwrap();
+    ctxwin_proxy::keys::conversation_key(&keys, None, &headers, &request, Provider::OpenAi).unwrap()
 }

@@ -6,7 +6,7 @@ use ctxwin_core::Role;
 use serde_json::value::RawValue;
 
 use super::error::{FormatError, Problem};
-use crate::{ChatMessage, ToolDefinition};
+use crate::message::{ChatMessage, ToolDefinition};
 
 /// Refuses field combinations neither format can carry: tool calls off an assistant message, a
 /// tool result without the id it answers, a result id or error flag on a non-tool message.

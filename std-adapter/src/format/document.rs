@@ -5,7 +5,7 @@ use super::Provider;
 use super::error::{FormatError, Problem};
 use super::node::{Kind, MESSAGES, Node, Object};
 use super::{anthropic, openai};
-use crate::{ChatMessage, Conversation};
+use crate::message::{ChatMessage, Conversation};
 
 impl Provider {
     /// Reads one message object of this provider's layout into `out` (one or more messages).

@@ -2,14 +2,14 @@
 //!
 //! The header is a ctxwin extension for what a message line cannot carry: an object with no
 //! `role` and with `tools` (both providers) or `system` (Anthropic), allowed only as the first
-//! record. Blank lines are skipped.
+//! record. Blank lines are skipped. [`JsonlTail`] reads a file from its end.
 
 use std::io::BufRead;
 
 use super::Provider;
 use super::error::FormatError;
 use super::node::{MESSAGES, Path, Seg, Source};
-use crate::Conversation;
+use crate::message::Conversation;
 
 /// Reads JSONL records one line at a time into a conversation.
 pub(super) struct LineReader {
@@ -78,6 +78,103 @@ pub(super) fn read_buf(
         }
     }
     Ok(reader.finish())
+}
+
+/// A JSONL conversation read from its end: the leading lines every payload keeps (a header
+/// line, system messages) and a tail of the last `n` records, so a long session file need not
+/// be parsed whole when only its newest turns fit a budget (`ctxwin trim`).
+///
+/// ```
+/// use ctxwin_std::format::{read, Format, JsonlTail};
+///
+/// let body = "{\"role\":\"system\",\"content\":\"Be brief.\"}\n\
+///             {\"role\":\"user\",\"content\":\"one\"}\n\
+///             {\"role\":\"assistant\",\"content\":\"two\"}\n\
+///             {\"role\":\"user\",\"content\":\"three\"}\n";
+/// let lines = JsonlTail::of(body).unwrap();
+/// let (sub, complete) = lines.sub_text(body, 1);
+/// assert!(!complete);
+/// let tail = read(&sub, Format::OpenAiJsonl)?;
+/// assert_eq!(tail.messages.len(), 2); // the system message and "three"
+/// assert_eq!(lines.records(body), 4);
+/// # Ok::<(), ctxwin_std::format::FormatError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JsonlTail {
+    /// Bytes of the leading lines kept whole (header, system messages, blank lines).
+    head: usize,
+}
+
+impl JsonlTail {
+    /// The layout of `body`; `None` when its first lines are not JSON (the full reader
+    /// reports where).
+    pub fn of(body: &str) -> Option<JsonlTail> {
+        let mut head = 0;
+        for line in body.split_inclusive('\n') {
+            let value: serde_json::Value = match serde_json::from_str(line.trim()) {
+                Ok(value) => value,
+                Err(_) if line.trim().is_empty() => {
+                    head += line.len();
+                    continue;
+                }
+                Err(_) => return None,
+            };
+            let role = value.get("role").and_then(|r| r.as_str());
+            let header =
+                role.is_none() && (value.get("tools").is_some() || value.get("system").is_some());
+            if role != Some("system") && !header {
+                break;
+            }
+            head += line.len();
+        }
+        Some(JsonlTail { head })
+    }
+
+    /// Start of the `n`-th line from the end (the end of the leading lines when the history
+    /// has fewer lines).
+    fn tail_start(&self, body: &str, n: usize) -> usize {
+        let history = body.get(self.head..).unwrap_or_default();
+        let trimmed = history.trim_end_matches(['\n', '\r', ' ', '\t']);
+        let mut start = trimmed.len();
+        for _ in 0..n {
+            match trimmed.get(..start).and_then(|before| before.rfind('\n')) {
+                Some(at) => start = at,
+                None => return self.head,
+            }
+        }
+        self.head + start + 1
+    }
+
+    /// The leading lines and the last `n` lines as one JSONL text, and whether that is all of
+    /// `body`.
+    pub fn sub_text(&self, body: &str, n: usize) -> (String, bool) {
+        let start = self.tail_start(body, n);
+        let head = body.get(..self.head).unwrap_or_default();
+        let tail = body.get(start..).unwrap_or_default();
+        let mut sub = String::with_capacity(head.len() + tail.len() + 1);
+        sub.push_str(head);
+        if !head.is_empty() && !head.ends_with('\n') {
+            sub.push('\n');
+        }
+        sub.push_str(tail);
+        (sub, start <= self.head)
+    }
+
+    /// The lines between the leading ones and the last `n`: what [`sub_text`](Self::sub_text)
+    /// leaves out.
+    pub fn skipped<'b>(&self, body: &'b str, n: usize) -> &'b str {
+        body.get(self.head..self.tail_start(body, n)).unwrap_or_default()
+    }
+
+    /// Messages in the whole of `body` (non-blank lines after the header), counted without
+    /// parsing them.
+    pub fn records(&self, body: &str) -> usize {
+        let head = body.get(..self.head).unwrap_or_default();
+        let history = body.get(self.head..).unwrap_or_default();
+        let pinned =
+            head.lines().filter(|l| l.contains("\"role\"") || l.contains("\"system\"")).count();
+        pinned + history.lines().filter(|l| !l.trim().is_empty()).count()
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,25 @@
-//! Provider conversation formats: OpenAI chat completions and Anthropic Messages, as JSON
-//! documents and as JSONL, read into and written from a [`Conversation`].
+//! Provider formats, the one home of everything that reads or writes OpenAI chat completions
+//! and Anthropic Messages: conversation files and bodies, request envelopes, message analysis,
+//! managed request bodies, token costs of what a counter cannot read, and fingerprints.
 //!
-//! # Reading
+//! Two views of the same formats, for two kinds of callers:
+//!
+//! * **Conversations** ([`read`], [`write()`], [`detect`]): JSON documents and JSONL read into
+//!   and written from a [`Conversation`], for the CLI's `import`, `trim` and `build` and a
+//!   session's composed payload. Text, tool calls and tool results only: content a
+//!   conversation cannot hold is refused by name, never dropped.
+//! * **Requests** ([`Request`], [`analyze`], [`ManagedBody`]): a request body parsed with
+//!   every field and message kept as raw JSON; each message analysed into [`Part`]s (the
+//!   text a counter reads, each block it cannot read labelled and costed by [`cost`], a
+//!   [`fingerprint`]); and the body written back from the messages a payload keeps, byte for
+//!   byte where the core changed nothing. Nothing a provider accepts is refused or lost:
+//!   thinking with its signature, redacted thinking, server tools, citations, images,
+//!   documents, audio and cache marks pass through untouched. For a proxy.
+//!
+//! Each provider has one module (`openai`, `anthropic`) with its conversation reader and
+//! writer, its message analysis and its managed-body writer side by side.
+//!
+//! # Reading conversations
 //!
 //! * JSON: a bare message array, or a request body object (`{"model":…, "messages":[…],
 //!   "tools":[…]}`, plus `system` for Anthropic); keys that do not carry conversation content
@@ -23,7 +41,7 @@
 //!   field path ([`FormatError`]). A tool result whose id no earlier call has is *not* refused
 //!   here: matching calls to results is the core's job.
 //!
-//! # Writing
+//! # Writing conversations
 //!
 //! * JSON writers emit a pretty-printed request body without `model`: `{"messages":[…]}` with
 //!   `tools` (and Anthropic `system`) when present. JSONL writers emit compact lines, with the
@@ -81,25 +99,34 @@
 //! # Ok::<(), ctxwin_std::format::FormatError>(())
 //! ```
 
+mod analysis;
 mod anthropic;
 mod check;
+pub mod cost;
 mod detect;
 mod document;
 mod error;
+pub mod fingerprint;
 mod jsonl;
+mod managed;
 mod node;
 mod openai;
+mod request;
 mod timestamps;
 
 use std::fmt;
 use std::io::{BufRead, Write};
 use std::str::FromStr;
 
-pub use anthropic::OPENING_USER_TEXT;
+pub use analysis::{Analyzed, Opaque, Part, analyze, analyze_item, analyze_message};
+pub use anthropic::{MANAGED_OPENING_TEXT, OPENING_USER_TEXT};
 pub use error::{FormatError, Problem, UnknownFormat};
+pub use jsonl::JsonlTail;
+pub use managed::{KeptPart, ManagedBody};
+pub use request::{BadRequest, Request, raw_hashes};
 pub use timestamps::message_timestamps;
 
-use crate::Conversation;
+use crate::message::Conversation;
 use node::Source;
 
 /// A conversation file format.
@@ -129,11 +156,34 @@ pub enum Format {
     AnthropicJsonl,
 }
 
-/// Which provider's message layout; the half of [`Format`] that readers dispatch on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Provider {
+/// Which provider's API a body speaks: the half of [`Format`] that readers and writers
+/// dispatch on.
+///
+/// ```
+/// use ctxwin_std::format::{Format, Provider};
+/// assert_eq!(Format::AnthropicJsonl.provider(), Provider::Anthropic);
+/// assert_eq!(Provider::OpenAi.as_str(), "openai");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Provider {
+    /// OpenAI chat completions (`POST /v1/chat/completions`).
     OpenAi,
+    /// Anthropic Messages (`POST /v1/messages`).
     Anthropic,
+}
+
+impl Provider {
+    /// A short name for logs and metrics: `openai` or `anthropic`.
+    ///
+    /// ```
+    /// assert_eq!(ctxwin_std::format::Provider::Anthropic.as_str(), "anthropic");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "openai",
+            Provider::Anthropic => "anthropic",
+        }
+    }
 }
 
 impl Format {
@@ -169,7 +219,13 @@ impl Format {
         matches!(self, Format::OpenAiJsonl | Format::AnthropicJsonl)
     }
 
-    const fn provider(self) -> Provider {
+    /// The provider whose layout the format carries.
+    ///
+    /// ```
+    /// use ctxwin_std::format::{Format, Provider};
+    /// assert_eq!(Format::OpenAiJsonl.provider(), Provider::OpenAi);
+    /// ```
+    pub const fn provider(self) -> Provider {
         match self {
             Format::OpenAiJson | Format::OpenAiJsonl => Provider::OpenAi,
             Format::AnthropicJson | Format::AnthropicJsonl => Provider::Anthropic,

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use ctxwin_core::Role;
 
-use crate::ChatMessage;
+use crate::message::ChatMessage;
 
 /// System prompt of [`LlmClient::summarize`](super::LlmClient::summarize).
 pub const SUMMARY_SYSTEM_PROMPT: &str = "You compress conversation history for an AI agent. \

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::budget::fit;
 use super::prompts::{SUMMARY_SYSTEM_PROMPT, render_transcript, summary_request};
 use super::{LlmClient, LlmError, LlmUsage};
-use crate::ChatMessage;
+use crate::message::ChatMessage;
 
 /// Words per n-gram when comparing texts.
 const SHINGLE: usize = 4;

@@ -9,7 +9,7 @@ use ctxwin_core::{
 };
 
 use super::{CallTally, FallbackReason, LlmClient};
-use crate::ChatMessage;
+use crate::message::ChatMessage;
 
 /// A [`Summarizer`] that asks an OpenAI-compatible server ([`LlmClient::summarize`]) and falls
 /// back to the core's [`Extractive`] summarizer whenever the answer does not come or is not

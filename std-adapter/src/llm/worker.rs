@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{LlmClient, LlmError, LlmSummary};
-use crate::ChatMessage;
+use crate::message::ChatMessage;
 
 /// Fold `messages` into `previous` for the session summary `summary_id`.
 #[derive(Clone, Debug)]

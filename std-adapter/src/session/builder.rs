@@ -1,36 +1,69 @@
 //! [`SessionBuilder`]: configuring and opening a [`Session`].
 
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use ctxwin_core::{Config, OutboxMode};
 
+use super::checkpointing::{CheckpointPolicy, Checkpointing};
 use super::llm::{LlmOptions, LlmState};
+use super::retrieve::Retrieval;
 use super::semantic::{EmbedderSlot, SemanticIndex};
 use super::stats::SessionCounters;
+use super::stores::Stores;
 use super::sync::Tracker;
-use super::{Counter, Hybrid, RetrievalSettings, Session, SessionError, SessionManager};
-use crate::archive::{Archive, ArchiveWriter};
-use crate::checkpoint::{CheckpointPolicy, CheckpointStore, DEFAULT_KEEP, PeriodicCheckpointer};
+use super::{
+    Calibration, Counter, Hybrid, Journal, RetrievalSettings, Session, SessionError, SessionManager,
+};
 use crate::embed::Embedder;
 use crate::llm::LlmClient;
+use crate::store::{ArchiveStore, CheckpointDir, CheckpointSink, Scope};
 use crate::tokens::{Calibrator, CalibratorConfig, ChatFraming};
 
-/// Where the archive lives.
+/// Checkpoints a session keeps unless told otherwise.
+const DEFAULT_KEEP: usize = 10;
+
+/// Where the archive is.
 #[derive(Clone, Debug, Default)]
 enum ArchiveAt {
     #[default]
     Nowhere,
+    /// An SQLite database in memory.
+    #[cfg(feature = "sqlite")]
     Memory,
+    /// An SQLite database file.
+    #[cfg(feature = "sqlite")]
     File(PathBuf),
-    /// A handle shared with other sessions (one connection for all).
-    Shared(Archive),
+    /// A port the caller made (shared with other sessions, wrapped, another adapter).
+    Store(Arc<dyn ArchiveStore>),
 }
 
 impl ArchiveAt {
     fn is_nowhere(&self) -> bool {
         matches!(self, Self::Nowhere)
     }
+
+    fn open(self) -> Result<Option<Arc<dyn ArchiveStore>>, SessionError> {
+        Ok(match self {
+            Self::Nowhere => None,
+            #[cfg(feature = "sqlite")]
+            Self::Memory => Some(Arc::new(crate::store::sqlite::SqliteArchive::open_in_memory()?)),
+            #[cfg(feature = "sqlite")]
+            Self::File(path) => Some(Arc::new(crate::store::sqlite::SqliteArchive::open(path)?)),
+            Self::Store(store) => Some(store),
+        })
+    }
+}
+
+/// Where the checkpoints are.
+#[derive(Clone, Debug, Default)]
+enum CheckpointsAt {
+    #[default]
+    Nowhere,
+    /// A directory of this session's own.
+    Dir(PathBuf),
+    /// A sink the caller made.
+    Sink(Arc<dyn CheckpointSink>),
 }
 
 /// Configures a [`Session`]: its name, the core's configuration, the token counter, chat
@@ -59,11 +92,12 @@ impl ArchiveAt {
 #[derive(Clone, Debug)]
 pub struct SessionBuilder {
     name: String,
+    tenant: String,
     config: Config,
     counter: Counter,
     framing: Option<ChatFraming>,
     archive: ArchiveAt,
-    checkpoints: Option<PathBuf>,
+    checkpoints: CheckpointsAt,
     checkpoint_policy: CheckpointPolicy,
     keep: usize,
     restore_latest: bool,
@@ -74,7 +108,6 @@ pub struct SessionBuilder {
     retrieval: RetrievalSettings,
     embedder: Option<EmbedderSlot>,
     hybrid: Hybrid,
-    writer: Option<ArchiveWriter>,
 }
 
 impl SessionBuilder {
@@ -89,13 +122,14 @@ impl SessionBuilder {
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
+            tenant: String::new(),
             config: Config::DEFAULT,
             counter: Counter::default(),
             framing: None,
             archive: ArchiveAt::Nowhere,
-            checkpoints: None,
+            checkpoints: CheckpointsAt::Nowhere,
             checkpoint_policy: CheckpointPolicy::DEFAULT,
-            keep: DEFAULT_KEEP.get(),
+            keep: DEFAULT_KEEP,
             restore_latest: false,
             assume_new: false,
             calibrator: CalibratorConfig::DEFAULT,
@@ -104,8 +138,15 @@ impl SessionBuilder {
             retrieval: RetrievalSettings::DEFAULT,
             embedder: None,
             hybrid: Hybrid::DEFAULT,
-            writer: None,
         }
+    }
+
+    /// The tenant the session belongs to: its [`Scope`] in the stores is `(tenant, name)`
+    /// (the local tenant `""` by default). Another tenant's rows and checkpoints are never
+    /// read, searched or counted.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = tenant.into();
+        self
     }
 
     /// The core's budgets and policies. With an archive, `outbox` must be
@@ -136,85 +177,40 @@ impl SessionBuilder {
     }
 
     /// Archives to the SQLite database at `path` (created if needed; shared by sessions).
+    #[cfg(feature = "sqlite")]
     pub fn archive(mut self, path: impl Into<PathBuf>) -> Self {
         self.archive = ArchiveAt::File(path.into());
         self
     }
 
-    /// Archives through `archive`, a handle other sessions hold clones of: the sessions share
-    /// its one SQLite connection (page cache, compiled statements) instead of opening one each,
-    /// and take turns on it. A process running many sessions on one archive (the proxy) saves
-    /// a connection's memory (about 200 KiB) per session, and rereads no pages another
-    /// connection wrote.
+    /// Archives through `store`, a port the caller made: shared with other sessions (one
+    /// SQLite connection for all), behind wrappers ([`Deferred`](crate::store::Deferred) to
+    /// write many sessions' rows per transaction off the caller's path,
+    /// [`Batched`](crate::store::Batched), [`Retrying`](crate::store::Retrying)), or another
+    /// adapter. The session writes it in its scope only. Its durability is the port's: see the
+    /// [module documentation](super).
     ///
     /// ```
-    /// use ctxwin_std::archive::Archive;
+    /// use std::sync::Arc;
+    /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Scope};
     /// use ctxwin_std::session::SessionBuilder;
     /// use ctxwin_std::{ChatMessage, core::Role};
-    /// let archive = Archive::open_in_memory()?;
-    /// let mut a = SessionBuilder::new("a").archive_shared(&archive).build()?;
-    /// let mut b = SessionBuilder::new("b").archive_shared(&archive).build()?;
+    /// let store = Arc::new(MemoryStore::new());
+    /// let mut a = SessionBuilder::new("a").archive_store(store.clone()).build()?;
+    /// let mut b = SessionBuilder::new("b").tenant("acme").archive_store(store.clone()).build()?;
     /// a.push(&ChatMessage::text(Role::User, "from a"))?;
     /// b.push(&ChatMessage::text(Role::User, "from b"))?;
-    /// assert_eq!(archive.message_count(None)?, 2);
+    /// assert_eq!(store.usage(&Scope::local("a"))?.messages, 1);
+    /// assert_eq!(store.usage(&Scope::new("acme", "b"))?.messages, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn archive_shared(mut self, archive: &Archive) -> Self {
-        self.archive = ArchiveAt::Shared(archive.clone());
+    pub fn archive_store(mut self, store: Arc<dyn ArchiveStore>) -> Self {
+        self.archive = ArchiveAt::Store(store);
         self
     }
 
-    /// Hands the session's archive rows to `writer`, a background writer shared with other
-    /// sessions, instead of committing them on the caller's path; archives through the
-    /// writer's archive (as [`archive_shared`](Self::archive_shared) with it does). The build
-    /// fails with [`SessionError::Setting`] when a later `archive*` call names another
-    /// archive: the writer must write the connection the session reads.
-    ///
-    /// Rows that would be written at once (at [`end_batch`](super::Session::end_batch), or
-    /// after each push outside a batch) are queued instead, and the writer commits what many
-    /// sessions queued in one transaction. Whatever reads the archive or depends on its rows
-    /// waits for this session's rows first: [`checkpoint`](super::Session::checkpoint),
-    /// [`restore`](super::Session::restore), the `forget` calls, [`stats`](super::Session::stats),
-    /// retrieval ([`recall`](super::Session::recall), [`retrieve`](super::Session::retrieve),
-    /// composing with retrieval on; composing without retrieval does not wait), the
-    /// semantic index's catch-up, LLM summary jobs, and dropping the session.
-    ///
-    /// **Durability.** A row is committed when [`sync_archive`](super::Session::sync_archive)
-    /// or [`checkpoint`](super::Session::checkpoint) returns `Ok` (or the writer's
-    /// [`wait`](ArchiveWriter::wait) on a later ticket does), and not before: the session may
-    /// already have let the core release evicted units whose rows are still queued, so a
-    /// process crash before then loses those rows, exactly like an open batch today. A
-    /// checkpoint never covers uncommitted rows, so restoring after a crash gives a
-    /// consistent state that lacks the turns after it; the proxy's clients resend their
-    /// whole history, and the proxy pushes those turns again. A failed commit loses nothing
-    /// while the process lives: the writer keeps the rows queued and retries them, and the
-    /// waiting call returns [`ArchiveError::DeferredWrite`](crate::archive::ArchiveError).
-    ///
-    /// ```
-    /// use ctxwin_std::archive::{Archive, ArchiveWriter};
-    /// use ctxwin_std::session::SessionBuilder;
-    /// use ctxwin_std::{ChatMessage, core::Role};
-    /// let archive = Archive::open_in_memory()?;
-    /// let writer = ArchiveWriter::spawn(&archive)?;
-    /// let mut a = SessionBuilder::new("a").archive_writer(&writer).build()?;
-    /// let mut b = SessionBuilder::new("b").archive_writer(&writer).build()?;
-    /// for session in [&mut a, &mut b] {
-    ///     session.begin_batch();
-    ///     session.push(&ChatMessage::text(Role::User, "Is the build green?"))?;
-    ///     session.push(&ChatMessage::text(Role::Assistant, "Yes."))?;
-    ///     session.end_batch()?; // queued, not committed
-    /// }
-    /// b.sync_archive()?; // a's rows were queued first: committed too
-    /// assert_eq!(archive.message_count(None)?, 4);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn archive_writer(mut self, writer: &ArchiveWriter) -> Self {
-        self.archive = ArchiveAt::Shared(writer.archive().clone());
-        self.writer = Some(writer.clone());
-        self
-    }
-
-    /// Archives to a private in-memory database (gone with the session).
+    /// Archives to a private in-memory SQLite database (gone with the session).
+    #[cfg(feature = "sqlite")]
     pub fn archive_in_memory(mut self) -> Self {
         self.archive = ArchiveAt::Memory;
         self
@@ -256,16 +252,23 @@ impl SessionBuilder {
         self
     }
 
-    /// Keeps checkpoints in directory `dir`, created (durably) at the first checkpoint: a new
-    /// session writes nothing at build. Give each session its own directory: a restore skips
-    /// checkpoints of other sessions, and retention counts them all.
+    /// Keeps checkpoints in directory `dir`, the session's own
+    /// ([`CheckpointDir::bound`]), created (durably) at the first checkpoint: a new session
+    /// writes nothing at build.
     pub fn checkpoints(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.checkpoints = Some(dir.into());
+        self.checkpoints = CheckpointsAt::Dir(dir.into());
+        self
+    }
+
+    /// Keeps checkpoints in `sink`, a port the caller made (a directory per scope, memory,
+    /// another adapter, wrapped for tests); the session saves and reads its scope only.
+    pub fn checkpoint_sink(mut self, sink: Arc<dyn CheckpointSink>) -> Self {
+        self.checkpoints = CheckpointsAt::Sink(sink);
         self
     }
 
     /// Messages between periodic checkpoints (50 by default; 0 disables them). They are taken
-    /// only with a checkpoint store ([`checkpoints`](Self::checkpoints)).
+    /// only with checkpoints ([`checkpoints`](Self::checkpoints)).
     ///
     /// ```
     /// use ctxwin_std::{ChatMessage, core::Role, session::SessionBuilder};
@@ -350,13 +353,14 @@ impl SessionBuilder {
         self
     }
 
-    /// Opens the archive and checkpoint store, allocates the manager and, with
+    /// Opens the archive and checkpoint sink, allocates the manager and, with
     /// [`restore_latest`](Self::restore_latest), restores the newest intact checkpoint (a
-    /// checkpoint directory not created yet holds none). The checkpoint store is only read.
+    /// checkpoint directory not created yet holds none). The checkpoints are only read. The
+    /// session's fence is the archive's [`acquire`](ArchiveStore::acquire) of its scope.
     ///
     /// # Errors
     /// [`SessionError::Setting`] for an empty name, `keep_checkpoints(0)` or a discarding
-    /// outbox with an archive; [`SessionError::Config`]; archive and store errors;
+    /// outbox with an archive; [`SessionError::Config`]; store errors;
     /// [`SessionError::ArchiveInUse`] when the archive holds messages of this session and no
     /// checkpoint continues them (their ids would be reused).
     ///
@@ -366,11 +370,62 @@ impl SessionBuilder {
     /// assert!(matches!(error, SessionError::Setting(_)));
     /// ```
     pub fn build(self) -> Result<Session, SessionError> {
+        let configured = self.check()?;
+        let scope = Scope::new(self.tenant, self.name);
+        let calibrator = Calibrator::with_config(self.calibrator)?;
+        let manager = SessionManager::small(configured, self.counter)?;
+        let archive = self.archive.open()?;
+        let fence = match archive.as_deref() {
+            Some(archive) => archive.acquire(&scope)?,
+            None => crate::store::Fence::NONE,
+        };
+        let checkpoints: Option<Arc<dyn CheckpointSink>> = match self.checkpoints {
+            CheckpointsAt::Nowhere => None,
+            CheckpointsAt::Dir(dir) => Some(Arc::new(CheckpointDir::bound(dir, scope.clone()))),
+            CheckpointsAt::Sink(sink) => Some(sink),
+        };
+        let mut session = Session {
+            scope,
+            manager,
+            calibration: Calibration { configured, calibrator },
+            stores: Stores { archive, checkpoints, fence, keep: self.keep },
+            journal: Journal::default(),
+            tracker: Tracker::new(),
+            counters: SessionCounters::default(),
+            checkpointing: Checkpointing::new(self.checkpoint_policy),
+            llm: match self.llm {
+                Some(client) => Some(LlmState::start(client, self.llm_options)?),
+                None => None,
+            },
+            recall: Retrieval {
+                settings: self.retrieval,
+                semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
+            },
+        };
+        let restored = if self.restore_latest && !self.assume_new {
+            session.restore_latest_if_any()?
+        } else {
+            None
+        };
+        if restored.is_none() && !self.assume_new {
+            session.refuse_archived_name()?;
+        }
+        tracing::info!(
+            scope = %session.scope,
+            restored = ?restored.as_ref().map(|r| r.id.to_string()),
+            "session: opened"
+        );
+        Ok(session)
+    }
+
+    /// The configuration with framing applied, once every setting is checked.
+    fn check(&self) -> Result<Config, SessionError> {
         if self.name.is_empty() {
             return Err(SessionError::Setting("the session name must not be empty".into()));
         }
-        let keep = NonZeroUsize::new(self.keep)
-            .ok_or_else(|| SessionError::Setting("keep_checkpoints must be at least 1".into()))?;
+        if self.keep == 0 {
+            return Err(SessionError::Setting("keep_checkpoints must be at least 1".into()));
+        }
         let mut configured = self.config;
         if let Some(framing) = self.framing {
             configured = framing.apply(configured);
@@ -390,59 +445,19 @@ impl SessionBuilder {
                 "semantic recall caches vectors in the archive: add .archive(path) or .archive_in_memory()".into(),
             ));
         }
-        let calibrator = Calibrator::with_config(self.calibrator)?;
-        let manager = SessionManager::small(configured, self.counter)?;
-        let archive = match self.archive {
-            ArchiveAt::Nowhere => None,
-            ArchiveAt::Memory => Some(Archive::open_in_memory()?),
-            ArchiveAt::File(path) => Some(Archive::open(path)?),
-            ArchiveAt::Shared(archive) => Some(archive),
-        };
-        let deferred = super::deferred::Deferred::for_archive(self.writer, archive.as_ref())?;
-        let store = self.checkpoints.map(|dir| CheckpointStore::lazy(dir).with_keep(keep));
-        let mut session = Session {
-            name: self.name,
-            manager,
-            configured,
-            archive,
-            store,
-            periodic: PeriodicCheckpointer::new(self.checkpoint_policy),
-            calibrator,
-            tracker: Tracker::new(),
-            counters: SessionCounters::default(),
-            last_checkpoint: None,
-            pending_rows: Vec::new(),
-            phantom: None,
-            trusted_from: 1,
-            llm: match self.llm {
-                Some(client) => Some(LlmState::start(client, self.llm_options)?),
-                None => None,
-            },
-            retrieval: self.retrieval,
-            semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
-            batch: None,
-            deferred,
-        };
-        let restored = if self.restore_latest && !self.assume_new {
-            session.restore_latest_if_any()?
-        } else {
-            None
-        };
-        if restored.is_none()
-            && !self.assume_new
-            && let Some(archive) = session.archive.as_ref()
-        {
-            session.archive_settled()?;
-            let messages = archive.message_count(Some(&session.name))?;
-            if messages > 0 {
-                return Err(SessionError::ArchiveInUse { session: session.name.clone(), messages });
-            }
+        Ok(configured)
+    }
+}
+
+impl Session {
+    /// A new session (no checkpoint continues it) whose name the archive already holds
+    /// messages of would reuse their ids: refused.
+    fn refuse_archived_name(&self) -> Result<(), SessionError> {
+        let Some(archive) = self.stores.archive.as_deref() else { return Ok(()) };
+        if archive.max_id(&self.scope)?.is_none() {
+            return Ok(());
         }
-        tracing::info!(
-            session = %session.name,
-            restored = ?restored.as_ref().map(|r| r.id.to_string()),
-            "session: opened"
-        );
-        Ok(session)
+        let messages = archive.usage(&self.scope)?.messages;
+        Err(SessionError::ArchiveInUse { session: self.scope.to_string(), messages })
     }
 }

@@ -31,7 +31,7 @@ impl Session {
         estimated_tokens: u32,
         prompt_tokens: u32,
     ) -> Result<(), SessionError> {
-        self.calibrator.observe(estimated_tokens, prompt_tokens)?;
+        self.calibration.calibrator.observe(estimated_tokens, prompt_tokens)?;
         self.apply_calibration()?;
         tracing::debug!(
             estimated_tokens,
@@ -44,7 +44,8 @@ impl Session {
 
     /// Gives the core the configured config with the calibrated window.
     pub(super) fn apply_calibration(&mut self) -> Result<(), SessionError> {
-        let effective = effective_config(&self.configured, &self.calibrator);
+        let effective =
+            effective_config(&self.calibration.configured, &self.calibration.calibrator);
         if effective != *self.manager.config() {
             self.manager.set_config(effective)?;
         }

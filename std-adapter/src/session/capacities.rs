@@ -6,7 +6,6 @@ use ctxwin_core::{
     ring::Ring, ring::RingStorage,
 };
 
-use super::tier::ServerManager;
 use super::{Counter, SessionError};
 
 /// Capacities for server and desktop agents with 32k–200k-token windows (about 1.8 MiB of
@@ -103,6 +102,12 @@ impl ServerCapacities {
         }
     }
 }
+
+/// The core manager with [`ServerCapacities`] (about 1.7 MiB).
+pub type ServerManager = ContextManager<ServerCapacities, Counter>;
+
+/// The core manager with [`SmallCapacities`] (about 100 KiB).
+pub type SmallManager = ContextManager<SmallCapacities, Counter>;
 
 /// Builds an empty server-tier manager directly on the heap.
 ///

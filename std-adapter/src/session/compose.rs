@@ -1,13 +1,71 @@
-//! Composing the payload (as an owned conversation or a ready request body) and retrieving
-//! archived text to feed back as dynamic context.
+//! Composing the payload (as an owned conversation or a ready request body), with the
+//! retrieval each call asks for.
 
 use ctxwin_core::OpenAiRequest;
 
 use super::convert::render;
-use super::{Recall, Session, SessionError};
-use crate::archive::as_dynamic_context;
+use super::{Recall, RetrievalSettings, Session, SessionError};
 use crate::format::{self, Format};
 use crate::message::Conversation;
+
+/// What one payload retrieves from the archive ([`ComposeOptions::recall`]).
+///
+/// ```
+/// use ctxwin_std::session::RecallFor;
+/// assert_eq!(RecallFor::default(), RecallFor::Settings);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecallFor<'a> {
+    /// The live request (the newest user message) when the retrieval settings say
+    /// [`auto`](RetrievalSettings::auto), nothing otherwise.
+    #[default]
+    Settings,
+    /// Nothing: no archive read.
+    Nothing,
+    /// The live request, whatever the settings say.
+    LiveRequest,
+    /// Turns matching this query.
+    Query(&'a str),
+}
+
+/// How to compose one payload: its dynamic context and what it retrieves. Everything here
+/// holds for this call only: the session's settings stay as they are.
+///
+/// ```
+/// use ctxwin_std::session::{ComposeOptions, RecallFor, RetrievalSettings};
+/// let options = ComposeOptions::new(&["task: keep CI green"])
+///     .recall(RecallFor::Query("which postgres version"))
+///     .retrieval(RetrievalSettings { max_items: 3, ..RetrievalSettings::DEFAULT });
+/// assert_eq!(options.dynamic.len(), 1);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ComposeOptions<'a> {
+    /// Dynamic context (task goals, instructions), each sent as a system message.
+    pub dynamic: &'a [&'a str],
+    /// What to retrieve for this payload.
+    pub recall: RecallFor<'a>,
+    /// Retrieval settings for this payload (the session's when `None`).
+    pub retrieval: Option<RetrievalSettings>,
+}
+
+impl<'a> ComposeOptions<'a> {
+    /// `dynamic`, retrieving as the session's settings say.
+    pub fn new(dynamic: &'a [&'a str]) -> Self {
+        Self { dynamic, recall: RecallFor::Settings, retrieval: None }
+    }
+
+    /// Retrieving `recall` for this payload.
+    #[must_use]
+    pub fn recall(self, recall: RecallFor<'a>) -> Self {
+        Self { recall, ..self }
+    }
+
+    /// Retrieving with `settings` for this payload.
+    #[must_use]
+    pub fn retrieval(self, settings: RetrievalSettings) -> Self {
+        Self { retrieval: Some(settings), ..self }
+    }
+}
 
 /// This turn's payload, owned: ready for [`format::write`] in any provider format.
 ///
@@ -53,10 +111,11 @@ impl ComposedPayload {
 
 impl Session {
     /// Composes this turn's payload with `dynamic` context (task goals, retrieved text: each
-    /// sent as a system message). Units evicted to make room for `dynamic` are archived, then
-    /// released. With an archive and [`RetrievalSettings::auto`](super::RetrievalSettings)
-    /// (the default), archived turns matching the live request (the newest user message) fill
-    /// the room the payload has left, for this payload only ([`Session::recall`]).
+    /// sent as a system message), retrieving as the session's settings say: with an archive
+    /// and [`RetrievalSettings::auto`] (the default), archived turns matching the live request
+    /// (the newest user message) fill the room the payload has left, for this payload only
+    /// ([`Session::recall`]). Units evicted to make room for `dynamic` are written to the
+    /// archive, then released. [`compose_with`](Self::compose_with) takes per-call options.
     ///
     /// # Errors
     /// [`SessionError::Core`]: `ToolCallsPending` while calls wait for results,
@@ -74,39 +133,41 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn compose(&mut self, dynamic: &[&str]) -> Result<ComposedPayload, SessionError> {
-        self.compose_recall(dynamic, None)
+        self.compose_with(ComposeOptions::new(dynamic))
     }
 
-    /// Like [`compose`](Self::compose), retrieving for `query` when given (else for the live
-    /// request, when [`RetrievalSettings::auto`](super::RetrievalSettings) is on). The
-    /// retrieved block only takes free room: composing never evicts or stores anything for it.
+    /// Composes this turn's payload as `options` say. The retrieved block only takes free
+    /// room: composing never evicts or stores anything for it.
     ///
     /// # Errors
     /// As [`compose`](Self::compose).
     ///
     /// ```
     /// use ctxwin_core::Config;
-    /// use ctxwin_std::{ChatMessage, core::Role, session::SessionBuilder};
+    /// use ctxwin_std::session::{ComposeOptions, RecallFor, SessionBuilder};
+    /// use ctxwin_std::{ChatMessage, core::Role};
     /// let config = Config { max_messages: 2, locked_tail: 1, ..Config::DEFAULT };
     /// let mut session = SessionBuilder::new("s").config(config).archive_in_memory().build()?;
     /// session.push(&ChatMessage::text(Role::User, "The staging database is Postgres 16."))?;
     /// for turn in 0..3 {
     ///     session.push(&ChatMessage::text(Role::User, format!("turn {turn}")))?;
     /// }
-    /// let payload = session.compose_recall(&[], Some("which postgres version"))?;
+    /// let asked = ComposeOptions::new(&[]).recall(RecallFor::Query("which postgres version"));
+    /// let payload = session.compose_with(asked)?;
     /// // The hit, and in the free room the turn after it.
     /// assert_eq!(payload.recall.ids, [1, 2]);
     /// assert!(payload.conversation.messages[0].content.contains("Postgres 16"));
+    /// let none = session.compose_with(ComposeOptions::new(&[]).recall(RecallFor::Nothing))?;
+    /// assert!(none.recall.ids.is_empty());
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
-    pub fn compose_recall(
+    pub fn compose_with(
         &mut self,
-        dynamic: &[&str],
-        query: Option<&str>,
+        options: ComposeOptions<'_>,
     ) -> Result<ComposedPayload, SessionError> {
         self.poll_llm();
-        let recall = self.recall_for(dynamic, query)?;
-        let mut all: Vec<&str> = dynamic.to_vec();
+        let recall = self.recall_for(&options)?;
+        let mut all: Vec<&str> = options.dynamic.to_vec();
         if !recall.block.is_empty() {
             all.push(&recall.block);
         }
@@ -125,30 +186,31 @@ impl Session {
         })
     }
 
-    /// The recall for `query`, or for the live request when retrieval is automatic (with an
-    /// embedder, the messages archived since the last build are embedded first).
-    fn recall_for(
-        &mut self,
-        dynamic: &[&str],
-        query: Option<&str>,
-    ) -> Result<Recall, SessionError> {
-        if self.archive.is_none() || (query.is_none() && !self.retrieval.auto) {
+    /// The recall `options` ask for (with an embedder, the messages archived since the last
+    /// build are embedded first).
+    fn recall_for(&mut self, options: &ComposeOptions<'_>) -> Result<Recall, SessionError> {
+        let settings = options.retrieval.unwrap_or(self.recall.settings);
+        let query = match options.recall {
+            RecallFor::Nothing => return Ok(Recall::default()),
+            RecallFor::Settings if !settings.auto => return Ok(Recall::default()),
+            RecallFor::Query(query) => Some(query.to_string()),
+            RecallFor::Settings | RecallFor::LiveRequest => self.live_request(),
+        };
+        if self.stores.archive.is_none() {
             return Ok(Recall::default());
         }
         self.sync_vectors()?;
-        let query = match query {
-            Some(query) => Some(query.to_string()),
-            None if self.retrieval.auto => self.live_request(),
-            None => None,
-        };
         match query {
-            Some(query) if !query.trim().is_empty() => self.recall(&query, dynamic),
+            Some(query) if !query.trim().is_empty() => {
+                self.recall_with(&query, options.dynamic, &settings)
+            }
             _ => Ok(Recall::default()),
         }
     }
 
-    /// Composes the payload and writes it as an OpenAI chat-completions request body for
-    /// `model` with the core's zero-copy writer. Returns the body and the payload's tokens.
+    /// Composes the payload as `options` say and writes it as an OpenAI chat-completions
+    /// request body for `model` with the core's zero-copy writer. Returns the body and the
+    /// payload's tokens.
     ///
     /// # Errors
     /// As [`compose`](Self::compose).
@@ -157,19 +219,20 @@ impl Session {
     /// use ctxwin_std::{ChatMessage, core::Role};
     /// let mut session = ctxwin_std::session::SessionBuilder::new("s").build()?;
     /// session.push(&ChatMessage::text(Role::User, "hi"))?;
-    /// let (body, tokens) = session.compose_openai_body(&[], "gpt-4o-mini")?;
+    /// let options = ctxwin_std::session::ComposeOptions::new(&[]);
+    /// let (body, tokens) = session.compose_openai_body(options, "gpt-4o-mini")?;
     /// assert!(body.starts_with(r#"{"model":"gpt-4o-mini","messages":[{"role":"user""#));
     /// assert!(tokens > 0);
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn compose_openai_body(
         &mut self,
-        dynamic: &[&str],
+        options: ComposeOptions<'_>,
         model: &str,
     ) -> Result<(String, u32), SessionError> {
         self.poll_llm();
-        let recall = self.recall_for(dynamic, None)?;
-        let mut all: Vec<&str> = dynamic.to_vec();
+        let recall = self.recall_for(&options)?;
+        let mut all: Vec<&str> = options.dynamic.to_vec();
         if !recall.block.is_empty() {
             all.push(&recall.block);
         }
@@ -187,45 +250,5 @@ impl Session {
             SessionError::Setting(format!("the core wrote a body that is not UTF-8: {e}"))
         })?;
         Ok((body, tokens))
-    }
-
-    /// Searches this session's archive for `query` and formats up to `limit` hits, best first,
-    /// as one dynamic-context block of at most `max_chars` characters
-    /// (`[Retrieved from archive]`, then `- (msg ID, ROLE) text` lines). Messages still in the
-    /// context are left out: the model sees them already. Empty when nothing matches.
-    ///
-    /// # Errors
-    /// [`SessionError::NoArchive`] without an archive; archive errors.
-    ///
-    /// ```
-    /// use ctxwin_core::Config;
-    /// use ctxwin_std::session::SessionBuilder;
-    /// use ctxwin_std::{ChatMessage, core::Role};
-    ///
-    /// let config = Config { max_messages: 2, locked_tail: 1, ..Config::DEFAULT };
-    /// let mut session = SessionBuilder::new("s").config(config).archive_in_memory().build()?;
-    /// session.push(&ChatMessage::text(Role::User, "The staging database is Postgres 16."))?;
-    /// for turn in 0..3 {
-    ///     session.push(&ChatMessage::text(Role::User, format!("turn {turn}")))?;
-    /// }
-    /// let block = session.retrieve("which postgres version", 3, 500)?;
-    /// assert!(block.contains("Postgres 16"), "{block}");
-    /// let payload = session.compose(&[&block])?;
-    /// assert!(payload.conversation.messages[0].content.contains("Postgres 16"));
-    /// # Ok::<(), ctxwin_std::session::SessionError>(())
-    /// ```
-    pub fn retrieve(
-        &self,
-        query: &str,
-        limit: usize,
-        max_chars: usize,
-    ) -> Result<String, SessionError> {
-        let archive =
-            self.archive.as_ref().ok_or(SessionError::NoArchive { operation: "retrieve" })?;
-        self.archive_settled()?;
-        let mut hits = archive.search(Some(&self.name), query, limit.saturating_mul(4))?;
-        hits.retain(|hit| self.manager.get(hit.id).is_none());
-        hits.truncate(limit);
-        Ok(as_dynamic_context(&hits, max_chars))
     }
 }

@@ -7,12 +7,12 @@ use ctxwin_core::{
 use serde_json::value::RawValue;
 
 use super::SessionError;
-use crate::archive::ArchivedMessage;
 use crate::message::{ChatMessage, Conversation, ToolDefinition};
+use crate::store::ArchivedMessage;
 
 /// The core's view of `message`'s tool calls, borrowed.
 pub(crate) fn core_calls(message: &ChatMessage) -> Vec<ctxwin_core::ToolCall<'_>> {
-    message.tool_calls.iter().map(crate::ToolCall::as_core).collect()
+    message.tool_calls.iter().map(crate::message::ToolCall::as_core).collect()
 }
 
 /// A stored core message as an archive row of unit `unit`.

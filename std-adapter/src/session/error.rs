@@ -2,9 +2,8 @@
 
 use ctxwin_core::{ConfigError, Error as CoreError, SnapshotError};
 
-use crate::archive::ArchiveError;
-use crate::checkpoint::{CheckpointError, CheckpointId};
 use crate::format::FormatError;
+use crate::store::{CheckpointId, StoreError};
 use crate::tokens::{CalibrationError, TokenizerError};
 
 /// Why a [`Session`](super::Session) operation failed. Nothing is lost on error: a refused
@@ -29,12 +28,9 @@ pub enum SessionError {
     /// A builder setting is out of range or contradicts another.
     #[error("invalid session setting: {0}")]
     Setting(String),
-    /// The archive database failed.
-    #[error("archive: {0}; check the database file is writable and not used by a newer build")]
-    Archive(#[from] ArchiveError),
-    /// The checkpoint store failed.
-    #[error("checkpoint store: {0}")]
-    Checkpoint(#[from] CheckpointError),
+    /// The archive or the checkpoint sink failed ([`StoreError::kind`] says how).
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
     /// A checkpoint's content was refused (a damaged or foreign file, another session's).
     #[error(
         "checkpoint {id} cannot be restored: {reason}; restore an older one or start without restore_latest"
@@ -91,10 +87,11 @@ pub enum SessionError {
         /// Messages archived under it.
         messages: u64,
     },
-    /// The core stored message `id`, but bringing the archive up to date afterwards failed;
-    /// evicted units stay in the core's outbox and the next call archives them.
+    /// The core took message `id`, but writing its rows (and what the core did with it) to
+    /// the archive failed: they are held in the session's journal, evicted units stay in the
+    /// core's outbox, and the next call writes them first.
     #[error(
-        "message {id} was stored, but archiving afterwards failed: {source}; the next call retries"
+        "message {id} is in the context, but writing it to the archive failed: {source}; it is held and the next call writes it"
     )]
     AfterStore {
         /// The stored message's id.

@@ -4,19 +4,18 @@
 //! The core keeps text in fixed rings; a forgotten text is overwritten there in place by a
 //! marker of the same byte length (`[forgotten]` padded with `_`, or `*` when shorter), so the
 //! message keeps its id, role, unit and token count, and the core state is rebuilt from its
-//! masked snapshot. Checkpoint files get the same mask, their CRCs recomputed, and are
-//! replaced atomically (write, sync, rename). The archive replaces the text with
-//! [`FORGOTTEN`](crate::archive::FORGOTTEN), rebuilds its full-text indexes and vacuums.
+//! masked snapshot. Checkpoints get the same mask through the sink's
+//! [`rewrite`](crate::store::CheckpointSink::rewrite) (the core snapshot's CRC recomputed, each
+//! replaced atomically). The archive replaces the text with
+//! [`FORGOTTEN`](crate::store::FORGOTTEN) through [`forget`](crate::store::ArchiveStore::forget),
+//! and leaves no byte of it behind.
 
-use std::io::Write;
-use std::path::Path;
-
+use super::persist::HEADER_LEN;
 use super::{Session, SessionError};
-use crate::archive::Forgotten;
-use crate::checkpoint::frame;
+use crate::store::{Forget, Forgotten};
 
 /// Offset of the core snapshot in a session checkpoint payload, and of its length field.
-const CORE_AT: usize = 12;
+const CORE_AT: usize = HEADER_LEN;
 
 /// What [`Session::forget`] and [`Session::forget_matching`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -70,40 +69,24 @@ fn reseal_snapshot(core: &mut [u8]) {
     }
 }
 
-/// Masks a checkpoint file and rewrites it atomically; whether it held a needle.
-fn rewrite_checkpoint(path: &Path, needles: &[&[u8]]) -> std::io::Result<bool> {
-    let mut bytes = std::fs::read(path)?;
-    if mask(&mut bytes, needles) == 0 {
-        return Ok(false);
+/// A checkpoint's bytes with every needle masked (`None` when it held none): a session
+/// payload's core snapshot is resealed (its CRC recomputed); other bytes (a damaged
+/// checkpoint's, stored as they are) are only masked.
+fn mask_checkpoint(bytes: &[u8], needles: &[&[u8]]) -> Option<Vec<u8>> {
+    let mut masked = bytes.to_vec();
+    if mask(&mut masked, needles) == 0 {
+        return None;
     }
-    // Reseal an intact frame: the core snapshot's CRC, then the frame (same sequence number,
-    // new CRC). A damaged file is still masked (it may hold the text too), just not resealed.
-    let original = std::fs::read(path)?;
-    if let Ok((sequence, range)) = frame::open(&original)
-        && let Some(payload) = bytes.get_mut(range)
-    {
-        let core_len = payload
+    if masked.starts_with(b"CWSESS") {
+        let core_len = masked
             .get(8..CORE_AT)
             .and_then(|b| b.try_into().ok())
             .map_or(0, |b: [u8; 4]| u32::from_le_bytes(b) as usize);
-        if let Some(core) = payload.get_mut(CORE_AT..CORE_AT + core_len) {
+        if let Some(core) = masked.get_mut(CORE_AT..CORE_AT + core_len) {
             reseal_snapshot(core);
         }
-        bytes = frame::sequenced(sequence, payload);
     }
-    let tmp = path.with_extension("forget-tmp");
-    {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&bytes)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent()
-        && let Ok(dir) = std::fs::File::open(dir)
-    {
-        let _ = dir.sync_all();
-    }
-    Ok(true)
+    Some(masked)
 }
 
 impl Session {
@@ -123,18 +106,18 @@ impl Session {
     /// let report = session.forget(id)?;
     /// assert!(report.in_window && report.archive.messages == [id]);
     /// assert!(!session.manager().get(id).unwrap().content().contains("4417"));
-    /// assert!(session.archive().unwrap().search(Some("s"), "4417", 5)?.is_empty());
+    /// let query = ctxwin_std::store::SearchQuery::new("4417", 5);
+    /// assert!(session.archive().unwrap().search(session.scope(), &query)?.is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forget(&mut self, id: u64) -> Result<ForgetReport, SessionError> {
-        self.end_batch()?;
         self.sync_archive()?;
         let mut texts: Vec<String> = Vec::new();
         if let Some(message) = self.manager.get(id) {
             texts.push(message.content().to_string());
         }
-        if let Some(archive) = self.archive.as_ref()
-            && let Some(row) = archive.get(&self.name, id)?
+        if let Some(archive) = self.stores.archive.as_deref()
+            && let Some(row) = archive.get(&self.scope, id)?
         {
             texts.push(row.message.content.clone());
             texts.extend(row.original.clone());
@@ -157,7 +140,6 @@ impl Session {
         if text.is_empty() {
             return Err(SessionError::Setting("nothing to forget: the text is empty".into()));
         }
-        self.end_batch()?;
         self.sync_archive()?;
         self.forget_texts(&[], &[text.to_string()])
     }
@@ -192,7 +174,6 @@ impl Session {
             .map_err(|e| SessionError::Setting(format!("entity {key:?}: {e}")))?;
         let report = match old {
             Some(old) if !old.is_empty() && !value.is_some_and(|v| v.contains(old.as_str())) => {
-                self.end_batch()?;
                 self.sync_archive()?;
                 self.forget_texts(&[], &[old])?
             }
@@ -200,7 +181,7 @@ impl Session {
         };
         // The rewritten checkpoints hold the old value masked, not the new one: the newest
         // checkpoint must carry the update, or a restart would bring back the mask.
-        if self.store.is_some() {
+        if self.stores.checkpoints.is_some() {
             self.checkpoint()?;
         }
         Ok(report)
@@ -222,33 +203,21 @@ impl Session {
             self.manager.restore_from(&core).map_err(SessionError::Snapshot)?;
         }
         let strs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let archive = match self.archive.as_mut() {
-            Some(archive) => archive.forget(&self.name, ids, &strs)?,
+        let fence = self.stores.fence;
+        let archive = match self.stores.archive.as_deref() {
+            Some(archive) => archive.forget(&self.scope, fence, &Forget { ids, texts: &strs })?,
             None => Forgotten::default(),
         };
-        if let Some(index) = self.semantic.as_mut() {
+        if let Some(index) = self.recall.semantic.as_mut() {
             index.remove(&archive.messages);
         }
-        let mut checkpoints_rewritten = 0;
-        if let Some(store) = self.store.as_ref() {
-            let dir = store.dir().to_path_buf();
-            let entries = match std::fs::read_dir(&dir) {
-                Ok(entries) => Some(entries),
-                // No checkpoint was written yet, so the directory is not there either.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(SessionError::Setting(format!("{}: {e}", dir.display()))),
-            };
-            for entry in entries.into_iter().flatten().flatten() {
-                let path = entry.path();
-                if path.is_file()
-                    && rewrite_checkpoint(&path, &needles)
-                        .map_err(|e| SessionError::Setting(format!("{}: {e}", path.display())))?
-                {
-                    checkpoints_rewritten += 1;
-                }
+        let checkpoints_rewritten = match self.stores.checkpoints.as_deref() {
+            Some(sink) => {
+                sink.rewrite(&self.scope, fence, &|bytes| mask_checkpoint(bytes, &needles))?
             }
-        }
-        tracing::info!(session = %self.name, in_window, checkpoints_rewritten, "session: forgot");
+            None => 0,
+        };
+        tracing::info!(scope = %self.scope, in_window, checkpoints_rewritten, "session: forgot");
         Ok(ForgetReport { archive, in_window, checkpoints_rewritten })
     }
 }
@@ -260,7 +229,7 @@ mod tests {
     use crate::session::SessionBuilder;
     use ctxwin_core::{Config, EntitySchema, Role};
 
-    fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
         let mut found = Vec::new();
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let path = entry.path();

@@ -2,7 +2,7 @@
 
 use ctxwin_core::Role;
 
-use crate::archive::ArchivedMessage;
+use crate::store::ArchivedMessage;
 
 /// One ranked candidate: score, id, author, text.
 pub(crate) type Ranked = (f64, u64, Role, String);

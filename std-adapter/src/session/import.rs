@@ -4,15 +4,15 @@ use std::collections::HashSet;
 
 use ctxwin_core::{Error as CoreError, Role};
 
+use super::checkpointing::{CheckpointPolicy, PeriodicCheckpointer};
 use super::convert::{row_from_ref, tool_definition_from_json};
 use super::push::PushOptions;
 use super::report::ImportReport;
 use super::{RestorePoint, Session, SessionError, now_ms};
-use crate::archive::{ArchivedMessage, CompressionRecord};
-use crate::checkpoint::{CheckpointId, CheckpointPolicy, PeriodicCheckpointer};
 use crate::message::{ChatMessage, Conversation};
+use crate::store::{ArchivedMessage, CheckpointId, CompressionRecord};
 
-/// Rows buffered before one archive transaction.
+/// Rows journaled before one archive write.
 const FLUSH_ROWS: usize = 2_000;
 
 /// How far apart `import` places consecutive messages that carry no time of their own: an
@@ -38,11 +38,12 @@ fn turn_order_times(timestamps: &[Option<u64>], count: usize, now: u64) -> Vec<O
         .collect()
 }
 
-/// Rows waiting for the archive, and every id this import stored.
+/// What an import journaled since its last write, and every id it stored.
 struct Batch {
-    rows: Vec<ArchivedMessage>,
+    /// Rows journaled since the last write.
+    rows: usize,
     ids: HashSet<u64>,
-    /// The tracker's next id at the last flush.
+    /// The tracker's next id at the last write.
     since: u64,
 }
 
@@ -53,10 +54,10 @@ impl Session {
     /// an input carries).
     ///
     /// Unlike [`push`](Self::push), rows are written in batches of a few thousand per
-    /// transaction: each message is archived after the core stored it, and always before
-    /// anything is released from the core's outbox and before the checkpoint written at the
-    /// end (when one is due), so a crash loses nothing a checkpoint claims. Summaries are
-    /// recorded in the state they have at each batch.
+    /// write: each message is journaled after the core stored it, and the journal is written
+    /// before anything is released from the core's outbox and before the checkpoint written
+    /// at the end (when one is due), so a crash loses nothing a checkpoint claims. Summaries
+    /// are recorded in the state they have at each batch.
     ///
     /// # Errors
     /// [`SessionError::Import`] naming the first item the core refused; everything before it
@@ -76,7 +77,7 @@ impl Session {
     /// let mut session = SessionBuilder::new("s").archive_in_memory().build()?;
     /// let report = session.import(&conversation)?;
     /// assert_eq!(report.ids, [1, 2, 3]);
-    /// assert_eq!(session.archive().unwrap().get("s", 3)?.unwrap().unit, 2);
+    /// assert_eq!(session.archive().unwrap().get(session.scope(), 3)?.unwrap().unit, 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn import(&mut self, conversation: &Conversation) -> Result<ImportReport, SessionError> {
@@ -99,7 +100,7 @@ impl Session {
     /// let stamps = format::message_timestamps(jsonl, conversation.messages.len());
     /// let mut session = SessionBuilder::new("s").archive_in_memory().build()?;
     /// let report = session.import_timed(&conversation, &stamps)?;
-    /// let stored = session.archive().unwrap().get_many("s", &report.ids).unwrap();
+    /// let stored = session.archive().unwrap().get_many(session.scope(), &report.ids).unwrap();
     /// assert_eq!(stored[0].timestamp, 1_683_554_160_000);
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
@@ -109,8 +110,7 @@ impl Session {
         timestamps: &[Option<u64>],
     ) -> Result<ImportReport, SessionError> {
         let mut report = ImportReport::default();
-        let mut batch =
-            Batch { rows: Vec::new(), ids: HashSet::new(), since: self.tracker.next_id };
+        let mut batch = Batch { rows: 0, ids: HashSet::new(), since: self.tracker.next_id };
         let ingested = self.manager.stats().counters.tokens_ingested;
         let times = turn_order_times(timestamps, conversation.messages.len(), now_ms());
         let result = self.import_items(conversation, &times, &mut batch, &mut report);
@@ -119,13 +119,12 @@ impl Session {
         result?;
         flushed?;
         self.record_import_compression(ingested, &report)?;
-        if self.store.is_some()
-            && self.periodic.on_messages(u32::try_from(report.stored).unwrap_or(u32::MAX))
-        {
+        let stored = u32::try_from(report.stored).unwrap_or(u32::MAX);
+        if self.stores.checkpoints.is_some() && self.checkpointing.periodic.on_messages(stored) {
             report.checkpoint = Some(self.checkpoint()?);
         }
         tracing::info!(
-            session = %self.name,
+            scope = %self.scope,
             stored = report.stored,
             evicted = report.units_evicted,
             "session: import done"
@@ -160,7 +159,7 @@ impl Session {
     /// let bad = Conversation { messages, ..Default::default() };
     /// assert!(session.import_atomic(&bad, 2, |_, _| {}).is_err());
     /// assert_eq!(session.manager().history().count(), 0, "nothing of it stays");
-    /// assert_eq!(session.archive().unwrap().message_count(Some("s"))?, 0);
+    /// assert_eq!(session.archive().unwrap().usage(session.scope())?.messages, 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn import_atomic(
@@ -184,21 +183,21 @@ impl Session {
         chunk: usize,
         mut progress: impl FnMut(&ImportReport, usize),
     ) -> Result<CheckpointId, SessionError> {
-        if self.store.is_none() {
+        if self.stores.checkpoints.is_none() {
             return Err(SessionError::NoCheckpoints { operation: "import_atomic" });
         }
-        let start = match self.last_checkpoint.clone() {
+        let start = match self.checkpointing.last.clone() {
             Some(id) => id,
             None => self.checkpoint()?,
         };
-        let policy = self.periodic.policy();
-        self.periodic = PeriodicCheckpointer::new(CheckpointPolicy::DISABLED);
+        let policy = self.checkpointing.periodic.policy();
+        self.checkpointing.periodic = PeriodicCheckpointer::new(CheckpointPolicy::DISABLED);
         // Turn-order times over the whole conversation, not per chunk.
         let times = turn_order_times(timestamps, conversation.messages.len(), now_ms());
         let result = self.import_chunks(conversation, &times, chunk.max(1), &mut progress);
         let result = match result {
             Ok(()) => {
-                self.periodic = PeriodicCheckpointer::new(policy);
+                self.checkpointing.periodic = PeriodicCheckpointer::new(policy);
                 self.checkpoint()
             }
             Err(error) => Err(error),
@@ -209,7 +208,7 @@ impl Session {
                 if let Err(undo) = self.restore(RestorePoint::Id(start.clone())) {
                     tracing::warn!(%undo, %start, "session: cannot go back to the checkpoint before the import");
                 }
-                self.periodic = PeriodicCheckpointer::new(policy);
+                self.checkpointing.periodic = PeriodicCheckpointer::new(policy);
                 Err(error)
             }
         }
@@ -327,11 +326,14 @@ impl Session {
         let mut row = row;
         row.message.name.clone_from(&message.name);
         row.message.is_error = message.is_error;
-        batch.rows.push(row);
+        if self.stores.archive.is_some() {
+            self.journal.add_rows(&self.scope, self.stores.fence, vec![row]);
+            batch.rows += 1;
+        }
         batch.ids.insert(id);
         report.stored += 1;
         self.counters.messages_pushed += 1;
-        if batch.rows.len() >= FLUSH_ROWS {
+        if batch.rows >= FLUSH_ROWS {
             self.flush(batch, report)?;
         }
         Ok(id)
@@ -345,8 +347,7 @@ impl Session {
         report: &ImportReport,
     ) -> Result<(), SessionError> {
         let stats = self.manager.stats();
-        let Some(archive) = self.archive.as_mut() else { return Ok(()) };
-        if report.units_evicted == 0 && report.summaries == 0 {
+        if self.stores.archive.is_none() || (report.units_evicted == 0 && report.summaries == 0) {
             return Ok(());
         }
         let brought = stats.counters.tokens_ingested.saturating_sub(ingested_before);
@@ -358,22 +359,17 @@ impl Session {
         );
         record.units_evicted = u32::try_from(report.units_evicted).unwrap_or(u32::MAX);
         record.summaries_made = u32::try_from(report.summaries).unwrap_or(u32::MAX);
-        archive.record_compression(&self.name, &record)?;
-        Ok(())
+        self.journal.add_event(&self.scope, self.stores.fence, record);
+        self.commit()
     }
 
-    /// Writes the buffered rows in one go, then brings the archive up to date and releases
-    /// the outbox.
+    /// Writes what the batch journaled (with the records the core wrote and the summaries),
+    /// then releases the outbox.
     fn flush(&mut self, batch: &mut Batch, report: &mut ImportReport) -> Result<(), SessionError> {
-        if self.archive.is_some() {
-            let rows = std::mem::take(&mut batch.rows);
-            let written = rows.len();
-            self.write_rows(rows)?;
-            report.rows_written += written;
-        }
-        batch.rows.clear();
         let ids = &batch.ids;
         let after = self.after_op(batch.since, &|id| ids.contains(&id))?;
+        report.rows_written += batch.rows;
+        batch.rows = 0;
         batch.since = self.tracker.next_id;
         report.units_evicted += after.drained.units.len();
         report.messages_evicted += after.drained.messages;

@@ -4,16 +4,26 @@
 //!
 //! A session owns a boxed core [`ContextManager`](ctxwin_core::ContextManager) (a
 //! [`SessionManager`]: [`SmallCapacities`] until its content needs [`ServerCapacities`]), an
-//! optional SQLite [`Archive`], an optional [`CheckpointStore`] with a
-//! [`PeriodicCheckpointer`], and a [`Calibrator`]. Build one with [`SessionBuilder`].
+//! optional archive and checkpoint sink (the storage ports, [`crate::store`]), and a
+//! [`Calibrator`]. Build one with [`SessionBuilder`].
 //!
-//! * **Nothing is lost.** [`push`](Session::push) writes the message to the archive *before*
-//!   the core sees it, with its full text (the core may store a huge tool output reduced;
-//!   the archive row then keeps the original). Units the core evicts are written to the
-//!   archive before the session releases them from the core's outbox, and the summaries the
-//!   core makes are recorded with the message ids they stand for, so
-//!   [`Archive::drill_down`] finds the originals. [`retrieve`](Session::retrieve) searches the
-//!   archive and formats hits as dynamic context for [`compose`](Session::compose).
+//! * **The core decides, then the session writes what it decided.** A
+//!   [`push`](Session::push) is: the core's check (a refused message stores nothing), the
+//!   core's push (the message's id is known now), then the rows the core produced — the
+//!   message's row with the text the core keeps, its full text and the client's raw JSON;
+//!   results the core wrote for aborted calls; new or changed summaries with their sources —
+//!   appended to one ordered journal and written to the archive port in one write. Only then
+//!   are evicted units released from the core's outbox. Nothing is predicted.
+//! * **Durability, per archive.** With an adapter that commits in its
+//!   [`write`](crate::store::ArchiveStore::write) (SQLite, memory), `push` returns `Ok` after
+//!   its rows are committed. Through a [`Batched`](crate::store::Batched) or
+//!   [`Deferred`](crate::store::Deferred) wrapper, rows are durable once the wrapper flushed
+//!   them ([`sync_archive`](Session::sync_archive), a checkpoint): a crash loses what it
+//!   held, never anything a checkpoint covers. A failed write keeps the rows in the journal,
+//!   in order ([`SessionError::AfterStore`]); the next operation writes them first, and no
+//!   checkpoint is written while it holds any.
+//! * **Retrieval.** One [`recall`](Session::recall): archived turns matching the live request
+//!   (or a query) fill the room the payload has left, the core saying what room that is.
 //! * **Restarts.** A checkpoint holds the core's snapshot plus the session's own state
 //!   (calibration, id tracking); a session built with
 //!   [`restore_latest`](SessionBuilder::restore_latest) continues where the newest intact
@@ -32,17 +42,14 @@
 //!   with the cosine similarity of an [`Embedder`](crate::embed::Embedder)'s vectors
 //!   ([`Hybrid`]); vectors are cached in the archive and every embedder failure falls back to
 //!   BM25 for that build ([`Session::semantic_stats`]).
-//! * **Threads.** `Session` is `Send` but not `Sync` (the archive's SQLite connection is not
-//!   `Sync`); share one between threads as a [`SharedSession`] (`Arc<Mutex<Session>>`).
+//! * **Threads.** `Session` is `Send` but not `Sync` (its core manager is not shared); share
+//!   one between threads as a [`SharedSession`] (`Arc<Mutex<Session>>`).
 //!
 //! # Message ids and units
 //!
-//! Archive rows are keyed by the core's message ids, and a row's unit is the id of its core
-//! unit's first message (an assistant message with tool calls; its results share its unit).
-//! Because the archive is written before the core assigns an id, the session predicts it:
-//! the core's `next_id`, plus the synthetic results of calls the message closes. A summary
-//! the core writes while making room can take that id first; such a wrong guess is repaired
-//! in the archive (counted in [`SessionCounters::id_repairs`]).
+//! Archive rows are keyed by the core's message ids, in the session's [`Scope`] (tenant and
+//! conversation), and a row's unit is the id of its core unit's first message (an assistant
+//! message with tool calls; its results share its unit).
 //!
 //! # Examples
 //!
@@ -66,18 +73,18 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod batch;
-mod builder;
 mod calibrate;
 mod capacities;
+mod checkpointing;
 mod compose;
 mod convert;
+mod core;
 mod counter;
-mod deferred;
 mod error;
 mod forget;
 mod fusion;
 mod import;
+mod journal;
 mod llm;
 mod persist;
 mod push;
@@ -86,22 +93,23 @@ mod report;
 mod retrieve;
 mod semantic;
 mod stats;
+mod stores;
 mod sync;
-mod tier;
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ctxwin_core::Config;
 
-use crate::archive::{Archive, ArchivedMessage};
-use crate::checkpoint::{CheckpointId, CheckpointStore, PeriodicCheckpointer};
+use crate::store::{ArchiveStore, Scope};
 use crate::tokens::Calibrator;
 
 pub use builder::SessionBuilder;
-pub use capacities::{ServerCapacities, SmallCapacities};
-pub use compose::ComposedPayload;
+pub use capacities::{ServerCapacities, ServerManager, SmallCapacities, SmallManager};
+pub use checkpointing::{CheckpointPolicy, PeriodicCheckpointer};
+pub use compose::{ComposeOptions, ComposedPayload, RecallFor};
 pub use convert::tool_definition_json;
+pub use core::{SessionCore, SessionManager};
 pub use counter::Counter;
 pub use error::SessionError;
 pub use forget::ForgetReport;
@@ -114,11 +122,14 @@ pub use recover::{RecoverySource, take_for_recovery};
 pub use report::{ImportReport, PushReport, Reduction, RestoreReport};
 pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
 pub use semantic::{EMBEDDER_COOLDOWN, SemanticStats};
-pub use stats::{
-    ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TokenCacheStats, thousands,
-};
-pub use tier::{ServerManager, SessionManager, SmallManager};
+pub use stats::{ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, thousands};
 
+mod builder;
+
+use checkpointing::Checkpointing;
+use journal::Journal;
+use retrieve::Retrieval;
+use stores::Stores;
 use sync::Tracker;
 
 /// A session shared between threads. Lock it for each operation.
@@ -140,44 +151,39 @@ use sync::Tracker;
 /// ```
 pub type SharedSession = Arc<Mutex<Session>>;
 
-/// One agent's context window, archive, checkpoints and calibration. See the
-/// [module documentation](self).
-pub struct Session {
-    name: String,
-    manager: SessionManager,
+/// The configuration a session was built with, and the calibrator that lowers the window the
+/// core gets from it.
+#[derive(Debug)]
+struct Calibration {
     /// The configuration the caller asked for (framing applied); calibration only ever
     /// lowers the window the core gets from it.
     configured: Config,
-    archive: Option<Archive>,
-    store: Option<CheckpointStore>,
-    periodic: PeriodicCheckpointer,
     calibrator: Calibrator,
+}
+
+/// One agent's context window, archive, checkpoints and calibration. See the
+/// [module documentation](self).
+pub struct Session {
+    /// Whose rows and checkpoints these are: the tenant and the session's name.
+    scope: Scope,
+    manager: SessionManager,
+    calibration: Calibration,
+    /// The archive and checkpoint ports, and the fence the session writes them with.
+    stores: Stores,
+    /// What the core decided and the archive does not have yet, in order.
+    journal: Journal,
     tracker: Tracker,
     counters: SessionCounters,
-    last_checkpoint: Option<CheckpointId>,
-    /// Archive rows whose write failed, written before anything else on the next operation
-    /// (and before any checkpoint), so a failed write loses nothing while the process lives.
-    pending_rows: Vec<ArchivedMessage>,
-    /// The id of a row written ahead for a message the core then refused.
-    phantom: Option<u64>,
-    /// Messages from this id on were archived by this session; older ones (restored from a
-    /// checkpoint) are checked against the archive when they leave the core.
-    trusted_from: u64,
+    /// The periodic policy, the last checkpoint, and the caller's state kept in checkpoints.
+    checkpointing: Checkpointing,
     /// The model's summaries and extraction, when built with [`SessionBuilder::llm`].
     llm: Option<llm::LlmState>,
-    /// How [`recall`](Session::recall) and the automatic recall at compose retrieve.
-    retrieval: RetrievalSettings,
-    /// Vectors for hybrid recall, when built with [`SessionBuilder::embedder`].
-    semantic: Option<semantic::SemanticIndex>,
-    /// Rows of the open archive batch ([`Session::begin_batch`]), in write order.
-    batch: Option<Vec<ArchivedMessage>>,
-    /// The shared writer rows go to instead of being written now
-    /// ([`SessionBuilder::archive_writer`]), and the newest ticket it gave this session.
-    deferred: Option<deferred::Deferred>,
+    /// How recall retrieves, and the vectors of hybrid recall.
+    recall: Retrieval,
 }
 
 impl Session {
-    /// The session's name: its key in the archive.
+    /// The session's name: its conversation in the archive.
     ///
     /// ```
     /// let session = ctxwin_std::session::SessionBuilder::new("agent-7").build()?;
@@ -185,7 +191,18 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        &self.scope.conversation
+    }
+
+    /// The session's scope in its stores: its tenant and name.
+    ///
+    /// ```
+    /// let session = ctxwin_std::session::SessionBuilder::new("chat").tenant("acme").build()?;
+    /// assert_eq!(session.scope().to_string(), "acme/chat");
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn scope(&self) -> &Scope {
+        &self.scope
     }
 
     /// The core manager, read-only (its history, levels, stats, counter).
@@ -199,17 +216,17 @@ impl Session {
         &self.manager
     }
 
-    /// The archive, when the session has one (for drill-down, keyword lookups, metrics).
-    /// With an [`archive_writer`](SessionBuilder::archive_writer), rows handed to the writer
-    /// are there once [`sync_archive`](Self::sync_archive) returns.
+    /// The archive port, when the session has one (for drill-down, searches, metrics: read
+    /// it in [`scope`](Self::scope)). Rows the journal holds after a failed write are not
+    /// there yet; [`sync_archive`](Self::sync_archive) writes and flushes them.
     ///
     /// ```
     /// let session = ctxwin_std::session::SessionBuilder::new("s").archive_in_memory().build()?;
-    /// assert_eq!(session.archive().unwrap().message_count(Some("s"))?, 0);
+    /// assert_eq!(session.archive().unwrap().usage(session.scope())?.messages, 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn archive(&self) -> Option<&Archive> {
-        self.archive.as_ref()
+    pub fn archive(&self) -> Option<&dyn ArchiveStore> {
+        self.stores.archive.as_deref()
     }
 
     /// The configuration the session was built with (before calibration).
@@ -220,7 +237,7 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn configured(&self) -> &Config {
-        &self.configured
+        &self.calibration.configured
     }
 
     /// The calibrator fed by [`record_usage`](Self::record_usage).
@@ -231,7 +248,7 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn calibrator(&self) -> &Calibrator {
-        &self.calibrator
+        &self.calibration.calibrator
     }
 
     /// Wraps the session for sharing between threads.
@@ -246,18 +263,29 @@ impl Session {
     }
 }
 
+impl Drop for Session {
+    /// Writes what the journal holds and flushes the archive's wrappers, logging a failure
+    /// (the rows are then lost with the process, and no checkpoint covers them).
+    fn drop(&mut self) {
+        if let Err(error) = self.sync_archive() {
+            tracing::error!(scope = %self.scope, %error, "session: archive rows not written at drop");
+        }
+    }
+}
+
 impl std::fmt::Debug for Session {
     // The manager's rings are megabytes of bytes: show what identifies the session instead.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("name", &self.name)
+            .field("scope", &self.scope)
             .field("counter", &self.manager.counter().kind())
             .field("used", &self.manager.used())
             .field("budget", &self.manager.budget())
             .field("next_id", &self.tracker.next_id)
-            .field("archive", &self.archive.is_some())
-            .field("checkpoints", &self.store.as_ref().map(CheckpointStore::dir))
-            .field("last_checkpoint", &self.last_checkpoint)
+            .field("archive", &self.stores.archive.is_some())
+            .field("checkpoints", &self.stores.checkpoints.is_some())
+            .field("journal", &self.journal.len())
+            .field("last_checkpoint", &self.checkpointing.last)
             .field("llm", &self.llm.is_some())
             .finish_non_exhaustive()
     }
@@ -287,7 +315,7 @@ mod tests {
     fn debug_output_stays_short() {
         let session = SessionBuilder::new("short").build().unwrap();
         let text = format!("{session:?}");
-        assert!(text.len() < 300 && text.contains("\"short\""), "{text}");
+        assert!(text.len() < 400 && text.contains("\"short\""), "{text}");
     }
 
     #[test]

@@ -1,31 +1,35 @@
 //! Checkpoints: the core's snapshot plus the session's own state, saved in the checkpoint
 //! store and restored from it.
 //!
-//! A session checkpoint's payload (inside the store's CRC-checked frame) is:
+//! A session checkpoint's payload (inside the sink's CRC-checked frame) is:
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 6 | magic `CWSESS` |
-//! | 2 | version, little-endian (1) |
+//! | 2 | version, little-endian (2; 1 is still read) |
 //! | 4 | length `n` of the core snapshot, little-endian |
 //! | `n` | the core snapshot (`core/SNAPSHOT.md`) |
-//! | rest | the session state as JSON: name, id tracking, calibrator, counters |
+//! | 4 | length `m` of the session state, little-endian (version 2) |
+//! | `m` | the session state as JSON: name, id tracking, calibrator, counters, archive binding |
+//! | rest | the caller's state ([`Session::set_caller_state`]), opaque (version 2) |
+//!
+//! Version 1 (older builds) has no state length and no caller's state: the JSON runs to the
+//! end.
 
 use ctxwin_core::SnapshotError;
 use serde::{Deserialize, Serialize};
 
+use super::core::SessionManager;
 use super::report::RestoreReport;
 use super::stats::SessionCounters;
 use super::sync::Tracker;
-use super::tier::SessionManager;
 use super::{Session, SessionError};
-use crate::archive::ArchiveError;
-use crate::checkpoint::{CheckpointId, CheckpointInfo};
+use crate::store::{CheckpointId, CheckpointInfo, Skipped, StoreError};
 use crate::tokens::Calibrator;
 
 const MAGIC: &[u8; 6] = b"CWSESS";
-const VERSION: u16 = 1;
-const HEADER_LEN: usize = 12;
+const VERSION: u16 = 2;
+pub(super) const HEADER_LEN: usize = 12;
 
 /// Which checkpoint [`Session::restore`] goes back to.
 ///
@@ -63,44 +67,68 @@ struct ArchiveBinding {
     covered: u64,
 }
 
-fn encode(core: &[u8], state: &SessionState) -> Result<Vec<u8>, SessionError> {
+fn encode(core: &[u8], state: &SessionState, caller: &[u8]) -> Result<Vec<u8>, SessionError> {
     let json = serde_json::to_vec(state)
         .map_err(|e| SessionError::Setting(format!("session state does not serialize: {e}")))?;
-    let core_len = u32::try_from(core.len())
-        .map_err(|_| SessionError::Setting("snapshot over 4 GiB".into()))?;
-    let mut payload = Vec::with_capacity(HEADER_LEN + core.len() + json.len());
+    let too_big = |what: &str| SessionError::Setting(format!("{what} over 4 GiB"));
+    let core_len = u32::try_from(core.len()).map_err(|_| too_big("snapshot"))?;
+    let json_len = u32::try_from(json.len()).map_err(|_| too_big("session state"))?;
+    let mut payload = Vec::with_capacity(HEADER_LEN + core.len() + 4 + json.len() + caller.len());
     payload.extend_from_slice(MAGIC);
     payload.extend_from_slice(&VERSION.to_le_bytes());
     payload.extend_from_slice(&core_len.to_le_bytes());
     payload.extend_from_slice(core);
+    payload.extend_from_slice(&json_len.to_le_bytes());
     payload.extend_from_slice(&json);
+    payload.extend_from_slice(caller);
     Ok(payload)
 }
 
-/// Splits a payload into the core snapshot and the session state.
-fn decode(payload: &[u8]) -> Result<(&[u8], SessionState), String> {
+/// A payload's parts: the core snapshot, the session state and the caller's state.
+struct Decoded<'a> {
+    core: &'a [u8],
+    state: SessionState,
+    caller: &'a [u8],
+}
+
+/// Splits a payload into the core snapshot, the session state and the caller's state.
+fn decode(payload: &[u8]) -> Result<Decoded<'_>, String> {
     let header = payload.get(..HEADER_LEN).ok_or("shorter than its header")?;
     if header.get(..6) != Some(&MAGIC[..]) {
         return Err("not a session checkpoint (bad magic)".into());
     }
     let version = u16::from_le_bytes([header[6], header[7]]);
-    if version != VERSION {
-        return Err(format!("session checkpoint version {version}, this build reads {VERSION}"));
+    if version != 1 && version != VERSION {
+        return Err(format!(
+            "session checkpoint version {version}, this build reads 1 and {VERSION}"
+        ));
     }
-    let core_len = u32::from_le_bytes([header[8], header[9], header[10], header[11]]) as usize;
-    let end = HEADER_LEN.checked_add(core_len).ok_or("length overflows")?;
+    let length = |at: usize| -> Result<usize, String> {
+        let bytes = payload.get(at..at + 4).ok_or("a length cut short")?;
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize)
+    };
+    let end = HEADER_LEN.checked_add(length(8)?).ok_or("length overflows")?;
     let core = payload.get(HEADER_LEN..end).ok_or("core snapshot cut short")?;
-    let state = payload.get(end..).ok_or("session state missing")?;
-    let state = serde_json::from_slice(state).map_err(|e| format!("session state: {e}"))?;
-    Ok((core, state))
+    let (json, caller) = if version == 1 {
+        (payload.get(end..).ok_or("session state missing")?, &[][..])
+    } else {
+        let start = end + 4;
+        let json_end = start.checked_add(length(end)?).ok_or("length overflows")?;
+        let json = payload.get(start..json_end).ok_or("session state cut short")?;
+        (json, payload.get(json_end..).unwrap_or_default())
+    };
+    let state = serde_json::from_slice(json).map_err(|e| format!("session state: {e}"))?;
+    Ok(Decoded { core, state, caller })
 }
 
 impl Session {
     /// Writes a checkpoint now: the core's whole state and the session's (calibration, id
-    /// tracking, counters). Units waiting in the outbox are archived first.
+    /// tracking, counters, the caller's state). Units waiting in the outbox are written to the
+    /// archive and released first, and the archive is flushed: a checkpoint never covers a
+    /// row the archive lacks.
     ///
     /// # Errors
-    /// [`SessionError::NoCheckpoints`] without a store; store and archive errors.
+    /// [`SessionError::NoCheckpoints`] without a checkpoint sink; store errors.
     ///
     /// ```
     /// use ctxwin_std::session::SessionBuilder;
@@ -111,12 +139,11 @@ impl Session {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn checkpoint(&mut self) -> Result<CheckpointId, SessionError> {
-        if self.store.is_none() {
+        if self.stores.checkpoints.is_none() {
             return Err(SessionError::NoCheckpoints { operation: "checkpoint" });
         }
-        self.end_batch()?;
         self.after_op(self.tracker.next_id, &|_| false)?;
-        // Never a checkpoint over rows still queued: a restore after a crash relies on them.
+        // Never a checkpoint over rows not durable yet: a restore after a crash relies on them.
         self.sync_archive()?;
         let mut core = vec![0u8; self.manager.snapshot_len()];
         let len = self.manager.snapshot_into(&mut core).map_err(SessionError::Snapshot)?.len();
@@ -130,37 +157,67 @@ impl Session {
             );
             self.tracker.next_id = next;
         }
-        let archive = self.archive_binding()?;
-        self.counters.checkpoints_written += 1;
         let state = SessionState {
-            session: self.name.clone(),
+            session: self.scope.conversation.clone(),
             tracker: self.tracker.clone(),
-            calibrator: self.calibrator.clone(),
-            counters: self.counters.clone(),
-            archive,
+            calibrator: self.calibration.calibrator.clone(),
+            counters: SessionCounters {
+                checkpoints_written: self.counters.checkpoints_written + 1,
+                ..self.counters.clone()
+            },
+            archive: self.archive_binding()?,
         };
-        let saved = encode(&core, &state).and_then(|payload| match self.store.as_ref() {
-            Some(store) => Ok(store.save(&payload)?),
-            None => Err(SessionError::NoCheckpoints { operation: "checkpoint" }),
-        });
-        match saved {
-            Ok(id) => {
-                tracing::info!(session = %self.name, %id, bytes = core.len(), "session: checkpoint");
-                self.periodic.checkpointed();
-                self.last_checkpoint = Some(id.clone());
-                Ok(id)
-            }
-            Err(error) => {
-                self.counters.checkpoints_written -= 1;
-                Err(error)
-            }
+        let payload = encode(&core, &state, &self.checkpointing.caller_state)?;
+        let id = self.save(&payload)?;
+        tracing::info!(scope = %self.scope, %id, bytes = core.len(), "session: checkpoint");
+        self.counters.checkpoints_written += 1;
+        self.checkpointing.periodic.checkpointed();
+        self.checkpointing.last = Some(id.clone());
+        Ok(id)
+    }
+
+    /// Saves `payload` as the newest checkpoint, then prunes to the checkpoints kept (a failed
+    /// prune is logged: the checkpoint itself is safe).
+    fn save(&self, payload: &[u8]) -> Result<CheckpointId, SessionError> {
+        let sink = self
+            .stores
+            .checkpoints
+            .as_deref()
+            .ok_or(SessionError::NoCheckpoints { operation: "checkpoint" })?;
+        let id = sink.save(&self.scope, self.stores.fence, payload)?;
+        if let Err(error) = sink.prune(&self.scope, self.stores.fence, self.stores.keep) {
+            tracing::warn!(%error, scope = %self.scope, "session: pruning old checkpoints failed");
         }
+        Ok(id)
+    }
+
+    /// The opaque state of the caller kept in every checkpoint from now on (a proxy's window,
+    /// its message index): restored with the session, so a caller keeps nothing of its own.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let dir = tempfile::tempdir()?;
+    /// let build = || SessionBuilder::new("s").checkpoints(dir.path()).restore_latest(true).build();
+    /// let mut session = build()?;
+    /// session.set_caller_state(b"window=8192".to_vec());
+    /// session.checkpoint()?;
+    /// drop(session);
+    /// assert_eq!(build()?.caller_state(), b"window=8192");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_caller_state(&mut self, state: Vec<u8>) {
+        self.checkpointing.caller_state = state;
+    }
+
+    /// The caller's state as last set or restored (empty when none).
+    pub fn caller_state(&self) -> &[u8] {
+        &self.checkpointing.caller_state
     }
 
     /// The archive's identity and the highest archived message id below the next id.
     fn archive_binding(&self) -> Result<Option<ArchiveBinding>, SessionError> {
-        let Some(archive) = self.archive.as_ref() else { return Ok(None) };
-        let newest = archive.max_message_id(&self.name)?.unwrap_or(0);
+        let Some(archive) = self.stores.archive.as_deref() else { return Ok(None) };
+        let newest = archive.max_id(&self.scope)?.unwrap_or(0);
         let covered = newest.min(self.tracker.next_id.saturating_sub(1));
         Ok(Some(ArchiveBinding { identity: archive.identity()?, covered }))
     }
@@ -172,32 +229,36 @@ impl Session {
         id: &CheckpointId,
         binding: Option<&ArchiveBinding>,
     ) -> Result<(), SessionError> {
-        let (Some(archive), Some(binding)) = (self.archive.as_ref(), binding) else {
+        let (Some(archive), Some(binding)) = (self.stores.archive.as_deref(), binding) else {
             return Ok(());
         };
         let identity = archive.identity()?;
         if identity != binding.identity {
-            return Err(ArchiveError::Mismatch(format!(
-                "the archive ({identity}) is not the one checkpoint {id} was written with ({}): it was replaced, recreated or emptied",
-                binding.identity
-            ))
+            return Err(StoreError::Mismatch {
+                detail: format!(
+                    "the archive ({identity}) is not the one checkpoint {id} was written with ({}): it was replaced, recreated or emptied",
+                    binding.identity
+                ),
+            }
             .into());
         }
-        let newest = archive.max_message_id(&self.name)?.unwrap_or(0);
+        let newest = archive.max_id(&self.scope)?.unwrap_or(0);
         if newest < binding.covered {
-            return Err(ArchiveError::Mismatch(format!(
-                "the archive holds messages of session {:?} up to id {newest}, but checkpoint {id} covers up to {}: messages are missing",
-                self.name, binding.covered
-            ))
+            return Err(StoreError::Mismatch {
+                detail: format!(
+                    "the archive holds messages of session {:?} up to id {newest}, but checkpoint {id} covers up to {}: messages are missing",
+                    self.scope.conversation, binding.covered
+                ),
+            }
             .into());
         }
         Ok(())
     }
 
-    /// The checkpoints in the store, newest first, with their health.
+    /// The checkpoints kept, newest first, with their health.
     ///
     /// # Errors
-    /// [`SessionError::NoCheckpoints`] without a store; I/O errors.
+    /// [`SessionError::NoCheckpoints`] without a checkpoint sink; store errors.
     ///
     /// ```
     /// let dir = tempfile::tempdir()?;
@@ -206,31 +267,33 @@ impl Session {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn checkpoints(&self) -> Result<Vec<CheckpointInfo>, SessionError> {
-        let store =
-            self.store.as_ref().ok_or(SessionError::NoCheckpoints { operation: "checkpoints" })?;
-        Ok(store.list()?)
+        let sink = self
+            .stores
+            .checkpoints
+            .as_deref()
+            .ok_or(SessionError::NoCheckpoints { operation: "checkpoints" })?;
+        Ok(sink.list(&self.scope)?)
     }
 
-    /// Goes back to a checkpoint: the core's state, calibration and id tracking as they were.
-    /// The configuration stays the one the session was built with.
+    /// Goes back to a checkpoint: the core's state, calibration, id tracking and the caller's
+    /// state as they were. The configuration stays the one the session was built with.
     ///
-    /// Archived messages newer than the checkpoint are moved to the session
-    /// `"<name>@rewound-<checkpoint id>"` first, since new messages will reuse their ids: the
-    /// session's own rows then hold exactly what the checkpoint covers, and nothing is kept
-    /// twice. The checkpoint must have been written with this archive (it records the
-    /// archive's identity and the highest message id it covers; a mismatch is
-    /// [`ArchiveError::Mismatch`]).
-    /// (Summaries recorded after the checkpoint are derived data: they are replaced as their
-    /// ids are reused.)
+    /// Archived messages newer than the checkpoint are moved to the conversation
+    /// `"<name>@rewound-<checkpoint id>"` of the same tenant first, since new messages will
+    /// reuse their ids: the session's own rows then hold exactly what the checkpoint covers,
+    /// and nothing is kept twice. The checkpoint must have been written with this archive (it
+    /// records the archive's identity and the highest message id it covers; a mismatch is
+    /// [`StoreError::Mismatch`]). (Summaries recorded after the checkpoint are derived data:
+    /// they are replaced as their ids are reused.)
     ///
     /// Each candidate is restored straight into this session's manager, which the core does
     /// all or nothing: a checkpoint that does not restore leaves the manager as it was, and
-    /// the first that does is the one kept, so no scratch manager is needed.
+    /// the first that does is the one kept.
     ///
     /// # Errors
     /// [`SessionError::BadCheckpoint`] for a checkpoint that does not restore (the session is
     /// then unchanged); [`SessionError::NoCheckpoints`]; store errors, including
-    /// `NoValidCheckpoint` when no file restores.
+    /// `NoUsableCheckpoint` when none restores.
     ///
     /// ```
     /// use ctxwin_std::session::{RestorePoint, SessionBuilder};
@@ -247,20 +310,23 @@ impl Session {
     pub fn restore(&mut self, point: RestorePoint) -> Result<RestoreReport, SessionError> {
         // Rows still owed to the archive belong to the timeline being left: write them first
         // (they are then copied aside with the other rewound messages).
-        self.end_batch()?;
         self.sync_archive()?;
-        let Session { store, manager, name, .. } = self;
-        let store = store.as_ref().ok_or(SessionError::NoCheckpoints { operation: "restore" })?;
-        let (id, state, skipped) = match point {
+        let Session { stores, manager, scope, .. } = self;
+        let sink = stores
+            .checkpoints
+            .as_deref()
+            .ok_or(SessionError::NoCheckpoints { operation: "restore" })?;
+        let name = scope.conversation.as_str();
+        let (id, restored, skipped) = match point {
             RestorePoint::Id(id) => {
-                let bytes = store.load(&id)?;
-                let state = restore_into(manager, name, &bytes)
+                let bytes = sink.load(scope, &id)?;
+                let restored = restore_into(manager, name, &bytes)
                     .map_err(|reason| SessionError::BadCheckpoint { id: id.clone(), reason })?;
-                (id, state, Vec::new())
+                (id, restored, Vec::new())
             }
             RestorePoint::Latest => {
                 let mut restored = None;
-                let found = store.load_latest_valid(|bytes| {
+                let found = sink.load_latest(scope, &mut |bytes| {
                     restore_into(manager, name, bytes).map(|state| restored = Some(state))
                 })?;
                 match (found, restored) {
@@ -269,13 +335,13 @@ impl Session {
                 }
             }
         };
-        self.finish_restore(id, state, skipped)
+        self.finish_restore(id, restored, skipped)
     }
 
     /// At build: continues from the newest checkpoint if there is one.
     pub(super) fn restore_latest_if_any(&mut self) -> Result<Option<RestoreReport>, SessionError> {
-        let has_checkpoints = match self.store.as_ref() {
-            Some(store) => !store.ids()?.is_empty(),
+        let has_checkpoints = match self.stores.checkpoints.as_deref() {
+            Some(sink) => !sink.ids(&self.scope)?.is_empty(),
             None => false,
         };
         if !has_checkpoints {
@@ -288,69 +354,62 @@ impl Session {
         &mut self,
         id: CheckpointId,
         restored: Restored,
-        skipped: Vec<crate::checkpoint::Skipped>,
+        skipped: Vec<Skipped>,
     ) -> Result<RestoreReport, SessionError> {
-        let Restored { state } = restored;
+        let Restored { state, caller } = restored;
         self.verify_archive(&id, state.archive.as_ref())?;
         self.tracker = state.tracker;
         self.tracker.next_id = self.manager.next_id();
-        self.trusted_from = self.tracker.next_id;
-        self.phantom = None;
         self.forget_llm_texts();
-        self.calibrator = state.calibrator;
+        self.calibration.calibrator = state.calibrator;
         self.counters = state.counters;
         self.counters.restores += 1;
-        self.periodic = crate::checkpoint::PeriodicCheckpointer::new(self.periodic.policy());
-        self.last_checkpoint = Some(id.clone());
+        let policy = self.checkpointing.periodic.policy();
+        self.checkpointing.periodic = super::PeriodicCheckpointer::new(policy);
+        self.checkpointing.last = Some(id.clone());
+        self.checkpointing.caller_state = caller;
         self.apply_calibration()?;
         let (rewound, rewound_to) = self.preserve_rewound(&id)?;
-        tracing::info!(session = %self.name, %id, skipped = skipped.len(), "session: restored");
+        tracing::info!(scope = %self.scope, %id, skipped = skipped.len(), "session: restored");
         Ok(RestoreReport { id, skipped, rewound, rewound_to })
     }
 
     /// Copies archived messages with ids the restored core will hand out again to a side
-    /// session, so nothing archived is overwritten.
+    /// conversation, so nothing archived is overwritten.
     fn preserve_rewound(
         &mut self,
         id: &CheckpointId,
     ) -> Result<(Vec<u64>, Option<String>), SessionError> {
-        let Some(archive) = self.archive.as_mut() else { return Ok((Vec::new(), None)) };
+        let Some(archive) = self.stores.archive.as_deref() else { return Ok((Vec::new(), None)) };
         let next = self.tracker.next_id;
-        let mut limit = 64usize;
-        let newer = loop {
-            let recent = archive.recent(&self.name, limit)?;
-            let reached = recent.len() < limit || recent.first().is_some_and(|m| m.id < next);
-            if reached {
-                break recent.into_iter().filter(|m| m.id >= next).collect::<Vec<_>>();
-            }
-            limit = limit.saturating_mul(4);
-        };
+        let newer = archive.rows_after(&self.scope, next.saturating_sub(1), usize::MAX)?;
         if newer.is_empty() {
             return Ok((Vec::new(), None));
         }
-        let side = format!("{}@rewound-{id}", self.name);
-        archive.store_messages(&side, &newer)?;
+        let side = self.scope.sibling(format!("{}@rewound-{id}", self.scope.conversation));
+        archive.put(&side, self.stores.fence, &newer)?;
+        archive.flush(&side)?;
         // The session's own rows now hold exactly what the checkpoint covers: the timeline
-        // left behind lives on in the side session only, never twice.
-        archive.delete_from(&self.name, next)?;
+        // left behind lives on in the side conversation only, never twice.
+        archive.delete_from(&self.scope, self.stores.fence, next)?;
         tracing::warn!(
-            session = %self.name,
+            scope = %self.scope,
             messages = newer.len(),
             copied_to = %side,
             "session: archived messages newer than the checkpoint were copied aside"
         );
-        Ok((newer.into_iter().map(|m| m.id).collect(), Some(side)))
+        Ok((newer.into_iter().map(|m| m.id).collect(), Some(side.conversation)))
     }
 
     /// Writes the periodic checkpoint when due; a failure is logged and retried next time.
     pub(super) fn periodic_checkpoint(&mut self) -> Option<CheckpointId> {
-        if self.store.is_none() || !self.periodic.on_messages(1) {
+        if self.stores.checkpoints.is_none() || !self.checkpointing.periodic.on_messages(1) {
             return None;
         }
         match self.checkpoint() {
             Ok(id) => Some(id),
             Err(error) => {
-                tracing::warn!(session = %self.name, %error, "session: periodic checkpoint failed");
+                tracing::warn!(scope = %self.scope, %error, "session: periodic checkpoint failed");
                 self.counters.checkpoint_failures += 1;
                 None
             }
@@ -358,9 +417,10 @@ impl Session {
     }
 }
 
-/// A checkpoint loaded into the manager.
+/// A checkpoint loaded into the manager: the session's state and the caller's.
 struct Restored {
     state: SessionState,
+    caller: Vec<u8>,
 }
 
 /// Checks a payload belongs to session `name` and restores its core part into `manager`
@@ -370,7 +430,7 @@ fn restore_into(
     name: &str,
     payload: &[u8],
 ) -> Result<Restored, String> {
-    let (core, state) = decode(payload)?;
+    let Decoded { core, state, caller } = decode(payload)?;
     if state.session != name {
         return Err(format!("it belongs to session {:?}", state.session));
     }
@@ -378,7 +438,7 @@ fn restore_into(
         SessionError::Snapshot(error) => snapshot_reason(&error),
         other => other.to_string(),
     })?;
-    Ok(Restored { state })
+    Ok(Restored { state, caller: caller.to_vec() })
 }
 
 fn snapshot_reason(error: &SnapshotError) -> String {
@@ -398,14 +458,27 @@ mod tests {
             counters: SessionCounters::default(),
             archive: None,
         };
-        let payload = encode(b"core bytes", &state).unwrap();
-        let (core, decoded) = decode(&payload).unwrap();
-        assert_eq!((core, decoded.session.as_str()), (&b"core bytes"[..], "s"));
-        assert!(decode(&payload[..8]).unwrap_err().contains("header"));
-        assert!(decode(b"CWSNxxxxxxxxxxxx").unwrap_err().contains("magic"));
-        assert!(decode(&payload[..20]).unwrap_err().contains("cut short"));
+        let payload = encode(b"core bytes", &state, b"caller").unwrap();
+        let decoded = decode(&payload).unwrap();
+        assert_eq!((decoded.core, decoded.state.session.as_str()), (&b"core bytes"[..], "s"));
+        assert_eq!(decoded.caller, b"caller");
+        assert!(decode(&payload[..8]).err().unwrap().contains("header"));
+        assert!(decode(b"CWSNxxxxxxxxxxxx").err().unwrap().contains("magic"));
+        assert!(decode(&payload[..20]).err().unwrap().contains("cut short"));
         let mut bad_json = payload.clone();
-        bad_json.truncate(payload.len() - 1);
-        assert!(decode(&bad_json).unwrap_err().contains("session state"));
+        bad_json.truncate(payload.len() - 7);
+        assert!(decode(&bad_json).err().unwrap().contains("session state"));
+        // Version 1 (older builds): the JSON runs to the end, no caller's state.
+        let json = serde_json::to_vec(&decoded.state).unwrap();
+        let mut v1 = b"CWSESS".to_vec();
+        v1.extend_from_slice(&1u16.to_le_bytes());
+        v1.extend_from_slice(&3u32.to_le_bytes());
+        v1.extend_from_slice(b"abc");
+        v1.extend_from_slice(&json);
+        let old = decode(&v1).unwrap();
+        assert_eq!(
+            (old.core, old.caller, old.state.session.as_str()),
+            (&b"abc"[..], &b""[..], "s")
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! What [`push`](super::Session::push), [`import`](super::Session::import) and
 //! [`restore`](super::Session::restore) report back.
 
-use crate::checkpoint::{CheckpointId, Skipped};
+use crate::store::{CheckpointId, Skipped};
 
 /// A message the core stored shorter than it arrived (a tool output cut to head and tail).
 ///

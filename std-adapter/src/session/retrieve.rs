@@ -5,14 +5,18 @@
 //! before the core composes, so the core never evicts anything to fit it, and nothing it
 //! does is kept (no eviction, no checkpoint, no change a later compose would see).
 //!
-//! Ranking: the archive's BM25 (SQLite FTS5, `k1 = 1.2`, `b = 0.75`, every column weighted
-//! 1; Porter stemming in the index; query words from [`ctxwin_core::terms::search_words`],
-//! irregular verbs with their other forms), times a recency prior `1 + recency × position`
-//! (position 0 for the oldest candidate, 1 for the newest). A short reply that brings the turn
-//! it answers (or a short question its answer) is ranked as the exchange of both: BM25's
-//! length normalization is redone for the pair's length, so "Thanks, Mel!" does not outrank a
-//! real statement about Mel for being two words long. Messages still in the window (or quoted
-//! whole by its summaries) are left out, as are repeated texts.
+//! Room: what the core says a payload with the caller's dynamic context leaves free
+//! ([`ContextManager::dynamic_room`](ctxwin_core::ContextManager::dynamic_room)), capped by
+//! [`RetrievalSettings::max_share_percent`]; the block is measured as the core will charge it.
+//!
+//! Ranking: the archive port's normalised lexical scores ([`SearchHit::score`](crate::store::SearchHit);
+//! BM25 for every adapter: query words from [`ctxwin_core::terms::search_words`], irregular
+//! verbs with their other forms), times a recency prior `1 + recency × position` (position 0
+//! for the oldest candidate, 1 for the newest). A short reply that brings the turn it answers
+//! (or a short question its answer) is ranked as the exchange of both: BM25's length
+//! normalisation ([`BM25_K1`], [`BM25_B`]) is redone for the pair's length, so "Thanks, Mel!"
+//! does not outrank a real statement about Mel for being two words long. Messages still in the
+//! window (or quoted whole by its summaries) are left out, as are repeated texts.
 //!
 //! With an embedder ([`SessionBuilder::embedder`](super::SessionBuilder::embedder)), the
 //! nearest messages by cosine similarity join the candidates and the two rankings are fused
@@ -24,13 +28,16 @@
 //! started (a short question about it from the other speaker and its answer), then the turns
 //! just before and after it.
 
+use std::collections::HashMap;
+
 use ctxwin_core::Role;
 use ctxwin_core::counter::TokenCounter;
 
 use super::fusion::{Ranked, fuse};
+use super::semantic::SemanticIndex;
 use super::{Session, SessionError};
-use crate::archive::ArchivedMessage;
 use crate::embed::EmbedError;
+use crate::store::{ArchiveStore, ArchivedMessage, BM25_B, BM25_K1, SearchHit, SearchQuery};
 
 /// First line of a retrieved block.
 pub const RETRIEVED_HEADER: &str = "[Retrieved from archive]";
@@ -39,12 +46,8 @@ pub const RETRIEVED_HEADER: &str = "[Retrieved from archive]";
 /// question of fewer words its answer.
 const SHORT_REPLY_WORDS: usize = 10;
 
-/// SQLite FTS5's BM25 parameters (its built-in `bm25()` uses these).
-const BM25_K1: f64 = 1.2;
-const BM25_B: f64 = 0.75;
-
-/// How a session retrieves (set with [`SessionBuilder::retrieval`](super::SessionBuilder::retrieval)
-/// or [`Session::set_retrieval`]).
+/// How a session retrieves (set with [`SessionBuilder::retrieval`](super::SessionBuilder::retrieval);
+/// one payload can use others: [`ComposeOptions::retrieval`](super::ComposeOptions)).
 ///
 /// ```
 /// let settings = ctxwin_std::session::RetrievalSettings::DEFAULT;
@@ -99,6 +102,22 @@ pub struct Recall {
     pub tokens: u32,
 }
 
+/// A session's retrieval: its settings, and the vectors of hybrid recall.
+pub(crate) struct Retrieval {
+    pub(crate) settings: RetrievalSettings,
+    /// Vectors for hybrid recall, when built with [`SessionBuilder::embedder`](super::SessionBuilder::embedder).
+    pub(crate) semantic: Option<SemanticIndex>,
+}
+
+impl std::fmt::Debug for Retrieval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retrieval")
+            .field("settings", &self.settings)
+            .field("semantic", &self.semantic.is_some())
+            .finish()
+    }
+}
+
 impl Session {
     /// The retrieval settings.
     ///
@@ -108,12 +127,7 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn retrieval(&self) -> &RetrievalSettings {
-        &self.retrieval
-    }
-
-    /// Replaces the retrieval settings.
-    pub fn set_retrieval(&mut self, settings: RetrievalSettings) {
-        self.retrieval = settings;
+        &self.recall.settings
     }
 
     /// The live request: the newest user message in the window, if any.
@@ -132,8 +146,10 @@ impl Session {
 
     /// Archived messages matching `query` that are not in the window, best first, as one block
     /// sized to the room a payload with `dynamic` leaves (capped by
-    /// [`RetrievalSettings::max_share_percent`]). Whole messages only; the block always fits:
-    /// composing with `dynamic` and the block evicts nothing.
+    /// [`RetrievalSettings::max_share_percent`]), with the session's settings
+    /// ([`recall_with`](Self::recall_with) takes others). Whole messages only; the block
+    /// always fits: composing with `dynamic` and the block evicts nothing. This is the one
+    /// retrieval: [`compose`](Self::compose) calls it for the live request.
     ///
     /// # Errors
     /// Archive errors. Without an archive the recall is empty.
@@ -156,17 +172,54 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn recall(&self, query: &str, dynamic: &[&str]) -> Result<Recall, SessionError> {
-        let Some(archive) = self.archive.as_ref() else { return Ok(Recall::default()) };
-        let settings = self.retrieval;
-        let room = self.recall_room(dynamic);
-        let counter = self.manager.counter();
-        let line_cost = |line: &str| counter.count(line).saturating_add(1);
-        let header = line_cost(RETRIEVED_HEADER);
-        if room <= header || settings.max_items == 0 {
+        self.recall_with(query, dynamic, &self.recall.settings)
+    }
+
+    /// [`recall`](Self::recall) with `settings` instead of the session's.
+    ///
+    /// # Errors
+    /// As [`recall`](Self::recall).
+    pub fn recall_with(
+        &self,
+        query: &str,
+        dynamic: &[&str],
+        settings: &RetrievalSettings,
+    ) -> Result<Recall, SessionError> {
+        let Some(archive) = self.stores.archive.as_deref() else { return Ok(Recall::default()) };
+        let room = self.recall_room(dynamic, settings);
+        let mut packer = Packer::new(self.manager.counter(), room, settings.max_items);
+        if room <= packer.spent || settings.max_items == 0 {
             return Ok(Recall::default());
         }
-        self.archive_settled()?;
-        let mut hits = archive.rank(&self.name, query, settings.candidates)?;
+        let Some(found) = self.candidates(archive, query, settings)? else {
+            return Ok(Recall::default());
+        };
+        let Candidates { hits, extra, nearest, query_vector, neighbours } = found;
+        let mut ranked = rank(hits, &neighbours, settings);
+        if let (Some(index), Some(vector)) =
+            (self.recall.semantic.as_ref(), query_vector.as_deref())
+        {
+            let cosine = |id: u64| index.similarity(vector, id);
+            ranked = fuse(ranked, &nearest, extra, cosine, &index.hybrid);
+        }
+        self.pack_ranked(&mut packer, &ranked, &neighbours, settings);
+        if settings.neighbours && !packer.full() {
+            self.pack_context(archive, &mut packer, &ranked, neighbours)?;
+        }
+        Ok(self.finish(packer.chosen, room))
+    }
+
+    /// What retrieval ranks for `query`: the archive's hits outside the window, the messages
+    /// only an embedder found, and the turns short hits may bring (fetched at once). `None`
+    /// when nothing matched.
+    fn candidates(
+        &self,
+        archive: &dyn ArchiveStore,
+        query: &str,
+        settings: &RetrievalSettings,
+    ) -> Result<Option<Candidates>, SessionError> {
+        let mut hits =
+            archive.search(&self.scope, &SearchQuery::new(query, settings.candidates))?;
         // What the window shows already: its messages, and text its summaries quote whole.
         let summaries: Vec<&str> = self.manager.session().map(|entry| entry.content()).collect();
         let shown = |id: u64, content: &str| {
@@ -181,7 +234,7 @@ impl Session {
             .map(|n| n.0)
             .filter(|id| !hits.iter().any(|hit| hit.id == *id))
             .collect();
-        let mut extra = archive.get_many(&self.name, &missing)?;
+        let mut extra = archive.get_many(&self.scope, &missing)?;
         extra.retain(|m| {
             !shown(m.id, &m.message.content)
                 && matches!(m.message.role, Role::User | Role::Assistant)
@@ -190,9 +243,8 @@ impl Session {
             hits.iter().any(|hit| hit.id == *id) || extra.iter().any(|m| m.id == *id)
         });
         if hits.is_empty() && extra.is_empty() {
-            return Ok(Recall::default());
+            return Ok(None);
         }
-        // The turns short hits may bring, fetched at once.
         let wanted: Vec<u64> = if settings.neighbours {
             hits.iter()
                 .map(|hit| (hit.id, hit.content.as_str()))
@@ -203,70 +255,25 @@ impl Session {
         } else {
             Vec::new()
         };
-        let neighbours: std::collections::HashMap<u64, ArchivedMessage> =
-            archive.get_many(&self.name, &wanted)?.into_iter().map(|m| (m.id, m)).collect();
-        // A short hit that brings a turn is ranked as the exchange of both: BM25's length
-        // normalization, which favours a two-word "Thanks, Mel!", is redone for the pair's
-        // length (one occurrence assumed; `avgdl` from the candidates).
-        let words = |text: &str| text.split_whitespace().count().max(1) as f64;
-        let avgdl = hits.iter().map(|hit| words(&hit.content)).sum::<f64>() / hits.len() as f64;
-        let norm = |length: f64| 1.0 + BM25_K1 * (1.0 - BM25_B + BM25_B * length / avgdl);
-        // Recency prior over the candidates' id range.
-        let (low, high) =
-            hits.iter().fold((u64::MAX, 0), |(lo, hi), hit| (lo.min(hit.id), hi.max(hit.id)));
-        let span = high.saturating_sub(low).max(1) as f64;
-        let mut ranked: Vec<Ranked> = hits
-            .into_iter()
-            .map(|hit| {
-                let position = hit.id.saturating_sub(low) as f64 / span;
-                let mut score = hit.score * (1.0 + settings.recency * position);
-                let length = words(&hit.content);
-                if length < SHORT_REPLY_WORDS as f64
-                    && let Some(other) = neighbour_of(hit.id, &hit.content)
-                        .and_then(|n| neighbours.get(&n))
-                        .filter(|other| is_other_speaker(other, hit.role))
-                {
-                    score *= norm(length) / norm(length + words(&other.message.content));
-                }
-                (score, hit.id, hit.role, hit.content)
-            })
-            .collect();
-        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
-        if let (Some(index), Some(vector)) = (self.semantic.as_ref(), query_vector.as_deref()) {
-            let cosine = |id: u64| index.similarity(vector, id);
-            ranked = fuse(ranked, &nearest, extra, cosine, &index.hybrid);
-        }
+        let neighbours: HashMap<u64, ArchivedMessage> =
+            archive.get_many(&self.scope, &wanted)?.into_iter().map(|m| (m.id, m)).collect();
+        Ok(Some(Candidates { hits, extra, nearest, query_vector, neighbours }))
+    }
 
-        let mut spent = header;
-        let mut chosen: Vec<(u64, String)> = Vec::new();
-        let take = |chosen: &mut Vec<(u64, String)>,
-                    id: u64,
-                    role: Role,
-                    text: &str,
-                    spent: &mut u32|
-         -> Taken {
-            let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            if flat.is_empty() {
-                return Taken::No;
-            }
-            if chosen.iter().any(|(seen, line)| *seen == id || line.ends_with(&flat)) {
-                return Taken::Already;
-            }
-            let line = format!("- (msg {id}, {role}) {flat}");
-            let cost = line_cost(&line);
-            if spent.saturating_add(cost) > room {
-                return Taken::No;
-            }
-            *spent += cost;
-            chosen.push((id, line));
-            Taken::Yes
-        };
-        for (_, id, role, content) in &ranked {
-            if chosen.len() >= settings.max_items {
+    /// Ranked hits first, best first, each with the turn a short one brings, while they fit.
+    fn pack_ranked(
+        &self,
+        packer: &mut Packer<'_>,
+        ranked: &[Ranked],
+        neighbours: &HashMap<u64, ArchivedMessage>,
+        settings: &RetrievalSettings,
+    ) {
+        for (_, id, role, content) in ranked {
+            if packer.full() {
                 break;
             }
             // A repeated short reply ("Thanks, Mel!") still brings what it answers.
-            if take(&mut chosen, *id, *role, content, &mut spent) == Taken::No {
+            if packer.take(*id, *role, content) == Taken::No {
                 continue;
             }
             if !settings.neighbours || content.split_whitespace().count() >= SHORT_REPLY_WORDS {
@@ -279,104 +286,91 @@ impl Session {
             if let Some(other) = neighbours.get(&neighbour)
                 && is_other_speaker(other, *role)
             {
-                take(
-                    &mut chosen,
-                    neighbour,
-                    other.message.role,
-                    &other.message.content,
-                    &mut spent,
-                );
+                packer.take(neighbour, other.message.role, &other.message.content);
             }
         }
-        // Free room left once every ranked hit had its chance: the context around the hits,
-        // best hit first. First the exchange a hit started (a short question about it from
-        // the other speaker, and the answer), then the turn before and the turn after.
-        if settings.neighbours && chosen.len() < settings.max_items {
-            let primary: Vec<(u64, Role)> = ranked
-                .iter()
-                .filter(|(_, id, _, _)| chosen.iter().any(|(seen, _)| seen == id))
-                .map(|(_, id, role, _)| (*id, *role))
-                .collect();
-            let cheapest = header.max(8);
-            if room.saturating_sub(spent) > cheapest {
-                let around: Vec<u64> = primary
-                    .iter()
-                    .flat_map(|&(id, _)| [id.saturating_sub(1), id + 1, id + 2])
-                    .filter(|&id| {
-                        id > 0
-                            && !neighbours.contains_key(&id)
-                            && !chosen.iter().any(|(seen, _)| *seen == id)
-                            && self.manager.get(id).is_none()
-                    })
-                    .collect();
-                let mut context = neighbours;
-                context
-                    .extend(archive.get_many(&self.name, &around)?.into_iter().map(|m| (m.id, m)));
-                let usable = |id: u64| {
-                    context.get(&id).filter(|m| {
-                        self.manager.get(id).is_none()
-                            && matches!(m.message.role, Role::User | Role::Assistant)
-                    })
-                };
-                // The exchange a hit started.
-                for &(id, role) in &primary {
-                    if chosen.len() >= settings.max_items {
-                        break;
-                    }
-                    let Some(question) = usable(id + 1) else { continue };
-                    let text = question.message.content.trim_end();
-                    if question.message.role == role
-                        || !text.ends_with('?')
-                        || text.split_whitespace().count() >= SHORT_REPLY_WORDS
-                    {
-                        continue;
-                    }
-                    let Some(answer) = usable(id + 2) else { continue };
-                    let cost = line_cost(&format!(
-                        "- (msg {}, {}) {}",
-                        id + 1,
-                        question.message.role,
-                        text
-                    ))
-                    .saturating_add(line_cost(&format!(
-                        "- (msg {}, {}) {}",
-                        id + 2,
-                        answer.message.role,
-                        answer.message.content
-                    )));
-                    if spent.saturating_add(cost) > room {
-                        continue;
-                    }
-                    for m in [question, answer] {
-                        take(&mut chosen, m.id, m.message.role, &m.message.content, &mut spent);
-                    }
-                }
-                // The turn before and the turn after.
-                for &(id, _) in &primary {
-                    for near in [id.saturating_sub(1), id + 1] {
-                        if chosen.len() >= settings.max_items {
-                            break;
-                        }
-                        if let Some(m) = usable(near) {
-                            take(&mut chosen, m.id, m.message.role, &m.message.content, &mut spent);
-                        }
-                    }
+    }
+
+    /// Free room left once every ranked hit had its chance: the context around the hits,
+    /// best hit first. First the exchange a hit started (a short question about it from the
+    /// other speaker, and the answer), then the turn before and the turn after.
+    fn pack_context(
+        &self,
+        archive: &dyn ArchiveStore,
+        packer: &mut Packer<'_>,
+        ranked: &[Ranked],
+        neighbours: HashMap<u64, ArchivedMessage>,
+    ) -> Result<(), SessionError> {
+        let primary: Vec<(u64, Role)> = ranked
+            .iter()
+            .filter(|(_, id, _, _)| packer.holds(*id))
+            .map(|(_, id, role, _)| (*id, *role))
+            .collect();
+        let cheapest = packer.header.max(8);
+        if packer.room.saturating_sub(packer.spent) <= cheapest {
+            return Ok(());
+        }
+        let around: Vec<u64> = primary
+            .iter()
+            .flat_map(|&(id, _)| [id.saturating_sub(1), id + 1, id + 2])
+            .filter(|&id| {
+                id > 0
+                    && !neighbours.contains_key(&id)
+                    && !packer.holds(id)
+                    && self.manager.get(id).is_none()
+            })
+            .collect();
+        let mut context = neighbours;
+        context.extend(archive.get_many(&self.scope, &around)?.into_iter().map(|m| (m.id, m)));
+        let usable = |id: u64| {
+            context.get(&id).filter(|m| {
+                self.manager.get(id).is_none()
+                    && matches!(m.message.role, Role::User | Role::Assistant)
+            })
+        };
+        for &(id, role) in &primary {
+            if packer.full() {
+                break;
+            }
+            let (Some(question), Some(answer)) = (usable(id + 1), usable(id + 2)) else { continue };
+            let text = question.message.content.trim_end();
+            let asks = question.message.role != role
+                && text.ends_with('?')
+                && text.split_whitespace().count() < SHORT_REPLY_WORDS;
+            if asks && packer.fits_both(question, answer) {
+                for m in [question, answer] {
+                    packer.take(m.id, m.message.role, &m.message.content);
                 }
             }
         }
+        for &(id, _) in &primary {
+            for near in [id.saturating_sub(1), id + 1] {
+                if packer.full() {
+                    break;
+                }
+                if let Some(m) = usable(near) {
+                    packer.take(m.id, m.message.role, &m.message.content);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The block of the `chosen` lines, oldest first. The lines were measured one by one:
+    /// the block is checked as the core will count it, dropping the longest line (the fewest
+    /// items lost) until it fits `room`.
+    fn finish(&self, mut chosen: Vec<(u64, String)>, room: u32) -> Recall {
         chosen.sort_by_key(|(id, _)| *id);
-        // The lines were measured one by one: check the block as the core will count it.
         loop {
-            let block = render(&chosen);
-            let tokens = self.dynamic_tokens(&block);
             if chosen.is_empty() {
-                return Ok(Recall::default());
+                return Recall::default();
             }
+            let block = render(&chosen);
+            let tokens = self.manager.dynamic_tokens(&block);
             if tokens <= room {
                 let ids = chosen.iter().map(|(id, _)| *id).collect();
-                return Ok(Recall { block, ids, tokens });
+                return Recall { block, ids, tokens };
             }
-            // Drop the longest line: the fewest items lost.
             if let Some(at) = (0..chosen.len()).max_by_key(|&i| chosen[i].1.len()) {
                 chosen.remove(at);
             }
@@ -387,7 +381,7 @@ impl Session {
     /// window nearest to it by meaning, best first, with their cosines; nothing without one
     /// or when it fails (counted).
     fn nearest(&self, query: &str, limit: usize) -> (Option<Vec<f32>>, Vec<(u64, f32)>) {
-        let Some(index) = self.semantic.as_ref() else { return (None, Vec::new()) };
+        let Some(index) = self.recall.semantic.as_ref() else { return (None, Vec::new()) };
         match index.embed_query(query) {
             Ok(vector) => {
                 let near = index.nearest(&vector, limit, |id| self.manager.get(id).is_none());
@@ -401,30 +395,124 @@ impl Session {
         }
     }
 
-    /// Tokens the core will charge for `text` as a dynamic-context message.
-    fn dynamic_tokens(&self, text: &str) -> u32 {
-        self.manager
-            .counter()
-            .count(text)
-            .saturating_add(u32::from(self.manager.config().message_overhead))
+    /// Tokens a retrieved block may cost next to `dynamic`: what the core leaves free
+    /// without evicting anything, capped by the settings' share of the budget.
+    fn recall_room(&self, dynamic: &[&str], settings: &RetrievalSettings) -> u32 {
+        let free = self.manager.dynamic_room(dynamic);
+        let budget = self.manager.budget();
+        let share = u64::from(settings.max_share_percent.min(100));
+        let cap = u32::try_from(u64::from(budget) * share / 100).unwrap_or(u32::MAX);
+        free.min(cap)
+    }
+}
+
+/// What retrieval ranks ([`Session::candidates`]).
+struct Candidates {
+    /// The archive's hits outside the window, best first.
+    hits: Vec<SearchHit>,
+    /// Messages only the embedder found.
+    extra: Vec<ArchivedMessage>,
+    /// The embedder's nearest messages among the candidates, with their cosines.
+    nearest: Vec<(u64, f32)>,
+    /// The query's vector, when an embedder gave one.
+    query_vector: Option<Vec<f32>>,
+    /// The turns short hits may bring, by id.
+    neighbours: HashMap<u64, ArchivedMessage>,
+}
+
+/// The archive's hits ranked: their normalised score times a recency prior over the
+/// candidates' id range; a short hit that brings a turn is ranked as the exchange of both
+/// (BM25's length normalisation, which favours a two-word "Thanks, Mel!", redone for the
+/// pair's length: one occurrence assumed, `avgdl` from the candidates).
+fn rank(
+    hits: Vec<SearchHit>,
+    neighbours: &HashMap<u64, ArchivedMessage>,
+    settings: &RetrievalSettings,
+) -> Vec<Ranked> {
+    let words = |text: &str| text.split_whitespace().count().max(1) as f64;
+    let avgdl = hits.iter().map(|hit| words(&hit.content)).sum::<f64>() / hits.len().max(1) as f64;
+    let norm = |length: f64| 1.0 + BM25_K1 * (1.0 - BM25_B + BM25_B * length / avgdl);
+    let (low, high) =
+        hits.iter().fold((u64::MAX, 0), |(lo, hi), hit| (lo.min(hit.id), hi.max(hit.id)));
+    let span = high.saturating_sub(low).max(1) as f64;
+    let mut ranked: Vec<Ranked> = hits
+        .into_iter()
+        .map(|hit| {
+            let position = hit.id.saturating_sub(low) as f64 / span;
+            let mut score = hit.score * (1.0 + settings.recency * position);
+            let length = words(&hit.content);
+            if length < SHORT_REPLY_WORDS as f64
+                && let Some(other) = neighbour_of(hit.id, &hit.content)
+                    .and_then(|n| neighbours.get(&n))
+                    .filter(|other| is_other_speaker(other, hit.role))
+            {
+                score *= norm(length) / norm(length + words(&other.message.content));
+            }
+            (score, hit.id, hit.role, hit.content)
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+    ranked
+}
+
+/// The lines chosen for a block, and what they cost.
+struct Packer<'a> {
+    counter: &'a super::Counter,
+    chosen: Vec<(u64, String)>,
+    /// Tokens of the header and the lines chosen.
+    spent: u32,
+    /// Tokens of the header line.
+    header: u32,
+    room: u32,
+    max_items: usize,
+}
+
+impl<'a> Packer<'a> {
+    fn new(counter: &'a super::Counter, room: u32, max_items: usize) -> Self {
+        let header = counter.count(RETRIEVED_HEADER).saturating_add(1);
+        Self { counter, chosen: Vec::new(), spent: header, header, room, max_items }
     }
 
-    /// Tokens a retrieved block may cost next to `dynamic` without the core evicting anything.
-    fn recall_room(&self, dynamic: &[&str]) -> u32 {
-        let config = self.manager.config();
-        let dynamic_tokens =
-            dynamic.iter().fold(0u32, |sum, text| sum.saturating_add(self.dynamic_tokens(text)));
-        let mut used = self.manager.used().saturating_add(dynamic_tokens);
-        if self.manager.used() == 0 {
-            used = used.saturating_add(u32::from(config.request_overhead));
+    /// A line's cost: its count and its newline.
+    fn cost(&self, line: &str) -> u32 {
+        self.counter.count(line).saturating_add(1)
+    }
+
+    fn full(&self) -> bool {
+        self.chosen.len() >= self.max_items
+    }
+
+    fn holds(&self, id: u64) -> bool {
+        self.chosen.iter().any(|(seen, _)| *seen == id)
+    }
+
+    /// Whether a short question and its answer fit together.
+    fn fits_both(&self, question: &ArchivedMessage, answer: &ArchivedMessage) -> bool {
+        let line = |m: &ArchivedMessage, text: &str| {
+            self.cost(&format!("- (msg {}, {}) {}", m.id, m.message.role, text))
+        };
+        let cost = line(question, question.message.content.trim_end())
+            .saturating_add(line(answer, &answer.message.content));
+        self.spent.saturating_add(cost) <= self.room
+    }
+
+    /// Adds the line of message `id` when it fits and its text is not there yet.
+    fn take(&mut self, id: u64, role: Role, text: &str) -> Taken {
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if flat.is_empty() {
+            return Taken::No;
         }
-        let budget = self.manager.budget();
-        let free = budget.saturating_sub(used);
-        let cap = u32::try_from(
-            u64::from(budget) * u64::from(self.retrieval.max_share_percent.min(100)) / 100,
-        )
-        .unwrap_or(u32::MAX);
-        free.min(cap)
+        if self.chosen.iter().any(|(seen, line)| *seen == id || line.ends_with(&flat)) {
+            return Taken::Already;
+        }
+        let line = format!("- (msg {id}, {role}) {flat}");
+        let cost = self.cost(&line);
+        if self.spent.saturating_add(cost) > self.room {
+            return Taken::No;
+        }
+        self.spent += cost;
+        self.chosen.push((id, line));
+        Taken::Yes
     }
 }
 
@@ -503,7 +591,9 @@ mod tests {
         let mut session = chat(2_000);
         let before = history_ids(&session);
         let used = session.manager().used();
-        let payload = session.compose_recall(&[], Some("dogs")).unwrap();
+        let options = crate::session::ComposeOptions::new(&[])
+            .recall(crate::session::RecallFor::Query("dogs"));
+        let payload = session.compose_with(options).unwrap();
         assert!(payload.recall.ids.len() > 5, "{:?}", payload.recall);
         assert!(payload.tokens <= payload.budget);
         assert_eq!(payload.evicted_units, 0);
@@ -526,9 +616,9 @@ mod tests {
 
     #[test]
     fn a_short_reply_brings_the_turn_it_answers() {
-        let mut session = chat(2_000);
-        session.set_retrieval(RetrievalSettings { max_items: 2, ..RetrievalSettings::DEFAULT });
-        let recall = session.recall("Yes! 1", &[]).unwrap();
+        let session = chat(2_000);
+        let settings = RetrievalSettings { max_items: 2, ..RetrievalSettings::DEFAULT };
+        let recall = session.recall_with("Yes! 1", &[], &settings).unwrap();
         assert!(recall.ids.contains(&2) && recall.ids.contains(&1), "{recall:?}");
     }
 
@@ -537,8 +627,14 @@ mod tests {
         let mut session = chat(2_000);
         session.push(&ChatMessage::text(Role::User, "Where does my dog like to go?")).unwrap();
         assert!(!session.compose(&[]).unwrap().recall.ids.is_empty());
-        session.set_retrieval(RetrievalSettings { auto: false, ..RetrievalSettings::DEFAULT });
-        assert!(session.compose(&[]).unwrap().recall.ids.is_empty());
+        let off = RetrievalSettings { auto: false, ..RetrievalSettings::DEFAULT };
+        let options = crate::session::ComposeOptions::new(&[]).retrieval(off);
+        assert!(session.compose_with(options).unwrap().recall.ids.is_empty());
+        let asked = options.recall(crate::session::RecallFor::LiveRequest);
+        assert!(!session.compose_with(asked).unwrap().recall.ids.is_empty());
+        let nothing =
+            crate::session::ComposeOptions::new(&[]).recall(crate::session::RecallFor::Nothing);
+        assert!(session.compose_with(nothing).unwrap().recall.ids.is_empty());
     }
 
     #[test]
@@ -583,10 +679,10 @@ mod tests {
             session.push(&ChatMessage::text(Role::User, format!("filler {turn}"))).unwrap();
         }
         let archive = session.archive().unwrap();
-        let raw = archive.rank("s", "Who is Mel?", 5).unwrap();
+        let raw = archive.search(session.scope(), &SearchQuery::new("Who is Mel?", 5)).unwrap();
         assert!(raw[0].content.starts_with("Thanks"), "{raw:?}");
-        session.set_retrieval(RetrievalSettings { max_items: 1, ..RetrievalSettings::DEFAULT });
-        let recall = session.recall("Who is Mel?", &[]).unwrap();
+        let settings = RetrievalSettings { max_items: 1, ..RetrievalSettings::DEFAULT };
+        let recall = session.recall_with("Who is Mel?", &[], &settings).unwrap();
         assert!(recall.block.contains("bought a violin"), "{}", recall.block);
         assert_eq!(recall.ids.len(), 1, "{}", recall.block);
     }

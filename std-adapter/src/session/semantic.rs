@@ -229,17 +229,20 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn sync_vectors(&mut self) -> Result<usize, SessionError> {
-        if self.archive.is_none() || self.semantic.as_ref().is_none_or(SemanticIndex::cooling_down)
+        if self.stores.archive.is_none()
+            || self.recall.semantic.as_ref().is_none_or(SemanticIndex::cooling_down)
         {
             return Ok(0);
         }
-        // Rows newer than `seen` are read once: they must all be committed.
-        self.archive_settled()?;
-        let (Some(index), Some(archive)) = (self.semantic.as_mut(), self.archive.as_mut()) else {
+        // Rows newer than `seen` are read once: they must all be written.
+        self.commit()?;
+        let (Some(index), Some(archive)) =
+            (self.recall.semantic.as_mut(), self.stores.archive.as_deref())
+        else {
             return Ok(0);
         };
         let model = index.embedder.model().to_owned();
-        let rows = archive.vector_rows(&self.name, &model, index.seen)?;
+        let rows = archive.vectors(&self.scope, &model, index.seen)?;
         let mut added = 0;
         let mut pending: Vec<(u64, String)> = Vec::new();
         for row in rows {
@@ -278,7 +281,7 @@ impl Session {
             };
             index.embedded += texts.len() as u64;
             let rows: Vec<(u64, Vec<f32>)> = chunk.iter().map(|(id, _)| *id).zip(vectors).collect();
-            archive.store_vectors(&self.name, &model, &rows)?;
+            archive.put_vectors(&self.scope, self.stores.fence, &model, &rows)?;
             for (id, vector) in rows {
                 if let Err(error) = index.push(id, vector) {
                     index.fell_back(&error);
@@ -299,7 +302,7 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn semantic_stats(&self) -> Option<SemanticStats> {
-        self.semantic.as_ref().map(SemanticIndex::stats)
+        self.recall.semantic.as_ref().map(SemanticIndex::stats)
     }
 }
 
@@ -405,16 +408,15 @@ mod tests {
         let mut settings = lexical.retrieval().to_owned();
         settings.max_items = 1;
         settings.neighbours = false;
-        lexical.set_retrieval(settings);
-        assert!(!lexical.compose(&[]).unwrap().recall.block.contains("puppy"));
+        let options = super::super::ComposeOptions::new(&[]).retrieval(settings);
+        assert!(!lexical.compose_with(options).unwrap().recall.block.contains("puppy"));
         let mut hybrid = chat(Some(Arc::new(Concepts)));
-        hybrid.set_retrieval(settings);
-        let payload = hybrid.compose(&[]).unwrap();
+        let payload = hybrid.compose_with(options).unwrap();
         assert!(payload.recall.block.contains("puppy"), "{}", payload.recall.block);
         let stats = hybrid.semantic_stats().unwrap();
         assert_eq!((stats.vectors, stats.fallbacks), (22, 0));
         // Cached in the archive: a fresh index loads them instead of embedding.
-        assert_eq!(hybrid.archive().unwrap().vector_count("s").unwrap(), 22);
+        assert_eq!(hybrid.archive().unwrap().usage(hybrid.scope()).unwrap().vectors, 22);
     }
 
     #[test]
@@ -438,6 +440,6 @@ mod tests {
         session.sync_vectors().unwrap();
         session.forget_matching("puppy").unwrap();
         assert_eq!(session.semantic_stats().unwrap().vectors, 21);
-        assert_eq!(session.archive().unwrap().vector_count("s").unwrap(), 21);
+        assert_eq!(session.archive().unwrap().usage(session.scope()).unwrap().vectors, 21);
     }
 }

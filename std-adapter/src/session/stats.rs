@@ -9,21 +9,23 @@ use std::fmt;
 use ctxwin_core::{Level, Stats, StrategyKind};
 use serde::{Deserialize, Serialize};
 
-use super::{LlmStats, Session, SessionError};
+use super::{Calibration, LlmStats, Session, SessionError};
+use crate::tokens::CacheStats;
 
 /// What the session itself did, kept across checkpoints.
 ///
 /// ```
 /// let counters = ctxwin_std::session::SessionCounters::default();
-/// assert_eq!(counters.id_repairs, 0);
+/// assert_eq!(counters.messages_pushed, 0);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SessionCounters {
     /// Messages pushed or imported.
     pub messages_pushed: u64,
-    /// Archive rows written (write-ahead, updates, evicted units, synthetic records); with an
-    /// [`archive_writer`](super::SessionBuilder::archive_writer), rows handed to it.
+    /// Archive rows written (messages, records the core wrote); through a wrapper that
+    /// queues or holds them ([`Deferred`](crate::store::Deferred),
+    /// [`Batched`](crate::store::Batched)), rows handed to it.
     pub archive_rows_written: u64,
     /// Units archived and released from the core's outbox.
     pub units_archived: u64,
@@ -35,13 +37,6 @@ pub struct SessionCounters {
     pub checkpoint_failures: u64,
     /// Restores from a checkpoint.
     pub restores: u64,
-    /// Archive rows written ahead under an id the core then gave to something else (a
-    /// summary made while evicting, a tool definition after a refused message), rewritten to
-    /// describe what holds the id.
-    pub id_repairs: u64,
-    /// Messages written ahead that the core then refused (their rows are overwritten by the
-    /// next message, which takes the same id).
-    pub refused_after_write_ahead: u64,
 }
 
 /// How far the counter's estimates are from the provider's counts.
@@ -65,25 +60,10 @@ pub struct CalibrationStats {
 pub struct ArchiveUsage {
     /// Messages archived for this session.
     pub messages: u64,
-    /// Summaries in the database (all sessions).
+    /// Summaries recorded for this session.
     pub summaries: u64,
-    /// Database size in bytes.
-    pub db_size_bytes: u64,
-}
-
-/// The exact counter's cache.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct TokenCacheStats {
-    /// Lookups answered from the cache.
-    pub hits: u64,
-    /// Lookups that ran the tokenizer.
-    pub misses: u64,
-    /// Counts held.
-    pub entries: usize,
-    /// Most counts held.
-    pub capacity: usize,
-    /// Share of lookups that hit.
-    pub hit_rate: Option<f64>,
+    /// Bytes the whole archive takes on its medium, when its adapter can tell.
+    pub store_bytes: Option<u64>,
 }
 
 /// Everything measurable about a session.
@@ -114,7 +94,7 @@ pub struct SessionStats {
     /// The archive, when there is one.
     pub archive: Option<ArchiveUsage>,
     /// The exact counter's cache, when counting exactly.
-    pub token_cache: Option<TokenCacheStats>,
+    pub token_cache: Option<CacheStats>,
     /// What the session did.
     pub counters: SessionCounters,
     /// The newest checkpoint written or restored.
@@ -139,45 +119,39 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn stats(&self) -> Result<SessionStats, SessionError> {
-        let archive = match self.archive.as_ref() {
+        let archive = match self.stores.archive.as_deref() {
             Some(archive) => {
-                self.archive_settled()?;
-                let all = archive.stats()?;
+                let usage = archive.usage(&self.scope)?;
                 Some(ArchiveUsage {
-                    messages: archive.message_count(Some(&self.name))?,
-                    summaries: all.summaries,
-                    db_size_bytes: all.db_size_bytes,
+                    messages: usage.messages,
+                    summaries: usage.summaries,
+                    store_bytes: usage.store_bytes,
                 })
             }
             None => None,
         };
         let counter = self.manager.counter();
-        let checkpoints_kept = match self.store.as_ref() {
-            Some(store) => Some(store.ids()?.len()),
+        let checkpoints_kept = match self.stores.checkpoints.as_deref() {
+            Some(sink) => Some(sink.ids(&self.scope)?.len()),
             None => None,
         };
+        let Calibration { configured, calibrator } = &self.calibration;
         Ok(SessionStats {
-            session: self.name.clone(),
+            session: self.scope.conversation.clone(),
             counter: counter.kind(),
-            strategy: self.configured.strategy,
+            strategy: configured.strategy,
             core: self.manager.stats(),
             calibration: CalibrationStats {
-                observations: self.calibrator.observations(),
-                ratio: self.calibrator.ratio(),
-                safety_factor: self.calibrator.safety_factor(),
-                configured_window: self.configured.context_window,
+                observations: calibrator.observations(),
+                ratio: calibrator.ratio(),
+                safety_factor: calibrator.safety_factor(),
+                configured_window: configured.context_window,
                 effective_window: self.manager.config().context_window,
             },
             archive,
-            token_cache: counter.cache_stats().map(|cache| TokenCacheStats {
-                hits: cache.hits,
-                misses: cache.misses,
-                entries: cache.entries,
-                capacity: cache.capacity,
-                hit_rate: cache.hit_rate(),
-            }),
+            token_cache: counter.cache_stats(),
             counters: self.counters.clone(),
-            last_checkpoint: self.last_checkpoint.as_ref().map(ToString::to_string),
+            last_checkpoint: self.checkpointing.last.as_ref().map(ToString::to_string),
             checkpoints_kept,
             llm: self.llm_stats(),
         })
@@ -222,12 +196,6 @@ impl SessionStats {
     /// ```
     pub fn overview(&self) -> Vec<(String, String)> {
         let core = &self.core;
-        let counters = &core.counters;
-        let usages: Vec<_> = Level::ALL.iter().map(|&level| (level, core.level(level))).collect();
-        let width = |f: &dyn Fn(&ctxwin_core::stats::LevelStats) -> u32| {
-            usages.iter().map(|(_, u)| thousands(f(u)).len()).max().unwrap_or(1)
-        };
-        let (tw, bw, mw) = (width(&|u| u.tokens), width(&|u| u.budget), width(&|u| u.messages));
         let mut rows: Vec<(String, String)> = vec![
             (
                 "session".into(),
@@ -244,18 +212,41 @@ impl SessionStats {
                 ),
             ),
         ];
-        for (level, usage) in &usages {
-            rows.push((
-                format!("  {}", level.as_str()),
-                format!(
-                    "{:>tw$} / {:<bw$}  {:>mw$} {}",
-                    thousands(usage.tokens),
-                    thousands(usage.budget),
-                    thousands(usage.messages),
-                    if usage.messages == 1 { "message" } else { "messages" }
-                ),
-            ));
-        }
+        rows.extend(self.level_rows());
+        rows.extend(self.content_rows().map(|(key, value)| (key.to_string(), value)));
+        rows.extend(self.activity_rows().map(|(key, value)| (key.to_string(), value)));
+        rows
+    }
+
+    /// A row per level: tokens of its budget, messages.
+    fn level_rows(&self) -> Vec<(String, String)> {
+        let core = &self.core;
+        let usages: Vec<_> = Level::ALL.iter().map(|&level| (level, core.level(level))).collect();
+        let width = |f: &dyn Fn(&ctxwin_core::stats::LevelStats) -> u32| {
+            usages.iter().map(|(_, u)| thousands(f(u)).len()).max().unwrap_or(1)
+        };
+        let (tw, bw, mw) = (width(&|u| u.tokens), width(&|u| u.budget), width(&|u| u.messages));
+        usages
+            .iter()
+            .map(|(level, usage)| {
+                (
+                    format!("  {}", level.as_str()),
+                    format!(
+                        "{:>tw$} / {:<bw$}  {:>mw$} {}",
+                        thousands(usage.tokens),
+                        thousands(usage.budget),
+                        thousands(usage.messages),
+                        if usage.messages == 1 { "message" } else { "messages" }
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// What the context and the archive hold, and how compressed.
+    fn content_rows(&self) -> [(&'static str, String); 4] {
+        let core = &self.core;
+        let counters = &core.counters;
         let archived = self.archive.map_or(0, |a| a.messages);
         let recorded = self.archive.map_or(0, |a| a.summaries);
         let ratio = core.compression_permille() as f64 / 1000.0;
@@ -263,6 +254,30 @@ impl SessionStats {
             None => format!("never (turn {})", core.turn),
             Some(turn) => format!("turn {turn} (now {})", core.turn),
         };
+        [
+            (
+                "messages",
+                format!(
+                    "{} in context, {} archived",
+                    thousands(core.messages()),
+                    thousands(archived)
+                ),
+            ),
+            (
+                "summaries",
+                format!("{} in context, {} recorded", core.summaries(), thousands(recorded)),
+            ),
+            (
+                "compression",
+                format!("{ratio:.2}x ({} tokens ingested)", thousands(counters.tokens_ingested)),
+            ),
+            ("last compression", last),
+        ]
+    }
+
+    /// Compactions, the prompt cache, evictions, reductions, checkpoints and the model.
+    fn activity_rows(&self) -> [(&'static str, String); 6] {
+        let counters = &self.core.counters;
         let checkpoints = match self.checkpoints_kept {
             Some(kept) => {
                 format!("{kept} kept, last {}", self.last_checkpoint.as_deref().unwrap_or("-"))
@@ -280,70 +295,46 @@ impl SessionStats {
             ),
             None => "none (extractive summaries)".to_string(),
         };
-        rows.extend(
-            [
-                (
-                    "messages",
-                    format!(
-                        "{} in context, {} archived",
-                        thousands(core.messages()),
-                        thousands(archived)
-                    ),
+        [
+            (
+                "compactions",
+                format!(
+                    "{}; {:.1}% of {} composes extended the previous payload",
+                    thousands(counters.compactions),
+                    counters.extending_permille() as f64 / 10.0,
+                    thousands(counters.composes)
                 ),
-                (
-                    "summaries",
-                    format!("{} in context, {} recorded", core.summaries(), thousands(recorded)),
+            ),
+            (
+                "prompt cache",
+                format!(
+                    "{} cached + {} new prompt tokens ({:.1}% cached); input cost {:.2} of uncached (read 0.1x, write 1.25x)",
+                    thousands(counters.prompt_tokens_cached),
+                    thousands(counters.prompt_tokens_new),
+                    counters.cached_permille() as f64 / 10.0,
+                    counters.cost_permille(100, 1_250) as f64 / 1000.0
                 ),
-                (
-                    "compression",
-                    format!(
-                        "{ratio:.2}x ({} tokens ingested)",
-                        thousands(counters.tokens_ingested)
-                    ),
+            ),
+            (
+                "evicted",
+                format!(
+                    "{} messages in {} units ({} tokens)",
+                    thousands(counters.messages_evicted),
+                    thousands(counters.units_evicted),
+                    thousands(counters.tokens_evicted)
                 ),
-                ("last compression", last),
-                (
-                    "compactions",
-                    format!(
-                        "{}; {:.1}% of {} composes extended the previous payload",
-                        thousands(counters.compactions),
-                        counters.extending_permille() as f64 / 10.0,
-                        thousands(counters.composes)
-                    ),
+            ),
+            (
+                "reduced",
+                format!(
+                    "{} tool outputs ({} tokens saved)",
+                    thousands(counters.observations_reduced),
+                    thousands(counters.tokens_saved_by_reduction)
                 ),
-                (
-                    "prompt cache",
-                    format!(
-                        "{} cached + {} new prompt tokens ({:.1}% cached); input cost {:.2} of uncached (read 0.1x, write 1.25x)",
-                        thousands(counters.prompt_tokens_cached),
-                        thousands(counters.prompt_tokens_new),
-                        counters.cached_permille() as f64 / 10.0,
-                        counters.cost_permille(100, 1_250) as f64 / 1000.0
-                    ),
-                ),
-                (
-                    "evicted",
-                    format!(
-                        "{} messages in {} units ({} tokens)",
-                        thousands(counters.messages_evicted),
-                        thousands(counters.units_evicted),
-                        thousands(counters.tokens_evicted)
-                    ),
-                ),
-                (
-                    "reduced",
-                    format!(
-                        "{} tool outputs ({} tokens saved)",
-                        thousands(counters.observations_reduced),
-                        thousands(counters.tokens_saved_by_reduction)
-                    ),
-                ),
-                ("checkpoints", checkpoints),
-                ("llm", llm),
-            ]
-            .map(|(key, value)| (key.to_string(), value)),
-        );
-        rows
+            ),
+            ("checkpoints", checkpoints),
+            ("llm", llm),
+        ]
     }
 
     /// The details below the overview, as `(label, value)` rows: calibration, level
@@ -409,58 +400,18 @@ impl SessionStats {
             ),
         ]);
         if let Some(archive) = &self.archive {
-            rows.push((
-                "archive",
-                format!("{} messages, {} bytes on disk", archive.messages, archive.db_size_bytes),
-            ));
+            let bytes = or_dash(archive.store_bytes, |bytes| format!("{bytes} bytes"));
+            rows.push(("archive", format!("{} messages, {bytes} in the store", archive.messages)));
         }
         if let Some(cache) = &self.token_cache {
-            let rate = or_dash(cache.hit_rate, |r| format!("{:.1}%", r * 100.0));
+            let rate = or_dash(cache.hit_rate(), |r| format!("{:.1}%", r * 100.0));
             rows.push((
                 "token cache",
                 format!("{} hits, {} misses ({rate})", cache.hits, cache.misses),
             ));
         }
         if let Some(llm) = &self.llm {
-            let ms = |p50: Option<u64>, p90: Option<u64>, max: Option<u64>| match (p50, p90, max) {
-                (Some(p50), Some(p90), Some(max)) => {
-                    format!("p50 {p50} ms, p90 {p90} ms, max {max} ms")
-                }
-                _ => "no calls".to_string(),
-            };
-            rows.extend([
-                (
-                    "llm summaries",
-                    format!(
-                        "{} swapped of {} requested, {} superseded, {} pending; {}",
-                        llm.summaries_swapped,
-                        llm.summaries_requested,
-                        llm.summaries_superseded,
-                        llm.pending_jobs,
-                        ms(
-                            llm.summary_latency_p50_ms,
-                            llm.summary_latency_p90_ms,
-                            llm.summary_latency_max_ms
-                        )
-                    ),
-                ),
-                ("llm summary fallbacks", llm.summary_fallbacks.to_string()),
-                (
-                    "llm extraction",
-                    format!(
-                        "{} accepted of {} requested, {} values set; {}",
-                        llm.extractions_accepted,
-                        llm.extractions_requested,
-                        llm.entity_values_set,
-                        ms(
-                            llm.extraction_latency_p50_ms,
-                            llm.extraction_latency_p90_ms,
-                            llm.extraction_latency_max_ms
-                        )
-                    ),
-                ),
-                ("llm extraction fallbacks", llm.extraction_fallbacks.to_string()),
-            ]);
+            rows.extend(llm_rows(llm));
         }
         rows.push((
             "checkpoints written",
@@ -486,6 +437,47 @@ impl SessionStats {
         let width = rows.iter().map(|(key, _)| key.chars().count()).max().unwrap_or(0);
         rows.iter().map(|(key, value)| format!("{key:<width$}  {value}\n")).collect()
     }
+}
+
+/// The detail rows of the LLM work: summaries and extraction, with their latencies.
+fn llm_rows(llm: &LlmStats) -> [(&'static str, String); 4] {
+    let ms = |p50: Option<u64>, p90: Option<u64>, max: Option<u64>| match (p50, p90, max) {
+        (Some(p50), Some(p90), Some(max)) => format!("p50 {p50} ms, p90 {p90} ms, max {max} ms"),
+        _ => "no calls".to_string(),
+    };
+    [
+        (
+            "llm summaries",
+            format!(
+                "{} swapped of {} requested, {} superseded, {} pending; {}",
+                llm.summaries_swapped,
+                llm.summaries_requested,
+                llm.summaries_superseded,
+                llm.pending_jobs,
+                ms(
+                    llm.summary_latency_p50_ms,
+                    llm.summary_latency_p90_ms,
+                    llm.summary_latency_max_ms
+                )
+            ),
+        ),
+        ("llm summary fallbacks", llm.summary_fallbacks.to_string()),
+        (
+            "llm extraction",
+            format!(
+                "{} accepted of {} requested, {} values set; {}",
+                llm.extractions_accepted,
+                llm.extractions_requested,
+                llm.entity_values_set,
+                ms(
+                    llm.extraction_latency_p50_ms,
+                    llm.extraction_latency_p90_ms,
+                    llm.extraction_latency_max_ms
+                )
+            ),
+        ),
+        ("llm extraction fallbacks", llm.extraction_fallbacks.to_string()),
+    ]
 }
 
 /// The overview, then the details, one aligned table.

@@ -1,5 +1,6 @@
-//! Keeping the archive in step with the core after each operation: records the core wrote
-//! itself, summaries with their sources, and evicted units (written, then released).
+//! Keeping the archive in step with the core after each operation: the records the core wrote
+//! itself and the summaries it made or changed go into the journal, the journal is written,
+//! and only then are evicted units released from the core's outbox.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::convert::row_from_ref;
 use super::{Session, SessionError};
-use crate::archive::{Archive, ArchivedMessage, SummaryRecord};
+use crate::store::SummaryRecord;
 
 /// What the session knows about the core's ids, kept in checkpoints.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,55 +53,66 @@ pub(crate) struct AfterOp {
 }
 
 impl Session {
-    /// Brings the archive up to date after a core operation: writes rows left over from a
-    /// failed write, archives history records the core wrote itself since id `since` (results
-    /// of aborted calls; ids `known` are the caller's own, archived already), records new or
-    /// changed summaries, then writes the outbox's units and releases them.
+    /// Brings the archive up to date after a core operation: journals the history records
+    /// the core wrote itself since id `since` (results of aborted calls; ids `known` are the
+    /// caller's own, journaled already) and new or changed summaries, writes the journal,
+    /// then releases the outbox's units.
     ///
-    /// Nothing is released while a row is unwritten: any failure returns before the drain.
+    /// Nothing is released while the journal holds a row: a failed write returns before the
+    /// drain, and the next operation writes the journal first.
     pub(super) fn after_op(
         &mut self,
         since: u64,
         known: &dyn Fn(u64) -> bool,
     ) -> Result<AfterOp, SessionError> {
-        self.write_pending_rows()?;
-        self.archive_new_records(since, known)?;
-        self.settle_phantom(known)?;
-        let summaries = self.record_summaries()?;
-        // Sources are archived by now (written ahead, or just above): jobs read them there.
+        self.journal_new_records(since, known);
+        let summaries = self.journal_summaries();
+        self.commit()?;
+        // Sources are written by now: jobs read them from the archive.
         self.schedule_llm_summaries(&summaries);
-        let drained = self.archive_outbox()?;
+        let drained = self.drain_outbox();
         self.prune_summary_marks();
         Ok(AfterOp { summaries, drained })
     }
 
-    /// Writes `rows` now (hands them to the session's archive writer, with one), or keeps them
-    /// for the next operation if the archive fails.
-    pub(super) fn write_rows(&mut self, rows: Vec<ArchivedMessage>) -> Result<(), SessionError> {
-        if self.archive.is_none() || rows.is_empty() {
+    /// Writes what the journal holds to the archive (nothing without one).
+    pub(super) fn commit(&mut self) -> Result<(), SessionError> {
+        let Some(archive) = self.stores.archive.as_deref() else {
+            self.journal = super::Journal::default();
             return Ok(());
-        }
-        let Some(rows) = self.batched(rows) else { return Ok(()) };
-        if self.is_deferred() {
-            return self.submit_rows(rows, true);
-        }
-        let Some(archive) = self.archive.as_mut() else { return Ok(()) };
-        match archive.store_messages(&self.name, &rows) {
-            Ok(_) => {
-                self.counters.archive_rows_written += rows.len() as u64;
-                Ok(())
-            }
-            Err(error) => {
-                tracing::warn!(rows = rows.len(), %error, "session: archive write failed; kept for retry");
-                self.pending_rows.extend(rows);
-                Err(error.into())
-            }
-        }
+        };
+        let rows = self.journal.commit(archive)?;
+        self.counters.archive_rows_written += rows as u64;
+        Ok(())
     }
 
-    pub(super) fn write_pending_rows(&mut self) -> Result<(), SessionError> {
-        let rows = std::mem::take(&mut self.pending_rows);
-        self.write_rows(rows)
+    /// Writes the journal, then waits until the archive holds everything durably (a
+    /// [`Deferred`](crate::store::Deferred) or [`Batched`](crate::store::Batched) archive
+    /// writes what it queued or held). When this returns `Ok`, every row the session wrote so
+    /// far is in the archive, as its reads see it.
+    ///
+    /// # Errors
+    /// The archive's: the rows stay in the journal (or the wrapper's queue) and are written
+    /// by the next call.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxwin_std::store::{ArchiveStore, Deferred, MemoryStore};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let store = Arc::new(Deferred::spawn(MemoryStore::new())?);
+    /// let mut session = SessionBuilder::new("s").archive_store(store.clone()).build()?;
+    /// session.push(&ChatMessage::text(Role::User, "Is the build green?"))?;
+    /// session.sync_archive()?;
+    /// assert_eq!(store.inner().usage(session.scope())?.messages, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sync_archive(&mut self) -> Result<(), SessionError> {
+        self.commit()?;
+        if let Some(archive) = self.stores.archive.as_deref() {
+            archive.flush(&self.scope)?;
+        }
+        Ok(())
     }
 
     /// The stored record `id`, live or waiting in the outbox.
@@ -127,11 +139,9 @@ impl Session {
         self.tracker.next_id = self.tracker.next_id.max(id.saturating_add(1));
     }
 
-    fn archive_new_records(
-        &mut self,
-        since: u64,
-        known: &dyn Fn(u64) -> bool,
-    ) -> Result<(), SessionError> {
+    /// Journals the history records the core wrote since id `since` that are not `known`
+    /// (the caller's own), each in its unit.
+    fn journal_new_records(&mut self, since: u64, known: &dyn Fn(u64) -> bool) {
         let mut newest = 0u64;
         let mut rows = Vec::new();
         for level in Level::ALL {
@@ -164,7 +174,7 @@ impl Session {
         for unit in self.manager.outbox() {
             newest = unit.messages().fold(newest, |max, m| max.max(m.id()));
             // What the core wrote in this operation and evicted in the same one (a synthetic
-            // result closing an unanswered call, say) is in no level any more: archive it
+            // result closing an unanswered call, say) is in no level any more: journal it
             // from the outbox, before the drain can release it. Summaries are recorded apart.
             let fresh = unit.messages().filter(|m| {
                 m.id() >= since && !known(m.id()) && !m.is_summary() && m.level().is_history()
@@ -173,16 +183,18 @@ impl Session {
         }
         self.saw_id(newest);
         if !rows.is_empty() {
-            tracing::debug!(records = rows.len(), "session: archiving records the core wrote");
+            tracing::debug!(records = rows.len(), "session: journaling records the core wrote");
         }
-        self.write_rows(rows)
+        if self.stores.archive.is_some() {
+            self.journal.add_rows(&self.scope, self.stores.fence, rows);
+        }
     }
 
-    /// Records every summary (live, or evicted and waiting) that is new or changed since it
+    /// Journals every summary (live, or evicted and waiting) that is new or changed since it
     /// was last recorded. Returns their ids.
-    pub(super) fn record_summaries(&mut self) -> Result<Vec<u64>, SessionError> {
-        if self.archive.is_none() {
-            return Ok(Vec::new());
+    pub(super) fn journal_summaries(&mut self) -> Vec<u64> {
+        if self.stores.archive.is_none() {
+            return Vec::new();
         }
         let evicted = self
             .manager
@@ -211,19 +223,17 @@ impl Session {
         }
         let mut recorded = Vec::with_capacity(records.len());
         for (record, mark) in records {
-            if let Some(archive) = self.archive.as_mut() {
-                archive.store_summary(&self.name, &record)?;
-            }
             tracing::debug!(
                 id = record.id,
                 sources = record.source_ids.len(),
-                "session: summary recorded"
+                "session: summary journaled"
             );
             self.counters.summaries_recorded += 1;
             self.tracker.summaries.insert(record.id, mark);
             recorded.push(record.id);
+            self.journal.add_summary(&self.scope, self.stores.fence, record);
         }
-        Ok(recorded)
+        recorded
     }
 
     /// Tokens of what the summary over `ranges` stands for, as far as the session saw it:
@@ -254,38 +264,22 @@ impl Session {
         total
     }
 
-    /// Writes the outbox's units to the archive, then releases them from the core.
-    ///
-    /// Rows of messages this session archived itself are complete already (written ahead and
-    /// updated after the push, or retried from `pending_rows`), so only messages older than
-    /// [`trusted_from`](Session::trusted_from) — restored from a checkpoint, archived by an
-    /// earlier process — are checked against the archive and merged with their stored rows
-    /// (keeping the original text, name and error flag the core does not hold).
-    fn archive_outbox(&mut self) -> Result<Drained, SessionError> {
+    /// Releases the outbox's units from the core: every message in them was journaled when
+    /// the core took it (or, restored from a checkpoint, is in the archive the checkpoint is
+    /// bound to), and the journal is written.
+    fn drain_outbox(&mut self) -> Drained {
         let mut drained = Drained::default();
-        let mut rows = Vec::new();
         for unit in self.manager.outbox() {
             drained.units.push(unit.first_id());
             drained.messages += unit.len();
-            let inherited =
-                unit.messages().filter(|m| !m.is_summary() && m.id() < self.trusted_from);
-            rows.extend(inherited.map(|m| row_from_ref(&m, unit.first_id())));
         }
         if drained.units.is_empty() {
-            return Ok(drained);
+            return drained;
         }
-        if !rows.is_empty() {
-            // The merge reads the stored rows: rows still queued for the writer must be in.
-            self.archive_settled()?;
-        }
-        if let Some(archive) = self.archive.as_ref() {
-            let rows = merge_with_stored(archive, &self.name, rows)?;
-            self.write_rows(rows)?;
-        }
-        let released = self.manager.drain_outbox(|_| {});
+        let released = self.manager.drain_outbox(&mut |_| {});
         self.counters.units_archived += released as u64;
         tracing::debug!(units = released, messages = drained.messages, "session: outbox drained");
-        Ok(drained)
+        drained
     }
 
     /// Forgets recorded summaries the core no longer holds (after the outbox was drained).
@@ -293,75 +287,6 @@ impl Session {
         let live: BTreeSet<u64> = self.manager.session().map(|m| m.id()).collect();
         self.tracker.summaries.retain(|id, _| live.contains(id));
     }
-
-    /// Once the core has handed out the id of a refused message's row to something other
-    /// than a message of ours (`known`), makes that row describe it.
-    pub(super) fn settle_phantom(
-        &mut self,
-        known: &dyn Fn(u64) -> bool,
-    ) -> Result<(), SessionError> {
-        let Some(id) = self.phantom.filter(|&id| id < self.tracker.next_id) else { return Ok(()) };
-        self.phantom = None;
-        if known(id) {
-            return Ok(());
-        }
-        self.repair_displaced(id)
-    }
-
-    /// Makes the archive row of id `displaced` (written ahead for a message that then got
-    /// another id) describe whatever the core gave that id instead.
-    pub(super) fn repair_displaced(&mut self, displaced: u64) -> Result<(), SessionError> {
-        let row = match self.find_record(displaced) {
-            Some(record) if record.level().is_history() => return Ok(()),
-            Some(record) => row_from_ref(&record, record.id()),
-            None => ArchivedMessage::new(
-                displaced,
-                displaced,
-                crate::ChatMessage::text(
-                    Role::System,
-                    format!("[ctxwin] id {displaced} was used by a record the core replaced"),
-                ),
-            )
-            .with_level(Level::Session),
-        };
-        tracing::warn!(id = displaced, "session: repaired an archive row written under a wrong id");
-        self.counters.id_repairs += 1;
-        // After the wrong row, in an open batch too: written directly, the repair would be
-        // overwritten when the batch's write-ahead row of the same id followed it.
-        self.write_rows(vec![row])
-    }
-}
-
-/// Adds what the stored rows know and the core does not, and drops rows already up to date.
-fn merge_with_stored(
-    archive: &Archive,
-    session: &str,
-    rows: Vec<ArchivedMessage>,
-) -> Result<Vec<ArchivedMessage>, SessionError> {
-    let mut changed = Vec::with_capacity(rows.len());
-    for mut row in rows {
-        if let Some(stored) = archive.get(session, row.id)? {
-            row.message.name = stored.message.name;
-            row.message.is_error = stored.message.is_error;
-            if stored.original.is_none() && stored.message.content != row.message.content {
-                // The row holds the full text the core has since reduced.
-                row.original = Some(stored.message.content.clone());
-            }
-            let same = row.original.is_none()
-                && row.unit == stored.unit
-                && row.level == stored.level
-                && row.timestamp == stored.timestamp
-                && row.tokens == stored.tokens
-                && row.message.content == stored.message.content
-                && row.message.tool_calls == stored.message.tool_calls
-                && row.message.tool_call_id == stored.message.tool_call_id;
-            if same {
-                continue;
-            }
-        }
-        changed.push(row);
-    }
-    Ok(changed)
 }
 
 /// Every id in `ranges` except tool definitions'.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::error::to_i64;
-use super::port::{ArchiveStore, PendingWrite, Write, WriteOp};
+use super::port::{ArchiveStore, PendingOp, PendingWrite, Unwritten, Write, WriteOp};
 use super::{
     ArchivedMessage, ErrorKind, Fence, Forget, Forgotten, MetricsSummary, Scope, SearchHit,
     SearchQuery, StoreError, SummaryHit, SummaryRecord, Usage, VectorRow,
@@ -106,6 +106,28 @@ impl<S: ArchiveStore> ArchiveStore for Batched<S> {
         let mut held = self.lock();
         for write in writes {
             held.entry(write.scope.clone()).or_default().push(write.to_pending());
+        }
+        Ok(())
+    }
+
+    /// Holds the writes themselves (no copy).
+    fn write_owned(&self, writes: Vec<PendingWrite>) -> Result<(), Unwritten> {
+        let checked: Result<(), StoreError> = writes.iter().try_for_each(|write| {
+            if let PendingOp::Rows(rows) = &write.op {
+                for row in rows {
+                    to_i64("message id", row.id)?;
+                    to_i64("unit id", row.unit)?;
+                    to_i64("timestamp", row.timestamp)?;
+                }
+            }
+            Ok(())
+        });
+        if let Err(error) = checked {
+            return Err(Unwritten { error, writes });
+        }
+        let mut held = self.lock();
+        for write in writes {
+            held.entry(write.scope.clone()).or_default().push(write);
         }
         Ok(())
     }

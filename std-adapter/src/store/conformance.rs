@@ -102,6 +102,9 @@ impl<S: ArchiveStore + ?Sized> ArchiveStore for Adapter<'_, S> {
     fn write(&self, writes: &[super::Write<'_>]) -> Result<(), StoreError> {
         self.0.write(writes)
     }
+    fn write_owned(&self, writes: Vec<PendingWrite>) -> Result<(), super::Unwritten> {
+        self.0.write_owned(writes)
+    }
     fn get_many(&self, scope: &Scope, ids: &[u64]) -> Result<Vec<ArchivedMessage>, StoreError> {
         self.0.get_many(scope, ids)
     }
@@ -296,6 +299,11 @@ fn all_or_nothing(store: &dyn ArchiveStore) {
     assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
     store.flush(&a).unwrap();
     assert_eq!(store.get(&a, 1).unwrap(), None, "nothing of a refused batch is written");
+    let refused = store.write_owned(batch.to_vec()).unwrap_err();
+    assert_eq!((refused.error.kind(), refused.writes.len()), (ErrorKind::Invalid, 2));
+    assert_eq!(refused.writes, batch, "what was not written comes back, in order");
+    store.flush(&a).unwrap();
+    assert_eq!(store.get(&a, 1).unwrap(), None);
     let huge = [ArchivedMessage::new(u64::MAX, 1, ChatMessage::text(Role::User, "x"))];
     assert_eq!(store.put(&a, Fence::NONE, &huge).unwrap_err().kind(), ErrorKind::Invalid);
     let summary = SummaryRecord::new(50, 1, "both scopes in one batch", vec![1]);
@@ -308,6 +316,14 @@ fn all_or_nothing(store: &dyn ArchiveStore) {
     store.flush(&a).unwrap();
     store.flush(&b).unwrap();
     assert!(store.get(&a, 1).unwrap().is_some() && store.summary(&b, 50).unwrap().is_some());
+    let owned = vec![PendingWrite {
+        scope: a.clone(),
+        fence: Fence::NONE,
+        op: PendingOp::Rows(vec![text(2, Role::User, "taken by value")]),
+    }];
+    store.write_owned(owned).unwrap();
+    store.flush(&a).unwrap();
+    assert_eq!(store.get(&a, 2).unwrap().unwrap().message.content, "taken by value");
 }
 
 fn scoping(store: &dyn ArchiveStore) {

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::error::to_i64;
-use super::port::{ArchiveStore, PendingOp, PendingWrite, Write};
+use super::port::{ArchiveStore, PendingOp, PendingWrite, Unwritten, Write};
 use super::{
     ArchivedMessage, ErrorKind, Fence, Forget, Forgotten, MetricsSummary, Scope, SearchHit,
     SearchQuery, StoreError, SummaryHit, SummaryRecord, Usage, VectorRow,
@@ -377,6 +377,11 @@ impl<S: ArchiveStore + 'static> Deferred<S> {
 
     /// Queues `write`, waiting for room first.
     fn enqueue(&self, write: PendingWrite) -> Result<(), StoreError> {
+        self.enqueue_owned(write).map_err(|refused| refused.0)
+    }
+
+    /// Queues `write`, waiting for room first; handed back when it could not be queued.
+    fn enqueue_owned(&self, write: PendingWrite) -> Result<(), Box<(StoreError, PendingWrite)>> {
         let shared = &self.shared;
         let (rows, bytes) = size(&write);
         let mut state = shared.lock();
@@ -384,13 +389,13 @@ impl<S: ArchiveStore + 'static> Deferred<S> {
         let mut waited = false;
         while !state.stopped && !state.has_room(rows, bytes, &shared.options) {
             if state.failures_total != seen_failures && state.last_failure.is_some() {
-                return Err(state.failure_error());
+                return Err(Box::new((state.failure_error(), write)));
             }
             waited = true;
             state = shared.wait_settled(state);
         }
         if state.stopped {
-            return Err(StoreError::Stopped { rows: state.rows });
+            return Err(Box::new((StoreError::Stopped { rows: state.rows }, write)));
         }
         state.issued = state.issued.saturating_add(1);
         let ticket = state.issued;
@@ -585,6 +590,23 @@ impl<S: ArchiveStore + 'static> ArchiveStore for Deferred<S> {
         writes.iter().try_for_each(check)?;
         for write in writes {
             self.enqueue(write.to_pending())?;
+        }
+        Ok(())
+    }
+
+    /// Queues the writes themselves (no copy); those not queued (a failure while waiting for
+    /// room) come back.
+    fn write_owned(&self, writes: Vec<PendingWrite>) -> Result<(), Unwritten> {
+        if let Err(error) = writes.iter().try_for_each(|write| check(&write.as_write())) {
+            return Err(Unwritten { error, writes });
+        }
+        let mut rest = writes.into_iter();
+        while let Some(write) = rest.next() {
+            if let Err(refused) = self.enqueue_owned(write) {
+                let (error, write) = *refused;
+                let writes = std::iter::once(write).chain(rest).collect();
+                return Err(Unwritten { error, writes });
+            }
         }
         Ok(())
     }

@@ -68,13 +68,34 @@ pub use error::{ErrorKind, StoreError};
 pub use faulty::{Faults, Faulty};
 pub use memory::MemoryStore;
 pub use open::{Deleted, Location, Ports, STORE_URL_VAR, open, open_bound};
-pub use port::{ArchiveStore, CheckpointSink, PendingOp, PendingWrite, Write, WriteOp};
+pub use port::{ArchiveStore, CheckpointSink, PendingOp, PendingWrite, Unwritten, Write, WriteOp};
 pub use retrying::Retrying;
 pub use scope::{Fence, Scope};
+pub use text::{BM25_B, BM25_K1};
 pub use types::{
     ArchivedMessage, CompressionRecord, FORGOTTEN, Forget, Forgotten, MetricsSummary, SearchHit,
     SearchQuery, StrategyMetrics, SummaryHit, SummaryRecord, Usage, VectorRow,
 };
+
+/// The archive port on the SQLite file at `path`, created (with its schema and identity) if
+/// missing: how a state directory opens its `archive.db` without naming the adapter.
+///
+/// # Errors
+/// As [`SqliteArchive::open`](sqlite::SqliteArchive::open).
+///
+/// ```
+/// use ctxwin_std::store::{Scope, open_archive};
+/// let dir = tempfile::tempdir()?;
+/// let archive = open_archive(dir.path().join("archive.db"))?;
+/// assert_eq!(archive.usage(&Scope::local("main"))?.messages, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "sqlite")]
+pub fn open_archive(
+    path: impl AsRef<std::path::Path>,
+) -> Result<std::sync::Arc<dyn ArchiveStore>, StoreError> {
+    Ok(std::sync::Arc::new(sqlite::SqliteArchive::open(path)?))
+}
 
 /// 128 random bits as hex, from the standard library's randomly seeded hasher: a new store's
 /// identity.

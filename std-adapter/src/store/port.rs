@@ -97,6 +97,16 @@ impl Write<'_> {
     }
 }
 
+/// Writes a store did not take ([`ArchiveStore::write_owned`]): the error, and the writes
+/// handed back, in order.
+#[derive(Debug)]
+pub struct Unwritten {
+    /// Why.
+    pub error: StoreError,
+    /// The writes not taken, in order (all of them, unless a wrapper queued some first).
+    pub writes: Vec<PendingWrite>,
+}
+
 /// The archive port: every message a session pushed (with its full text), the summaries made
 /// of them, vectors, compression events; found again by id, by search, from a summary down to
 /// its sources. Object-safe: callers hold an `Arc<dyn ArchiveStore>` and never name an
@@ -129,6 +139,19 @@ pub trait ArchiveStore: Send + Sync + fmt::Debug {
     /// [`StoreError::Invalid`] for a value the store cannot take (nothing written),
     /// [`StoreError::Fenced`], backend errors.
     fn write(&self, writes: &[Write<'_>]) -> Result<(), StoreError>;
+
+    /// [`write`](Self::write), taking the writes by value: a wrapper that keeps them (in a
+    /// queue, in memory) takes them without copying. On error the writes it did not take
+    /// come back, in order.
+    ///
+    /// # Errors
+    /// As [`write`](Self::write), with the writes not taken.
+    fn write_owned(&self, writes: Vec<PendingWrite>) -> Result<(), Unwritten> {
+        let borrowed: Vec<Write<'_>> = writes.iter().map(PendingWrite::as_write).collect();
+        let written = self.write(&borrowed);
+        drop(borrowed);
+        written.map_err(|error| Unwritten { error, writes })
+    }
 
     /// Upserts `rows` of `scope` by id, in order, all or nothing.
     ///
@@ -458,6 +481,9 @@ macro_rules! forward_archive {
         impl<T: ArchiveStore + ?Sized> ArchiveStore for $($wrapper)*<T> {
             fn write(&self, writes: &[Write<'_>]) -> Result<(), StoreError> {
                 (**self).write(writes)
+            }
+            fn write_owned(&self, writes: Vec<PendingWrite>) -> Result<(), Unwritten> {
+                (**self).write_owned(writes)
             }
             fn get_many(&self, scope: &Scope, ids: &[u64]) -> Result<Vec<ArchivedMessage>, StoreError> {
                 (**self).get_many(scope, ids)

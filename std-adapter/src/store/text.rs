@@ -15,9 +15,12 @@ use ctxwin_core::terms;
 /// Query words beyond this many are ignored (bounds the cost of a pasted paragraph).
 const MAX_QUERY_TERMS: usize = 32;
 
-/// BM25's parameters (the usual ones), for every adapter that ranks by BM25 itself.
-pub(crate) const K1: f64 = 1.2;
-pub(crate) const B: f64 = 0.75;
+/// BM25's term-frequency saturation: the lexical ranking of every adapter (SQLite FTS5's
+/// `bm25()` default, and [`bm25`] here). A ranking that rescales a hit's relevance for
+/// another length (retrieval ranking a short reply as the exchange it closes) uses it too.
+pub const BM25_K1: f64 = 1.2;
+/// BM25's length normalisation (SQLite FTS5's default): see [`BM25_K1`].
+pub const BM25_B: f64 = 0.75;
 
 /// The index terms of `text`, in order.
 pub(crate) fn terms(text: &str) -> Vec<String> {
@@ -80,13 +83,13 @@ pub(crate) fn bm25(docs: &[Vec<String>], query: &[String]) -> Vec<(usize, f64)> 
             for term in doc {
                 *frequencies.entry(term.as_str()).or_default() += 1.0;
             }
-            let norm = K1 * (1.0 - B + B * doc.len() as f64 / avgdl.max(1.0));
+            let norm = BM25_K1 * (1.0 - BM25_B + BM25_B * doc.len() as f64 / avgdl.max(1.0));
             let score: f64 = query
                 .iter()
                 .zip(&idf)
                 .filter_map(|(term, idf)| {
                     let tf = *frequencies.get(term.as_str())?;
-                    Some(idf * tf * (K1 + 1.0) / (tf + norm))
+                    Some(idf * tf * (BM25_K1 + 1.0) / (tf + norm))
                 })
                 .sum();
             (score > 0.0).then_some((index, score))

@@ -26,7 +26,7 @@ pub const DEFAULT_CACHE_CAPACITY: usize = 65_536;
 /// assert_eq!(stats.lookups(), 4);
 /// assert_eq!(stats.hit_rate(), Some(0.75));
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct CacheStats {
     /// Lookups answered from the cache.
     pub hits: u64,

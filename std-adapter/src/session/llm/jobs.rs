@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use ctxwin_core::{Level, Role};
 
 use super::LlmText;
-use crate::ChatMessage;
 use crate::llm::FallbackReason;
 use crate::llm::worker::{ExtractJob, Job, SummaryJob};
+use crate::message::ChatMessage;
 use crate::session::sync::{contains, fingerprint, overlaps, span, within};
 use crate::session::{Session, SessionError};
 
@@ -164,8 +164,7 @@ impl Session {
         ranges: &[(u64, u64)],
         covered: &[(u64, u64)],
     ) -> Result<Vec<ChatMessage>, SessionError> {
-        let Some(archive) = self.archive.as_ref() else { return Ok(Vec::new()) };
-        self.archive_settled()?;
+        let Some(archive) = self.stores.archive.as_deref() else { return Ok(Vec::new()) };
         let ids = ranges
             .iter()
             .rev()
@@ -174,7 +173,7 @@ impl Session {
             .take(MAX_SOURCE_IDS);
         let mut messages = Vec::new();
         for id in ids {
-            if let Some(row) = archive.get(&self.name, id)? {
+            if let Some(row) = archive.get(&self.scope, id)? {
                 messages.push(row.message);
                 if messages.len() == MAX_JOB_MESSAGES {
                     break;

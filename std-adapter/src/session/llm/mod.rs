@@ -358,16 +358,14 @@ impl Session {
                 return;
             }
         }
-        // The archive's record follows; a failure is retried by the next operation.
-        match self.record_summaries() {
-            Ok(recorded) => {
-                let others: Vec<u64> = recorded.into_iter().filter(|&other| other != id).collect();
-                self.schedule_llm_summaries(&others);
-            }
-            Err(error) => {
-                tracing::warn!(id, %error, "session: recording the LLM summary failed; retried on the next operation");
-            }
+        // The archive's record follows; a failed write stays in the journal for the next
+        // operation.
+        let recorded = self.journal_summaries();
+        if let Err(error) = self.commit() {
+            tracing::warn!(id, %error, "session: recording the LLM summary failed; written by the next operation");
         }
+        let others: Vec<u64> = recorded.into_iter().filter(|&other| other != id).collect();
+        self.schedule_llm_summaries(&others);
     }
 
     fn apply_extraction(
@@ -499,12 +497,12 @@ mod tests {
         assert_eq!(stats.summary_fallbacks.total(), 0, "{stats:?}");
         assert!(stats.summary_latency_p50_ms.is_some());
         let archive = session.archive().unwrap();
-        let record = archive.summary("llm", id).unwrap().unwrap();
+        let record = archive.summary(session.scope(), id).unwrap().unwrap();
         assert_eq!(record.text, SUMMARY);
-        let sources = archive.drill_down("llm", id).unwrap();
+        let sources = archive.drill_down(session.scope(), id).unwrap();
         assert!(!sources.is_empty());
         for (id, text) in &pushed {
-            assert_eq!(&archive.get("llm", *id).unwrap().unwrap().message.content, text);
+            assert_eq!(&archive.get(session.scope(), *id).unwrap().unwrap().message.content, text);
         }
         // The model's value for the declared key is set (the patterns find none here).
         assert_eq!(session.manager().entities().get("branch"), Some("fix-io"));
@@ -567,7 +565,7 @@ mod tests {
         assert_ne!(rolling(&session).1, SUMMARY);
         let archive = session.archive().unwrap();
         for (id, text) in &pushed {
-            assert_eq!(&archive.get("llm", *id).unwrap().unwrap().message.content, text);
+            assert_eq!(&archive.get(session.scope(), *id).unwrap().unwrap().message.content, text);
         }
         assert!(session.compose(&[]).is_ok());
     }

@@ -18,7 +18,7 @@ use super::escape::unescape_lossy;
 use super::rows::{decode_unverified, scope_params};
 use super::summaries::{SUMMARY_COLUMNS, decode_verified};
 use super::{PgStore, row_name, sql_limit};
-use crate::store::text::{B, K1, query_words};
+use crate::store::text::{BM25_B as B, BM25_K1 as K1, query_words};
 use crate::store::types::normalise;
 use crate::store::{Scope, SearchHit, SearchQuery, StoreError, SummaryHit, checksum};
 

@@ -131,29 +131,33 @@ impl SqliteArchive {
         }
         let Some(session_id) = self.session_id(scope)? else { return Ok(Vec::new()) };
         let conn = self.read_conn();
-        // The session's own matches only (not the best of every session's, filtered after).
+        // The session's own matches only (its postings intersected with the words', not the
+        // best of every session's, filtered after), each row checked against the session
+        // before the limit: an index entry that names the session wrongly (the index is a
+        // copy of the rows) can neither hand over another session's message nor push the
+        // session's own out.
         let mut stmt = if query.snippets {
             conn.prepare_cached(&format!(
                 "SELECT {HIT_COLUMNS}, bm25(messages_fts, 1.0, 1.0, 1.0, 0.0) AS rank,
-                        snippet(messages_fts, -1, '«', '»', '…', ?3)
+                        snippet(messages_fts, -1, '«', '»', '…', ?4)
                  FROM messages_fts JOIN messages m ON m.pk = messages_fts.rowid
-                 WHERE messages_fts MATCH ?1 ORDER BY rank, m.id LIMIT ?2"
+                 WHERE messages_fts MATCH ?1 AND m.session_id = ?3
+                 ORDER BY rank, m.id LIMIT ?2"
             ))?
         } else {
             conn.prepare_cached(&format!(
-                "SELECT {HIT_COLUMNS}, r.rank
-                 FROM (SELECT rowid, bm25(messages_fts, 1.0, 1.0, 1.0, 0.0) AS rank
-                       FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2) r
-                 JOIN messages m ON m.pk = r.rowid
-                 ORDER BY r.rank, m.id"
+                "SELECT {HIT_COLUMNS}, bm25(messages_fts, 1.0, 1.0, 1.0, 0.0) AS rank
+                 FROM messages_fts JOIN messages m ON m.pk = messages_fts.rowid
+                 WHERE messages_fts MATCH ?1 AND m.session_id = ?3
+                 ORDER BY rank, m.id LIMIT ?2"
             ))?
         };
         let matched = in_session(&fts, session_id);
         let limit = sql_limit(query.limit);
         let mut rows = if query.snippets {
-            stmt.query(rusqlite::params![matched, limit, SNIPPET_TOKENS])?
+            stmt.query(rusqlite::params![matched, limit, session_id, SNIPPET_TOKENS])?
         } else {
-            stmt.query(rusqlite::params![matched, limit])?
+            stmt.query(rusqlite::params![matched, limit, session_id])?
         };
         let mut hits = Vec::new();
         while let Some(row) = rows.next()? {
@@ -180,13 +184,14 @@ impl SqliteArchive {
             let mut stmt = conn.prepare_cached(
                 "SELECT u.id, bm25(summaries_fts, 1.0, 0.0) AS rank
                  FROM summaries_fts JOIN summaries u ON u.pk = summaries_fts.rowid
-                 WHERE summaries_fts MATCH ?1 ORDER BY rank, u.id LIMIT ?2",
+                 WHERE summaries_fts MATCH ?1 AND u.session_id = ?3
+                 ORDER BY rank, u.id LIMIT ?2",
             )?;
             let matched = summaries_in_session(&fts, session_id);
-            let rows = stmt
-                .query_map(rusqlite::params![matched, sql_limit(query.limit)], |row| {
-                    Ok((row.get::<_, i64>(0)?, row.get::<_, f64>(1)?))
-                })?;
+            let rows = stmt.query_map(
+                rusqlite::params![matched, sql_limit(query.limit), session_id],
+                |row| Ok((row.get::<_, i64>(0)?, row.get::<_, f64>(1)?)),
+            )?;
             let mut found = Vec::new();
             for row in rows {
                 let (id, rank) = row?;
@@ -363,6 +368,49 @@ mod tests {
         assert!(hits.iter().all(|hit| hit.score > 0.0 && hit.score <= 1.0));
         let snippets = archive.search(&s3, &SearchQuery::new("7", 100).with_snippets()).unwrap();
         assert!(snippets.iter().all(|h| h.content.contains('7') && h.snippet.contains("«7»")));
+    }
+
+    #[test]
+    fn a_session_search_returns_and_ranks_only_its_own_rows() {
+        use crate::store::{ArchiveStore, Fence};
+        let archive = SqliteArchive::open_in_memory().unwrap();
+        // Another session's rows match every word, and better (short, repeated): ranked with
+        // them, the session's one match would fall below any limit.
+        let theirs: Vec<_> =
+            (1..=300).map(|id| row(id, "balance code KESTREL balance code KESTREL")).collect();
+        archive.put(&Scope::local("theirs"), Fence::NONE, &theirs).unwrap();
+        let mine = Scope::local("mine");
+        let text = "the account balance was checked on the first day";
+        archive.put(&mine, Fence::NONE, &[row(1, text)]).unwrap();
+        let only_mine = |archive: &SqliteArchive| {
+            for limit in [1, 5, 500] {
+                for snippets in [false, true] {
+                    let mut query = SearchQuery::new("balance code KESTREL", limit);
+                    if snippets {
+                        query = query.with_snippets();
+                    }
+                    let hits = archive.search(&mine, &query).unwrap();
+                    assert_eq!(hits.len(), 1, "limit {limit}: {hits:?}");
+                    assert_eq!(hits[0].content, text, "{hits:?}");
+                }
+            }
+            let nobody = Scope::local("nobody");
+            assert!(archive.search(&nobody, &SearchQuery::new("balance", 5)).unwrap().is_empty());
+        };
+        only_mine(&archive);
+        // An index entry naming the wrong session (the full-text index is a copy of the rows):
+        // the row itself is checked, so another session's message is still never returned.
+        let conn = archive.conn_for_tests();
+        conn.execute_batch(
+            "INSERT INTO messages_fts (rowid, content, tool_text, original, session_id)
+             SELECT m.pk, m.content, m.tool_text, m.original,
+                    (SELECT id FROM sessions WHERE name = 'mine')
+             FROM messages m JOIN sessions s ON s.id = m.session_id
+             WHERE s.name = 'theirs' LIMIT 3",
+        )
+        .unwrap();
+        drop(conn);
+        only_mine(&archive);
     }
 
     #[test]

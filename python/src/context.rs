@@ -1,0 +1,277 @@
+//! `ctxwin._native.Context`: a std [`Session`] behind a mutex, every call made with the GIL
+//! released. The only file of the package that touches the session; it uses
+//! [`SessionBuilder`] (`new`, `config`, `counter`, `archive`, `archive_in_memory`,
+//! `checkpoints`, `restore_latest`) and [`Session`]'s `push`, `add_tool`, `compose_with`,
+//! `stats`, `checkpoint`, `checkpoints`, `restore`, `forget`, `forget_matching`,
+//! `abort_pending_calls` and `archive().search` (the archive port).
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use ctxwin_core::Config;
+use ctxwin_std::format::Format;
+use ctxwin_std::session::{ComposeOptions, RecallFor, RestorePoint, Session, SessionBuilder};
+use ctxwin_std::store::CheckpointId;
+use ctxwin_std::store::SearchQuery;
+use ctxwin_std::{ChatMessage, ToolDefinition};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::convert::{Reader, Shape};
+use crate::errors::{self, Kind};
+use crate::tokenizer::Tokenizer;
+
+/// Where a context keeps its archive and checkpoints.
+enum Store {
+    /// A state directory: `archive.db` (SQLite) and `checkpoints/`.
+    Directory(PathBuf),
+    /// In memory: lost with the process, no checkpoints.
+    Memory,
+}
+
+impl Store {
+    fn parse(store: &str) -> PyResult<Store> {
+        if store == ":memory:" {
+            return Ok(Store::Memory);
+        }
+        if let Some((scheme, _)) = store.split_once("://") {
+            return Err(errors::error(
+                Kind::Config,
+                format!(
+                    "store {scheme}://…: stores by URL (PostgreSQL) are not available yet; pass a directory or \":memory:\""
+                ),
+            ));
+        }
+        Ok(Store::Directory(PathBuf::from(store)))
+    }
+}
+
+/// One conversation's managed context window (see `ctxwin.Context`).
+#[pyclass(frozen, module = "ctxwin._native")]
+pub(crate) struct Context {
+    session: Mutex<Session>,
+    name: String,
+}
+
+impl Context {
+    fn session(&self) -> MutexGuard<'_, Session> {
+        // A panic while holding the lock cannot leave the session half-changed in a way the
+        // next call would not report: keep serving.
+        self.session.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> PyResult<String> {
+    serde_json::to_string(value).map_err(|e| errors::error(Kind::Internal, e.to_string()))
+}
+
+#[pymethods]
+impl Context {
+    #[new]
+    #[pyo3(signature = (name, store, *, config=None, tokenizer=None, checkpoint_every=None))]
+    fn new(
+        py: Python<'_>,
+        name: String,
+        store: &str,
+        config: Option<&str>,
+        tokenizer: Option<PyRef<'_, Tokenizer>>,
+        checkpoint_every: Option<u32>,
+    ) -> PyResult<Context> {
+        let config: Config = match config {
+            Some(json) => serde_json::from_str(json)
+                .map_err(|e| errors::error(Kind::Config, format!("config: {e}")))?,
+            None => Config::DEFAULT,
+        };
+        let counter = tokenizer.map(|t| t.counter().clone()).unwrap_or_default();
+        let store = Store::parse(store)?;
+        let session_name = name.clone();
+        let session = py.detach(move || {
+            let builder = SessionBuilder::new(session_name).config(config).counter(counter);
+            let builder = match store {
+                Store::Memory => builder.archive_in_memory(),
+                Store::Directory(dir) => {
+                    std::fs::create_dir_all(&dir).map_err(|e| {
+                        errors::error(
+                            Kind::Storage,
+                            format!("cannot create the state directory {}: {e}", dir.display()),
+                        )
+                    })?;
+                    let builder = builder
+                        .archive(dir.join("archive.db"))
+                        .checkpoints(dir.join("checkpoints"))
+                        .restore_latest(true);
+                    match checkpoint_every {
+                        Some(every) => builder.checkpoint_interval_messages(every),
+                        None => builder,
+                    }
+                }
+            };
+            builder.build().map_err(errors::session)
+        })?;
+        Ok(Context { session: Mutex::new(session), name })
+    }
+
+    /// The session name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Pushes the messages of a list of one shape; returns the ids they got.
+    fn push_messages(&self, messages: Bound<'_, PyList>, shape: &str) -> PyResult<Vec<u64>> {
+        let py = messages.py();
+        let reader = Reader::new(messages, Shape::parse(shape)?);
+        let mut parts = Vec::new();
+        for index in 0..reader.len() {
+            reader.read(index, &mut parts)?;
+        }
+        let chats: Vec<ChatMessage> = parts.into_iter().map(|p| p.message).collect();
+        py.detach(|| {
+            let mut session = self.session();
+            let mut ids = Vec::with_capacity(chats.len());
+            for chat in &chats {
+                ids.push(session.push(chat).map_err(errors::session)?.id);
+            }
+            Ok(ids)
+        })
+    }
+
+    /// Declares a tool the model may call.
+    fn add_tool(
+        &self,
+        py: Python<'_>,
+        name: String,
+        description: String,
+        parameters: String,
+    ) -> PyResult<u64> {
+        let tool = ToolDefinition { name, description, parameters };
+        py.detach(|| self.session().add_tool(&tool).map_err(errors::session))
+    }
+
+    /// Closes calls still waiting for results with a synthetic result.
+    fn abort_pending_calls(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.session().abort_pending_calls().map_err(errors::session))
+    }
+
+    /// This turn's payload: `(body JSON, tokens, budget, evicted units, recalled ids)`.
+    #[pyo3(signature = (format, dynamic, query=None))]
+    fn compose(
+        &self,
+        py: Python<'_>,
+        format: &str,
+        dynamic: Vec<String>,
+        query: Option<String>,
+    ) -> PyResult<(String, u32, u32, usize, Vec<u64>)> {
+        let format = match format {
+            "openai" => Format::OpenAiJson,
+            "anthropic" => Format::AnthropicJson,
+            other => {
+                return Err(errors::error(
+                    Kind::Usage,
+                    format!("unknown format {other:?}: use \"openai\" or \"anthropic\""),
+                ));
+            }
+        };
+        py.detach(|| {
+            let dynamic: Vec<&str> = dynamic.iter().map(String::as_str).collect();
+            let recall = match query.as_deref() {
+                Some(query) => RecallFor::Query(query),
+                None => RecallFor::Settings,
+            };
+            let payload = self
+                .session()
+                .compose_with(ComposeOptions::new(&dynamic).recall(recall))
+                .map_err(errors::session)?;
+            let body = payload.write(format).map_err(errors::session)?;
+            Ok((body, payload.tokens, payload.budget, payload.evicted_units, payload.recall.ids))
+        })
+    }
+
+    /// The session's statistics as JSON.
+    fn stats(&self, py: Python<'_>) -> PyResult<String> {
+        py.detach(|| to_json(&self.session().stats().map_err(errors::session)?))
+    }
+
+    /// Writes a checkpoint; returns its id.
+    fn checkpoint(&self, py: Python<'_>) -> PyResult<String> {
+        py.detach(|| Ok(self.session().checkpoint().map_err(errors::session)?.to_string()))
+    }
+
+    /// The checkpoint ids, newest first.
+    fn checkpoints(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        py.detach(|| {
+            let list = self.session().checkpoints().map_err(errors::session)?;
+            Ok(list.into_iter().map(|info| info.id.to_string()).collect())
+        })
+    }
+
+    /// Goes back to checkpoint `id` (the newest that restores when `None`); returns its id.
+    #[pyo3(signature = (id=None))]
+    fn restore(&self, py: Python<'_>, id: Option<String>) -> PyResult<String> {
+        let point = match id.as_deref() {
+            None | Some("latest") => RestorePoint::Latest,
+            Some(id) => RestorePoint::Id(CheckpointId::parse(id).map_err(|e| {
+                errors::error(Kind::InvalidInput, format!("checkpoint id {id:?}: {e}"))
+            })?),
+        };
+        py.detach(|| {
+            let report = self.session().restore(point).map_err(errors::session)?;
+            Ok(report.id.to_string())
+        })
+    }
+
+    /// Archived messages of this session matching `query`, best first: dicts with `id`,
+    /// `unit`, `role`, `content`, `snippet`, `score`.
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        query: String,
+        limit: usize,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let hits = py.detach(|| {
+            let session = self.session();
+            let Some(archive) = session.archive() else { return Ok(Vec::new()) };
+            let query = SearchQuery::new(&query, limit).with_snippets();
+            archive.search(session.scope(), &query).map_err(|e| errors::session(e.into()))
+        })?;
+        hits.into_iter()
+            .map(|hit| {
+                let dict = PyDict::new(py);
+                dict.set_item("id", hit.id)?;
+                dict.set_item("unit", hit.unit)?;
+                dict.set_item("role", hit.role.as_str())?;
+                dict.set_item("content", hit.content)?;
+                dict.set_item("snippet", hit.snippet)?;
+                dict.set_item("score", hit.score)?;
+                Ok(dict)
+            })
+            .collect()
+    }
+
+    /// Forgets message `id` (or, with `text`, every occurrence of it) in the window, the
+    /// archive and every checkpoint; returns `(archived message ids, in window, checkpoints
+    /// rewritten)`.
+    #[pyo3(signature = (id=None, text=None))]
+    fn forget(
+        &self,
+        py: Python<'_>,
+        id: Option<u64>,
+        text: Option<String>,
+    ) -> PyResult<(Vec<u64>, bool, usize)> {
+        py.detach(|| {
+            let mut session = self.session();
+            let report = match (id, text) {
+                (Some(id), None) => session.forget(id),
+                (None, Some(text)) => session.forget_matching(&text),
+                _ => {
+                    return Err(errors::error(
+                        Kind::Usage,
+                        "forget takes an id or a text, not both",
+                    ));
+                }
+            }
+            .map_err(errors::session)?;
+            Ok((report.archive.messages, report.in_window, report.checkpoints_rewritten))
+        })
+    }
+}

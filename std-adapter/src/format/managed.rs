@@ -1,0 +1,210 @@
+//! Writing a managed request body: the client's request with its conversation replaced by
+//! what a composed payload keeps, in payload order.
+//!
+//! A kept message the core did not change is written as the client's raw JSON, byte for byte.
+//! A message the core reduced, or of which it keeps some parts only (an Anthropic user turn's
+//! tool results), is the client's JSON with only its `content` rewritten: every other field,
+//! and every content block that is not rewritten (thinking with its signature, images,
+//! documents, server tools, citations, cache marks), stays as sent. Messages the core wrote
+//! itself (a synthetic result for a call never answered) and the system texts it adds (dynamic
+//! context, retrieved text, entities, the memory summary) are written in the provider's shape:
+//! OpenAI system messages at the start of the history, Anthropic `system` text blocks.
+//!
+//! Key order of what this module writes itself is serde_json's `Map` order (alphabetical):
+//! the bytes a proxy has always sent upstream, so provider prompt caches built on them keep
+//! hitting across versions.
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::request::Request;
+use super::{Provider, anthropic, openai};
+use crate::message::ChatMessage;
+
+/// One part of an analyzed message that a payload keeps.
+///
+/// ```
+/// let kept = ctxwin_std::format::KeptPart { part: 0, reduced: Some("[12 lines elided]".into()) };
+/// assert_eq!(kept.part, 0);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptPart {
+    /// The part's index in the message's analysis ([`Analyzed::parts`](super::Analyzed)).
+    pub part: usize,
+    /// The core's reduced text of the part, when the core reduced it.
+    pub reduced: Option<String>,
+}
+
+/// A managed request body being written, message by message in payload order.
+///
+/// ```
+/// use ctxwin_std::format::{analyze, KeptPart, ManagedBody, Provider, Request};
+/// let body = br#"{"model":"m","messages":[{"role":"user","content":"Build it."},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"build","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"3,000 lines of log"}],"stream":true}"#;
+/// let request = Request::parse(Provider::OpenAi, body)?;
+/// let analyzed = analyze(Provider::OpenAi, &request)?;
+/// let mut managed = ManagedBody::new(Provider::OpenAi, &request, vec!["Goal: a green build.".into()]);
+/// managed.history_starts();
+/// for (item, message) in analyzed.iter().enumerate() {
+///     let blocks: Vec<Vec<usize>> = message.parts.iter().map(|p| p.blocks.clone()).collect();
+///     let reduced = (item == 2).then(|| "exit 1 after 3,000 lines".to_string());
+///     managed.message(request.items[item].get(), &blocks, &[KeptPart { part: 0, reduced }]);
+/// }
+/// let sent = String::from_utf8(managed.finish()).unwrap();
+/// assert!(sent.starts_with(r#"{"model":"m","messages":[{"content":"Goal: a green build.","role":"system"},{"role":"user","content":"Build it."}"#));
+/// assert!(sent.ends_with(r#"{"role":"tool","tool_call_id":"c1","content":"exit 1 after 3,000 lines"}],"stream":true}"#));
+/// # Ok::<(), ctxwin_std::format::BadRequest>(())
+/// ```
+#[derive(Debug)]
+pub struct ManagedBody<'r> {
+    provider: Provider,
+    request: &'r Request,
+    /// System texts the core adds (dynamic context, retrieved text, entities, summary).
+    extra: Vec<String>,
+    extra_placed: bool,
+    /// `[` and the messages written so far, comma-separated.
+    list: Vec<u8>,
+    /// Where the first message sits in `list`.
+    first: Option<(usize, usize)>,
+    /// Anthropic: the client's top-level `system`, raw.
+    system: Option<String>,
+}
+
+impl<'r> ManagedBody<'r> {
+    /// Starts the body of `request` for `provider`, with the system texts the core adds
+    /// (`extra`, in payload order).
+    pub fn new(provider: Provider, request: &'r Request, extra: Vec<String>) -> Self {
+        let mut list = Vec::with_capacity(request.items.iter().map(|m| m.get().len() + 1).sum());
+        list.push(b'[');
+        Self { provider, request, extra, extra_placed: false, list, first: None, system: None }
+    }
+
+    /// Marks where the history starts: OpenAI gets the core's system texts here, as system
+    /// messages. Without a call, they go after the last message.
+    pub fn history_starts(&mut self) {
+        if self.extra_placed {
+            return;
+        }
+        self.extra_placed = true;
+        if self.provider == Provider::OpenAi {
+            for text in std::mem::take(&mut self.extra) {
+                self.push(&openai::system_message(&text));
+            }
+        }
+    }
+
+    /// Anthropic's top-level `system` as the client sent it (raw JSON): the body's `system`,
+    /// with the core's system texts appended as text blocks when there are any.
+    pub fn system(&mut self, raw: String) {
+        self.system = Some(raw);
+    }
+
+    /// A client message the payload keeps: its raw JSON, the
+    /// [`Part::blocks`](super::Part::blocks) of each of its parts in order, and the parts kept
+    /// (with the core's reduced text where it reduced one). Written as sent when every part is
+    /// kept unreduced; left out when nothing of it remains.
+    pub fn message(&mut self, raw: &str, blocks: &[Vec<usize>], kept: &[KeptPart]) {
+        let whole = kept.len() == blocks.len() && kept.iter().all(|k| k.reduced.is_none());
+        if whole {
+            self.push(raw);
+            return;
+        }
+        let rewritten = match self.provider {
+            Provider::OpenAi => openai::kept_message(raw, kept),
+            Provider::Anthropic => anthropic::kept_message(raw, blocks, kept),
+        };
+        if let Some(message) = rewritten {
+            self.push(&message);
+        }
+    }
+
+    /// A message the core wrote itself (a synthetic tool result, a system message), in the
+    /// provider's shape.
+    pub fn core_message(&mut self, chat: &ChatMessage) {
+        let message = match self.provider {
+            Provider::OpenAi => openai::core_message(chat),
+            Provider::Anthropic => anthropic::core_message(chat),
+        };
+        self.push(&message);
+    }
+
+    fn push(&mut self, message: &str) {
+        if self.first.is_some() {
+            self.list.push(b',');
+        }
+        let start = self.list.len();
+        self.list.extend_from_slice(message.as_bytes());
+        self.first.get_or_insert((start, self.list.len()));
+    }
+
+    /// The body: every field of the client's request in its order, `messages` (and Anthropic's
+    /// `system`) replaced. An Anthropic conversation whose first kept turn is the assistant's
+    /// opens with a user turn saying that earlier turns were moved out
+    /// ([`MANAGED_OPENING_TEXT`](super::MANAGED_OPENING_TEXT)): the API refuses any other
+    /// first turn.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.history_starts();
+        let first = self.first.and_then(|(start, end)| self.list.get(start..end));
+        if self.provider == Provider::Anthropic && first.is_some_and(anthropic::is_assistant_turn) {
+            let mut list = Vec::with_capacity(self.list.len() + 128);
+            list.push(b'[');
+            list.extend_from_slice(anthropic::managed_opening_turn().as_bytes());
+            list.push(b',');
+            list.extend_from_slice(self.list.get(1..).unwrap_or_default());
+            self.list = list;
+        }
+        self.list.push(b']');
+        let system = match self.provider {
+            Provider::Anthropic if !self.extra.is_empty() => {
+                Some(anthropic::system_with(self.system.as_deref(), &self.extra))
+            }
+            Provider::Anthropic => self.system,
+            Provider::OpenAi => None,
+        };
+        self.request.write_body_with_list(&self.list, system.as_deref())
+    }
+}
+
+/// A tool output's `content` array reduced to one text block holding `text` (the core's
+/// reduced copy), when the array holds text blocks only; a `cache_control` mark on its last
+/// block moves to the new one. `None` when other blocks (images, documents) are there: the
+/// output is sent whole then.
+pub(super) fn reduced_text_blocks(content: &Value, text: &str) -> Option<Value> {
+    let blocks = content.as_array()?;
+    let text_only = !blocks.is_empty()
+        && blocks.iter().all(|b| b.get("type").and_then(Value::as_str) == Some("text"));
+    if !text_only {
+        return None;
+    }
+    let mut block = serde_json::Map::new();
+    block.insert("type".into(), Value::from("text"));
+    block.insert("text".into(), Value::from(text));
+    if let Some(mark) = blocks.last().and_then(|b| b.get("cache_control")) {
+        block.insert("cache_control".into(), mark.clone());
+    }
+    Some(Value::Array(vec![Value::Object(block)]))
+}
+
+/// `value` as raw JSON (`null` if it does not serialize, which a `Value` always does).
+pub(super) fn raw_json<T: serde::Serialize + ?Sized>(value: &T) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value)
+        .unwrap_or_else(|_| RawValue::from_string("null".into()).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn text_blocks_reduce_to_one_that_keeps_the_last_mark() {
+        let content = json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}}]);
+        assert_eq!(
+            reduced_text_blocks(&content, "r").unwrap().to_string(),
+            r#"[{"cache_control":{"type":"ephemeral"},"text":"r","type":"text"}]"#
+        );
+        let with_image = json!([{"type": "text", "text": "a"}, {"type": "image", "source": {}}]);
+        assert_eq!(reduced_text_blocks(&with_image, "r"), None);
+        assert_eq!(reduced_text_blocks(&json!([]), "r"), None);
+        assert_eq!(reduced_text_blocks(&json!("text"), "r"), None);
+    }
+}
