@@ -9,6 +9,7 @@ mod forget;
 mod import;
 mod init;
 mod proxy;
+mod prune;
 mod search;
 mod stats;
 mod trim;
@@ -37,6 +38,7 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
         Command::Trim(args) => trim::run(&globals, args),
         Command::Checkpoints => checkpoints::list(&globals),
         Command::Proxy(args) => proxy::run(&globals, args),
+        Command::Prune(args) => prune::run(&globals, args),
         Command::Add(args) => {
             // Input is read (bounded) before the state is locked: a slow pipe blocks no one.
             state::StateDir::new(globals.dir).require()?;
@@ -109,6 +111,7 @@ fn name(command: &Command) -> &'static str {
         Command::Restore(_) => "restore",
         Command::Recover => "recover",
         Command::Search(_) => "search",
+        Command::Prune(_) => "prune",
         Command::Trim(_) => "trim",
         Command::Forget(_) => "forget",
         Command::Entity(_) => "entity",

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::embed::Embedder;
 use crate::llm::LlmClient;
-use crate::store::{ArchiveStore, CheckpointDir, CheckpointSink, Scope};
+use crate::store::{ArchiveStore, CheckpointDir, CheckpointSink, Location, Ports, Scope};
 use crate::tokens::{Calibrator, CalibratorConfig, ChatFraming};
 
 /// Checkpoints a session keeps unless told otherwise.
@@ -36,22 +36,13 @@ enum ArchiveAt {
     File(PathBuf),
     /// A port the caller made (shared with other sessions, wrapped, another adapter).
     Store(Arc<dyn ArchiveStore>),
+    /// The store at a location, opened at build ([`store::open_bound`](crate::store::open_bound)).
+    At(Location),
 }
 
 impl ArchiveAt {
     fn is_nowhere(&self) -> bool {
         matches!(self, Self::Nowhere)
-    }
-
-    fn open(self) -> Result<Option<Arc<dyn ArchiveStore>>, SessionError> {
-        Ok(match self {
-            Self::Nowhere => None,
-            #[cfg(feature = "sqlite")]
-            Self::Memory => Some(Arc::new(crate::store::sqlite::SqliteArchive::open_in_memory()?)),
-            #[cfg(feature = "sqlite")]
-            Self::File(path) => Some(Arc::new(crate::store::sqlite::SqliteArchive::open(path)?)),
-            Self::Store(store) => Some(store),
-        })
     }
 }
 
@@ -64,6 +55,45 @@ enum CheckpointsAt {
     Dir(PathBuf),
     /// A sink the caller made.
     Sink(Arc<dyn CheckpointSink>),
+    /// The checkpoint port of the store the archive is at ([`ArchiveAt::At`]).
+    WithArchive,
+}
+
+/// A session's archive and checkpoint ports, either absent.
+type OpenedStores = (Option<Arc<dyn ArchiveStore>>, Option<Arc<dyn CheckpointSink>>);
+
+/// The archive and checkpoint ports `archive` and `checkpoints` name, opened for `scope`.
+fn open_stores(
+    archive: ArchiveAt,
+    checkpoints: CheckpointsAt,
+    scope: &Scope,
+) -> Result<OpenedStores, SessionError> {
+    let mut opened: Option<Ports> = None;
+    let archive = match archive {
+        ArchiveAt::Nowhere => None,
+        #[cfg(feature = "sqlite")]
+        ArchiveAt::Memory => {
+            Some(Arc::new(crate::store::sqlite::SqliteArchive::open_in_memory()?) as Arc<_>)
+        }
+        #[cfg(feature = "sqlite")]
+        ArchiveAt::File(path) => {
+            Some(Arc::new(crate::store::sqlite::SqliteArchive::open(path)?) as _)
+        }
+        ArchiveAt::Store(store) => Some(store),
+        ArchiveAt::At(location) => {
+            let ports = crate::store::open_bound(&location, scope)?;
+            let archive = ports.archive.clone();
+            opened = Some(ports);
+            Some(archive)
+        }
+    };
+    let checkpoints: Option<Arc<dyn CheckpointSink>> = match checkpoints {
+        CheckpointsAt::Nowhere => None,
+        CheckpointsAt::Dir(dir) => Some(Arc::new(CheckpointDir::bound(dir, scope.clone()))),
+        CheckpointsAt::Sink(sink) => Some(sink),
+        CheckpointsAt::WithArchive => opened.map(|ports| ports.checkpoints),
+    };
+    Ok((archive, checkpoints))
 }
 
 /// Configures a [`Session`]: its name, the core's configuration, the token counter, chat
@@ -206,6 +236,54 @@ impl SessionBuilder {
     /// ```
     pub fn archive_store(mut self, store: Arc<dyn ArchiveStore>) -> Self {
         self.archive = ArchiveAt::Store(store);
+        self
+    }
+
+    /// Keeps the archive and the checkpoints in `ports`, both ports of one store as
+    /// [`store::open`](crate::store::open) returns them (shared by every session of the
+    /// process: one SQLite connection or one PostgreSQL pool for all).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxwin_std::store::{ArchiveStore, CheckpointSink, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store.clone() };
+    /// let mut session = SessionBuilder::new("chat").ports(ports).build()?;
+    /// session.push(&ChatMessage::text(Role::User, "hello"))?;
+    /// session.checkpoint()?;
+    /// assert_eq!(store.usage(session.scope())?.messages, 1);
+    /// assert_eq!(store.ids(session.scope())?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ports(mut self, ports: Ports) -> Self {
+        self.archive = ArchiveAt::Store(ports.archive);
+        self.checkpoints = CheckpointsAt::Sink(ports.checkpoints);
+        self
+    }
+
+    /// Keeps the archive and the checkpoints in the store at `location`, opened at build
+    /// for this session ([`store::open_bound`](crate::store::open_bound)): a state
+    /// directory's `archive.db` and `checkpoints/`, or a PostgreSQL database
+    /// ([`Location::resolve`] reads `CTXWIN_STORE_URL`).
+    ///
+    /// ```
+    /// use ctxwin_std::store::Location;
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let dir = tempfile::tempdir()?;
+    /// let location = Location::Directory(dir.path().to_path_buf());
+    /// let mut session = SessionBuilder::new("main").store(location).build()?;
+    /// session.push(&ChatMessage::text(Role::User, "hello"))?;
+    /// session.checkpoint()?;
+    /// assert!(dir.path().join("archive.db").is_file());
+    /// assert_eq!(std::fs::read_dir(dir.path().join("checkpoints"))?.count(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn store(mut self, location: Location) -> Self {
+        self.archive = ArchiveAt::At(location);
+        self.checkpoints = CheckpointsAt::WithArchive;
         self
     }
 
@@ -374,15 +452,10 @@ impl SessionBuilder {
         let scope = Scope::new(self.tenant, self.name);
         let calibrator = Calibrator::with_config(self.calibrator)?;
         let manager = SessionManager::small(configured, self.counter)?;
-        let archive = self.archive.open()?;
+        let (archive, checkpoints) = open_stores(self.archive, self.checkpoints, &scope)?;
         let fence = match archive.as_deref() {
             Some(archive) => archive.acquire(&scope)?,
             None => crate::store::Fence::NONE,
-        };
-        let checkpoints: Option<Arc<dyn CheckpointSink>> = match self.checkpoints {
-            CheckpointsAt::Nowhere => None,
-            CheckpointsAt::Dir(dir) => Some(Arc::new(CheckpointDir::bound(dir, scope.clone()))),
-            CheckpointsAt::Sink(sink) => Some(sink),
         };
         let mut session = Session {
             scope,

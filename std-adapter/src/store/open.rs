@@ -168,6 +168,35 @@ pub fn open_bound(location: &Location, scope: &Scope) -> Result<Ports, StoreErro
     }
 }
 
+/// The checkpoint port alone of the store at `location`, for `scope`: as [`open_bound`]'s,
+/// without opening a directory's archive (listing checkpoints works when `archive.db` is
+/// damaged).
+///
+/// ```
+/// use ctxwin_std::store::{Fence, Location, Scope, open_checkpoints};
+/// let dir = tempfile::tempdir()?;
+/// let scope = Scope::local("main");
+/// let sink = open_checkpoints(&Location::Directory(dir.path().to_path_buf()), &scope)?;
+/// sink.save(&scope, Fence::NONE, b"snapshot")?;
+/// assert!(!dir.path().join("archive.db").exists());
+/// assert_eq!(sink.ids(&scope)?.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// As [`open`].
+pub fn open_checkpoints(
+    location: &Location,
+    scope: &Scope,
+) -> Result<Arc<dyn CheckpointSink>, StoreError> {
+    match location {
+        Location::Directory(dir) => {
+            Ok(Arc::new(CheckpointDir::bound(dir.join("checkpoints"), scope.clone())))
+        }
+        Location::Postgres(url) => Ok(open_postgres(url)?.checkpoints),
+    }
+}
+
 #[cfg(feature = "sqlite")]
 fn open_archive_file(dir: &Path) -> Result<Arc<dyn ArchiveStore>, StoreError> {
     Ok(Arc::new(super::sqlite::SqliteArchive::open(dir.join("archive.db"))?))
