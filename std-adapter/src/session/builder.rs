@@ -6,6 +6,7 @@ use std::sync::Arc;
 use ctxwin_core::{Config, OutboxMode};
 
 use super::checkpointing::{CheckpointPolicy, Checkpointing};
+use super::lease::Lease;
 use super::llm::{LlmOptions, LlmState};
 use super::retrieve::Retrieval;
 use super::semantic::{EmbedderSlot, SemanticIndex};
@@ -370,6 +371,9 @@ impl SessionBuilder {
     }
 
     /// Whether to continue from the newest intact checkpoint at build (when there is one).
+    /// On a store that hands out leases (PostgreSQL) the session then
+    /// [`reload`](super::Session::reload)s: the newest checkpoint and every message archived
+    /// after it (written by another process that served the conversation).
     pub fn restore_latest(mut self, restore: bool) -> Self {
         self.restore_latest = restore;
         self
@@ -457,11 +461,12 @@ impl SessionBuilder {
             Some(archive) => archive.acquire(&scope)?,
             None => crate::store::Fence::NONE,
         };
+        let leased = !fence.is_none();
         let mut session = Session {
             scope,
             manager,
             calibration: Calibration { configured, calibrator },
-            stores: Stores { archive, checkpoints, fence, keep: self.keep },
+            stores: Stores { archive, checkpoints, lease: Lease::new(fence), keep: self.keep },
             journal: Journal::default(),
             tracker: Tracker::new(),
             counters: SessionCounters::default(),
@@ -475,17 +480,32 @@ impl SessionBuilder {
                 semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
             },
         };
-        let restored = if self.restore_latest && !self.assume_new {
-            session.restore_latest_if_any()?
-        } else {
+        let restored = if self.assume_new {
+            // Nothing stored: the empty session is what the store reproduces.
+            session.note_reproducible();
             None
+        } else if leased && self.restore_latest {
+            // Under a lease, the newest checkpoint and every row written after it.
+            session.reload_under(fence)?.checkpoint
+        } else {
+            let restored = match self.restore_latest {
+                true => session.restore_latest_if_any()?.map(|report| report.id),
+                false => None,
+            };
+            if restored.is_none() {
+                session.refuse_archived_name()?;
+                // No row, and no checkpoint either: the empty session is what the store
+                // reproduces.
+                if leased && session.checkpoints_stored()? == 0 {
+                    session.note_reproducible();
+                }
+            }
+            restored
         };
-        if restored.is_none() && !self.assume_new {
-            session.refuse_archived_name()?;
-        }
         tracing::info!(
             scope = %session.scope,
-            restored = ?restored.as_ref().map(|r| r.id.to_string()),
+            restored = ?restored.as_ref().map(ToString::to_string),
+            fence = fence.0,
             "session: opened"
         );
         Ok(session)
@@ -523,6 +543,14 @@ impl SessionBuilder {
 }
 
 impl Session {
+    /// How many checkpoints of the session's scope are stored.
+    fn checkpoints_stored(&self) -> Result<usize, SessionError> {
+        Ok(match self.stores.checkpoints.as_deref() {
+            Some(sink) => sink.ids(&self.scope)?.len(),
+            None => 0,
+        })
+    }
+
     /// A new session (no checkpoint continues it) whose name the archive already holds
     /// messages of would reuse their ids: refused.
     fn refuse_archived_name(&self) -> Result<(), SessionError> {

@@ -298,8 +298,9 @@ impl Ports {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 pub(crate) fn prune_and_delete(ports: &Ports) {
+    use crate::message::ChatMessage;
     use crate::store::ArchivedMessage;
-    use crate::{ChatMessage, core::Role};
+    use ctxwin_core::Role;
     let (keep, gone) = (Scope::new("t", "keep"), Scope::new("t", "gone"));
     for scope in [&keep, &gone] {
         let row = ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "hi"));

@@ -11,7 +11,7 @@ use postgres::Row;
 use postgres::types::Type;
 
 use super::error::{Failure, Pg, from_sql_int, get};
-use super::rows::scope_params;
+use super::escape::scope_params;
 use super::{PgStore, Tx, lock_scope};
 use crate::store::checkpoint::{
     CheckpointId, CheckpointInfo, CheckpointStatus, Loaded, SkipReason, Skipped, clock, frame,

@@ -11,6 +11,8 @@
 
 use std::borrow::Cow;
 
+use crate::store::Scope;
+
 /// The escape character: U+FFFF, a noncharacter no text is meant to hold.
 pub(super) const ESCAPE: char = '\u{FFFF}';
 
@@ -93,6 +95,11 @@ pub(super) fn unescape_lossy(text: String) -> String {
         }
     }
     out
+}
+
+/// The tenant and name of `scope` as stored, for `$1` and `$2`.
+pub(super) fn scope_params(scope: &Scope) -> (String, String) {
+    (escape(&scope.tenant).into_owned(), escape(&scope.conversation).into_owned())
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 use postgres::types::Type;
 
 use super::error::{Failure, Pg, from_sql_int, get};
+use super::escape::scope_params;
 use super::escape::{escape, unescape};
-use super::rows::scope_params;
 use super::{PgStore, Tx};
 use crate::store::error::to_i64;
 use crate::store::{CompressionRecord, MetricsSummary, Scope, StoreError, StrategyMetrics, Usage};

@@ -2,7 +2,8 @@
 
 use postgres::types::Type;
 
-use super::rows::scope_params;
+use super::error::{from_sql_int, get};
+use super::escape::scope_params;
 use super::{PgStore, acquire};
 use crate::store::{
     ArchiveStore, ArchivedMessage, Fence, Forget, Forgotten, MetricsSummary, Scope, SearchHit,
@@ -107,6 +108,20 @@ impl ArchiveStore for PgStore {
         let fence = self.transaction(|tx| acquire(tx, scope))?;
         tracing::debug!(%scope, fence = fence.0, "postgres store: lease taken");
         Ok(fence)
+    }
+
+    fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
+        let (tenant, name) = scope_params(scope);
+        self.run(|client| {
+            let rows = client.query_typed(
+                "SELECT fence FROM conversations WHERE tenant = $1 AND name = $2",
+                &[(&tenant, Type::TEXT), (&name, Type::TEXT)],
+            )?;
+            match rows.first() {
+                Some(row) => Ok(Fence(from_sql_int("fence", get::<i64>(row, 0)?)?)),
+                None => Ok(Fence::NONE),
+            }
+        })
     }
 }
 

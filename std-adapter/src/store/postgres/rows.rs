@@ -6,7 +6,7 @@ use postgres::Row;
 use postgres::types::Type;
 
 use super::error::{Failure, Pg, from_sql_int, get};
-use super::escape::{escape, escape_opt, unescape, unescape_opt};
+use super::escape::{escape, escape_opt, scope_params, unescape, unescape_opt};
 use super::{PgStore, Tx, lock_scope, row_name, sql_limit};
 use crate::message::{ChatMessage, ToolCall};
 use crate::store::error::to_i64;
@@ -198,11 +198,6 @@ pub(super) fn decode_unverified(scope: &Scope, row: &Row) -> Pg<ArchivedMessage>
         original: optional(7)?,
         raw: optional(12)?,
     })
-}
-
-/// The tenant and name of `scope` as stored, for `$1` and `$2`.
-pub(super) fn scope_params(scope: &Scope) -> (String, String) {
-    (escape(&scope.tenant).into_owned(), escape(&scope.conversation).into_owned())
 }
 
 impl PgStore {

@@ -14,8 +14,9 @@ use postgres::Row;
 use postgres::types::Type;
 
 use super::error::{Failure, Pg, get};
+use super::escape::scope_params;
 use super::escape::unescape_lossy;
-use super::rows::{decode_unverified, scope_params};
+use super::rows::decode_unverified;
 use super::summaries::{SUMMARY_COLUMNS, decode_verified};
 use super::{PgStore, row_name, sql_limit};
 use crate::store::text::{BM25_B as B, BM25_K1 as K1, query_words};

@@ -6,7 +6,8 @@ use postgres::types::Type;
 
 use super::error::{Failure, get};
 use super::escape::escape;
-use super::rows::{MESSAGE_COLUMNS, decode_unverified, scope_params, verify};
+use super::escape::scope_params;
+use super::rows::{MESSAGE_COLUMNS, decode_unverified, verify};
 use super::{PgStore, lock_scope, row_name};
 use crate::store::error::to_i64;
 use crate::store::{Fence, Scope, StoreError, VectorRow, checksum};
