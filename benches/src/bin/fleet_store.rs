@@ -18,6 +18,14 @@
 //!    `FLEET_CROWD` (50,000) rows of 100 other conversations holding the same words; p50 /
 //!    p99 of a two-word search (the conversation's lexeme in each row's search vector keeps
 //!    the others' matches out of the index scan).
+//! 4. **A request served by an instance that did not serve the previous one**, through real
+//!    leased [`Session`](ctxwin_std::session::Session)s in two "instances" (two stores, two
+//!    pools) on one 500-message conversation whose newest checkpoint is 25 messages back:
+//!    a compose on the instance the other just overtook (it reads the fence, reloads — takes
+//!    the lease, restores the checkpoint, replays the 25 rows — then composes) against a
+//!    compose on the instance that served the previous request (it reads the fence and
+//!    composes). p50 / p99 of each over `FLEET_LOADS` pairs; the extra p50 is the target's
+//!    "≤ 5 ms over a resident one".
 //!
 //! `cargo run --release -p ctxwin-benches --bin fleet_store` (`FLEET_TURNS`, `FLEET_KEEP`,
 //! `FLEET_LOADS` change the sizes).
@@ -47,6 +55,7 @@ fn main() -> Result<(), Failure> {
     storage(&store, turns, keep)?;
     loading(&store, &schema, setting("FLEET_LOADS", 300))?;
     crowded_search(&store, setting("FLEET_CROWD", 50_000), setting("FLEET_LOADS", 300))?;
+    session_takeover(&schema, setting("FLEET_LOADS", 300))?;
     Ok(())
 }
 
@@ -220,6 +229,79 @@ fn crowded_search(store: &PgStore, crowd: usize, searches: usize) -> Result<(), 
         "  \"build deploy\", {found} hits: p50 {:.2} ms, p99 {:.2} ms over {searches} searches",
         ms(at(0.5)),
         ms(at(0.99))
+    );
+    Ok(())
+}
+
+/// Times a compose on an instance that was overtaken (reload first) and on the one that
+/// served the previous request, alternating between two instances of one conversation.
+fn session_takeover(schema: &TestSchema, requests: usize) -> Result<(), Failure> {
+    use ctxwin_std::session::{ComposeOptions, Session};
+    use ctxwin_std::store::Ports;
+    let recorded = replay::Session::load()?;
+    let instance = || -> Result<Ports, Failure> {
+        let store = std::sync::Arc::new(schema.open()?);
+        Ok(Ports { archive: store.clone(), checkpoints: store })
+    };
+    let open = |ports: Ports| {
+        SessionBuilder::new("takeover")
+            .tenant("bench")
+            .ports(ports)
+            .checkpoint_interval_messages(0)
+            .restore_latest(true)
+            .build()
+    };
+    let mut first = open(instance()?)?;
+    let messages: Vec<_> = recorded
+        .system
+        .iter()
+        .chain(recorded.turns.iter().flat_map(|t| &t.messages))
+        .take(500)
+        .collect();
+    // The newest checkpoint half a default interval (50) back: 25 rows to replay.
+    let since_checkpoint = 25;
+    for (n, message) in messages.iter().enumerate() {
+        first.push(message)?;
+        if n + 1 + since_checkpoint == messages.len() {
+            first.checkpoint()?;
+        }
+    }
+    let pushed = messages.len();
+    let mut second = open(instance()?)?;
+    let compose = |session: &mut Session| -> Result<Duration, Failure> {
+        let started = Instant::now();
+        session.compose_with(ComposeOptions::new(&[]))?;
+        Ok(started.elapsed())
+    };
+    let (mut overtaken, mut resident) = (Vec::new(), Vec::new());
+    for n in 0..requests {
+        let session = if n % 2 == 0 { &mut first } else { &mut second };
+        overtaken.push(compose(session)?);
+        resident.push(compose(session)?);
+    }
+    let reloads = first.stats()?.counters.reloads + second.stats()?.counters.reloads;
+    overtaken.sort();
+    resident.sort();
+    let at = |times: &[Duration], q: f64| {
+        times.get(((times.len() as f64 - 1.0) * q) as usize).copied().unwrap_or_default()
+    };
+    println!("fleet store: a request on an instance that did not serve the previous one");
+    println!(
+        "  {pushed} messages through a leased session, newest checkpoint {since_checkpoint} messages back; {reloads} reloads"
+    );
+    println!(
+        "  overtaken instance (fence read, reload, compose)  p50 {:.2} ms, p99 {:.2} ms over {requests}",
+        ms(at(&overtaken, 0.5)),
+        ms(at(&overtaken, 0.99))
+    );
+    println!(
+        "  resident instance (fence read, compose)           p50 {:.2} ms, p99 {:.2} ms over {requests}",
+        ms(at(&resident, 0.5)),
+        ms(at(&resident, 0.99))
+    );
+    println!(
+        "  extra p50       {:.2} ms (target ≤ 5 ms)",
+        ms(at(&overtaken, 0.5)) - ms(at(&resident, 0.5))
     );
     Ok(())
 }
