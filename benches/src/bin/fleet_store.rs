@@ -24,8 +24,10 @@
 //!    a compose on the instance the other just overtook (it reads the fence, reloads — takes
 //!    the lease, restores the checkpoint, replays the 25 rows — then composes) against a
 //!    compose on the instance that served the previous request (it reads the fence and
-//!    composes). p50 / p99 of each over `FLEET_LOADS` pairs; the extra p50 is the target's
-//!    "≤ 5 ms over a resident one".
+//!    composes). Composes recall nothing: recall's full-text query costs both the same, and
+//!    its spread would hide the difference. p50 / p99 of each over `FLEET_LOADS` pairs; the
+//!    extra p50 is the target's "≤ 5 ms over a resident one". Taking the lease is a durable
+//!    commit: one WAL flush of the server's disk (`pg_test_fsync` measures it).
 //!
 //! `cargo run --release -p ctxwin-benches --bin fleet_store` (`FLEET_TURNS`, `FLEET_KEEP`,
 //! `FLEET_LOADS` change the sizes).
@@ -236,7 +238,7 @@ fn crowded_search(store: &PgStore, crowd: usize, searches: usize) -> Result<(), 
 /// Times a compose on an instance that was overtaken (reload first) and on the one that
 /// served the previous request, alternating between two instances of one conversation.
 fn session_takeover(schema: &TestSchema, requests: usize) -> Result<(), Failure> {
-    use ctxwin_std::session::{ComposeOptions, Session};
+    use ctxwin_std::session::{ComposeOptions, RecallFor, Session};
     use ctxwin_std::store::Ports;
     let recorded = replay::Session::load()?;
     let instance = || -> Result<Ports, Failure> {
@@ -270,7 +272,7 @@ fn session_takeover(schema: &TestSchema, requests: usize) -> Result<(), Failure>
     let mut second = open(instance()?)?;
     let compose = |session: &mut Session| -> Result<Duration, Failure> {
         let started = Instant::now();
-        session.compose_with(ComposeOptions::new(&[]))?;
+        session.compose_with(ComposeOptions::new(&[]).recall(RecallFor::Nothing))?;
         Ok(started.elapsed())
     };
     let (mut overtaken, mut resident) = (Vec::new(), Vec::new());

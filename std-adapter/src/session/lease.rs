@@ -197,12 +197,9 @@ impl Session {
     /// Restores the newest checkpoint that restores, or empties the session when there is
     /// none (`None` then).
     fn restore_newest(&mut self) -> Result<Option<CheckpointId>, SessionError> {
-        let has_checkpoints = match self.stores.checkpoints.as_deref() {
-            Some(sink) => !sink.ids(&self.scope)?.is_empty(),
-            None => false,
-        };
-        if has_checkpoints {
-            let (id, restored, _skipped) = self.load_point(RestorePoint::Latest)?;
+        if self.stores.checkpoints.is_some()
+            && let Some((id, restored, _skipped)) = self.load_point(RestorePoint::Latest)?
+        {
             self.adopt(&id, restored)?;
             return Ok(Some(id));
         }
@@ -236,6 +233,9 @@ impl Session {
                 }
                 self.replay_row(row)?;
                 replayed += 1;
+            }
+            if rows.len() < PAGE {
+                return Ok(replayed);
             }
         }
     }

@@ -321,7 +321,8 @@ impl Session {
         // Rows still owed to the archive belong to the timeline being left: write them first
         // (they are then copied aside with the other rewound messages).
         self.sync_archive()?;
-        let (id, restored, skipped) = self.load_point(point)?;
+        let (id, restored, skipped) =
+            self.load_point(point)?.ok_or(SessionError::NoCheckpoints { operation: "restore" })?;
         self.adopt(&id, restored)?;
         self.counters.restores += 1;
         // The state is an older checkpoint's, not the newest one's plus the rows after it.
@@ -333,11 +334,11 @@ impl Session {
 
     /// Restores checkpoint `point` into the manager (the first that restores, for
     /// [`RestorePoint::Latest`]): its id, the session's and the caller's state it holds, and
-    /// the newer checkpoints passed over.
+    /// the newer checkpoints passed over; `None` when the scope has no checkpoint.
     pub(super) fn load_point(
         &mut self,
         point: RestorePoint,
-    ) -> Result<(CheckpointId, Restored, Vec<Skipped>), SessionError> {
+    ) -> Result<Option<(CheckpointId, Restored, Vec<Skipped>)>, SessionError> {
         let Session { stores, manager, scope, .. } = self;
         let sink = stores
             .checkpoints
@@ -349,7 +350,7 @@ impl Session {
                 let bytes = sink.load(scope, &id)?;
                 let restored = restore_into(manager, name, &bytes)
                     .map_err(|reason| SessionError::BadCheckpoint { id: id.clone(), reason })?;
-                Ok((id, restored, Vec::new()))
+                Ok(Some((id, restored, Vec::new())))
             }
             RestorePoint::Latest => {
                 let mut restored = None;
@@ -357,8 +358,8 @@ impl Session {
                     restore_into(manager, name, bytes).map(|state| restored = Some(state))
                 })?;
                 match (found, restored) {
-                    (Some(found), Some(state)) => Ok((found.id, state, found.skipped)),
-                    _ => Err(SessionError::NoCheckpoints { operation: "restore" }),
+                    (Some(found), Some(state)) => Ok(Some((found.id, state, found.skipped))),
+                    _ => Ok(None),
                 }
             }
         }
