@@ -94,6 +94,8 @@ pub(crate) enum Command {
     /// Show the entity values (`[context] entity_schema`), or update or delete one: the old
     /// value is forgotten as `forget --match` forgets a text.
     Entity(EntityArgs),
+    /// Delete old checkpoints (keep the newest N), or a whole conversation, from the store.
+    Prune(PruneArgs),
     /// Trim a conversation to a token budget without any state: print what ctxwin would send.
     Trim(TrimArgs),
     /// Run the OpenAI/Anthropic proxy: any agent gets a managed context window by pointing its
@@ -199,6 +201,27 @@ pub(crate) struct SummarizeArgs {
     /// locked_tail).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub keep: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PruneArgs {
+    /// Keep the newest N checkpoints of the session (of every conversation with --all) and
+    /// delete the older ones.
+    #[arg(
+        long,
+        value_name = "N",
+        required_unless_present = "delete",
+        conflicts_with = "delete",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub keep: Option<u32>,
+    /// With --keep: every conversation in the store, not only this directory's session.
+    #[arg(long, requires = "keep")]
+    pub all: bool,
+    /// Delete this conversation from the store: its messages, summaries, vectors and every
+    /// checkpoint (a session serving it elsewhere is fenced and starts it anew).
+    #[arg(long, value_name = "NAME")]
+    pub delete: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -2,7 +2,7 @@
 //!
 //! Sections: top-level `session` (the archive key), `[context]` (every
 //! [`ctxwin_core::Config`] field, by its name, and `checkpoint_interval_messages`),
-//! `[checkpoints]`, `[tokenizer]`, `[llm]`, `[retrieval]`, `[limits]`, `[proxy]`. Every key is
+//! `[checkpoints]`, `[store]`, `[tokenizer]`, `[llm]`, `[retrieval]`, `[limits]`, `[proxy]`. Every key is
 //! optional; unknown keys are refused so a typo never goes unnoticed.
 
 use std::path::{Path, PathBuf};
@@ -43,6 +43,9 @@ pub(crate) struct FileConfig {
     pub checkpoint_interval_messages: u32,
     /// Checkpoints kept.
     pub keep_checkpoints: usize,
+    /// `[store] url`: where the archive and checkpoints are instead of this directory (a
+    /// `postgres://` URL), as written; `CTXWIN_STORE_URL` overrides it.
+    pub store_url: Option<String>,
     /// `[tokenizer] path`, as written.
     pub tokenizer: Option<String>,
     /// `[llm]`.
@@ -150,6 +153,13 @@ struct CheckpointSection {
     keep: Option<usize>,
 }
 
+/// `[store]`: where the archive and checkpoints are.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreSection {
+    url: Option<String>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TokenizerSection {
@@ -165,6 +175,8 @@ struct Sections {
     context: toml::Table,
     #[serde(default)]
     checkpoints: CheckpointSection,
+    #[serde(default)]
+    store: StoreSection,
     #[serde(default)]
     tokenizer: TokenizerSection,
     #[serde(default)]
@@ -186,6 +198,7 @@ impl Default for FileConfig {
             context: Config::DEFAULT,
             checkpoint_interval_messages: CheckpointPolicy::DEFAULT.interval_messages,
             keep_checkpoints: DEFAULT_KEEP,
+            store_url: None,
             tokenizer: None,
             llm: LlmSection::default(),
             limits: Limits::default(),
@@ -254,6 +267,16 @@ impl FileConfig {
                 return Err(bad(format!("{key} must be at most {MAX_SECS} (a day)")));
             }
         }
+        if let Some(url) = &sections.store.url
+            && !matches!(
+                ctxwin_std::store::Location::parse(url),
+                ctxwin_std::store::Location::Postgres(_)
+            )
+        {
+            return Err(bad(
+                "[store] url must be a postgres:// or postgresql:// URL (leave it out to keep the store in the state directory)".into(),
+            ));
+        }
         let defaults = Limits::default();
         let limits = Limits {
             max_input_bytes: sections.limits.max_input_bytes.unwrap_or(defaults.max_input_bytes),
@@ -270,6 +293,7 @@ impl FileConfig {
             context,
             checkpoint_interval_messages,
             keep_checkpoints,
+            store_url: sections.store.url,
             tokenizer: sections.tokenizer.path,
             llm: sections.llm,
             limits,
@@ -500,6 +524,12 @@ pub(crate) fn default_toml() -> String {
     }
     text.push_str(&format!(
         "\n[checkpoints]\n# Checkpoints kept (the oldest are deleted).\nkeep = {DEFAULT_KEEP}\n\n\
+         [store]\n\
+         # Where the archive and the checkpoints are. Without a url, in this directory\n\
+         # (archive.db, an SQLite file, and checkpoints/). A PostgreSQL URL keeps them in that\n\
+         # database instead, shared by every host and proxy instance pointed at it (a fleet):\n\
+         # each conversation is leased to one writer at a time. CTXWIN_STORE_URL overrides it.\n\
+         # url = \"postgres://ctxwin:secret@db.internal:5432/ctxwin\"\n\n\
          [tokenizer]\n\
          # Count tokens exactly with a Hugging Face tokenizer.json (relative paths start at the\n\
          # directory holding the state directory), or the built-in \"cl100k\" or \"smollm2\".\n\
@@ -609,6 +639,15 @@ mod tests {
             interval.to_string().contains("checkpoint_interval_messages must be"),
             "{interval}"
         );
+    }
+
+    #[test]
+    fn the_store_is_a_postgres_url() {
+        let config = parse("[store]\nurl = \"postgres://u:p@db/ctxwin\"\n").unwrap();
+        assert_eq!(config.store_url.as_deref(), Some("postgres://u:p@db/ctxwin"));
+        let directory = parse("[store]\nurl = \"/var/lib/ctxwin\"\n").unwrap_err();
+        assert!(directory.to_string().contains("postgres://"), "{directory}");
+        assert!(parse("[store]\nuri = \"postgres://db/x\"\n").is_err());
     }
 
     #[test]

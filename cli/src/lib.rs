@@ -1,7 +1,9 @@
 //! The `ctxwin` command-line tool: a persistent context window driven from the shell.
 //!
 //! State lives in a directory (`.ctxwin/` by default, `--dir` to change): `ctxwin.toml`, the
-//! SQLite archive and the checkpoints. Each command is one process: it restores the session
+//! SQLite archive and the checkpoints — or, with `[store] url = "postgres://…"` (or
+//! `CTXWIN_STORE_URL`), the archive and checkpoints in a PostgreSQL database shared by a
+//! fleet. Each command is one process: it restores the session
 //! from the newest checkpoint, runs, and writes a checkpoint when it changed anything, so a
 //! restart continues where the last command left off. Everything works with the embedded
 //! defaults (the estimator, the extractive summarizer, no server); `--tokenizer` counts
@@ -26,6 +28,7 @@
 //! | `recover` | rebuild the context from the archive (every checkpoint damaged, or not its archive's) |
 //! | `search <query>` / `search --summary ID` | archive search, drill-down into a summary |
 //! | `forget <id>` / `forget --match TEXT` | a message or a text out of the window, archive and checkpoints |
+//! | `prune --keep N [--all]` / `prune --delete NAME` | old checkpoints, or a whole conversation, out of the store |
 //! | `trim --budget N <file\|->` | stateless: the payload ctxwin would send for a conversation |
 //! | `proxy --upstream URL` | the OpenAI/Anthropic proxy of `ctxwin-proxy`, state in `DIR/proxy/` (`--listen`, `--max-resident`) |
 //!

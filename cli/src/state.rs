@@ -9,6 +9,11 @@
 //!   cli.json        the command line's own counters (retrieved items, last compression)
 //!   lock            locked while a command runs, so concurrent commands take turns
 //! ```
+//!
+//! With a PostgreSQL store (`[store] url` or `CTXWIN_STORE_URL`) the archive and the
+//! checkpoints are in the database instead (no `archive.db`, no `checkpoints/`): commands
+//! reach them through the storage ports ([`Ports`]) that [`store::open_bound`] returns
+//! either way, and the session holds the conversation's lease while it writes.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -26,7 +31,7 @@ use super::llm::LlmClient;
 use ctxwin_std::embed::Embedder;
 use ctxwin_std::session::{Counter, Session, SessionBuilder};
 use ctxwin_std::statefs::{self, StateLock};
-use ctxwin_std::store::{ArchiveStore, CheckpointDir, CheckpointSink, ErrorKind, Scope};
+use ctxwin_std::store::{self, ErrorKind, Location, Ports, STORE_URL_VAR, Scope};
 #[cfg(feature = "tokenizers")]
 use ctxwin_std::tokens::ExactCounter;
 use std::sync::Arc;
@@ -69,25 +74,21 @@ impl StateDir {
         self.root.join("archive.db")
     }
 
-    /// The archive port on `archive.db` (created if missing).
-    #[cfg(feature = "sqlite")]
-    pub(crate) fn open_archive(&self) -> Result<Arc<dyn ArchiveStore>, CliError> {
-        Ok(ctxwin_std::store::open_archive(self.archive())?)
-    }
-
-    /// Without the `sqlite` feature a state directory cannot be opened: only `trim` works.
-    #[cfg(not(feature = "sqlite"))]
-    pub(crate) fn open_archive(&self) -> Result<Arc<dyn ArchiveStore>, CliError> {
-        Err(CliError::without_feature("sqlite", "a state directory (its archive.db)"))
-    }
-
     pub(crate) fn checkpoints(&self) -> PathBuf {
         self.root.join("checkpoints")
     }
 
-    /// The checkpoint port of session `session` in this directory.
-    pub(crate) fn checkpoint_sink(&self, session: &str) -> CheckpointDir {
-        CheckpointDir::bound(self.checkpoints(), Scope::local(session))
+    /// Where the archive and checkpoints of this directory's session are: `[store] url`
+    /// of `config`, overridden by [`STORE_URL_VAR`], else this directory.
+    pub(crate) fn location(&self, config: &FileConfig) -> Result<Location, CliError> {
+        match Location::resolve(config.store_url.as_deref(), &self.root) {
+            Location::Directory(dir) if dir != self.root => Err(CliError::Config(format!(
+                "{STORE_URL_VAR}={} is not a postgres:// URL; unset it to keep the store in {}",
+                dir.display(),
+                self.root.display()
+            ))),
+            location => Ok(location),
+        }
     }
 
     pub(crate) fn notes(&self) -> PathBuf {
@@ -142,7 +143,7 @@ impl StateDir {
         }
     }
 
-    /// Checks the directory holds a complete state; says what to do when it does not.
+    /// Checks the directory holds a configuration; says what to do when it does not.
     pub(crate) fn require(&self) -> Result<(), CliError> {
         let root = self.root.display();
         if !self.root.is_dir() {
@@ -156,6 +157,16 @@ impl StateDir {
                 config_file::FILE_NAME
             )));
         }
+        Ok(())
+    }
+
+    /// Checks the store at `location` is complete when it is this directory (a database is
+    /// checked by opening it).
+    pub(crate) fn require_store(&self, location: &Location) -> Result<(), CliError> {
+        if !matches!(location, Location::Directory(_)) {
+            return Ok(());
+        }
+        let root = self.root.display();
         for (path, what) in [(self.archive(), "archive.db"), (self.checkpoints(), "checkpoints/")] {
             if !path.exists() {
                 return Err(CliError::Corrupt(format!(
@@ -214,12 +225,14 @@ pub(crate) struct Workspace {
     pub llm: Option<LlmClient>,
     /// The embeddings server for hybrid recall, when one is configured.
     pub embedder: Option<Arc<dyn Embedder>>,
-    /// The archive port on `archive.db`, shared by the sessions the command builds.
-    archive: Arc<dyn ArchiveStore>,
     /// Until when the command waits for the model's answers: `[llm] wait_secs` from the
     /// moment the state was locked, for all waits of the command together.
     llm_deadline: Option<Instant>,
     pub notes: Notes,
+    /// Where the archive and the checkpoints are.
+    pub location: Location,
+    /// The archive and checkpoint ports of the session's store.
+    pub ports: Ports,
     counter: Counter,
     /// Held while the command runs.
     _lock: StateLock,
@@ -233,33 +246,41 @@ impl Workspace {
         dir.refuse_symlinks()?;
         // Read-only and never written by a command: read before the lock, for its wait.
         let config = FileConfig::load(&dir.config())?;
+        let location = dir.location(&config)?;
+        dir.require_store(&location)?;
         let lock = dir.lock(config.limits.lock_wait, globals.command)?;
         let counter = counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
         let llm = llm::client(globals.llm_url, &config.llm)?;
         let embedder = embeddings::embedder(globals.embeddings, &config.embeddings)?;
         let notes = Notes::load(&dir.notes())?;
-        let archive = dir.open_archive()?;
+        let ports = store::open_bound(&location, &Scope::local(config.session.as_str()))?;
         let llm_deadline = Instant::now().checked_add(llm::wait(&config.llm));
         Ok(Workspace {
             dir,
             config,
             llm,
             embedder,
-            archive,
             llm_deadline,
             notes,
+            location,
+            ports,
             counter,
             _lock: lock,
         })
     }
 
-    /// A session builder over this directory with `config`, restoring the latest checkpoint.
+    /// The session's scope in the store.
+    pub(crate) fn scope(&self) -> Scope {
+        Scope::local(self.config.session.as_str())
+    }
+
+    /// A session builder over this directory's store with `config`, restoring the latest
+    /// checkpoint.
     pub(crate) fn builder(&self, config: Config) -> SessionBuilder {
         let builder = SessionBuilder::new(self.config.session.as_str())
             .config(config)
             .counter(self.counter.clone())
-            .archive_store(self.archive.clone())
-            .checkpoints(self.dir.checkpoints())
+            .ports(self.ports.clone())
             .checkpoint_interval_messages(self.config.checkpoint_interval_messages)
             .keep_checkpoints(self.config.keep_checkpoints)
             .retrieval(self.config.retrieval)
@@ -280,8 +301,8 @@ impl Workspace {
         strict: bool,
         adjust: impl FnOnce(Config) -> Config,
     ) -> Result<Session, CliError> {
-        let scope = Scope::local(self.config.session.as_str());
-        let sink = self.dir.checkpoint_sink(&scope.conversation);
+        let scope = self.scope();
+        let sink = self.ports.checkpoints.as_ref();
         let newest = sink.ids(&scope)?.into_iter().next();
         if strict && let Some(newest) = &newest {
             match sink.load(&scope, newest) {

@@ -333,9 +333,64 @@ fn every_command_needs_an_initialized_state() {
         &["checkpoints"],
         &["restore", "latest"],
         &["search", "x"],
+        &["prune", "--keep", "1"],
     ] {
         work.fails(command, NO_STATE, "run `ctxwin init` first");
     }
+}
+
+#[test]
+fn prune_keeps_the_newest_checkpoints_and_deletes_conversations() {
+    let work = Workdir::init();
+    for text in ["one", "two", "three"] {
+        work.ok(&["add", "user", text]);
+    }
+    assert_eq!(work.json(&["checkpoints"]).as_array().unwrap().len(), 4);
+    let newest = work.json(&["checkpoints"])[0]["id"].clone();
+    let pruned = work.json(&["prune", "--keep", "2"]);
+    assert_eq!((pruned["deleted"].as_u64(), pruned["keep"].as_u64()), (Some(2), Some(2)));
+    let listed = work.json(&["checkpoints"]);
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(listed[0]["id"], newest, "the newest stay");
+    assert_eq!(work.json(&["stats"])["messages"]["in_context"], 3);
+    assert_eq!(work.json(&["prune", "--keep", "5", "--all"])["deleted"], 0);
+    work.fails(&["prune", "--keep", "0"], USAGE, "--keep");
+    work.fails(&["prune", "--delete", "nope"], BAD_INPUT, "no conversation \"nope\"");
+    // A recovery keeps the old rows in a side conversation; prune deletes it for good.
+    let side = work.json(&["recover"])["kept_in"].as_str().unwrap().to_string();
+    let deleted = work.json(&["prune", "--delete", &side]);
+    assert_eq!(
+        (deleted["messages"].as_u64(), deleted["session"].as_bool()),
+        (Some(3), Some(false))
+    );
+    let conn = rusqlite::Connection::open(work.state().join("archive.db")).unwrap();
+    let left: i64 = conn
+        .query_row("SELECT count(*) FROM sessions WHERE name = ?1", [&side], |row| row.get(0))
+        .unwrap_or(0);
+    let rows: i64 = conn.query_row("SELECT count(*) FROM messages", [], |row| row.get(0)).unwrap();
+    drop(conn);
+    assert_eq!((left, rows), (0, 3), "the side conversation is gone, the session's rows stay");
+    // Deleting the session itself: its rows and checkpoints go, the next command starts anew.
+    let gone = work.json(&["prune", "--delete", "main"]);
+    assert_eq!(gone["messages"], 3);
+    assert_eq!(gone["session"], true);
+    assert!(work.json(&["checkpoints"]).as_array().unwrap().is_empty());
+    assert_eq!(work.json(&["stats"])["messages"]["archived"], 0);
+    work.ok(&["add", "user", "a new start"]);
+    assert_eq!(work.json(&["stats"])["messages"]["in_context"], 1);
+}
+
+#[test]
+fn a_store_url_that_is_not_postgres_is_refused() {
+    let work = Workdir::init();
+    let run = work.run_with(&["stats"], None, &[("CTXWIN_STORE_URL", "/somewhere/else")]);
+    assert_eq!(run.code, CONFIG, "{}", run.stderr);
+    assert!(run.stderr.contains("not a postgres:// URL"), "{}", run.stderr);
+    let config = work.write("bad.toml", "[store]\nurl = \"sqlite:///x.db\"\n");
+    let other = Workdir::new();
+    let run = other.run(&["init", "--config", config.to_str().unwrap()]);
+    assert_eq!(run.code, CONFIG, "{}", run.stderr);
+    assert!(run.stderr.contains("[store] url must be a postgres://"), "{}", run.stderr);
 }
 
 #[test]

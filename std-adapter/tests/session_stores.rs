@@ -289,19 +289,33 @@ fn tenants_with_the_same_conversation_names_never_meet() {
 }
 
 #[test]
-fn a_stale_fence_is_refused() {
+fn an_overtaken_session_reloads_and_serves_on() {
     let store = Arc::new(MemoryStore::new());
-    let mut first = SessionBuilder::new("chat").archive_store(store.clone()).build().unwrap();
+    let build = || {
+        SessionBuilder::new("chat")
+            .archive_store(store.clone())
+            .checkpoint_sink(store.clone())
+            .restore_latest(true)
+            .build()
+            .unwrap()
+    };
+    let mut first = build();
     first.push(&user("from the first holder")).unwrap();
-    // Another process takes the conversation over (a newer lease), with the rows it has.
-    let newer = store.acquire(&Scope::local("chat")).unwrap();
-    assert!(newer > ctxwin_std::store::Fence(1));
-    let stale = first.push(&user("from a holder that lost its lease")).unwrap_err();
-    assert!(
-        matches!(&stale, SessionError::AfterStore { source, .. } if matches!(source.as_ref(), SessionError::Store(e) if e.kind() == ErrorKind::Fenced)),
-        "{stale}"
-    );
-    assert_eq!(store.usage(&Scope::local("chat")).unwrap().messages, 1);
+    // Another process takes the conversation over (a newer lease) and writes.
+    let mut second = build();
+    assert_eq!(second.push(&user("from the second holder")).unwrap().id, 2);
+    // The first one's write is refused as stale: it reloads and pushes on top.
+    assert_eq!(first.push(&user("from the first again")).unwrap().id, 3);
+    assert_eq!(first.stats().unwrap().counters.reloads, 1);
+    let texts: Vec<String> = store
+        .rows_after(&Scope::local("chat"), 0, 10)
+        .unwrap()
+        .into_iter()
+        .map(|row| row.message.content)
+        .collect();
+    assert_eq!(texts, ["from the first holder", "from the second holder", "from the first again"]);
+    let history: Vec<String> = first.manager().history().map(|m| m.content().to_string()).collect();
+    assert_eq!(history, texts);
 }
 
 #[test]

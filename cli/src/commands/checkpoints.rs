@@ -7,7 +7,7 @@ use crate::error::CliError;
 use crate::output::{Output, Table, thousands};
 use crate::state::{self, Checkpointing, Globals, StateDir, Workspace};
 use ctxwin_std::session::{RestorePoint, Session, take_for_recovery};
-use ctxwin_std::store::{CheckpointId, CheckpointSink, CheckpointStatus, Scope};
+use ctxwin_std::store::{CheckpointId, CheckpointStatus, Scope, open_checkpoints};
 
 /// `checkpoint`: one now, whatever changed.
 pub(crate) fn write(session: &mut Session, _: &mut Workspace) -> Result<Output, CliError> {
@@ -16,13 +16,17 @@ pub(crate) fn write(session: &mut Session, _: &mut Workspace) -> Result<Output, 
     Ok(Output::report(text, json!({ "id": id })))
 }
 
-/// `checkpoints`: every file, newest first, with its health. Reads the store only, so it works
-/// when the session would not open.
+/// `checkpoints`: every checkpoint, newest first, with its health. Reads the checkpoint port
+/// only, so it works when the session (or a state directory's archive) would not open.
 pub(crate) fn list(globals: &Globals<'_>) -> Result<Output, CliError> {
     let dir = StateDir::new(globals.dir);
     dir.require()?;
-    let session = crate::config_file::FileConfig::load(&dir.config())?.session;
-    let listed = dir.checkpoint_sink(&session).list(&Scope::local(session.as_str()))?;
+    let config = crate::config_file::FileConfig::load(&dir.config())?;
+    let location = dir.location(&config)?;
+    dir.require_store(&location)?;
+    let scope = Scope::local(config.session.as_str());
+    let sink = open_checkpoints(&location, &scope)?;
+    let listed = sink.list(&scope)?;
     let mut table =
         Table::new(&[("id", false), ("taken", false), ("bytes", true), ("status", false)]);
     let mut rows = Vec::with_capacity(listed.len());
@@ -47,7 +51,7 @@ pub(crate) fn list(globals: &Globals<'_>) -> Result<Output, CliError> {
         }));
     }
     let text = if listed.is_empty() {
-        format!("no checkpoints in {}\n", dir.checkpoints().display())
+        format!("no checkpoints in {}\n", sink.place(&scope))
     } else {
         table.render()
     };
@@ -111,10 +115,7 @@ pub(crate) fn restore(globals: &Globals<'_>, args: &RestoreArgs) -> Result<Outpu
 pub(crate) fn recover(globals: &Globals<'_>) -> Result<Output, CliError> {
     let mut workspace = Workspace::load(globals)?;
     let name = workspace.config.session.clone();
-    let source = {
-        let archive = workspace.dir.open_archive()?;
-        take_for_recovery(archive.as_ref(), &Scope::local(name.as_str()))?
-    };
+    let source = take_for_recovery(workspace.ports.archive.as_ref(), &workspace.scope())?;
     let session = workspace.builder(workspace.config.context).restore_latest(false).build()?;
     state::run(&mut workspace, session, "recover", Checkpointing::Never, |session, _| {
         let checkpoint = session.recover_from(&source.messages)?.to_string();

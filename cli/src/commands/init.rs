@@ -1,4 +1,6 @@
-//! `ctxwin init`: a new state directory with its configuration, archive and first checkpoint.
+//! `ctxwin init`: a new state directory with its configuration, archive and first checkpoint
+//! (the archive and checkpoint in the state directory, or in the PostgreSQL database of
+//! `[store] url` / `CTXWIN_STORE_URL`).
 
 use std::fs;
 use std::io::Write;
@@ -13,6 +15,7 @@ use crate::llm;
 use crate::output::{Output, pairs, thousands};
 use crate::state::{self, Globals, StateDir, Workspace};
 use ctxwin_std::statefs;
+use ctxwin_std::store::{self, Location, Scope};
 
 pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliError> {
     let dir = StateDir::new(globals.dir);
@@ -26,6 +29,7 @@ pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliE
     };
     // Everything is checked before anything is created.
     let config = FileConfig::parse(&text, &origin)?;
+    let location = dir.location(&config)?;
     state::counter(globals.tokenizer, config.tokenizer_path(&dir.base()))?;
     llm::client(globals.llm_url, &config.llm)?;
     crate::embeddings::embedder(globals.embeddings, &config.embeddings)?;
@@ -34,11 +38,11 @@ pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliE
     // other touches nothing of its.
     let mut checkpoint = String::new();
     let made = statefs::create_dir_atomically(dir.root(), config_file::FILE_NAME, |temp| {
-        checkpoint = create(temp, &text, globals)?;
+        checkpoint = create(temp, &text, &location, globals)?;
         Ok::<(), CliError>(())
     });
     match made {
-        Ok(()) => Ok(report(&dir, &config, &checkpoint, globals)),
+        Ok(()) => Ok(report(&dir, &config, &location, &checkpoint, globals)),
         Err(_) if dir.config().exists() => Err(CliError::NoState(format!(
             "{} already holds a ctxwin state (another `ctxwin init` made it just now)",
             dir.root().display()
@@ -66,9 +70,15 @@ fn refuse_existing(dir: &StateDir) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Writes the configuration, opens the archive and writes the first checkpoint in `root` (a
-/// temporary directory that becomes the state directory).
-fn create(root: &Path, text: &str, globals: &Globals<'_>) -> Result<String, CliError> {
+/// Writes the configuration in `root` (a temporary directory that becomes the state
+/// directory), creates the store when it is that directory (its archive and checkpoints
+/// directory), and writes the first checkpoint.
+fn create(
+    root: &Path,
+    text: &str,
+    location: &Location,
+    globals: &Globals<'_>,
+) -> Result<String, CliError> {
     let dir = StateDir::new(root);
     let path = dir.config();
     let mut file = fs::OpenOptions::new()
@@ -79,16 +89,25 @@ fn create(root: &Path, text: &str, globals: &Globals<'_>) -> Result<String, CliE
     file.write_all(text.as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(|e| CliError::io("write", &path, &e))?;
-    fs::create_dir_all(dir.checkpoints())
-        .map_err(|e| CliError::io("create", &dir.checkpoints(), &e))?;
-    drop(dir.open_archive()?);
+    if let Location::Directory(_) = location {
+        fs::create_dir_all(dir.checkpoints())
+            .map_err(|e| CliError::io("create", &dir.checkpoints(), &e))?;
+        let session = FileConfig::parse(text, &path)?.session;
+        drop(store::open_bound(&Location::Directory(root.to_path_buf()), &Scope::local(session))?);
+    }
     let globals = Globals { dir: root, ..*globals };
     let workspace = Workspace::load(&globals)?;
     let mut session = workspace.builder(workspace.config.context).build()?;
     Ok(session.checkpoint()?.to_string())
 }
 
-fn report(dir: &StateDir, config: &FileConfig, checkpoint: &str, globals: &Globals<'_>) -> Output {
+fn report(
+    dir: &StateDir,
+    config: &FileConfig,
+    location: &Location,
+    checkpoint: &str,
+    globals: &Globals<'_>,
+) -> Output {
     let context = &config.context;
     let counter = if globals.tokenizer.is_some() || config.tokenizer.is_some() {
         "exact"
@@ -111,6 +130,7 @@ fn report(dir: &StateDir, config: &FileConfig, checkpoint: &str, globals: &Globa
                 )
             ),
             ("counter", counter.to_string()),
+            ("store", store_name(location)),
             ("checkpoint", checkpoint.to_string()),
         ]),
         display(&dir.config()),
@@ -121,9 +141,18 @@ fn report(dir: &StateDir, config: &FileConfig, checkpoint: &str, globals: &Globa
         "strategy": context.strategy.as_str(),
         "budget": context.budget(),
         "counter": counter,
+        "store": store_name(location),
         "checkpoint": checkpoint,
     });
     Output::report(text, json)
+}
+
+/// The store, for people: "this directory" or the database without its password.
+fn store_name(location: &Location) -> String {
+    match location {
+        Location::Directory(_) => "this directory (archive.db, checkpoints/)".into(),
+        Location::Postgres(_) => location.to_string(),
+    }
 }
 
 fn display(path: &Path) -> String {

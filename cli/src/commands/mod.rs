@@ -10,6 +10,7 @@ mod import;
 mod init;
 #[cfg(feature = "proxy")]
 mod proxy;
+mod prune;
 mod search;
 mod stats;
 mod trim;
@@ -41,6 +42,7 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
         Command::Proxy(args) => proxy::run(&globals, args),
         #[cfg(not(feature = "proxy"))]
         Command::Proxy(_) => Err(CliError::without_feature("proxy", "`ctxwin proxy`")),
+        Command::Prune(args) => prune::run(&globals, args),
         Command::Add(args) => {
             // Input is read (bounded) before the state is locked: a slow pipe blocks no one.
             state::StateDir::new(globals.dir).require()?;
@@ -113,6 +115,7 @@ fn name(command: &Command) -> &'static str {
         Command::Restore(_) => "restore",
         Command::Recover => "recover",
         Command::Search(_) => "search",
+        Command::Prune(_) => "prune",
         Command::Trim(_) => "trim",
         Command::Forget(_) => "forget",
         Command::Entity(_) => "entity",

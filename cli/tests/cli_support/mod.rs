@@ -68,6 +68,7 @@ impl Workdir {
             .env_remove("CTXWIN_DIR")
             .env_remove("CTXWIN_TOKENIZER")
             .env_remove("CTXWIN_LLM_URL")
+            .env_remove("CTXWIN_STORE_URL")
             .env("RUST_BACKTRACE", "1")
             .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use ctxwin_core::{Config, OutboxMode};
 
 use super::checkpointing::{CheckpointPolicy, Checkpointing};
+use super::lease::Lease;
 #[cfg(feature = "http")]
 use super::llm::{LlmOptions, LlmState};
 use super::retrieve::Retrieval;
@@ -19,7 +20,7 @@ use super::{
 use crate::embed::Embedder;
 #[cfg(feature = "http")]
 use crate::llm::LlmClient;
-use crate::store::{ArchiveStore, CheckpointDir, CheckpointSink, Scope};
+use crate::store::{ArchiveStore, CheckpointDir, CheckpointSink, Location, Ports, Scope};
 use crate::tokens::{Calibrator, CalibratorConfig, ChatFraming};
 
 /// Checkpoints a session keeps unless told otherwise.
@@ -38,22 +39,13 @@ enum ArchiveAt {
     File(PathBuf),
     /// A port the caller made (shared with other sessions, wrapped, another adapter).
     Store(Arc<dyn ArchiveStore>),
+    /// The store at a location, opened at build ([`store::open_bound`](crate::store::open_bound)).
+    At(Location),
 }
 
 impl ArchiveAt {
     fn is_nowhere(&self) -> bool {
         matches!(self, Self::Nowhere)
-    }
-
-    fn open(self) -> Result<Option<Arc<dyn ArchiveStore>>, SessionError> {
-        Ok(match self {
-            Self::Nowhere => None,
-            #[cfg(feature = "sqlite")]
-            Self::Memory => Some(Arc::new(crate::store::sqlite::SqliteArchive::open_in_memory()?)),
-            #[cfg(feature = "sqlite")]
-            Self::File(path) => Some(Arc::new(crate::store::sqlite::SqliteArchive::open(path)?)),
-            Self::Store(store) => Some(store),
-        })
     }
 }
 
@@ -66,6 +58,45 @@ enum CheckpointsAt {
     Dir(PathBuf),
     /// A sink the caller made.
     Sink(Arc<dyn CheckpointSink>),
+    /// The checkpoint port of the store the archive is at ([`ArchiveAt::At`]).
+    WithArchive,
+}
+
+/// A session's archive and checkpoint ports, either absent.
+type OpenedStores = (Option<Arc<dyn ArchiveStore>>, Option<Arc<dyn CheckpointSink>>);
+
+/// The archive and checkpoint ports `archive` and `checkpoints` name, opened for `scope`.
+fn open_stores(
+    archive: ArchiveAt,
+    checkpoints: CheckpointsAt,
+    scope: &Scope,
+) -> Result<OpenedStores, SessionError> {
+    let mut opened: Option<Ports> = None;
+    let archive = match archive {
+        ArchiveAt::Nowhere => None,
+        #[cfg(feature = "sqlite")]
+        ArchiveAt::Memory => {
+            Some(Arc::new(crate::store::sqlite::SqliteArchive::open_in_memory()?) as Arc<_>)
+        }
+        #[cfg(feature = "sqlite")]
+        ArchiveAt::File(path) => {
+            Some(Arc::new(crate::store::sqlite::SqliteArchive::open(path)?) as _)
+        }
+        ArchiveAt::Store(store) => Some(store),
+        ArchiveAt::At(location) => {
+            let ports = crate::store::open_bound(&location, scope)?;
+            let archive = ports.archive.clone();
+            opened = Some(ports);
+            Some(archive)
+        }
+    };
+    let checkpoints: Option<Arc<dyn CheckpointSink>> = match checkpoints {
+        CheckpointsAt::Nowhere => None,
+        CheckpointsAt::Dir(dir) => Some(Arc::new(CheckpointDir::bound(dir, scope.clone()))),
+        CheckpointsAt::Sink(sink) => Some(sink),
+        CheckpointsAt::WithArchive => opened.map(|ports| ports.checkpoints),
+    };
+    Ok((archive, checkpoints))
 }
 
 /// Configures a [`Session`]: its name, the core's configuration, the token counter, chat
@@ -215,6 +246,54 @@ impl SessionBuilder {
         self
     }
 
+    /// Keeps the archive and the checkpoints in `ports`, both ports of one store as
+    /// [`store::open`](crate::store::open) returns them (shared by every session of the
+    /// process: one SQLite connection or one PostgreSQL pool for all).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxwin_std::store::{ArchiveStore, CheckpointSink, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store.clone() };
+    /// let mut session = SessionBuilder::new("chat").ports(ports).build()?;
+    /// session.push(&ChatMessage::text(Role::User, "hello"))?;
+    /// session.checkpoint()?;
+    /// assert_eq!(store.usage(session.scope())?.messages, 1);
+    /// assert_eq!(store.ids(session.scope())?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ports(mut self, ports: Ports) -> Self {
+        self.archive = ArchiveAt::Store(ports.archive);
+        self.checkpoints = CheckpointsAt::Sink(ports.checkpoints);
+        self
+    }
+
+    /// Keeps the archive and the checkpoints in the store at `location`, opened at build
+    /// for this session ([`store::open_bound`](crate::store::open_bound)): a state
+    /// directory's `archive.db` and `checkpoints/`, or a PostgreSQL database
+    /// ([`Location::resolve`] reads `CTXWIN_STORE_URL`).
+    ///
+    /// ```
+    /// use ctxwin_std::store::Location;
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let dir = tempfile::tempdir()?;
+    /// let location = Location::Directory(dir.path().to_path_buf());
+    /// let mut session = SessionBuilder::new("main").store(location).build()?;
+    /// session.push(&ChatMessage::text(Role::User, "hello"))?;
+    /// session.checkpoint()?;
+    /// assert!(dir.path().join("archive.db").is_file());
+    /// assert_eq!(std::fs::read_dir(dir.path().join("checkpoints"))?.count(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn store(mut self, location: Location) -> Self {
+        self.archive = ArchiveAt::At(location);
+        self.checkpoints = CheckpointsAt::WithArchive;
+        self
+    }
+
     /// Archives to a private in-memory SQLite database (gone with the session).
     #[cfg(feature = "sqlite")]
     pub fn archive_in_memory(mut self) -> Self {
@@ -298,6 +377,9 @@ impl SessionBuilder {
     }
 
     /// Whether to continue from the newest intact checkpoint at build (when there is one).
+    /// On a store that hands out leases (PostgreSQL) the session then
+    /// [`reload`](super::Session::reload)s: the newest checkpoint and every message archived
+    /// after it (written by another process that served the conversation).
     pub fn restore_latest(mut self, restore: bool) -> Self {
         self.restore_latest = restore;
         self
@@ -387,6 +469,10 @@ impl SessionBuilder {
             CheckpointsAt::Nowhere => return Ok(None),
             CheckpointsAt::Dir(dir) => Arc::new(CheckpointDir::bound(dir.clone(), scope.clone())),
             CheckpointsAt::Sink(sink) => sink.clone(),
+            CheckpointsAt::WithArchive => match &self.archive {
+                ArchiveAt::At(location) => crate::store::open_bound(location, &scope)?.checkpoints,
+                _ => return Ok(None),
+            },
         };
         let mut found = None;
         sink.load_latest(&scope, &mut |bytes| {
@@ -416,21 +502,17 @@ impl SessionBuilder {
         let scope = Scope::new(self.tenant, self.name);
         let calibrator = Calibrator::with_config(self.calibrator)?;
         let manager = SessionManager::small(configured, self.counter)?;
-        let archive = self.archive.open()?;
+        let (archive, checkpoints) = open_stores(self.archive, self.checkpoints, &scope)?;
         let fence = match archive.as_deref() {
             Some(archive) => archive.acquire(&scope)?,
             None => crate::store::Fence::NONE,
         };
-        let checkpoints: Option<Arc<dyn CheckpointSink>> = match self.checkpoints {
-            CheckpointsAt::Nowhere => None,
-            CheckpointsAt::Dir(dir) => Some(Arc::new(CheckpointDir::bound(dir, scope.clone()))),
-            CheckpointsAt::Sink(sink) => Some(sink),
-        };
+        let leased = !fence.is_none();
         let mut session = Session {
             scope,
             manager,
             calibration: Calibration { configured, calibrator },
-            stores: Stores { archive, checkpoints, fence, keep: self.keep },
+            stores: Stores { archive, checkpoints, lease: Lease::new(fence), keep: self.keep },
             journal: Journal::default(),
             tracker: Tracker::new(),
             counters: SessionCounters::default(),
@@ -445,17 +527,32 @@ impl SessionBuilder {
                 semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
             },
         };
-        let restored = if self.restore_latest && !self.assume_new {
-            session.restore_latest_if_any()?
-        } else {
+        let restored = if self.assume_new {
+            // Nothing stored: the empty session is what the store reproduces.
+            session.note_reproducible();
             None
+        } else if leased && self.restore_latest {
+            // Under a lease, the newest checkpoint and every row written after it.
+            session.reload_under(fence)?.checkpoint
+        } else {
+            let restored = match self.restore_latest {
+                true => session.restore_latest_if_any()?.map(|report| report.id),
+                false => None,
+            };
+            if restored.is_none() {
+                session.refuse_archived_name()?;
+                // No row, and no checkpoint either: the empty session is what the store
+                // reproduces.
+                if leased && session.checkpoints_stored()? == 0 {
+                    session.note_reproducible();
+                }
+            }
+            restored
         };
-        if restored.is_none() && !self.assume_new {
-            session.refuse_archived_name()?;
-        }
         tracing::info!(
             scope = %session.scope,
-            restored = ?restored.as_ref().map(|r| r.id.to_string()),
+            restored = ?restored.as_ref().map(ToString::to_string),
+            fence = fence.0,
             "session: opened"
         );
         Ok(session)
@@ -494,6 +591,14 @@ impl SessionBuilder {
 }
 
 impl Session {
+    /// How many checkpoints of the session's scope are stored.
+    fn checkpoints_stored(&self) -> Result<usize, SessionError> {
+        Ok(match self.stores.checkpoints.as_deref() {
+            Some(sink) => sink.ids(&self.scope)?.len(),
+            None => 0,
+        })
+    }
+
     /// A new session (no checkpoint continues it) whose name the archive already holds
     /// messages of would reuse their ids: refused.
     fn refuse_archived_name(&self) -> Result<(), SessionError> {

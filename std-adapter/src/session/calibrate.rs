@@ -31,6 +31,14 @@ impl Session {
         estimated_tokens: u32,
         prompt_tokens: u32,
     ) -> Result<(), SessionError> {
+        self.serving(true, |session| session.record_usage_once(estimated_tokens, prompt_tokens))
+    }
+
+    fn record_usage_once(
+        &mut self,
+        estimated_tokens: u32,
+        prompt_tokens: u32,
+    ) -> Result<(), SessionError> {
         self.calibration.calibrator.observe(estimated_tokens, prompt_tokens)?;
         self.apply_calibration()?;
         tracing::debug!(

@@ -229,9 +229,16 @@ impl Session {
         &mut self,
         options: ComposeOptions<'_>,
     ) -> Result<ComposedPayload, SessionError> {
+        self.serving(true, |session| session.compose_once(&options))
+    }
+
+    fn compose_once(
+        &mut self,
+        options: &ComposeOptions<'_>,
+    ) -> Result<ComposedPayload, SessionError> {
         #[cfg(feature = "http")]
         self.poll_llm();
-        let recall = self.recall_for(&options)?;
+        let recall = self.recall_for(options)?;
         let mut all: Vec<&str> = options.dynamic.to_vec();
         if !recall.block.is_empty() {
             all.push(&recall.block);
@@ -296,9 +303,17 @@ impl Session {
         options: ComposeOptions<'_>,
         model: &str,
     ) -> Result<(String, u32), SessionError> {
+        self.serving(true, |session| session.compose_openai_body_once(&options, model))
+    }
+
+    fn compose_openai_body_once(
+        &mut self,
+        options: &ComposeOptions<'_>,
+        model: &str,
+    ) -> Result<(String, u32), SessionError> {
         #[cfg(feature = "http")]
         self.poll_llm();
-        let recall = self.recall_for(&options)?;
+        let recall = self.recall_for(options)?;
         let mut all: Vec<&str> = options.dynamic.to_vec();
         if !recall.block.is_empty() {
             all.push(&recall.block);

@@ -111,6 +111,10 @@ impl Session {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forget(&mut self, id: u64) -> Result<ForgetReport, SessionError> {
+        self.serving(true, |session| session.forget_once(id))
+    }
+
+    fn forget_once(&mut self, id: u64) -> Result<ForgetReport, SessionError> {
         self.sync_archive()?;
         let mut texts: Vec<String> = Vec::new();
         if let Some(message) = self.manager.get(id) {
@@ -140,8 +144,10 @@ impl Session {
         if text.is_empty() {
             return Err(SessionError::Setting("nothing to forget: the text is empty".into()));
         }
-        self.sync_archive()?;
-        self.forget_texts(&[], &[text.to_string()])
+        self.serving(true, |session| {
+            session.sync_archive()?;
+            session.forget_texts(&[], &[text.to_string()])
+        })
     }
 
     /// Sets entity `key` to `value` (or deletes its value with `None`) and forgets the old
@@ -168,6 +174,14 @@ impl Session {
         key: &str,
         value: Option<&str>,
     ) -> Result<ForgetReport, SessionError> {
+        self.serving(true, |session| session.update_entity_once(key, value))
+    }
+
+    fn update_entity_once(
+        &mut self,
+        key: &str,
+        value: Option<&str>,
+    ) -> Result<ForgetReport, SessionError> {
         let old = self.manager.entities().get(key).map(str::to_string);
         self.manager
             .set_entity(key, value)
@@ -182,7 +196,7 @@ impl Session {
         // The rewritten checkpoints hold the old value masked, not the new one: the newest
         // checkpoint must carry the update, or a restart would bring back the mask.
         if self.stores.checkpoints.is_some() {
-            self.checkpoint()?;
+            self.checkpoint_once()?;
         }
         Ok(report)
     }
@@ -193,6 +207,8 @@ impl Session {
         texts: &[String],
     ) -> Result<ForgetReport, SessionError> {
         let needles: Vec<&[u8]> = texts.iter().map(String::as_bytes).collect();
+        // Masked text in the window is not what the rows after the checkpoint replay to.
+        self.stores.lease.changed();
         // The window: mask the snapshot, restore from it.
         let mut core = vec![0u8; self.manager.snapshot_len()];
         let len = self.manager.snapshot_into(&mut core).map_err(SessionError::Snapshot)?.len();
@@ -203,7 +219,7 @@ impl Session {
             self.manager.restore_from(&core).map_err(SessionError::Snapshot)?;
         }
         let strs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let fence = self.stores.fence;
+        let fence = self.stores.lease.fence;
         let archive = match self.stores.archive.as_deref() {
             Some(archive) => archive.forget(&self.scope, fence, &Forget { ids, texts: &strs })?,
             None => Forgotten::default(),

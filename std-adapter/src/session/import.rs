@@ -109,6 +109,17 @@ impl Session {
         conversation: &Conversation,
         timestamps: &[Option<u64>],
     ) -> Result<ImportReport, SessionError> {
+        // Not redone when overtaken: what was stored before stays, as after any failed item.
+        self.serving(false, |session| session.import_once(conversation, timestamps))
+    }
+
+    fn import_once(
+        &mut self,
+        conversation: &Conversation,
+        timestamps: &[Option<u64>],
+    ) -> Result<ImportReport, SessionError> {
+        self.commit()?;
+        self.ensure_reproducible()?;
         let mut report = ImportReport::default();
         let mut batch = Batch { rows: 0, ids: HashSet::new(), since: self.tracker.next_id };
         let ingested = self.manager.stats().counters.tokens_ingested;
@@ -120,8 +131,11 @@ impl Session {
         flushed?;
         self.record_import_compression(ingested, &report)?;
         let stored = u32::try_from(report.stored).unwrap_or(u32::MAX);
-        if self.stores.checkpoints.is_some() && self.checkpointing.periodic.on_messages(stored) {
-            report.checkpoint = Some(self.checkpoint()?);
+        let due = self.checkpointing.periodic.on_messages(stored);
+        // Under a lease, a checkpoint closes every import: its tool definitions take ids no
+        // row of the archive replays.
+        if self.stores.checkpoints.is_some() && (due || self.leased()) {
+            report.checkpoint = Some(self.checkpoint_once()?);
         }
         tracing::info!(
             scope = %self.scope,
@@ -188,7 +202,7 @@ impl Session {
         }
         let start = match self.checkpointing.last.clone() {
             Some(id) => id,
-            None => self.checkpoint()?,
+            None => self.checkpoint_once()?,
         };
         let policy = self.checkpointing.periodic.policy();
         self.checkpointing.periodic = PeriodicCheckpointer::new(CheckpointPolicy::DISABLED);
@@ -198,12 +212,18 @@ impl Session {
         let result = match result {
             Ok(()) => {
                 self.checkpointing.periodic = PeriodicCheckpointer::new(policy);
-                self.checkpoint()
+                self.checkpoint_once()
             }
             Err(error) => Err(error),
         };
         match result {
             Ok(id) => Ok(id),
+            // Overtaken: the session reloaded the store's state, which the new holder serves;
+            // going back would undo its writes too.
+            Err(error) if self.leased() && super::lease::is_fenced(&error) => {
+                self.checkpointing.periodic = PeriodicCheckpointer::new(policy);
+                Err(error)
+            }
             Err(error) => {
                 if let Err(undo) = self.restore(RestorePoint::Id(start.clone())) {
                     tracing::warn!(%undo, %start, "session: cannot go back to the checkpoint before the import");
@@ -327,7 +347,7 @@ impl Session {
         row.message.name.clone_from(&message.name);
         row.message.is_error = message.is_error;
         if self.stores.archive.is_some() {
-            self.journal.add_rows(&self.scope, self.stores.fence, vec![row]);
+            self.journal.add_rows(&self.scope, self.stores.lease.fence, vec![row]);
             batch.rows += 1;
         }
         batch.ids.insert(id);
@@ -359,7 +379,7 @@ impl Session {
         );
         record.units_evicted = u32::try_from(report.units_evicted).unwrap_or(u32::MAX);
         record.summaries_made = u32::try_from(report.summaries).unwrap_or(u32::MAX);
-        self.journal.add_event(&self.scope, self.stores.fence, record);
+        self.journal.add_event(&self.scope, self.stores.lease.fence, record);
         self.commit()
     }
 

@@ -22,6 +22,12 @@ impl Journal {
         self.writes.len()
     }
 
+    /// Drops every entry held (writes the store refused for good: a stale lease's); how
+    /// many there were.
+    pub(crate) fn clear(&mut self) -> usize {
+        std::mem::take(&mut self.writes).len()
+    }
+
     /// Appends message rows (to the last entry when it holds rows of the same scope: one
     /// write of many rows).
     pub(crate) fn add_rows(&mut self, scope: &Scope, fence: Fence, rows: Vec<ArchivedMessage>) {

@@ -85,6 +85,7 @@ mod forget;
 mod fusion;
 mod import;
 mod journal;
+mod lease;
 #[cfg(feature = "http")]
 mod llm;
 mod persist;
@@ -121,7 +122,7 @@ pub use llm::{LlmOptions, LlmStats, LlmWait};
 pub use persist::RestorePoint;
 pub use push::PushOptions;
 pub use recover::{RecoverySource, take_for_recovery};
-pub use report::{ImportReport, PushReport, Reduction, RestoreReport};
+pub use report::{ImportReport, PushReport, Reduction, ReloadReport, RestoreReport};
 pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
 pub use semantic::{EMBEDDER_COOLDOWN, SemanticStats};
 pub use stats::{ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, thousands};

@@ -139,6 +139,11 @@ impl Session {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn checkpoint(&mut self) -> Result<CheckpointId, SessionError> {
+        self.serving(true, Self::checkpoint_once)
+    }
+
+    /// [`checkpoint`](Self::checkpoint), not redone when the store refuses it as stale.
+    pub(super) fn checkpoint_once(&mut self) -> Result<CheckpointId, SessionError> {
         if self.stores.checkpoints.is_none() {
             return Err(SessionError::NoCheckpoints { operation: "checkpoint" });
         }
@@ -173,6 +178,7 @@ impl Session {
         self.counters.checkpoints_written += 1;
         self.checkpointing.periodic.checkpointed();
         self.checkpointing.last = Some(id.clone());
+        self.note_reproducible();
         Ok(id)
     }
 
@@ -184,8 +190,8 @@ impl Session {
             .checkpoints
             .as_deref()
             .ok_or(SessionError::NoCheckpoints { operation: "checkpoint" })?;
-        let id = sink.save(&self.scope, self.stores.fence, payload)?;
-        if let Err(error) = sink.prune(&self.scope, self.stores.fence, self.stores.keep) {
+        let id = sink.save(&self.scope, self.stores.lease.fence, payload)?;
+        if let Err(error) = sink.prune(&self.scope, self.stores.lease.fence, self.stores.keep) {
             tracing::warn!(%error, scope = %self.scope, "session: pruning old checkpoints failed");
         }
         Ok(id)
@@ -308,21 +314,43 @@ impl Session {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn restore(&mut self, point: RestorePoint) -> Result<RestoreReport, SessionError> {
+        self.serving(false, |session| session.restore_once(point.clone()))
+    }
+
+    fn restore_once(&mut self, point: RestorePoint) -> Result<RestoreReport, SessionError> {
         // Rows still owed to the archive belong to the timeline being left: write them first
         // (they are then copied aside with the other rewound messages).
         self.sync_archive()?;
+        let (id, restored, skipped) =
+            self.load_point(point)?.ok_or(SessionError::NoCheckpoints { operation: "restore" })?;
+        self.adopt(&id, restored)?;
+        self.counters.restores += 1;
+        // The state is an older checkpoint's, not the newest one's plus the rows after it.
+        self.stores.lease.changed();
+        let (rewound, rewound_to) = self.preserve_rewound(&id)?;
+        tracing::info!(scope = %self.scope, %id, skipped = skipped.len(), "session: restored");
+        Ok(RestoreReport { id, skipped, rewound, rewound_to })
+    }
+
+    /// Restores checkpoint `point` into the manager (the first that restores, for
+    /// [`RestorePoint::Latest`]): its id, the session's and the caller's state it holds, and
+    /// the newer checkpoints passed over; `None` when the scope has no checkpoint.
+    pub(super) fn load_point(
+        &mut self,
+        point: RestorePoint,
+    ) -> Result<Option<(CheckpointId, Restored, Vec<Skipped>)>, SessionError> {
         let Session { stores, manager, scope, .. } = self;
         let sink = stores
             .checkpoints
             .as_deref()
             .ok_or(SessionError::NoCheckpoints { operation: "restore" })?;
         let name = scope.conversation.as_str();
-        let (id, restored, skipped) = match point {
+        match point {
             RestorePoint::Id(id) => {
                 let bytes = sink.load(scope, &id)?;
                 let restored = restore_into(manager, name, &bytes)
                     .map_err(|reason| SessionError::BadCheckpoint { id: id.clone(), reason })?;
-                (id, restored, Vec::new())
+                Ok(Some((id, restored, Vec::new())))
             }
             RestorePoint::Latest => {
                 let mut restored = None;
@@ -330,12 +358,11 @@ impl Session {
                     restore_into(manager, name, bytes).map(|state| restored = Some(state))
                 })?;
                 match (found, restored) {
-                    (Some(found), Some(state)) => (found.id, state, found.skipped),
-                    _ => return Err(SessionError::NoCheckpoints { operation: "restore" }),
+                    (Some(found), Some(state)) => Ok(Some((found.id, state, found.skipped))),
+                    _ => Ok(None),
                 }
             }
-        };
-        self.finish_restore(id, restored, skipped)
+        }
     }
 
     /// At build: continues from the newest checkpoint if there is one.
@@ -350,29 +377,27 @@ impl Session {
         self.restore(RestorePoint::Latest).map(Some)
     }
 
-    fn finish_restore(
+    /// Takes the session's state from checkpoint `id`, restored into the manager: id
+    /// tracking, calibration, counters, the caller's state, after checking the archive is the
+    /// checkpoint's.
+    pub(super) fn adopt(
         &mut self,
-        id: CheckpointId,
+        id: &CheckpointId,
         restored: Restored,
-        skipped: Vec<Skipped>,
-    ) -> Result<RestoreReport, SessionError> {
+    ) -> Result<(), SessionError> {
         let Restored { state, caller } = restored;
-        self.verify_archive(&id, state.archive.as_ref())?;
+        self.verify_archive(id, state.archive.as_ref())?;
         self.tracker = state.tracker;
         self.tracker.next_id = self.manager.next_id();
         #[cfg(feature = "http")]
         self.forget_llm_texts();
         self.calibration.calibrator = state.calibrator;
-        self.counters = state.counters;
-        self.counters.restores += 1;
+        self.counters = SessionCounters { reloads: self.counters.reloads, ..state.counters };
         let policy = self.checkpointing.periodic.policy();
         self.checkpointing.periodic = super::PeriodicCheckpointer::new(policy);
         self.checkpointing.last = Some(id.clone());
         self.checkpointing.caller_state = caller;
-        self.apply_calibration()?;
-        let (rewound, rewound_to) = self.preserve_rewound(&id)?;
-        tracing::info!(scope = %self.scope, %id, skipped = skipped.len(), "session: restored");
-        Ok(RestoreReport { id, skipped, rewound, rewound_to })
+        self.apply_calibration()
     }
 
     /// Copies archived messages with ids the restored core will hand out again to a side
@@ -388,11 +413,11 @@ impl Session {
             return Ok((Vec::new(), None));
         }
         let side = self.scope.sibling(format!("{}@rewound-{id}", self.scope.conversation));
-        archive.put(&side, self.stores.fence, &newer)?;
+        archive.put(&side, self.stores.lease.fence, &newer)?;
         archive.flush(&side)?;
         // The session's own rows now hold exactly what the checkpoint covers: the timeline
         // left behind lives on in the side conversation only, never twice.
-        archive.delete_from(&self.scope, self.stores.fence, next)?;
+        archive.delete_from(&self.scope, self.stores.lease.fence, next)?;
         tracing::warn!(
             scope = %self.scope,
             messages = newer.len(),
@@ -407,7 +432,7 @@ impl Session {
         if self.stores.checkpoints.is_none() || !self.checkpointing.periodic.on_messages(1) {
             return None;
         }
-        match self.checkpoint() {
+        match self.checkpoint_once() {
             Ok(id) => Some(id),
             Err(error) => {
                 tracing::warn!(scope = %self.scope, %error, "session: periodic checkpoint failed");
@@ -428,7 +453,7 @@ pub(super) fn caller_state_in(payload: &[u8], name: &str) -> Result<Vec<u8>, Str
 }
 
 /// A checkpoint loaded into the manager: the session's state and the caller's.
-struct Restored {
+pub(super) struct Restored {
     state: SessionState,
     caller: Vec<u8>,
 }

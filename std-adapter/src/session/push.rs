@@ -110,9 +110,19 @@ impl Session {
         message: &ChatMessage,
         options: PushOptions<'_>,
     ) -> Result<PushReport, SessionError> {
+        self.serving(true, |session| session.push_once(message, options))
+    }
+
+    /// [`push_with`](Self::push_with), once.
+    fn push_once(
+        &mut self,
+        message: &ChatMessage,
+        options: PushOptions<'_>,
+    ) -> Result<PushReport, SessionError> {
         #[cfg(feature = "http")]
         self.poll_llm();
         self.commit()?;
+        self.ensure_reproducible()?;
         let timestamp = options.timestamp.unwrap_or_else(now_ms);
         self.check_at(message, &options, timestamp)?;
         let head = (message.role == Role::Tool).then(|| self.pending_head().map(|h| h.id()));
@@ -126,8 +136,11 @@ impl Session {
             pushed => pushed?,
         };
         let unit = head.flatten().unwrap_or(id);
-        self.finish_push(message, &options, id, unit, since)
-            .map_err(|source| SessionError::AfterStore { id, source: Box::new(source) })
+        let report = self
+            .finish_push(message, &options, id, unit, since)
+            .map_err(|source| SessionError::AfterStore { id, source: Box::new(source) })?;
+        self.note_reproducible();
+        Ok(report)
     }
 
     /// What [`push_with`](Self::push_with) would refuse for `message`, found without storing
@@ -185,7 +198,7 @@ impl Session {
         #[cfg_attr(not(feature = "http"), allow(unused_variables))]
         let (row, reduced, level) = self.row_of(message, options, id, unit);
         if self.stores.archive.is_some() {
-            self.journal.add_rows(&self.scope, self.stores.fence, vec![row]);
+            self.journal.add_rows(&self.scope, self.stores.lease.fence, vec![row]);
         }
         let after = self.after_op(since, &|known| known == id)?;
         #[cfg(feature = "http")]
@@ -255,6 +268,10 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn add_tool(&mut self, tool: &ToolDefinition) -> Result<u64, SessionError> {
+        self.serving(true, |session| session.add_tool_once(tool))
+    }
+
+    fn add_tool_once(&mut self, tool: &ToolDefinition) -> Result<u64, SessionError> {
         let json = tool_definition_json(tool)?;
         self.manager.grow_for(Level::Permanent, json.len())?;
         let id = self.manager.add_tool_definition(&json)?;
@@ -280,6 +297,12 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn abort_pending_calls(&mut self) -> Result<(), SessionError> {
+        self.serving(true, Self::abort_pending_calls_once)
+    }
+
+    fn abort_pending_calls_once(&mut self) -> Result<(), SessionError> {
+        self.commit()?;
+        self.ensure_reproducible()?;
         let since = self.tracker.next_id;
         if let Err(CoreError::OutboxFull { .. }) = self.manager.abort_pending_calls() {
             self.after_op(since, &|_| false)?;

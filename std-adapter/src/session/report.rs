@@ -1,7 +1,30 @@
-//! What [`push`](super::Session::push), [`import`](super::Session::import) and
-//! [`restore`](super::Session::restore) report back.
+//! What [`push`](super::Session::push), [`import`](super::Session::import),
+//! [`restore`](super::Session::restore) and [`reload`](super::Session::reload) report back.
 
-use crate::store::{CheckpointId, Skipped};
+use crate::store::{CheckpointId, Fence, Skipped};
+
+/// The outcome of a [`reload`](super::Session::reload): the lease taken, the checkpoint
+/// restored, the rows pushed again after it.
+///
+/// ```
+/// use ctxwin_std::session::SessionBuilder;
+/// let mut session = SessionBuilder::new("s").archive_in_memory().build()?;
+/// let report = session.reload()?;
+/// assert_eq!((report.checkpoint, report.replayed, report.dropped), (None, 0, 0));
+/// # Ok::<(), ctxwin_std::session::SessionError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// The fence the session writes with now ([`Fence::NONE`] on a store without leases).
+    pub fence: Fence,
+    /// The checkpoint restored; `None` when the conversation had none (the rows were replayed
+    /// on an empty context).
+    pub checkpoint: Option<CheckpointId>,
+    /// Archived messages written after it, pushed into the core again.
+    pub replayed: usize,
+    /// Writes held in the journal that the store had refused, dropped.
+    pub dropped: usize,
+}
 
 /// A message the core stored shorter than it arrived (a tool output cut to head and tail).
 ///

@@ -82,6 +82,15 @@ impl SemanticIndex {
         }
     }
 
+    /// Forgets every vector loaded (the session reloaded: ids may stand for other rows now);
+    /// the next build loads them again from the archive.
+    pub(crate) fn reset(&mut self) {
+        self.ids.clear();
+        self.flat.clear();
+        self.dims = 0;
+        self.seen = 0;
+    }
+
     fn push(&mut self, id: u64, vector: Vec<f32>) -> Result<(), EmbedError> {
         if self.dims == 0 {
             self.dims = vector.len();
@@ -281,7 +290,7 @@ impl Session {
             };
             index.embedded += texts.len() as u64;
             let rows: Vec<(u64, Vec<f32>)> = chunk.iter().map(|(id, _)| *id).zip(vectors).collect();
-            archive.put_vectors(&self.scope, self.stores.fence, &model, &rows)?;
+            archive.put_vectors(&self.scope, self.stores.lease.fence, &model, &rows)?;
             for (id, vector) in rows {
                 if let Err(error) = index.push(id, vector) {
                     index.fell_back(&error);

@@ -39,6 +39,9 @@ pub struct SessionCounters {
     pub checkpoint_failures: u64,
     /// Restores from a checkpoint.
     pub restores: u64,
+    /// Reloads from the store ([`Session::reload`](super::Session::reload)): another process
+    /// had taken the lease.
+    pub reloads: u64,
 }
 
 /// How far the counter's estimates are from the provider's counts.

@@ -1,18 +1,19 @@
-//! The ports a session writes to, and the fence it writes them with.
+//! The ports a session writes to, and the lease it writes them under.
 
 use std::sync::Arc;
 
-use crate::store::{ArchiveStore, CheckpointSink, Fence};
+use super::lease::Lease;
+use crate::store::{ArchiveStore, CheckpointSink};
 
-/// A session's storage: its archive and checkpoint ports (either may be absent), the fence it
-/// holds for its scope, and how many checkpoints it keeps.
+/// A session's storage: its archive and checkpoint ports (either may be absent), the lease it
+/// holds on its scope, and how many checkpoints it keeps.
 #[derive(Debug)]
 pub(crate) struct Stores {
     pub(crate) archive: Option<Arc<dyn ArchiveStore>>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointSink>>,
-    /// From the archive's [`acquire`](ArchiveStore::acquire) at build ([`Fence::NONE`] for
-    /// adapters without leases); every write carries it.
-    pub(crate) fence: Fence,
+    /// The fence from the archive's [`acquire`](ArchiveStore::acquire) (every write carries
+    /// it), and what the latest checkpoint and the rows after it reproduce.
+    pub(crate) lease: Lease,
     /// Checkpoints kept after each save (at least 1).
     pub(crate) keep: usize,
 }

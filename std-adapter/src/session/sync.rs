@@ -187,7 +187,7 @@ impl Session {
             tracing::debug!(records = rows.len(), "session: journaling records the core wrote");
         }
         if self.stores.archive.is_some() {
-            self.journal.add_rows(&self.scope, self.stores.fence, rows);
+            self.journal.add_rows(&self.scope, self.stores.lease.fence, rows);
         }
     }
 
@@ -197,6 +197,33 @@ impl Session {
         if self.stores.archive.is_none() {
             return Vec::new();
         }
+        let records = self.fresh_summaries();
+        let mut recorded = Vec::with_capacity(records.len());
+        for (record, mark) in records {
+            tracing::debug!(
+                id = record.id,
+                sources = record.source_ids.len(),
+                "session: summary journaled"
+            );
+            self.counters.summaries_recorded += 1;
+            self.tracker.summaries.insert(record.id, mark);
+            recorded.push(record.id);
+            self.journal.add_summary(&self.scope, self.stores.lease.fence, record);
+        }
+        recorded
+    }
+
+    /// Notes every new or changed summary as recorded without writing it: a replay made it
+    /// again, and the archive holds the writer's.
+    pub(super) fn mark_summaries_recorded(&mut self) {
+        for (record, mark) in self.fresh_summaries() {
+            self.tracker.summaries.insert(record.id, mark);
+        }
+    }
+
+    /// Every summary (live, or evicted and waiting) that is new or changed since it was last
+    /// recorded, as a record, with its mark.
+    fn fresh_summaries(&self) -> Vec<(SummaryRecord, SummaryMark)> {
         let evicted = self
             .manager
             .outbox()
@@ -222,19 +249,7 @@ impl Session {
             record.tokens_after = summary.tokens();
             records.push((record, SummaryMark { fingerprint, ranges, tokens_before }));
         }
-        let mut recorded = Vec::with_capacity(records.len());
-        for (record, mark) in records {
-            tracing::debug!(
-                id = record.id,
-                sources = record.source_ids.len(),
-                "session: summary journaled"
-            );
-            self.counters.summaries_recorded += 1;
-            self.tracker.summaries.insert(record.id, mark);
-            recorded.push(record.id);
-            self.journal.add_summary(&self.scope, self.stores.fence, record);
-        }
-        recorded
+        records
     }
 
     /// Tokens of what the summary over `ranges` stands for, as far as the session saw it:
@@ -268,7 +283,7 @@ impl Session {
     /// Releases the outbox's units from the core: every message in them was journaled when
     /// the core took it (or, restored from a checkpoint, is in the archive the checkpoint is
     /// bound to), and the journal is written.
-    fn drain_outbox(&mut self) -> Drained {
+    pub(super) fn drain_outbox(&mut self) -> Drained {
         let mut drained = Drained::default();
         for unit in self.manager.outbox() {
             drained.units.push(unit.first_id());
@@ -284,7 +299,7 @@ impl Session {
     }
 
     /// Forgets recorded summaries the core no longer holds (after the outbox was drained).
-    fn prune_summary_marks(&mut self) {
+    pub(super) fn prune_summary_marks(&mut self) {
         let live: BTreeSet<u64> = self.manager.session().map(|m| m.id()).collect();
         self.tracker.summaries.retain(|id, _| live.contains(id));
     }

@@ -235,6 +235,10 @@ impl<S: ArchiveStore> ArchiveStore for Batched<S> {
         self.inner.acquire(scope)
     }
 
+    fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
+        self.inner.current_fence(scope)
+    }
+
     fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
         self.push(scope)?;
         self.inner.flush(scope)

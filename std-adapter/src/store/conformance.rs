@@ -188,6 +188,10 @@ impl<S: ArchiveStore + ?Sized> ArchiveStore for Adapter<'_, S> {
     fn acquire(&self, scope: &Scope) -> Result<Fence, StoreError> {
         self.0.acquire(scope)
     }
+
+    fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
+        self.0.current_fence(scope)
+    }
     fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
         self.0.flush(scope)
     }
@@ -536,12 +540,16 @@ fn fences(store: &dyn ArchiveStore) {
     store.put(&s, first, &[text(1, Role::User, "first writer")]).unwrap();
     store.put(&s, Fence::NONE, &[text(2, Role::User, "unfenced")]).unwrap();
     store.flush(&s).unwrap();
+    assert_eq!(store.current_fence(&s).unwrap(), first);
     let second = store.acquire(&s).unwrap();
     if first.is_none() {
         assert!(second.is_none(), "an adapter without leases hands out no fences");
+        assert!(store.current_fence(&s).unwrap().is_none());
         return;
     }
     assert!(second > first, "a new lease has a newer fence");
+    assert_eq!(store.current_fence(&s).unwrap(), second, "the newest, read without taking it");
+    assert!(store.current_fence(&Scope::local("never leased")).unwrap().is_none());
     let stale = store.put(&s, first, &[text(1, Role::User, "stale writer")]);
     let stale = stale.and_then(|()| store.flush(&s));
     assert_eq!(stale.unwrap_err().kind(), ErrorKind::Fenced);

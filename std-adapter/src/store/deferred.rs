@@ -724,6 +724,10 @@ impl<S: ArchiveStore + 'static> ArchiveStore for Deferred<S> {
         self.inner.acquire(scope)
     }
 
+    fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
+        self.inner.current_fence(scope)
+    }
+
     fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
         self.settle(scope)?;
         self.inner.flush(scope)

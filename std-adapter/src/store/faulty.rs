@@ -251,6 +251,10 @@ impl<S: ArchiveStore> ArchiveStore for Faulty<S> {
         self.inner.acquire(scope)
     }
 
+    fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
+        self.inner.current_fence(scope)
+    }
+
     fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
         self.inner.flush(scope)
     }

@@ -507,6 +507,10 @@ impl ArchiveStore for MemoryStore {
         *fence = fence.saturating_add(1);
         Ok(Fence(*fence))
     }
+
+    fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
+        Ok(Fence(self.lock().fences.get(scope).copied().unwrap_or(0)))
+    }
 }
 
 /// Whether `row` holds `text` where forget looks for it.

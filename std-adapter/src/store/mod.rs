@@ -49,7 +49,10 @@ mod error;
 mod faulty;
 pub mod keywords;
 mod memory;
+mod open;
 mod port;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod retrying;
 mod scope;
 #[cfg(feature = "sqlite")]
@@ -64,6 +67,7 @@ pub use dir::{CheckpointDir, STALE_TEMP_AGE};
 pub use error::{ErrorKind, StoreError};
 pub use faulty::{Faults, Faulty};
 pub use memory::MemoryStore;
+pub use open::{Deleted, Location, Ports, STORE_URL_VAR, open, open_bound, open_checkpoints};
 pub use port::{ArchiveStore, CheckpointSink, PendingOp, PendingWrite, Unwritten, Write, WriteOp};
 pub use retrying::Retrying;
 pub use scope::{Fence, Scope};

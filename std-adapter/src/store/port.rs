@@ -360,6 +360,17 @@ pub trait ArchiveStore: Send + Sync + fmt::Debug {
         Ok(Fence::NONE)
     }
 
+    /// The newest fence handed out for `scope`, without taking the lease: a holder whose
+    /// fence is older has been overtaken (reads it before deciding on state that may be
+    /// stale). [`Fence::NONE`] from adapters without leases, and for a scope never leased.
+    ///
+    /// # Errors
+    /// Backend errors.
+    fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
+        let _ = scope;
+        Ok(Fence::NONE)
+    }
+
     /// Waits until every write of `scope` handed over so far is durable (wrappers that hold
     /// or queue writes); nothing to do for adapters that commit in [`write`](Self::write).
     ///
@@ -538,6 +549,9 @@ macro_rules! forward_archive {
             }
             fn acquire(&self, scope: &Scope) -> Result<Fence, StoreError> {
                 (**self).acquire(scope)
+            }
+            fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
+                (**self).current_fence(scope)
             }
             fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
                 (**self).flush(scope)

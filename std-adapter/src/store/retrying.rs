@@ -155,6 +155,10 @@ impl<S: ArchiveStore> ArchiveStore for Retrying<S> {
         self.retry(|| self.inner.acquire(scope))
     }
 
+    fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
+        self.retry(|| self.inner.current_fence(scope))
+    }
+
     fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
         self.retry(|| self.inner.flush(scope))
     }

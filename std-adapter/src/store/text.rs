@@ -27,8 +27,11 @@ pub(crate) fn terms(text: &str) -> Vec<String> {
     terms::search_words(text).map(|word| terms::stem(&word.to_lowercase()).to_string()).collect()
 }
 
-/// The terms a query `text` searches for (empty: nothing to search).
-pub(crate) fn query_terms(text: &str) -> Vec<String> {
+/// The words a query `text` searches for, as the user wrote them (unstemmed): each word with an
+/// irregular verb's other forms, words of one stem once, stop words dropped unless nothing
+/// else is left, at most [`MAX_QUERY_TERMS`]. Adapters whose database stems (PostgreSQL's
+/// text search) take these; [`query_terms`] stems them.
+pub(crate) fn query_words(text: &str) -> Vec<&str> {
     let mut words: Vec<&str> = Vec::new();
     for word in terms::search_words(text) {
         for form in core::iter::once(word).chain(terms::verb_forms(word).iter().copied()) {
@@ -41,8 +44,13 @@ pub(crate) fn query_terms(text: &str) -> Vec<String> {
         words.retain(|w| !terms::is_stop_word(w));
     }
     words.truncate(MAX_QUERY_TERMS);
+    words
+}
+
+/// The terms a query `text` searches for (empty: nothing to search).
+pub(crate) fn query_terms(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for word in words {
+    for word in query_words(text) {
         let term = terms::stem(&word.to_lowercase()).to_string();
         if !out.contains(&term) {
             out.push(term);

@@ -336,6 +336,7 @@ impl Session {
         let Some(llm) = self.llm.as_mut() else { return };
         match replaced {
             Ok(_) => {
+                self.stores.lease.changed();
                 llm.stats.summaries_swapped += 1;
                 tracing::info!(
                     id,

@@ -49,6 +49,7 @@ enum Layout {
 /// assert_eq!((latest.id, latest.bytes), (second, b"two".to_vec()));
 /// // A directory bound to one conversation holds no other's.
 /// assert!(sink.save(&Scope::local("other"), Fence::NONE, b"x").is_err());
+/// assert!(sink.ids(&Scope::local("other"))?.is_empty());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
@@ -58,7 +59,8 @@ pub struct CheckpointDir {
 
 impl CheckpointDir {
     /// The checkpoints of `scope` alone, in `dir` (how a command-line state directory or a
-    /// proxy's conversation directory keeps them). Calls naming another scope are refused
+    /// proxy's conversation directory keeps them). Another scope has no checkpoint here:
+    /// listing, pruning or rewriting it finds none, saving or loading one is refused
     /// ([`StoreError::Invalid`]).
     pub fn bound(dir: impl Into<PathBuf>, scope: Scope) -> Self {
         Self { layout: Layout::Bound { dir: dir.into(), scope } }
@@ -99,6 +101,12 @@ impl CheckpointDir {
         Ok(Files::new(self.dir_of(scope)?))
     }
 
+    /// `scope`'s files, or `None` for a scope a bound directory does not hold (it has no
+    /// checkpoint there: listing, pruning or rewriting it finds nothing).
+    fn held(&self, scope: &Scope) -> Option<Files> {
+        self.dir_of(scope).ok().map(Files::new)
+    }
+
     /// The path of checkpoint file `id` of `scope` (whether or not it exists).
     ///
     /// # Errors
@@ -136,7 +144,10 @@ impl CheckpointSink for CheckpointDir {
     }
 
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError> {
-        self.files(scope)?.ids()
+        match self.held(scope) {
+            Some(files) => files.ids(),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn load(&self, scope: &Scope, id: &CheckpointId) -> Result<Vec<u8>, StoreError> {
@@ -144,7 +155,10 @@ impl CheckpointSink for CheckpointDir {
     }
 
     fn list(&self, scope: &Scope) -> Result<Vec<CheckpointInfo>, StoreError> {
-        self.files(scope)?.list()
+        match self.held(scope) {
+            Some(files) => files.list(),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn prune(
@@ -153,7 +167,10 @@ impl CheckpointSink for CheckpointDir {
         _fence: Fence,
         keep: usize,
     ) -> Result<Vec<CheckpointId>, StoreError> {
-        self.files(scope)?.prune(keep)
+        match self.held(scope) {
+            Some(files) => files.prune(keep),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn rewrite(
@@ -162,7 +179,10 @@ impl CheckpointSink for CheckpointDir {
         _fence: Fence,
         mask: &dyn Fn(&[u8]) -> Option<Vec<u8>>,
     ) -> Result<usize, StoreError> {
-        self.files(scope)?.rewrite(mask)
+        match self.held(scope) {
+            Some(files) => files.rewrite(mask),
+            None => Ok(0),
+        }
     }
 
     fn location(&self, scope: &Scope, id: &CheckpointId) -> String {

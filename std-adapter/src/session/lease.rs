@@ -1,0 +1,466 @@
+//! Leases: serving a conversation that other processes may serve too (a fleet on one
+//! PostgreSQL). The store hands out a fence per conversation
+//! ([`acquire`](crate::store::ArchiveStore::acquire)) and refuses, inside each write's own
+//! transaction, a write whose fence is older than the newest handed out. A session whose
+//! write is refused that way has been overtaken: it [`reload`](Session::reload)s — takes the
+//! lease again, restores the newest checkpoint and pushes the rows written after it into the
+//! core again, in id order — and redoes the operation on that state. Before each operation
+//! it also reads the newest fence ([`current_fence`](crate::store::ArchiveStore::current_fence),
+//! one query) and reloads first when another process took the lease meanwhile, so it never
+//! decides on a stale state (a payload composed without writing is not checked by any
+//! fence). Two sessions serving one conversation therefore serialize: each write lands on
+//! everything the other wrote, never between its writes.
+//!
+//! **What a reload reproduces.** Pushing a conversation's rows again into the core restored
+//! from a checkpoint gives the same ids, evictions and summaries the writer's core made, as
+//! long as nothing but pushes changed the core since that checkpoint. So a leased session
+//! writes a checkpoint before it writes rows on a state that pushes alone do not explain: after
+//! a compose that evicted, a calibration that moved the window, a tool definition, a model's
+//! summary or entity swapped in, a forget, a restore, new caller state. A row whose id the
+//! replay does not reproduce is reported ([`StoreError::Mismatch`]), never written over.
+//!
+//! Without a checkpoint port a reload replays every row from an empty context, and nothing
+//! guards the replay against states pushes do not reproduce: give a leased session its
+//! checkpoints. Stores without leases (SQLite, a directory of checkpoints) hand out
+//! [`Fence::NONE`]: none of this runs for them.
+
+use ctxwin_core::{Config, Level};
+
+use super::persist::RestorePoint;
+use super::push::PushOptions;
+use super::report::ReloadReport;
+use super::{Session, SessionError, SessionManager};
+use crate::format::fingerprint::{FNV_SEED, fnv1a};
+use crate::message::ChatMessage;
+use crate::store::{ArchivedMessage, CheckpointId, ErrorKind, Fence, StoreError};
+
+/// How many times an operation refused as stale is redone after a reload before the error is
+/// returned (another process took the lease again every time).
+const ATTEMPTS: usize = 4;
+
+/// Rows read per page while replaying.
+const PAGE: usize = 1_000;
+
+/// The lease a session writes under.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    /// The fence every write carries ([`Fence::NONE`]: the store has no leases).
+    pub(crate) fence: Fence,
+    /// The state the newest checkpoint plus the rows after it reproduce, as last known
+    /// (`None`: unknown, or not reproducible).
+    reproducible: Option<ReplayMark>,
+}
+
+impl Lease {
+    pub(crate) fn new(fence: Fence) -> Self {
+        Self { fence, reproducible: None }
+    }
+
+    /// Whether the store hands out leases.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.fence.is_none()
+    }
+
+    /// Something pushes cannot reproduce changed the state (a swapped summary, a forget).
+    pub(crate) fn changed(&mut self) {
+        self.reproducible = None;
+    }
+}
+
+/// What of a session's state decides what later pushes do, and pushes alone do not change
+/// in ways a replay would miss: ids, tokens per level, the core's configuration (the
+/// calibrated window), its eviction and summary counts, its entities, the caller's state.
+/// The counts of composes and cached prompt tokens are left out: they decide nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReplayMark {
+    next_id: u64,
+    levels: [u32; 4],
+    config: Config,
+    counters: [u64; 13],
+    entities: u64,
+    caller: u64,
+}
+
+impl ReplayMark {
+    fn of(session: &Session) -> Self {
+        let manager = &session.manager;
+        let c = manager.stats().counters;
+        let mut entities = FNV_SEED;
+        for (key, value) in manager.entities().iter() {
+            entities = fnv1a(fnv1a(entities, key.as_bytes()), &[0xff]);
+            entities = match value {
+                Some(value) => fnv1a(fnv1a(entities, value.as_bytes()), &[0xfe]),
+                None => fnv1a(entities, &[0xfd]),
+            };
+        }
+        Self {
+            next_id: manager.next_id(),
+            levels: Level::ALL.map(|level| manager.level_tokens(level)),
+            config: *manager.config(),
+            counters: [
+                c.messages_pushed,
+                c.tokens_ingested,
+                c.units_evicted,
+                c.messages_evicted,
+                c.tokens_evicted,
+                c.observations_reduced,
+                c.calls_aborted,
+                c.calls_dropped,
+                c.summaries_added,
+                c.summaries_merged,
+                c.summaries_failed,
+                c.summaries_replaced,
+                c.compactions,
+            ],
+            entities,
+            caller: fnv1a(FNV_SEED, &session.checkpointing.caller_state),
+        }
+    }
+}
+
+/// Whether `error` says a write was refused because another process took the lease.
+pub(crate) fn is_fenced(error: &SessionError) -> bool {
+    match error {
+        SessionError::Store(store) => store.kind() == ErrorKind::Fenced,
+        SessionError::AfterStore { source, .. } | SessionError::Import { source, .. } => {
+            is_fenced(source)
+        }
+        _ => false,
+    }
+}
+
+impl Session {
+    /// Takes the conversation's lease again and rebuilds the session from the store: the
+    /// newest checkpoint (or an empty context when there is none), then every archived
+    /// message written after it, pushed into the core again in id order (the ids it gets
+    /// are checked against the rows'). What a refused write left in the journal is dropped:
+    /// the store refused it, and the operation that made it is redone on the new state.
+    ///
+    /// A leased session (its archive hands out leases: PostgreSQL) does this by itself when
+    /// a write is refused as stale, and redoes the operation; call it to pick up what another
+    /// process wrote before reading (a search, stats) without writing. On a store without
+    /// leases it rebuilds the same way.
+    ///
+    /// # Errors
+    /// [`SessionError::NoArchive`]; [`StoreError::Mismatch`] when the rows after the
+    /// checkpoint do not replay to their ids (they were not all written by pushes on it);
+    /// store errors. The session must not be used after an error other than a store's
+    /// transient one (retry the reload).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxwin_std::store::{MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store };
+    /// let build = || SessionBuilder::new("chat").ports(ports.clone()).assume_new(true).build();
+    /// let (mut first, mut second) = (build()?, build()?);
+    /// first.push(&ChatMessage::text(Role::User, "one"))?;
+    /// first.checkpoint()?;
+    /// first.push(&ChatMessage::text(Role::User, "two"))?;
+    /// let report = second.reload()?;
+    /// assert_eq!(report.replayed, 1, "the checkpoint, then the row after it");
+    /// assert_eq!(second.push(&ChatMessage::text(Role::User, "three"))?.id, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reload(&mut self) -> Result<ReloadReport, SessionError> {
+        let archive =
+            self.stores.archive.clone().ok_or(SessionError::NoArchive { operation: "reload" })?;
+        let fence = archive.acquire(&self.scope)?;
+        let report = self.reload_under(fence)?;
+        self.counters.reloads += 1;
+        Ok(report)
+    }
+
+    /// [`reload`](Self::reload) under `fence`, a lease just taken.
+    pub(super) fn reload_under(&mut self, fence: Fence) -> Result<ReloadReport, SessionError> {
+        let dropped = self.journal.clear();
+        if dropped > 0 {
+            tracing::warn!(scope = %self.scope, dropped, "session: reload drops writes the store refused");
+        }
+        self.stores.lease.fence = fence;
+        self.stores.lease.changed();
+        let checkpoint = self.restore_newest()?;
+        let replayed = self.replay_rows()?;
+        #[cfg(feature = "http")]
+        self.forget_llm_texts();
+        if let Some(index) = self.recall.semantic.as_mut() {
+            index.reset();
+        }
+        // Periodic checkpoints count the conversation's messages, whoever pushed them.
+        self.checkpointing.periodic.on_messages(u32::try_from(replayed).unwrap_or(u32::MAX));
+        self.stores.lease.reproducible = Some(ReplayMark::of(self));
+        tracing::info!(scope = %self.scope, fence = fence.0, ?checkpoint, replayed, "session: reloaded");
+        Ok(ReloadReport { fence, checkpoint, replayed, dropped })
+    }
+
+    /// Restores the newest checkpoint that restores, or empties the session when there is
+    /// none (`None` then).
+    fn restore_newest(&mut self) -> Result<Option<CheckpointId>, SessionError> {
+        if self.stores.checkpoints.is_some()
+            && let Some((id, restored, _skipped)) = self.load_point(RestorePoint::Latest)?
+        {
+            self.adopt(&id, restored)?;
+            return Ok(Some(id));
+        }
+        let counter = self.manager.counter().clone();
+        self.manager = SessionManager::small(self.calibration.configured, counter)?;
+        self.tracker = super::Tracker::new();
+        self.counters =
+            super::SessionCounters { reloads: self.counters.reloads, ..Default::default() };
+        self.calibration.calibrator.reset();
+        self.checkpointing = super::Checkpointing::new(self.checkpointing.periodic.policy());
+        self.apply_calibration()?;
+        Ok(None)
+    }
+
+    /// Pushes every archived row after the core's ids into the core again, in id order:
+    /// rows the core writes itself (results of calls a push closed) come back from the push
+    /// that wrote them; a row the replay does not give its id is a mismatch. How many rows
+    /// were pushed.
+    fn replay_rows(&mut self) -> Result<usize, SessionError> {
+        let Some(archive) = self.stores.archive.clone() else { return Ok(0) };
+        let mut replayed = 0;
+        loop {
+            let after = self.manager.next_id().saturating_sub(1);
+            let rows = archive.rows_after(&self.scope, after, PAGE)?;
+            if rows.is_empty() {
+                return Ok(replayed);
+            }
+            for row in &rows {
+                if row.id < self.manager.next_id() {
+                    continue;
+                }
+                self.replay_row(row)?;
+                replayed += 1;
+            }
+            if rows.len() < PAGE {
+                return Ok(replayed);
+            }
+        }
+    }
+
+    /// Pushes archived `row` into the core as its writer pushed it (full text, time, level),
+    /// without writing anything: the archive has it, and the summaries the push makes.
+    fn replay_row(&mut self, row: &ArchivedMessage) -> Result<(), SessionError> {
+        let expected = self.manager.next_id();
+        if row.id != expected {
+            return Err(mismatch(self, row.id, expected));
+        }
+        let mut message: ChatMessage = row.message.clone();
+        message.content = row.full_text().to_string();
+        let options = PushOptions {
+            timestamp: Some(row.timestamp),
+            level: Some(row.level),
+            ..Default::default()
+        };
+        self.make_tier_room(&message, &options)?;
+        let id = self.push_core(&message, &options, row.timestamp)?;
+        if id != row.id {
+            return Err(mismatch(self, row.id, id));
+        }
+        self.saw_id(id);
+        self.counters.messages_pushed += 1;
+        self.mark_summaries_recorded();
+        self.drain_outbox();
+        self.prune_summary_marks();
+        Ok(())
+    }
+
+    /// Whether the session writes under a lease.
+    pub(super) fn leased(&self) -> bool {
+        self.stores.lease.is_held()
+    }
+
+    /// The state now is what the newest checkpoint and the rows after it reproduce (after a
+    /// checkpoint, and after a push on such a state).
+    pub(super) fn note_reproducible(&mut self) {
+        if self.leased() {
+            self.stores.lease.reproducible = Some(ReplayMark::of(self));
+        }
+    }
+
+    /// Before writing rows under a lease: writes a checkpoint when the state is not what the
+    /// newest checkpoint and the rows after it reproduce, so that a process that reloads
+    /// replays exactly what this one did.
+    pub(super) fn ensure_reproducible(&mut self) -> Result<(), SessionError> {
+        if !self.leased() || self.stores.checkpoints.is_none() {
+            return Ok(());
+        }
+        if self.stores.lease.reproducible == Some(ReplayMark::of(self)) {
+            return Ok(());
+        }
+        tracing::debug!(scope = %self.scope, "session: checkpoint before writing on a changed state");
+        self.checkpoint_once()?;
+        Ok(())
+    }
+
+    /// Reloads when another process took the lease since this session took it: its state
+    /// may be stale, and nothing is decided on a stale state (the store would refuse the
+    /// writes, but a payload composed without writing would go out as it is).
+    fn catch_up(&mut self) -> Result<(), SessionError> {
+        if !self.leased() {
+            return Ok(());
+        }
+        let Some(archive) = self.stores.archive.clone() else { return Ok(()) };
+        if archive.current_fence(&self.scope)? > self.stores.lease.fence {
+            tracing::debug!(scope = %self.scope, "session: another process took the lease; reloading");
+            self.reload()?;
+        }
+        Ok(())
+    }
+
+    /// Runs `op`; when the store refused one of its writes as stale (another process took
+    /// the lease), reloads, and with `retry` runs it again on the reloaded state (up to
+    /// [`ATTEMPTS`] times). Without `retry` (an operation that may have written part of its
+    /// work, as an import) the error is returned after the reload.
+    pub(super) fn serving<T>(
+        &mut self,
+        retry: bool,
+        mut op: impl FnMut(&mut Self) -> Result<T, SessionError>,
+    ) -> Result<T, SessionError> {
+        let mut attempt = 1;
+        loop {
+            self.catch_up()?;
+            match op(self) {
+                Err(error) if self.leased() && is_fenced(&error) => {
+                    tracing::info!(scope = %self.scope, %error, attempt, "session: overtaken; reloading");
+                    if attempt > 1 {
+                        // Overtaken again: the other holder is writing now. Let it finish
+                        // rather than take the lease back from it at once, over and over.
+                        std::thread::sleep(backoff(attempt));
+                    }
+                    // Whatever comes next starts from the store's state.
+                    self.reload()?;
+                    if !retry || attempt >= ATTEMPTS {
+                        return Err(error);
+                    }
+                    attempt += 1;
+                }
+                Ok(value) => {
+                    self.settle();
+                    return Ok(value);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// After an operation under a lease: writes a checkpoint when the state is not what the
+    /// newest checkpoint and the rows after it reproduce (a compose evicted, the calibrated
+    /// window moved, a tool was added), so that whoever serves the conversation next
+    /// continues from exactly this state. A failure is logged: the operation is done, and the
+    /// next push checkpoints first ([`ensure_reproducible`](Self::ensure_reproducible)).
+    fn settle(&mut self) {
+        if !self.leased() || self.stores.checkpoints.is_none() {
+            return;
+        }
+        if self.stores.lease.reproducible == Some(ReplayMark::of(self)) {
+            return;
+        }
+        if let Err(error) = self.checkpoint_once() {
+            tracing::warn!(scope = %self.scope, %error, "session: checkpoint after the operation failed");
+            self.counters.checkpoint_failures += 1;
+        }
+    }
+}
+
+/// A random wait of up to `attempt` × 2 ms.
+fn backoff(attempt: usize) -> std::time::Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_usize(attempt);
+    let ceiling = u64::try_from(attempt).unwrap_or(u64::MAX).saturating_mul(2_000).max(1);
+    std::time::Duration::from_micros(hasher.finish() % ceiling)
+}
+
+fn mismatch(session: &Session, row: u64, replayed: u64) -> SessionError {
+    SessionError::Store(StoreError::Mismatch {
+        detail: format!(
+            "conversation {}: archived message {row} replays as id {replayed} on checkpoint {}; it was not written by a push on that state (run a recovery)",
+            session.scope,
+            session
+                .checkpointing
+                .last
+                .as_ref()
+                .map_or_else(|| "none".to_string(), ToString::to_string)
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::session::SessionBuilder;
+    use crate::store::{ArchiveStore, CheckpointSink, MemoryStore, Ports, Scope};
+    use ctxwin_core::Role;
+
+    fn ports(store: &Arc<MemoryStore>) -> Ports {
+        Ports { archive: store.clone(), checkpoints: store.clone() }
+    }
+
+    #[test]
+    fn a_write_refused_every_time_is_an_error_after_a_few_reloads() {
+        let store = Arc::new(MemoryStore::new());
+        let mut session = SessionBuilder::new("s").ports(ports(&store)).build().unwrap();
+        assert!(session.leased(), "the memory store hands out leases");
+        let scope = Scope::local("s");
+        let mut attempts = 0;
+        let result: Result<(), SessionError> = session.serving(true, |_| {
+            attempts += 1;
+            let current = store.acquire(&scope)?;
+            Err(StoreError::Fenced { scope: scope.clone(), fence: Fence(1), current }.into())
+        });
+        assert!(result.as_ref().is_err_and(is_fenced), "{result:?}");
+        assert_eq!(attempts, ATTEMPTS);
+        assert_eq!(session.stats().unwrap().counters.reloads, ATTEMPTS as u64);
+        let mut once = 0;
+        let _ = session.serving(false, |_| -> Result<(), SessionError> {
+            once += 1;
+            let current = store.acquire(&scope)?;
+            Err(StoreError::Fenced { scope: scope.clone(), fence: Fence(1), current }.into())
+        });
+        assert_eq!(once, 1, "not redone without retry");
+    }
+
+    #[test]
+    fn a_changed_state_is_checkpointed_before_rows_are_written_on_it() {
+        let store = Arc::new(MemoryStore::new());
+        let mut session = SessionBuilder::new("s").ports(ports(&store)).build().unwrap();
+        let scope = Scope::local("s");
+        session.push(&ChatMessage::text(Role::User, "one")).unwrap();
+        session.push(&ChatMessage::text(Role::User, "two")).unwrap();
+        assert!(store.ids(&scope).unwrap().is_empty(), "pushes alone need no checkpoint");
+        session.set_caller_state(b"window=1".to_vec());
+        session.push(&ChatMessage::text(Role::User, "three")).unwrap();
+        assert_eq!(store.ids(&scope).unwrap().len(), 1, "the caller's state changed");
+        session.record_usage(1_000, 1_300).unwrap();
+        session.push(&ChatMessage::text(Role::User, "four")).unwrap();
+        assert_eq!(store.ids(&scope).unwrap().len(), 2, "the calibrated window changed");
+        // What the newest checkpoint and the rows after it give is this session's state.
+        let mut other =
+            SessionBuilder::new("s").ports(ports(&store)).restore_latest(true).build().unwrap();
+        assert_eq!(other.caller_state(), b"window=1");
+        assert_eq!(other.manager().config(), session.manager().config());
+        let texts = |s: &Session| {
+            s.manager().history().map(|m| m.content().to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(texts(&other), texts(&session));
+        assert_eq!(other.push(&ChatMessage::text(Role::User, "five")).unwrap().id, 5);
+    }
+
+    #[test]
+    fn rows_that_do_not_replay_to_their_ids_are_a_mismatch() {
+        let store = Arc::new(MemoryStore::new());
+        let scope = Scope::local("s");
+        let row = ArchivedMessage::new(4, 4, ChatMessage::text(Role::User, "written past a gap"));
+        store.put(&scope, Fence::NONE, &[row]).unwrap();
+        let built = SessionBuilder::new("s").ports(ports(&store)).restore_latest(true).build();
+        let error = built.unwrap_err();
+        assert!(matches!(&error, SessionError::Store(StoreError::Mismatch { .. })), "{error}");
+        assert!(error.to_string().contains("message 4 replays as id 1"), "{error}");
+    }
+}

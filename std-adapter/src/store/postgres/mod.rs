@@ -1,0 +1,538 @@
+//! [`PgStore`]: both ports on PostgreSQL, the store many processes share (a fleet of proxy
+//! instances, agents on several hosts), with leases that fence stale writers.
+//!
+//! * **Scoped in SQL.** A [`Scope`] is a row of `conversations` (tenant, name); every
+//!   statement joins on it, and every row's search vector holds its conversation's lexeme,
+//!   so a search intersects the conversation's postings with the words' in the GIN index.
+//! * **Fenced.** [`acquire`](crate::store::ArchiveStore::acquire) raises the conversation's fence and
+//!   returns it; every write (rows, summaries, vectors, forget, deletes, checkpoint saves,
+//!   prunes, rewrites) locks the conversation's row in its own transaction and is refused
+//!   with [`StoreError::Fenced`] when its fence is older than the row's. A holder that was
+//!   paused or partitioned cannot write over its successor; no clock is compared. An
+//!   `acquire` waits for a write in flight of the old holder, so once it returns no write of
+//!   the old fence can commit. Writes with [`Fence::NONE`] (an operator's command) are not
+//!   checked.
+//! * **Verified.** Rows, summaries, vectors carry the [checksum](crate::store::checksum)
+//!   computed in Rust and verified on every read; checkpoints carry their frame's CRC.
+//! * **Search** is PostgreSQL's text search (English stemming) with BM25 computed in SQL
+//!   from the conversation's own counts: scores normalised as every adapter's
+//!   ([`SearchHit::score`](crate::store::SearchHit::score)).
+//! * **Pooled** with a floor of [`PgOptions::min_idle`] connections (0 by default: an idle
+//!   process holds none once [`PgOptions::idle_timeout`] passes) and a ceiling of
+//!   [`PgOptions::max_connections`].
+//! * **Pooler-safe.** No statement relies on session state: every statement is sent unnamed
+//!   with its types (no prepared statement kept between transactions), locks and settings are
+//!   transaction-scoped (`pg_advisory_xact_lock`, `SET LOCAL`). It runs behind PgBouncer in
+//!   transaction mode.
+//! * **Checkpoints** are framed payloads in a table, ordered by a per-conversation sequence:
+//!   a session's snapshot is stored once per save and its rows once in `messages` (storage
+//!   grows with the messages plus the checkpoints kept, not messages × checkpoints).
+//! * **Forget means gone** from the live data: rows, the search vectors (recomputed), vectors
+//!   (dropped), summaries and checkpoints (rewritten), then `VACUUM` of the touched tables
+//!   so no dead row version keeps the text in the tables' pages. What PostgreSQL keeps
+//!   outside them — WAL segments not yet recycled, replicas, base backups — still holds it
+//!   until they turn over (see the README's fleet section).
+//!
+//! # Operating it
+//!
+//! * **A schema of its own**: the tables go in the connection's current schema. Give ctxwin a
+//!   role whose `search_path` starts with its schema (`ALTER ROLE ctxwin SET search_path =
+//!   ctxwin`), or put `?options=-csearch_path%3Dctxwin` in the URL when connecting directly
+//!   (a pooler may refuse or drop the `options` startup parameter — PgBouncer does unless
+//!   configured for it — while the role's setting works behind any pooler).
+//! * **Behind a transaction-mode pooler** nothing else is needed: no statement is prepared
+//!   by name, no setting or lock outlives its transaction (PgBouncer's
+//!   `max_prepared_statements` may stay 0).
+//! * **Connections**: at most [`PgOptions::max_connections`] per process (4 by default),
+//!   none while idle past [`PgOptions::idle_timeout`] (60 s) unless
+//!   [`PgOptions::min_idle`] says otherwise. Twenty idle agents hold no connection
+//!   (`tests/postgres_fleet.rs`).
+//! * **Server settings worth setting**: `idle_in_transaction_session_timeout` (a client
+//!   stopped mid-transaction releases its conversation's lock); TCP keepalives are set by
+//!   the client (30 s idle) so a partitioned instance's transaction ends within minutes.
+//! * **What a forget leaves on the server's disks.** After
+//!   [`forget`](crate::store::ArchiveStore::forget) and a checkpoint
+//!   [`rewrite`](crate::store::CheckpointSink::rewrite), a `pg_dump` holds no byte of the
+//!   text (rows, search vectors, vectors, summaries, checkpoints; checked by
+//!   `tests/postgres_fleet.rs`), and the `VACUUM` that follows leaves no copy in the tables'
+//!   pages (the same test counts 0 in their files). Three places still hold it: the GIN
+//!   indexes keep every word they ever indexed as a key, with no row pointing at it, until
+//!   [`PgStore::rebuild_search_indexes`] (`REINDEX … CONCURRENTLY`) rebuilds them (6 copies
+//!   before, 0 after, in that test); the write-ahead log holds every version written until
+//!   its segments are recycled (after checkpoints, past `wal_keep_size`; the test found
+//!   dozens in `pg_wal`); and whatever copied the WAL or the pages before the forget (WAL
+//!   archives, replicas' WAL, base backups, the file system's free blocks) keeps them until
+//!   it expires. A hard guarantee needs those retention windows, or encrypted storage whose
+//!   key goes with the data.
+//! * **TLS** is not built in: reach the server on a private network or a local socket, or
+//!   through a TLS-terminating proxy.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use ctxwin_std::store::postgres::PgStore;
+//! use ctxwin_std::store::{ArchiveStore, ArchivedMessage, CheckpointSink, Scope};
+//! use ctxwin_std::{ChatMessage, core::Role};
+//!
+//! let store = PgStore::open("postgres://ctxwin:secret@db.internal/ctxwin")?;
+//! let scope = Scope::new("acme", "chat-7");
+//! let fence = store.acquire(&scope)?; // this process now holds the conversation
+//! let ask = ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "deploy to staging"));
+//! store.put(&scope, fence, &[ask])?;
+//! store.save(&scope, fence, b"snapshot")?;
+//! # Ok::<(), ctxwin_std::store::StoreError>(())
+//! ```
+
+mod checkpoints;
+mod error;
+mod escape;
+mod forget;
+mod metrics;
+mod port;
+mod rows;
+pub mod schema;
+mod search;
+mod summaries;
+#[doc(hidden)]
+pub mod testing;
+#[cfg(test)]
+mod tests;
+mod vectors;
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use postgres::types::{ToSql, Type};
+use postgres::{Client, NoTls, Row};
+use r2d2_postgres::PostgresConnectionManager;
+
+use crate::store::{Fence, Scope, StoreError};
+use error::{Failure, Pg, get};
+use escape::escape;
+
+/// How a [`PgStore`] connects and pools.
+///
+/// ```
+/// use ctxwin_std::store::postgres::PgOptions;
+/// let options = PgOptions { max_connections: 8, ..PgOptions::default() };
+/// assert_eq!(options.min_idle, 0);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgOptions {
+    /// Most connections the store opens (at least 1).
+    pub max_connections: u32,
+    /// Connections kept open while idle (at most `max_connections`): 0 lets an idle process
+    /// hold none.
+    pub min_idle: u32,
+    /// How long an unused connection above `min_idle` stays open.
+    pub idle_timeout: Duration,
+    /// How long a connection may live before it is replaced (a server-side failover, a
+    /// pooler's restart are picked up).
+    pub max_lifetime: Duration,
+    /// How long to wait for a connection (a new one, or a free one of the pool).
+    pub connect_timeout: Duration,
+    /// How long a write waits for a lock another transaction holds (the same conversation
+    /// written by another instance) before it fails as [`StoreError::Busy`].
+    pub lock_timeout: Duration,
+    /// Whether [`forget`](crate::store::ArchiveStore::forget) and checkpoint rewrites `VACUUM`
+    /// the tables they changed, so no dead row version keeps the forgotten text.
+    pub vacuum_after_forget: bool,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 4,
+            min_idle: 0,
+            idle_timeout: Duration::from_secs(60),
+            max_lifetime: Duration::from_secs(30 * 60),
+            connect_timeout: Duration::from_secs(10),
+            lock_timeout: Duration::from_secs(10),
+            vacuum_after_forget: true,
+        }
+    }
+}
+
+type Manager = PostgresConnectionManager<NoTls>;
+type Pool = r2d2::Pool<Manager>;
+type Pooled = r2d2::PooledConnection<Manager>;
+
+/// A connection's last use, kept beside it in the pool: one idle longer than [`PROBE_AFTER`]
+/// is checked before use (the server or a pooler may have closed it).
+struct LastUsed(Instant);
+
+/// Idle time after which a pooled connection is checked before use.
+const PROBE_AFTER: Duration = Duration::from_secs(5);
+
+/// Both storage ports on one PostgreSQL database (its current schema): an
+/// [`ArchiveStore`](crate::store::ArchiveStore) and a
+/// [`CheckpointSink`](crate::store::CheckpointSink). Clones share the pool; share one
+/// handle between the two ports and every session of a process.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    identity: String,
+    /// The server and database, without credentials, for messages.
+    place: String,
+    options: PgOptions,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("place", &self.inner.place)
+            .field("identity", &self.inner.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Connections in use and idle, from [`PgStore::pool_state`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolState {
+    /// Connections open.
+    pub connections: u32,
+    /// Of which idle.
+    pub idle: u32,
+}
+
+/// Bytes the store's tables take, indexes and TOAST included, from [`PgStore::sizes`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableSizes {
+    /// `messages`.
+    pub messages: u64,
+    /// `summaries`.
+    pub summaries: u64,
+    /// `message_vectors`.
+    pub vectors: u64,
+    /// `checkpoints`.
+    pub checkpoints: u64,
+    /// Everything else (`conversations`, `compression_events`, metadata).
+    pub other: u64,
+}
+
+/// The one maintenance thread every pool of the process shares (r2d2 starts three per pool
+/// otherwise).
+fn maintenance() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
+    static POOL: OnceLock<Arc<scheduled_thread_pool::ScheduledThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        Arc::new(
+            scheduled_thread_pool::ScheduledThreadPool::builder()
+                .num_threads(1)
+                .thread_name_pattern("ctxwin-pg-pool")
+                .build(),
+        )
+    })
+    .clone()
+}
+
+/// Connection failures the pool meets, reported through `tracing`.
+#[derive(Debug)]
+struct ReportErrors;
+
+impl r2d2::HandleError<postgres::Error> for ReportErrors {
+    fn handle_error(&self, error: postgres::Error) {
+        tracing::warn!(%error, "postgres store: connection failed");
+    }
+}
+
+impl PgStore {
+    /// Opens the store at `url` (`postgres://user:password@host:port/database`, any parameter
+    /// of libpq's URL form the `postgres` crate reads, e.g. `?options=-csearch_path%3Dctxwin`
+    /// for a schema of its own) with [`PgOptions::default`], and migrates its schema.
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] for a URL that does not parse, [`StoreError::Io`] when the
+    /// server cannot be reached, [`StoreError::SchemaTooNew`], backend errors.
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with(url, PgOptions::default())
+    }
+
+    /// As [`open`](Self::open), with `options`.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open); [`StoreError::Invalid`] for options out of range.
+    pub fn open_with(url: &str, options: PgOptions) -> Result<Self, StoreError> {
+        if options.max_connections == 0 || options.min_idle > options.max_connections {
+            return Err(StoreError::invalid(format!(
+                "postgres pool: max_connections {} must be at least 1 and at least min_idle {}",
+                options.max_connections, options.min_idle
+            )));
+        }
+        let mut config: postgres::Config = url.parse().map_err(|error| {
+            StoreError::invalid(format!("not a PostgreSQL URL ({error}); expected postgres://user:password@host:port/database"))
+        })?;
+        if config.get_application_name().is_none() {
+            config.application_name("ctxwin");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(options.connect_timeout);
+        }
+        // A partitioned peer's connection (and the locks its transaction holds) is noticed in
+        // about a minute instead of the kernel's two hours.
+        config.keepalives_idle(Duration::from_secs(30));
+        config.notice_callback(|notice| {
+            tracing::debug!(message = notice.message(), "postgres store: notice");
+        });
+        let place = place_of(&config);
+        let pool = r2d2::Pool::builder()
+            .max_size(options.max_connections)
+            .min_idle(Some(options.min_idle))
+            .idle_timeout(Some(options.idle_timeout))
+            .max_lifetime(Some(options.max_lifetime))
+            .connection_timeout(options.connect_timeout)
+            .test_on_check_out(false)
+            .thread_pool(maintenance())
+            .error_handler(Box::new(ReportErrors))
+            .build_unchecked(PostgresConnectionManager::new(config, NoTls));
+        let mut conn = checkout(&pool, &place)?;
+        let version = schema::migrate(&mut conn)?;
+        let identity: String = get(
+            &conn
+                .query_typed_one("SELECT value FROM ctxwin_meta WHERE key = 'identity'", &[])
+                .map_err(Failure::from)?,
+            0,
+        )?;
+        drop(conn);
+        tracing::debug!(%place, version, "postgres store: opened");
+        Ok(Self { inner: Arc::new(Inner { pool, identity, place, options }) })
+    }
+
+    /// The server and database this store is on, without credentials.
+    pub fn server(&self) -> &str {
+        &self.inner.place
+    }
+
+    /// Connections open and idle now.
+    pub fn pool_state(&self) -> PoolState {
+        let state = self.inner.pool.state();
+        PoolState { connections: state.connections, idle: state.idle_connections }
+    }
+
+    /// The schema version of the store (the newest migration applied).
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        self.run(|client| {
+            let row =
+                client.query_typed_one("SELECT max(version)::int8 FROM ctxwin_migrations", &[])?;
+            Ok(get::<Option<i64>>(&row, 0)?.unwrap_or(0))
+        })
+    }
+
+    /// Bytes each of the store's tables takes (`pg_total_relation_size`: heap, TOAST and
+    /// indexes).
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub fn sizes(&self) -> Result<TableSizes, StoreError> {
+        self.run(|client| {
+            let rows = client.query_typed(
+                "SELECT c.relname::text, pg_total_relation_size(c.oid)::int8 FROM pg_class c
+                 WHERE c.relkind = 'r'
+                   AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())",
+                &[],
+            )?;
+            let mut sizes = TableSizes::default();
+            for row in &rows {
+                let (name, bytes): (String, i64) = (get(row, 0)?, get(row, 1)?);
+                let bytes = u64::try_from(bytes).unwrap_or(0);
+                match name.as_str() {
+                    "messages" => sizes.messages += bytes,
+                    "summaries" => sizes.summaries += bytes,
+                    "message_vectors" => sizes.vectors += bytes,
+                    "checkpoints" => sizes.checkpoints += bytes,
+                    _ => sizes.other += bytes,
+                }
+            }
+            Ok(sizes)
+        })
+    }
+
+    /// Rebuilds the full-text indexes (`REINDEX INDEX CONCURRENTLY`: writes go on
+    /// meanwhile). A GIN index keeps the key of every word it ever indexed, with no row
+    /// pointing at it once the rows are gone or scrubbed: after a
+    /// [`forget`](crate::store::ArchiveStore::forget) of a secret, its (lower-cased) word is
+    /// still in the index's pages until they are rebuilt. It is not in a dump; this takes it
+    /// off the index files too. Costs a pass over every conversation's rows.
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub fn rebuild_search_indexes(&self) -> Result<(), StoreError> {
+        self.run(|client| {
+            // One statement per call: REINDEX CONCURRENTLY cannot run in a transaction block.
+            client.batch_execute("REINDEX INDEX CONCURRENTLY messages_search")?;
+            client.batch_execute("REINDEX INDEX CONCURRENTLY summaries_search")?;
+            Ok(())
+        })
+    }
+
+    /// Runs `work` on a pooled connection.
+    fn run<T>(&self, work: impl FnOnce(&mut Client) -> Pg<T>) -> Result<T, StoreError> {
+        let mut conn = checkout(&self.inner.pool, &self.inner.place)?;
+        Ok(work(&mut conn)?)
+    }
+
+    /// Runs `work` in a transaction (committed when it returns `Ok`, rolled back otherwise).
+    fn transaction<T>(&self, work: impl FnOnce(&mut Tx<'_>) -> Pg<T>) -> Result<T, StoreError> {
+        let lock_timeout = self.inner.options.lock_timeout;
+        self.run(|client| {
+            let mut tx = Tx::begin(client, lock_timeout)?;
+            let out = work(&mut tx)?;
+            tx.commit()?;
+            Ok(out)
+        })
+    }
+
+    /// `VACUUM`s `tables` when the options ask for it (after forgetting).
+    fn vacuum(&self, tables: &str) -> Result<(), StoreError> {
+        if !self.inner.options.vacuum_after_forget {
+            return Ok(());
+        }
+        self.run(|client| Ok(client.batch_execute(&format!("VACUUM {tables}"))?))
+    }
+}
+
+/// A connection of `pool`, checked first when it has been idle a while.
+fn checkout(pool: &Pool, place: &str) -> Result<Pooled, StoreError> {
+    for _ in 0..=pool.max_size() {
+        let mut conn = pool.get().map_err(|error| error::map_pool(&format!("{place}: {error}")))?;
+        let idle = r2d2::PooledConnection::extensions(&conn)
+            .get::<LastUsed>()
+            .is_some_and(|used| used.0.elapsed() > PROBE_AFTER);
+        // A connection the server or a pooler closed while it was idle fails its first
+        // statement: found here, it is dropped (the pool sees it closed) instead of failing
+        // the caller's work.
+        if idle && conn.simple_query("").is_err() {
+            continue;
+        }
+        r2d2::PooledConnection::extensions_mut(&mut conn).insert(LastUsed(Instant::now()));
+        return Ok(conn);
+    }
+    Err(StoreError::Io {
+        detail: format!("{place}: every pooled connection was closed"),
+        source: None,
+    })
+}
+
+/// `config`'s hosts, ports and database, for messages (never its user or password).
+fn place_of(config: &postgres::Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .zip(config.get_ports().iter().chain(std::iter::repeat(&5432)))
+        .map(|(host, port)| match host {
+            postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+            #[cfg(unix)]
+            postgres::config::Host::Unix(path) => format!("{}:{port}", path.display()),
+        })
+        .collect();
+    format!("postgres://{}/{}", hosts.join(","), config.get_dbname().unwrap_or(""))
+}
+
+/// A transaction on a pooled connection: `BEGIN` and its `SET LOCAL`s in one round trip,
+/// rolled back when dropped uncommitted.
+struct Tx<'a> {
+    client: &'a mut Client,
+    open: bool,
+}
+
+impl<'a> Tx<'a> {
+    fn begin(client: &'a mut Client, lock_timeout: Duration) -> Pg<Self> {
+        client.batch_execute(&format!(
+            "BEGIN; SET LOCAL lock_timeout = {}",
+            lock_timeout.as_millis().max(1)
+        ))?;
+        Ok(Self { client, open: true })
+    }
+
+    fn commit(mut self) -> Pg<()> {
+        self.open = false;
+        Ok(self.client.batch_execute("COMMIT")?)
+    }
+
+    /// Runs `sql` (sent unnamed, with its parameters' types) and returns its rows.
+    fn query(&mut self, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Pg<Vec<Row>> {
+        Ok(self.client.query_typed(sql, params)?)
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.open && self.client.batch_execute("ROLLBACK").is_err() {
+            tracing::debug!("postgres store: rollback failed (the connection is gone)");
+        }
+    }
+}
+
+/// The `conversations` row of `scope` inside `tx`, locked until the transaction ends, after
+/// checking `fence` against the newest handed out. Created on a scope's first write when
+/// `create`; `None` when it does not exist and is not to be created.
+fn lock_scope(tx: &mut Tx<'_>, scope: &Scope, fence: Fence, create: bool) -> Pg<Option<i64>> {
+    let (tenant, name) = (escape(&scope.tenant), escape(&scope.conversation));
+    for attempt in 0..2 {
+        let found = tx.query(
+            "SELECT id, fence FROM conversations WHERE tenant = $1 AND name = $2
+             FOR NO KEY UPDATE",
+            &[(&tenant, Type::TEXT), (&name, Type::TEXT)],
+        )?;
+        if let Some(row) = found.first() {
+            let (id, current): (i64, i64) = (get(row, 0)?, get(row, 1)?);
+            check_fence(scope, fence, current)?;
+            return Ok(Some(id));
+        }
+        if !create || attempt > 0 {
+            break;
+        }
+        tx.query(
+            "INSERT INTO conversations (tenant, name) VALUES ($1, $2)
+             ON CONFLICT (tenant, name) DO NOTHING",
+            &[(&tenant, Type::TEXT), (&name, Type::TEXT)],
+        )?;
+    }
+    if create {
+        return Err(Failure(StoreError::Backend {
+            detail: format!("conversation {scope} vanished while it was created"),
+        }));
+    }
+    Ok(None)
+}
+
+/// Refuses `fence` when a newer one (`current`) was handed out for `scope`.
+fn check_fence(scope: &Scope, fence: Fence, current: i64) -> Pg<()> {
+    let current = Fence(u64::try_from(current).unwrap_or(0));
+    if !fence.is_none() && fence < current {
+        return Err(Failure(StoreError::Fenced { scope: scope.clone(), fence, current }));
+    }
+    Ok(())
+}
+
+/// Raises `scope`'s fence and returns it (the row is created on its first lease).
+fn acquire(tx: &mut Tx<'_>, scope: &Scope) -> Pg<Fence> {
+    let (tenant, name) = (escape(&scope.tenant), escape(&scope.conversation));
+    let rows = tx.query(
+        "INSERT INTO conversations (tenant, name, fence) VALUES ($1, $2, 1)
+         ON CONFLICT (tenant, name) DO UPDATE SET fence = conversations.fence + 1
+         RETURNING fence",
+        &[(&tenant, Type::TEXT), (&name, Type::TEXT)],
+    )?;
+    let fence: i64 = match rows.first() {
+        Some(row) => get(row, 0)?,
+        None => return Err(Failure(StoreError::Backend { detail: "no fence returned".into() })),
+    };
+    Ok(Fence(error::from_sql_int("fence", fence)?))
+}
+
+/// The name of row `id` of `scope` in errors.
+fn row_name(scope: &Scope, id: u64) -> String {
+    format!("message {id} of conversation {:?}", scope.to_string())
+}
+
+/// `limit` for SQL.
+fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}

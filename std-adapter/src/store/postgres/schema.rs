@@ -1,0 +1,321 @@
+//! The PostgreSQL schema and its migrations.
+//!
+//! [`MIGRATIONS`] is append-only and numbered from 1: each is applied once, recorded in
+//! `ctxwin_migrations` (version, name, when). `migrate` runs in ONE transaction that first
+//! takes `pg_advisory_xact_lock` (released by the commit): processes opening the store at
+//! once queue for it, the first applies what is missing, the others find it recorded. No
+//! session-scoped state (no session advisory lock, no `SET`, no prepared statement kept):
+//! it works the same behind a transaction-mode pooler (PgBouncer `pool_mode = transaction`).
+//! A store a newer build migrated further is refused ([`StoreError::SchemaTooNew`]).
+//!
+//! The tables live in the connection's current schema (the first of its `search_path`):
+//! several stores share a database in schemas of their own.
+
+use postgres::Client;
+
+use super::error::{Failure, Pg, get};
+use crate::store::StoreError;
+
+/// One migration: its name (recorded) and its SQL.
+pub struct Migration {
+    /// What it does, recorded with its number.
+    pub name: &'static str,
+    /// The statements.
+    pub sql: &'static str,
+}
+
+/// The migrations, oldest first: entry `i` is version `i + 1`. Never edit a published one.
+pub const MIGRATIONS: &[Migration] = &[Migration { name: "fleet store", sql: V1 }];
+
+/// The schema version this build writes.
+///
+/// ```
+/// assert_eq!(ctxwin_std::store::postgres::schema::SCHEMA_VERSION, 1);
+/// ```
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Characters of a row's text (content, tool calls, original) its search vector holds:
+/// PostgreSQL's tsvector holds at most 1 MB, which this many characters of any text stay
+/// under. Rows are stored whole; words past it are not found by a search.
+pub const INDEXED_CHARS: usize = 131_072;
+
+/// The first key of the advisory lock migrations take (`ctxw`); the second is a hash of the
+/// schema, so stores in other schemas of the database migrate without waiting for this one.
+const LOCK_CLASS: i32 = 0x6374_7877;
+
+/// Version 1.
+///
+/// * `ctxwin_meta`: the store's identity (random, written once).
+/// * `conversations`: one row per scope (tenant, name), never deleted: it holds the newest
+///   fence handed out (`acquire` raises it; every fenced write locks the row and compares),
+///   the checkpoint sequence, and the counts BM25 needs (rows and their indexed words),
+///   kept by statement triggers in the writing transaction.
+/// * `messages`, `summaries`: the rows, each with its checksum, and a `search` tsvector that
+///   a trigger computes from content, tool calls and original text (at most
+///   [`INDEXED_CHARS`] characters; English stemming with stop words kept:
+///   `ctxwin_english`), holding the lexeme `@ <conversation id>` too, so a search
+///   intersects the conversation's postings with the words' in the GIN index instead of
+///   ranking every conversation's matches.
+/// * `message_vectors`: vectors as little-endian `f32` bytes (no extension needed); deleted
+///   with their message and when its content changes.
+/// * `compression_events`, `checkpoints` (framed payloads, ordered by a sequence).
+///
+/// Texts may hold U+FFFF escapes (see the `escape` module): PostgreSQL's `text` has no
+/// U+0000.
+const V1: &str = r#"
+-- English stemming without stop words (as SQLite's porter tokenizer and the in-memory store
+-- index every word; queries drop stop words themselves unless nothing else is left).
+CREATE TEXT SEARCH DICTIONARY ctxwin_english_stem (TEMPLATE = snowball, Language = english);
+CREATE TEXT SEARCH CONFIGURATION ctxwin_english (COPY = english);
+ALTER TEXT SEARCH CONFIGURATION ctxwin_english
+    ALTER MAPPING REPLACE english_stem WITH ctxwin_english_stem;
+
+CREATE TABLE ctxwin_meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+INSERT INTO ctxwin_meta (key, value)
+VALUES ('identity', replace(gen_random_uuid()::text, '-', ''));
+
+CREATE TABLE conversations (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant         text COLLATE "C" NOT NULL,
+    name           text COLLATE "C" NOT NULL,
+    fence          bigint NOT NULL DEFAULT 0,
+    checkpoint_seq bigint NOT NULL DEFAULT 0,
+    messages       bigint NOT NULL DEFAULT 0,
+    message_terms  bigint NOT NULL DEFAULT 0,
+    summaries      bigint NOT NULL DEFAULT 0,
+    summary_terms  bigint NOT NULL DEFAULT 0,
+    UNIQUE (tenant, name)
+);
+
+CREATE TABLE messages (
+    conversation_id bigint NOT NULL REFERENCES conversations (id),
+    id              bigint NOT NULL,
+    unit            bigint NOT NULL,
+    level           smallint NOT NULL,
+    role            text NOT NULL,
+    content         text NOT NULL,
+    tool_calls      text,
+    tool_text       text NOT NULL,
+    tool_call_id    text,
+    original        text,
+    timestamp       bigint NOT NULL,
+    tokens          bigint NOT NULL,
+    name            text,
+    is_error        boolean NOT NULL,
+    raw             text,
+    checksum        bigint NOT NULL,
+    search          tsvector NOT NULL DEFAULT '',
+    search_len      integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (conversation_id, id)
+);
+CREATE INDEX messages_search ON messages USING gin (search);
+
+CREATE TABLE summaries (
+    conversation_id bigint NOT NULL REFERENCES conversations (id),
+    id              bigint NOT NULL,
+    level           smallint NOT NULL,
+    text            text NOT NULL,
+    created_at      bigint NOT NULL,
+    tokens_before   bigint NOT NULL,
+    tokens_after    bigint NOT NULL,
+    source_ids      bigint[] NOT NULL,
+    checksum        bigint NOT NULL,
+    search          tsvector NOT NULL DEFAULT '',
+    search_len      integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (conversation_id, id)
+);
+CREATE INDEX summaries_search ON summaries USING gin (search);
+
+CREATE TABLE message_vectors (
+    conversation_id bigint NOT NULL,
+    message_id      bigint NOT NULL,
+    model           text NOT NULL,
+    vector          bytea NOT NULL,
+    checksum        bigint NOT NULL,
+    PRIMARY KEY (conversation_id, message_id, model),
+    FOREIGN KEY (conversation_id, message_id) REFERENCES messages (conversation_id, id)
+        ON DELETE CASCADE
+);
+
+CREATE TABLE compression_events (
+    conversation_id bigint NOT NULL REFERENCES conversations (id),
+    seq             bigint GENERATED ALWAYS AS IDENTITY,
+    timestamp       bigint NOT NULL,
+    tokens_before   bigint NOT NULL,
+    tokens_after    bigint NOT NULL,
+    units_evicted   bigint NOT NULL,
+    summaries_made  bigint NOT NULL,
+    strategy        text NOT NULL,
+    PRIMARY KEY (conversation_id, seq)
+);
+
+CREATE TABLE checkpoints (
+    conversation_id bigint NOT NULL REFERENCES conversations (id),
+    seq             bigint NOT NULL,
+    id              text COLLATE "C" NOT NULL,
+    frame           bytea NOT NULL,
+    written_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (conversation_id, seq),
+    UNIQUE (conversation_id, id)
+);
+
+-- The search vector of a row: its words (English stems) plus its conversation's lexeme.
+CREATE FUNCTION ctxwin_index_message() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    words tsvector;
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.content IS NOT DISTINCT FROM OLD.content
+        AND NEW.tool_text IS NOT DISTINCT FROM OLD.tool_text
+        AND NEW.original IS NOT DISTINCT FROM OLD.original
+        AND NEW.conversation_id = OLD.conversation_id THEN
+        NEW.search := OLD.search;
+        NEW.search_len := OLD.search_len;
+        RETURN NEW;
+    END IF;
+    words := to_tsvector('ctxwin_english', left(NEW.content || ' ' || NEW.tool_text || ' '
+        || coalesce(NEW.original, ''), 131072));
+    NEW.search_len := (SELECT coalesce(sum(coalesce(array_length(positions, 1), 1)), 0)
+        FROM unnest(words));
+    NEW.search := words || array_to_tsvector(ARRAY['@ ' || NEW.conversation_id]);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER messages_index BEFORE INSERT OR UPDATE ON messages
+    FOR EACH ROW EXECUTE FUNCTION ctxwin_index_message();
+
+CREATE FUNCTION ctxwin_index_summary() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    words tsvector;
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.text IS NOT DISTINCT FROM OLD.text
+        AND NEW.conversation_id = OLD.conversation_id THEN
+        NEW.search := OLD.search;
+        NEW.search_len := OLD.search_len;
+        RETURN NEW;
+    END IF;
+    words := to_tsvector('ctxwin_english', left(NEW.text, 131072));
+    NEW.search_len := (SELECT coalesce(sum(coalesce(array_length(positions, 1), 1)), 0)
+        FROM unnest(words));
+    NEW.search := words || array_to_tsvector(ARRAY['@ ' || NEW.conversation_id]);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER summaries_index BEFORE INSERT OR UPDATE ON summaries
+    FOR EACH ROW EXECUTE FUNCTION ctxwin_index_summary();
+
+-- A message's vectors describe its content: a new content drops them.
+CREATE FUNCTION ctxwin_drop_stale_vectors() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM message_vectors
+    WHERE conversation_id = OLD.conversation_id AND message_id = OLD.id;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER messages_stale_vectors AFTER UPDATE OF content ON messages
+    FOR EACH ROW WHEN (OLD.content IS DISTINCT FROM NEW.content)
+    EXECUTE FUNCTION ctxwin_drop_stale_vectors();
+
+-- BM25's counts per conversation (rows, indexed words), once per statement.
+CREATE FUNCTION ctxwin_count_messages() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        UPDATE conversations c SET messages = c.messages + d.rows, message_terms = c.message_terms + d.terms
+        FROM (SELECT conversation_id, count(*) AS rows, sum(search_len) AS terms
+              FROM added GROUP BY conversation_id) d
+        WHERE c.id = d.conversation_id;
+    ELSIF TG_OP = 'DELETE' THEN
+        UPDATE conversations c SET messages = c.messages - d.rows, message_terms = c.message_terms - d.terms
+        FROM (SELECT conversation_id, count(*) AS rows, sum(search_len) AS terms
+              FROM removed GROUP BY conversation_id) d
+        WHERE c.id = d.conversation_id;
+    ELSE
+        UPDATE conversations c SET message_terms = c.message_terms + d.terms
+        FROM (SELECT conversation_id, sum(terms) AS terms FROM (
+                  SELECT conversation_id, search_len AS terms FROM added
+                  UNION ALL SELECT conversation_id, -search_len FROM removed) changes
+              GROUP BY conversation_id) d
+        WHERE c.id = d.conversation_id AND d.terms <> 0;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE FUNCTION ctxwin_count_summaries() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        UPDATE conversations c SET summaries = c.summaries + d.rows, summary_terms = c.summary_terms + d.terms
+        FROM (SELECT conversation_id, count(*) AS rows, sum(search_len) AS terms
+              FROM added GROUP BY conversation_id) d
+        WHERE c.id = d.conversation_id;
+    ELSIF TG_OP = 'DELETE' THEN
+        UPDATE conversations c SET summaries = c.summaries - d.rows, summary_terms = c.summary_terms - d.terms
+        FROM (SELECT conversation_id, count(*) AS rows, sum(search_len) AS terms
+              FROM removed GROUP BY conversation_id) d
+        WHERE c.id = d.conversation_id;
+    ELSE
+        UPDATE conversations c SET summary_terms = c.summary_terms + d.terms
+        FROM (SELECT conversation_id, sum(terms) AS terms FROM (
+                  SELECT conversation_id, search_len AS terms FROM added
+                  UNION ALL SELECT conversation_id, -search_len FROM removed) changes
+              GROUP BY conversation_id) d
+        WHERE c.id = d.conversation_id AND d.terms <> 0;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER messages_count_insert AFTER INSERT ON messages
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION ctxwin_count_messages();
+CREATE TRIGGER messages_count_update AFTER UPDATE ON messages
+    REFERENCING OLD TABLE AS removed NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION ctxwin_count_messages();
+CREATE TRIGGER messages_count_delete AFTER DELETE ON messages
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION ctxwin_count_messages();
+CREATE TRIGGER summaries_count_insert AFTER INSERT ON summaries
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION ctxwin_count_summaries();
+CREATE TRIGGER summaries_count_update AFTER UPDATE ON summaries
+    REFERENCING OLD TABLE AS removed NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION ctxwin_count_summaries();
+CREATE TRIGGER summaries_count_delete AFTER DELETE ON summaries
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION ctxwin_count_summaries();
+"#;
+
+/// Applies what [`MIGRATIONS`] holds beyond the store's version, in one transaction under
+/// the migration lock; the version the store is at.
+pub(super) fn migrate(client: &mut Client) -> Pg<i64> {
+    let mut tx = client.transaction()?;
+    tx.query_typed(
+        "SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))",
+        &[(&LOCK_CLASS, postgres::types::Type::INT4)],
+    )?;
+    let schema: Option<String> = get(&tx.query_typed_one("SELECT current_schema()", &[])?, 0)?;
+    if schema.is_none() {
+        return Err(Failure(StoreError::Invalid {
+            detail: "the connection's search_path names no existing schema to create ctxwin's \
+                     tables in (create it, or set search_path / options=-csearch_path=...)"
+                .into(),
+        }));
+    }
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS ctxwin_migrations (
+             version    integer PRIMARY KEY,
+             name       text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         )",
+    )?;
+    let found: i64 = get(
+        &tx.query_typed_one("SELECT coalesce(max(version), 0)::int8 FROM ctxwin_migrations", &[])?,
+        0,
+    )?;
+    if found > SCHEMA_VERSION {
+        return Err(Failure(StoreError::SchemaTooNew { found, supported: SCHEMA_VERSION }));
+    }
+    for (version, migration) in (1_i32..).zip(MIGRATIONS).skip(usize::try_from(found).unwrap_or(0))
+    {
+        tx.batch_execute(migration.sql)?;
+        tx.query_typed(
+            "INSERT INTO ctxwin_migrations (version, name) VALUES ($1, $2)",
+            &[
+                (&version, postgres::types::Type::INT4),
+                (&migration.name, postgres::types::Type::TEXT),
+            ],
+        )?;
+        tracing::info!(version, name = migration.name, "postgres store: migrated");
+    }
+    tx.commit()?;
+    Ok(SCHEMA_VERSION)
+}
