@@ -3,11 +3,11 @@
 //!
 //! 1. **Checkpoint storage after 1,000 turns of one conversation** against the size of its
 //!    rows: the recorded agent session (`benches/data/conv_1000.jsonl.gz`) replayed for
-//!    1,000 user turns through a real [`Session`] (default configuration, a checkpoint every
-//!    50 messages); each turn's messages are written to the store as the archive rows they
-//!    are (full text) with the holder's fence, each checkpoint's snapshot (the session's
-//!    payload, postcard) saved with it and the conversation pruned to the newest
-//!    `FLEET_KEEP` (10). Sizes are `pg_total_relation_size` (heap, TOAST, indexes). Target:
+//!    1,000 user turns through a real [`Session`](ctxwin_std::session::Session) (default
+//!    configuration, a checkpoint every 50 messages); each turn's messages are written to
+//!    the store as the archive rows they are (full text) with the holder's fence, each
+//!    checkpoint's snapshot (the session's payload, postcard) saved with it and the
+//!    conversation pruned to the newest `FLEET_KEEP` (10). Sizes are `pg_total_relation_size` (heap, TOAST, indexes). Target:
 //!    checkpoints ≤ 3× rows.
 //! 2. **Loading a 500-message conversation on another instance**: its newest snapshot and
 //!    the rows after it (what an instance that did not serve the previous request reads

@@ -29,6 +29,15 @@
 //!   [`restore_latest`](SessionBuilder::restore_latest) continues where the newest intact
 //!   checkpoint left off, skipping damaged files. Checkpoints are taken every
 //!   [`checkpoint_interval_messages`](SessionBuilder::checkpoint_interval_messages) pushes.
+//! * **Fleets.** On a store that hands out leases (PostgreSQL through
+//!   [`SessionBuilder::store`] or [`SessionBuilder::ports`]; the memory store too) every
+//!   write carries the session's fence, and the database refuses it once another process
+//!   took the conversation. The session then [`reload`](Session::reload)s — the newest
+//!   checkpoint plus the messages archived after it, pushed again — and redoes the
+//!   operation; before each operation it reads the newest fence and reloads first when it
+//!   was overtaken, and after one it checkpoints a state pushes alone would not reproduce.
+//!   Any process serves any conversation; two serving one at once take turns, and neither
+//!   loses, duplicates or interleaves the other's messages.
 //! * **Calibration.** [`record_usage`](Session::record_usage) feeds the provider's
 //!   `usage.prompt_tokens` to the calibrator and sets the core's effective window so that a
 //!   composed payload, scaled by the worst ratio seen, still fits the real window: the

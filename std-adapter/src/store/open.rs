@@ -125,7 +125,7 @@ pub struct Deleted {
 
 /// Opens the store at `location` for any number of conversations: a directory's
 /// `archive.db` and `checkpoints/<tenant>/<conversation>/` ([`CheckpointDir::per_scope`]), or
-/// a PostgreSQL database with [`PgOptions::default`](super::postgres::PgOptions) (both ports
+/// a PostgreSQL database with `PgOptions::default()` (`store::postgres`; both ports
 /// on one pool).
 ///
 /// ```

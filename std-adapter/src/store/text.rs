@@ -16,7 +16,7 @@ use ctxwin_core::terms;
 const MAX_QUERY_TERMS: usize = 32;
 
 /// BM25's term-frequency saturation: the lexical ranking of every adapter (SQLite FTS5's
-/// `bm25()` default, and [`bm25`] here). A ranking that rescales a hit's relevance for
+/// `bm25()` default, and `bm25` here). A ranking that rescales a hit's relevance for
 /// another length (retrieval ranking a short reply as the exchange it closes) uses it too.
 pub const BM25_K1: f64 = 1.2;
 /// BM25's length normalisation (SQLite FTS5's default): see [`BM25_K1`].

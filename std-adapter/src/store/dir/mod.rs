@@ -33,7 +33,8 @@ enum Layout {
 }
 
 /// The checkpoint port on the file system: each scope's checkpoints in a directory of their
-/// own, as `<id>.ckpt` files (see the [module documentation](self)). Directories are created
+/// own, as `<id>.ckpt` files (atomic, durable, self-checking, ordered by a sequence number kept
+/// inside each file). Directories are created
 /// (durably) by the first save; reads of a directory not created yet find no checkpoint.
 /// Fences are accepted and not checked (one process writes a directory).
 ///

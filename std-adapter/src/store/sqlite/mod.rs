@@ -5,7 +5,7 @@
 //! * A [`Scope`] is a row of `sessions` (tenant, name): every query joins or filters on its
 //!   id, and the full-text index holds it, so a search intersects the conversation's postings
 //!   with the words' instead of ranking every conversation's matches.
-//! * Every row stores its [checksum](crate::store::checksum), verified on every read;
+//! * Every row stores its [checksum], verified on every read;
 //!   [`open`](SqliteArchive::open) also runs SQLite's own checks once per process and file.
 //! * Fences are accepted and not checked: one process writes a file (handles in a process
 //!   take turns on an in-process lock before SQLite's).

@@ -212,7 +212,7 @@ impl SqliteArchive {
     }
 
     /// Messages of `scope` holding `keyword` (matched case-insensitively against the
-    /// extracted [keywords](crate::store::keywords)), most occurrences first, then newest
+    /// extracted [keywords]), most occurrences first, then newest
     /// first.
     ///
     /// # Errors
