@@ -245,8 +245,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 }
                 None => {
                     // Nothing unlocked is left: the summaries give way, to their level's
-                    // budget and to what the budget leaves them, then the locked tail.
-                    self.fit_budget(0);
+                    // budget and to what the budget leaves them, then the locked tail. (Not
+                    // over the target, usage is within the budget: only the level can be over.)
+                    if total_over || self.level_over(Level::Session) {
+                        self.fit_budget(0);
+                    }
                     break;
                 }
             }
@@ -338,13 +341,21 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Once no unlocked unit is left: the summaries shrink to what the budget leaves them with
     /// `extra` more tokens, and while that is still over the budget the locked tail's units
     /// leave, volatile before working, oldest first (their summaries shrinking again), down
-    /// to the live request. Bounded by the units of the history.
+    /// to the live request. Bounded by the units of the history and the session level's
+    /// tokens.
     #[inline(never)]
     fn fit_budget(&mut self, extra: u32) {
         let mut live = None;
         loop {
-            let room = self.budget().saturating_add(self.level_tokens(Level::Session));
-            self.fit_session(room.saturating_sub(self.needed(extra)));
+            let session = self.level_tokens(Level::Session);
+            let room = self.budget().saturating_add(session);
+            let changed = self.fit_session(room.saturating_sub(self.needed(extra)));
+            // Another round only when the summaries shrank: every round then either lowers
+            // the session level's tokens or evicts a history unit (which fit_session never
+            // adds back), so the loop ends.
+            if changed && self.level_tokens(Level::Session) < session {
+                continue;
+            }
             if self.needed(extra) <= self.budget() {
                 return;
             }
