@@ -71,14 +71,14 @@ impl Lock {
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// The locked tail: the newest `locked_tail` messages' units, the newest user message's
     /// and a unit waiting for results.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lock(&self) -> Lock {
         self.lock_keeping(self.config.locked_tail)
     }
 
     /// The live request, what stays whatever the budget: the newest user message's unit, the
     /// newest unit (with a locked tail at all) and a unit waiting for results.
-    #[inline]
+    #[inline(always)]
     fn live_lock(&self) -> Lock {
         self.lock_keeping(self.config.locked_tail.min(1))
     }
@@ -322,7 +322,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// What a payload with `extra` more tokens costs: an empty manager's payload pays the
     /// request overhead with the first of them.
-    fn needed(&self, extra: u32) -> u32 {
+    pub(super) fn needed(&self, extra: u32) -> u32 {
         let used = self.used();
         let framing = match used == 0 && extra > 0 {
             true => u32::from(self.config.request_overhead),
@@ -345,7 +345,6 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// tokens.
     #[inline(never)]
     fn fit_budget(&mut self, extra: u32) {
-        let mut live = None;
         loop {
             let session = self.level_tokens(Level::Session);
             let room = self.budget().saturating_add(session);
@@ -359,8 +358,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             if self.needed(extra) <= self.budget() {
                 return;
             }
-            let live = *live.get_or_insert_with(|| self.live_lock());
-            let Some((level, unit)) = self.next_victim(&live) else { return };
+            // Evicting older units does not move the live request: recomputed, not kept.
+            let Some((level, unit)) = self.next_victim(&self.live_lock()) else { return };
             self.leave(level, unit);
         }
     }
