@@ -345,16 +345,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// tokens.
     #[inline(never)]
     fn fit_budget(&mut self, extra: u32) {
+        // Each round evicts a history unit or returns: bounded by the units.
         loop {
-            let session = self.level_tokens(Level::Session);
-            let room = self.budget().saturating_add(session);
-            let changed = self.fit_session(room.saturating_sub(self.needed(extra)));
-            // Another round only when the summaries shrank: every round then either lowers
-            // the session level's tokens or evicts a history unit (which fit_session never
-            // adds back), so the loop ends.
-            if changed && self.level_tokens(Level::Session) < session {
-                continue;
-            }
+            let room = self.budget().saturating_add(self.level_tokens(Level::Session));
+            self.fit_session(room.saturating_sub(self.needed(extra)));
             if self.needed(extra) <= self.budget() {
                 return;
             }

@@ -263,7 +263,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Merges the session level into a digest when it is over its budget (tokens, bytes or
     /// entries), so a new summary finds room without pushing an old one out.
     pub(super) fn keep_session_in_budget(&mut self) {
-        let _ = self.fit_session(u32::MAX);
+        self.fit_session(u32::MAX);
     }
 
     /// Stores the summary in the scratch buffer's first `len` bytes into the session level.
@@ -399,13 +399,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// sources, within three quarters of the level (room for what comes next) or `room`;
     /// then, if the summarizer declined or that is still too much, the oldest entries leave
     /// through the outbox (the caller archives them) until the rest fits. One summarizer call
-    /// and one pass over the ring: bounded by its capacity. Returns whether it changed
-    /// anything (then it fits).
+    /// and one pass over the ring: bounded by its capacity.
     #[inline(never)]
-    pub(crate) fn fit_session(&mut self, room: u32) -> bool {
+    pub(crate) fn fit_session(&mut self, room: u32) {
         let limit = self.config.level_budget(Level::Session).min(room);
         if !self.session_over(limit) {
-            return false;
+            return;
         }
         self.merge_session(limit);
         let mut index = 0;
@@ -416,7 +415,6 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             }
             index += 1;
         }
-        true
     }
 
     /// Whether the session level holds more than `limit` tokens, or passes its ring's byte or
