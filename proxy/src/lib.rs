@@ -76,6 +76,10 @@
 //!   the writer. At most `max_resident` conversations stay in memory: above it,
 //!   the least recently used idle ones are checkpointed and unloaded, and reloaded from their
 //!   checkpoint on their next request.
+//! * **Request path.** Counting a request, timing what the proxy adds to it, the proxy key
+//!   and the body limit are axum layers ([`middleware`]) around short handlers ([`routes`]);
+//!   a managed request is a few steps ([`pipeline`]: parse, name the conversation, take its
+//!   messages following branches, forward) and its answer another ([`respond`]).
 //! * **Crash safety.** A request's messages are queued to the archive's writer before the
 //!   request is forwarded and committed within milliseconds, many requests to a transaction;
 //!   commits do not wait for the disk (`synchronous = NORMAL`): the WAL is copied into the
