@@ -1,6 +1,6 @@
 //! Exact instruction counts (valgrind callgrind, through gungraun) of a turn, push, compose,
-//! snapshot and restore at 100, 1k, 10k and 100k messages of history, so a regression shows
-//! up as a number rather than as noise.
+//! snapshot and restore at 100, 1k, 10k and 100k messages of history, and of the typical turn
+//! under each strategy at 10k, so a regression shows up as a number rather than as noise.
 //!
 //! ```text
 //! cargo install --locked gungraun-runner --version 0.20.0   # once; must match gungraun
@@ -25,8 +25,8 @@ use std::path::PathBuf;
 
 use ctxwin_benches::replay::{Session, Turn, core_messages, tool_calls};
 use ctxwin_benches::workload::{
-    BODY_CAPACITY, DYNAMIC, Driver, HISTORY_LENGTHS, Manager, managers_settled, run_turn,
-    turn_config,
+    BODY_CAPACITY, DYNAMIC, Driver, HISTORY_LENGTHS, Manager, managers_at, managers_settled,
+    run_turn, turn_config,
 };
 use ctxwin_core::{Message, OpenAiRequest, StrategyKind};
 use gungraun::{library_benchmark, library_benchmark_group};
@@ -36,6 +36,13 @@ const HISTORY_DIR: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/ctxwin-instruct
 
 fn history_path(length: usize) -> PathBuf {
     PathBuf::from(HISTORY_DIR).join(format!("history-{length}.bin"))
+}
+
+/// History length of the per-strategy probes (as the `turn` bench's `turn_by_strategy`).
+const STRATEGY_HISTORY: usize = 10_000;
+
+fn strategy_path(strategy: StrategyKind) -> PathBuf {
+    PathBuf::from(HISTORY_DIR).join(format!("strategy-{}.bin", strategy.as_str()))
 }
 
 fn before_compaction_path(length: usize) -> PathBuf {
@@ -55,6 +62,15 @@ fn write_histories() {
         let before = before_compaction(driver);
         save(&mut buffer, &before, &before_compaction_path(length));
         eprintln!("history {length}: {reached} messages, compaction after {}", before.messages());
+    }
+    // Each strategy's own history, replayed under it (not settled: the strategies that
+    // summarize do not fall into the sliding window's two-fill loop).
+    for strategy in StrategyKind::ALL {
+        let config = turn_config(strategy);
+        let drivers = managers_at(&session, config, &[STRATEGY_HISTORY]).expect("replay");
+        let (reached, driver) = drivers.first().expect("one history");
+        save(&mut buffer, driver, &strategy_path(strategy));
+        eprintln!("history {STRATEGY_HISTORY} under {}: {reached} messages", strategy.as_str());
     }
 }
 
@@ -137,6 +153,11 @@ fn compacting(length: usize) -> Probe {
     probe_at(&before_compaction_path(length), Session::typical_turn)
 }
 
+/// The typical turn on `strategy`'s own 10k history.
+fn under(strategy: StrategyKind) -> Probe {
+    probe_at(&strategy_path(strategy), Session::typical_turn)
+}
+
 fn heavy(length: usize) -> Probe {
     probe(length, Session::heavy_turn)
 }
@@ -201,6 +222,20 @@ fn turn_heavy(mut probe: Probe) -> Probe {
     probe
 }
 
+// The typical turn at 10k messages of history under each strategy: what issue 31's summary
+// merges and budget fitting add to the strategies that write summaries.
+#[library_benchmark]
+#[bench::sliding_window(args = (StrategyKind::SlidingWindow), setup = under)]
+#[bench::summarization(args = (StrategyKind::Summarization), setup = under)]
+#[bench::entity_extraction(args = (StrategyKind::EntityExtraction), setup = under)]
+#[bench::importance(args = (StrategyKind::Importance), setup = under)]
+#[bench::hierarchical(args = (StrategyKind::Hierarchical), setup = under)]
+fn turn_by_strategy(mut probe: Probe) -> Probe {
+    let len = run_turn(&mut probe.manager, &probe.messages, &mut probe.body);
+    black_box(len.expect("turn runs"));
+    probe
+}
+
 // Pushing the typical turn's six messages (no drain, no compose).
 #[library_benchmark]
 #[bench::h100(args = (100), setup = typical)]
@@ -251,7 +286,10 @@ fn restore(state: (Box<Manager>, Vec<u8>)) -> (Box<Manager>, Vec<u8>) {
     (manager, bytes)
 }
 
-library_benchmark_group!(name = per_turn; benchmarks = turn_typical, turn_compacting, turn_heavy);
+library_benchmark_group!(
+    name = per_turn;
+    benchmarks = turn_typical, turn_compacting, turn_heavy, turn_by_strategy
+);
 library_benchmark_group!(name = parts; benchmarks = push, compose);
 library_benchmark_group!(name = snapshots; benchmarks = snapshot, restore);
 

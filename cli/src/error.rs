@@ -5,6 +5,7 @@ use std::io;
 use std::path::Path;
 
 use ctxwin_core::Error as CoreError;
+use ctxwin_core::error::{Pinned, PinnedPart};
 
 use ctxwin_std::session::SessionError;
 use ctxwin_std::statefs::StateFsError;
@@ -269,9 +270,9 @@ pub(crate) fn from_core(error: CoreError) -> CliError {
         CoreError::LevelFull { level } => CliError::Budget(format!(
             "the {level} level is full of locked messages; lower locked_tail in ctxwin.toml"
         )),
-        CoreError::PinnedOverBudget { needed, budget } => CliError::Budget(format!(
-            "what must stay in the context needs {needed} tokens, over the budget of {budget}; pass less dynamic context, raise context_window or lower locked_tail"
-        )),
+        CoreError::PinnedOverBudget { needed, budget, pinned } => {
+            CliError::Budget(pinned_over_budget(needed, budget, pinned))
+        }
         CoreError::ToolCallsPending { unanswered } => CliError::BadInput(format!(
             "{unanswered} tool call(s) still wait for results; add them with `ctxwin add tool <output> --tool-call-id <id>` first"
         )),
@@ -280,6 +281,31 @@ pub(crate) fn from_core(error: CoreError) -> CliError {
         )),
         other => CliError::Internal(format!("context manager: {other}")),
     }
+}
+
+/// What must stay does not fit: how much is over, which part is the largest and what to
+/// change for it (older turns and summaries always give way, so they are never the cause).
+fn pinned_over_budget(needed: u32, budget: u32, pinned: Pinned) -> String {
+    let cause = match pinned.largest() {
+        PinnedPart::Dynamic => {
+            format!("the dynamic context (--dynamic) takes {} of them; pass less", pinned.dynamic)
+        }
+        PinnedPart::Live => format!(
+            "the live request (the newest user message and the newest tool calls and results, which always stay) takes {} of them; shorten it or raise context_window in ctxwin.toml",
+            pinned.live
+        ),
+        PinnedPart::Permanent => format!(
+            "the system prompt and tool definitions take {} of them; shorten them or raise context_window in ctxwin.toml",
+            pinned.permanent
+        ),
+    };
+    format!(
+        "what must stay in the context needs {needed} tokens, {} over the budget of {budget}: {cause} (system prompt and tools {}, live request {}, dynamic context {})",
+        needed.saturating_sub(budget),
+        pinned.permanent,
+        pinned.live,
+        pinned.dynamic
+    )
 }
 
 /// What the command line can do about a storage failure: by its kind (no backend's error
@@ -336,9 +362,17 @@ mod tests {
 
     #[test]
     fn core_refusals_map_to_their_kind() {
-        let budget = from_core(CoreError::PinnedOverBudget { needed: 9, budget: 5 });
+        let pinned = Pinned { permanent: 2, live: 6, dynamic: 0 };
+        let budget = from_core(CoreError::PinnedOverBudget { needed: 9, budget: 5, pinned });
         assert_eq!(budget.exit(), Exit::Budget);
-        assert!(budget.to_string().contains("needs 9 tokens"), "{budget}");
+        let message = budget.to_string();
+        assert!(message.contains("needs 9 tokens, 4 over the budget of 5"), "{message}");
+        assert!(message.contains("the live request") && message.contains("takes 6"), "{message}");
+        assert!(!message.contains("(--dynamic)") && !message.contains("locked_tail"), "{message}");
+        let pinned = Pinned { permanent: 2, live: 1, dynamic: 6 };
+        let dynamic = from_core(CoreError::PinnedOverBudget { needed: 9, budget: 5, pinned });
+        assert!(dynamic.to_string().contains("--dynamic) takes 6"), "{dynamic}");
+        assert!(!dynamic.to_string().contains("locked_tail"), "{dynamic}");
         assert_eq!(from_core(CoreError::OrphanToolResult).exit(), Exit::BadInput);
         assert_eq!(from_core(CoreError::LevelFull { level: Level::Working }).exit(), Exit::Budget);
     }

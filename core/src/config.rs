@@ -83,7 +83,10 @@ pub struct Config {
     /// one step; between compactions pushes only append, so each payload extends the previous
     /// one and the provider's prompt cache holds.
     pub trigger_percent: u8,
-    /// The newest messages that are never evicted.
+    /// The newest messages that are never evicted while the budget holds them: when they are
+    /// over it beside the permanent level (summaries have given way already), their oldest
+    /// units leave first, down to the newest unit (kept with any tail at all) and the newest
+    /// user message.
     pub locked_tail: u16,
     /// Most messages kept in the history (working + volatile); 0 for no limit.
     pub max_messages: u32,

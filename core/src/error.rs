@@ -52,13 +52,18 @@ pub enum Error {
         /// The level.
         level: Level,
     },
-    /// Pinned content (permanent level, summary, locked tail, dynamic context) alone exceeds
-    /// the budget; no payload is produced rather than one over the window.
+    /// What no eviction can make smaller (the permanent level, the live request, dynamic
+    /// context) alone exceeds the budget; no payload is produced rather than one over the
+    /// window. Older turns, summaries and the older units of the locked tail are not pinned:
+    /// they leave, or shrink, first.
     PinnedOverBudget {
-        /// Tokens the pinned content needs.
+        /// Tokens the pinned content needs (framing included: `pinned` and the entity block
+        /// and request overhead).
         needed: u32,
         /// The total budget.
         budget: u32,
+        /// What those tokens are.
+        pinned: Pinned,
     },
     /// Tool calls are still waiting for results; a payload now would be rejected by providers.
     ToolCallsPending {
@@ -77,6 +82,71 @@ pub enum Error {
         /// Id of the oldest stored message.
         oldest: u64,
     },
+}
+
+/// What a payload cannot leave out, in tokens, when it alone is over the budget
+/// ([`Error::PinnedOverBudget`]); the rest of `needed` is framing (the entity block and the
+/// request overhead). Older turns, summaries and the locked tail's older units are never
+/// pinned.
+///
+/// ```
+/// use ctxwin_core::{ContextManager, Error, Message, TinyCapacities};
+/// let mut manager = ContextManager::<TinyCapacities>::new();
+/// manager.push(Message::system("You are terse."))?;
+/// manager.push(Message::user("What changed?"))?;
+/// let huge = "word ".repeat(40_000);
+/// let too_much = [huge.as_str()];
+/// match manager.compose(&too_much) {
+///     Err(Error::PinnedOverBudget { needed, budget, pinned }) => {
+///         assert!(pinned.dynamic > budget && pinned.permanent > 0 && pinned.live > 0);
+///         assert!(needed >= pinned.total());
+///         assert_eq!(pinned.largest(), ctxwin_core::error::PinnedPart::Dynamic);
+///     }
+///     other => unreachable!("a dynamic context over the window cannot fit: {other:?}"),
+/// }
+/// # Ok::<(), ctxwin_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Pinned {
+    /// The permanent level: system prompt, rules, tool definitions.
+    pub permanent: u32,
+    /// The live request: the newest user message and the newest unit (the calls and results
+    /// the model answers next), each with its unit, and a unit still waiting for results.
+    pub live: u32,
+    /// The dynamic context passed to `compose` (the tokens asked of `make_space`).
+    pub dynamic: u32,
+}
+
+/// One part of [`Pinned`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PinnedPart {
+    /// [`Pinned::permanent`].
+    Permanent,
+    /// [`Pinned::live`].
+    Live,
+    /// [`Pinned::dynamic`].
+    Dynamic,
+}
+
+impl Pinned {
+    /// The sum of the three parts.
+    pub const fn total(&self) -> u32 {
+        self.permanent.saturating_add(self.live).saturating_add(self.dynamic)
+    }
+
+    /// The largest part (ties: dynamic, then the live request, then permanent: what a caller
+    /// changes most easily first).
+    pub const fn largest(&self) -> PinnedPart {
+        if self.dynamic >= self.live && self.dynamic >= self.permanent {
+            PinnedPart::Dynamic
+        } else if self.live >= self.permanent {
+            PinnedPart::Live
+        } else {
+            PinnedPart::Permanent
+        }
+    }
 }
 
 /// What is wrong with a message.
@@ -132,9 +202,14 @@ impl core::fmt::Display for Error {
             Error::OutboxFull { level } => {
                 write!(f, "{level} level needs the space of evicted units: drain the outbox")
             }
-            Error::PinnedOverBudget { needed, budget } => {
-                write!(f, "pinned content needs {needed} tokens, over the budget of {budget}")
-            }
+            Error::PinnedOverBudget { needed, budget, pinned } => write!(
+                f,
+                "pinned content needs {needed} tokens, {} over the budget of {budget}: permanent {}, live request {}, dynamic context {}",
+                needed.saturating_sub(*budget),
+                pinned.permanent,
+                pinned.live,
+                pinned.dynamic
+            ),
             Error::ToolCallsPending { unanswered } => {
                 write!(f, "{unanswered} tool call(s) still wait for results")
             }

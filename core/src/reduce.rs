@@ -6,6 +6,14 @@ use crate::counter::TokenCounter;
 /// Smallest budget a reduced tool output may be squeezed into: head, marker and tail.
 pub(crate) const MIN_REDUCED_TOKENS: u32 = 32;
 
+/// Most tokens one tool result may keep: the observation limit, within the `room` its unit
+/// has left in its level (its own framing taken out) less `reserve` for each of the unit's
+/// `waiting` other results still to come, so that every result of a unit can be stored,
+/// reduced if need be, however large the first ones are.
+pub(crate) fn result_limit(observation_limit: u32, room: u32, waiting: u32, reserve: u32) -> u32 {
+    observation_limit.min(room.saturating_sub(waiting.saturating_mul(reserve)))
+}
+
 /// Line that opens the omission marker.
 pub const TRUNCATION_MARKER: &str = "[Data Truncated]";
 

@@ -15,17 +15,19 @@
 //! - **history**: whole units (a message and the tool results that follow it), newest first,
 //!   while they fit `budget - pinned - request_overhead`; the first unit that does not fit
 //!   ends the walk, so the kept history is a contiguous suffix (the longest that fits);
-//! - **locks**: the newest [`Config::locked_tail`] history messages and, with
-//!   [`Config::lock_newest_user`], the newest user message always stay (a lone newest user
-//!   message before the suffix is kept with it); locked units over the budget are
+//! - **locks**: the newest [`Config::locked_tail`] history messages stay as far as the budget
+//!   holds them (whatever [`Config::max_messages`] says); the newest unit (with a locked tail
+//!   at all) and, with [`Config::lock_newest_user`], the newest user message always stay (a
+//!   lone newest user message before the suffix is kept with it): those over the budget are
 //!   [`Error::PinnedOverBudget`];
 //! - **units**: same rules as [`push`](crate::manager::ContextManager::push): a result
 //!   answers a waiting call of its unit ([`Error::OrphanToolResult`],
 //!   [`Error::DuplicateToolResult`]), calls a later message leaves unanswered get a synthetic
 //!   [`ABORTED_RESULT`] or are dropped ([`Config::unanswered_calls`]), a conversation ending
 //!   with unanswered calls is [`Error::ToolCallsPending`]; a result over
-//!   [`Config::observation_limit`] (or over what its unit leaves of the history budget) is
-//!   reduced to head and tail lines; [`Config::max_messages`] bounds the kept history.
+//!   [`Config::observation_limit`] (or over what its unit leaves of the history budget, less
+//!   room for the unit's results still to come) is reduced to head and tail lines;
+//!   [`Config::max_messages`] bounds the kept history.
 //!
 //! Only the messages walked are read, validated and counted: an error in a message older
 //! than the kept suffix is not seen (a manager would have refused it at push).
@@ -47,7 +49,7 @@ use core::ops::Range;
 
 use crate::config::{Config, StrategyKind, UnansweredCalls};
 use crate::counter::TokenCounter;
-use crate::error::{Error, InvalidMessage};
+use crate::error::{Error, InvalidMessage, Pinned};
 use crate::json;
 use crate::level::Level;
 use crate::manager::{ABORTED_RESULT, validate};
@@ -292,8 +294,8 @@ pub enum TrimmedItem<'a> {
 /// # Errors
 ///
 /// [`TrimError::Refused`] for what a manager refuses (a malformed message, an orphan result,
-/// pending calls at the end, pinned content (`index: None`) or locked units (`index` of the
-/// oldest locked unit's head) over the budget);
+/// pending calls at the end, pinned content (`index: None`) or the live request (`index` of
+/// the newest unit's or the newest user message's head) over the budget);
 /// [`TrimError::Unsupported`] for what only a manager handles.
 pub fn trim<'s, K: TokenCounter>(
     conversation: &'s [Message<'s>],
@@ -362,7 +364,8 @@ pub fn trim_from<'s, S: Conversation + ?Sized, K: TokenCounter>(
     let overhead = u32::from(config.request_overhead);
     let fixed = pinned_tokens.saturating_add(if pinned + tools.len() > 0 { overhead } else { 0 });
     if fixed > budget {
-        return Err(Error::PinnedOverBudget { needed: fixed, budget }.into());
+        let pinned = Pinned { permanent: pinned_tokens, ..Pinned::default() };
+        return Err(Error::PinnedOverBudget { needed: fixed, budget, pinned }.into());
     }
     // What one history message or unit may cost: the working level's budget when levels are
     // quotas (everything the pinned messages leave).
@@ -389,13 +392,15 @@ pub fn trim_from<'s, S: Conversation + ?Sized, K: TokenCounter>(
         let head = unit_head(source, end, pinned)?;
         let unit = unit_at(source, &rules, head, pinned, level_budget)?;
         let holds_user = user.is_some_and(|u| (unit.head..unit.end).contains(&u));
-        let locked = messages < tail || holds_user;
+        // The live request stays whatever it costs; the rest of the locked tail while it fits.
+        let live = holds_user || (end == len && tail > 0);
+        let locked = messages < tail;
         let extra = if holds_user { 0 } else { reserved };
         let extra_messages =
             u32::from(extra > 0 || (user.is_some() && !holds_user && reserved > 0));
-        let fits = used.saturating_add(unit.tokens).saturating_add(extra) <= room
-            && (max == 0 || messages + unit.messages + extra_messages <= max);
-        if !(fits || locked) {
+        let fits_tokens = used.saturating_add(unit.tokens).saturating_add(extra) <= room;
+        let fits = fits_tokens && (max == 0 || messages + unit.messages + extra_messages <= max);
+        if !(fits || (locked && fits_tokens) || live) {
             break;
         }
         used = used.saturating_add(unit.tokens);
@@ -405,7 +410,8 @@ pub fn trim_from<'s, S: Conversation + ?Sized, K: TokenCounter>(
         }
         if used.saturating_add(extra) > room {
             let needed = fixed.saturating_add(history_overhead).saturating_add(used + extra);
-            return Err(refused(Error::PinnedOverBudget { needed, budget }, unit.head));
+            let pinned = Pinned { permanent: pinned_tokens, live: used + extra, dynamic: 0 };
+            return Err(refused(Error::PinnedOverBudget { needed, budget, pinned }, unit.head));
         }
         start = unit.head;
         end = unit.head;
@@ -416,7 +422,8 @@ pub fn trim_from<'s, S: Conversation + ?Sized, K: TokenCounter>(
         messages = messages.saturating_add(1);
         if used > room {
             let needed = fixed.saturating_add(history_overhead).saturating_add(used);
-            return Err(refused(Error::PinnedOverBudget { needed, budget }, index));
+            let pinned = Pinned { permanent: pinned_tokens, live: used, dynamic: 0 };
+            return Err(refused(Error::PinnedOverBudget { needed, budget, pinned }, index));
         }
     }
     let any_history = messages > 0;
@@ -554,9 +561,11 @@ fn result<'m, K: TokenCounter>(
     if unit.answered & bit(index) != 0 {
         return Err(Error::DuplicateToolResult);
     }
-    let limit = rules.config.observation_limit.min(
-        level_budget.saturating_sub(unit.tokens).saturating_sub(rules.framed(0, [], Some(call_id))),
-    );
+    let framing = rules.framed(0, [], Some(call_id));
+    let room = level_budget.saturating_sub(unit.tokens.saturating_add(framing));
+    let waiting = u32::from(unit.calls.saturating_sub(unit.answered.count_ones() as u8 + 1));
+    let reserve = MIN_REDUCED_TOKENS.saturating_add(framing);
+    let limit = reduce::result_limit(rules.config.observation_limit, room, waiting, reserve);
     let raw = rules.counter.count(message.content);
     let (stored, tokens) = if raw <= limit {
         (Stored::Plain(message.content), rules.framed(raw, [], Some(call_id)))

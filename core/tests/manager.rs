@@ -167,7 +167,12 @@ fn pinned_content_over_budget_is_an_error_and_evicts_nothing() {
     let big = "lorem ipsum ".repeat(200);
     let dynamic = [big.as_str()];
     let err = m.compose(&dynamic).err().unwrap();
-    assert!(matches!(err, Error::PinnedOverBudget { needed, budget: 400 } if needed > 400));
+    let Error::PinnedOverBudget { needed, budget: 400, pinned } = err else { panic!("{err}") };
+    assert!(needed > 400 && pinned.dynamic > 400, "{err}");
+    // The live request: the newest user message, which is also the newest unit.
+    let live: u32 = m.history().next_back().map(|message| message.tokens()).unwrap();
+    assert_eq!((pinned.permanent, pinned.live), (0, live), "{err}");
+    assert_eq!(needed, pinned.total() + u32::from(m.config().request_overhead));
     assert_eq!(m.outbox().count(), 0);
     assert_eq!(contents(&m), ["a", "b", "c"]);
 }

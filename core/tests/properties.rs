@@ -69,8 +69,9 @@ fn replacements(config: Config, ops: &[(Op, usize, usize)]) -> (u32, u32) {
         match manager.replace_summary(id, &text) {
             Ok(same) => {
                 assert_eq!(same, id);
-                let budget = manager.config().session_budget;
+                let budget = manager.config().level_budget(Level::Session);
                 assert!(manager.level_tokens(Level::Session) <= budget);
+                assert!(manager.used() <= manager.budget() || before.used > manager.budget());
                 made += 1;
             }
             Err(_) => {

@@ -116,7 +116,7 @@ impl From<&ConvError> for Failure {
             return Failure::new(StatusCode::BAD_REQUEST, reason.clone());
         }
         match error.core() {
-            Some(CoreError::PinnedOverBudget { needed, budget }) => Failure::new(
+            Some(CoreError::PinnedOverBudget { needed, budget, .. }) => Failure::new(
                 StatusCode::BAD_REQUEST,
                 format!(
                     "the pinned part of this request (system prompt, tool definitions and the newest messages) needs {needed} tokens, more than the budget of {budget}: it cannot fit; shorten it or raise the model's window in [proxy.windows]"

@@ -124,7 +124,7 @@ pub(crate) fn trim(err: TrimError, source_of: impl Fn(usize) -> usize) -> PyErr 
                 CoreError::ToolCallsPending { unanswered } => format!(
                     "the conversation ends with {unanswered} tool call(s) without results, which a provider would refuse; add the results or drop the calls"
                 ),
-                CoreError::PinnedOverBudget { needed, budget } => format!(
+                CoreError::PinnedOverBudget { needed, budget, .. } => format!(
                     "the system message alone needs {needed} tokens, over max_tokens={budget}; raise max_tokens or shorten the system message"
                 ),
                 CoreError::InvalidMessage(why) => format!("invalid message: {why}"),

@@ -47,10 +47,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.refresh_entities();
         self.collect();
         self.make_space(dynamic_tokens)?;
-        let mut tokens = self.used().saturating_add(dynamic_tokens);
-        if tokens > 0 && self.used() == 0 {
-            tokens = tokens.saturating_add(u32::from(self.config().request_overhead));
-        }
+        let tokens = self.needed(dynamic_tokens);
         self.account_compose(dynamic, tokens, dynamic_tokens);
         let this: &'a Self = self;
         let placement = this.config().dynamic_placement;

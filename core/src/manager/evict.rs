@@ -4,12 +4,18 @@
 //! leave whole, oldest first, volatile before working, never from the locked tail: the newest
 //! [`Config::locked_tail`](crate::config::Config::locked_tail) messages, the newest user message, and a
 //! unit whose calls still wait for results.
+//!
+//! When usage is still over the budget once every other unit has left, the summaries shrink
+//! to the room left (merged into a digest, else dropped oldest first), and then the locked
+//! tail gives way, its oldest unit first, down to the live request: the newest user message,
+//! the newest unit (what the model answers next) and a unit still waiting for results. Only
+//! those, the permanent level and dynamic context are pinned ([`Error::PinnedOverBudget`]).
 
 use super::ContextManager;
 use crate::capacity::Capacities;
 use crate::config::{OutboxMode, percent_of};
 use crate::counter::TokenCounter;
-use crate::error::Error;
+use crate::error::{Error, Pinned};
 use crate::header::flags;
 use crate::level::Level;
 use crate::ring::RingRef;
@@ -63,8 +69,22 @@ impl Lock {
 }
 
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
+    /// The locked tail: the newest `locked_tail` messages' units, the newest user message's
+    /// and a unit waiting for results.
+    #[inline(always)]
     pub(crate) fn lock(&self) -> Lock {
-        let tail = usize::from(self.config.locked_tail);
+        self.lock_keeping(self.config.locked_tail)
+    }
+
+    /// The live request, what stays whatever the budget: the newest user message's unit, the
+    /// newest unit (with a locked tail at all) and a unit waiting for results.
+    #[inline(always)]
+    fn live_lock(&self) -> Lock {
+        self.lock_keeping(self.config.locked_tail.min(1))
+    }
+
+    fn lock_keeping(&self, tail: u16) -> Lock {
+        let tail = usize::from(tail);
         let from_id = match tail {
             0 => u64::MAX,
             _ => self.history().rev().nth(tail - 1).map_or(0, |m| m.id()),
@@ -223,12 +243,15 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                     // past it again (indices are recomputed every round).
                     self.release_discarded_front(level);
                 }
-                None if self.level_over(Level::Session) => {
-                    if !self.shrink_session() {
-                        break;
+                None => {
+                    // Nothing unlocked is left: the summaries give way, to their level's
+                    // budget and to what the budget leaves them, then the locked tail. (Not
+                    // over the target, usage is within the budget: only the level can be over.)
+                    if total_over || self.level_over(Level::Session) {
+                        self.fit_budget(0);
                     }
+                    break;
                 }
-                None => break,
             }
         }
         self.count_compaction(compacting, before);
@@ -243,12 +266,16 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         }
     }
 
-    /// Evicts history units until `tokens` more fit under the budget. When it must evict and
-    /// [`Config::compacts`](crate::config::Config::compacts), it compacts: it evicts until
-    /// usage is also under the low-water mark, so the next payloads can grow again.
+    /// Evicts history units, then shrinks or drops summaries, then lets the locked tail's older
+    /// units go, until `tokens` more fit under the budget. When it must evict and
+    /// [`Config::compacts`](crate::config::Config::compacts), it compacts: it evicts unlocked
+    /// history until usage is also under the low-water mark, so the next payloads can grow
+    /// again.
     ///
-    /// Checks first whether evicting every unit outside the locked tail would be enough; if
-    /// not, returns [`Error::PinnedOverBudget`] and evicts nothing.
+    /// Checks first whether that would be enough, with only the permanent level, the live
+    /// request (the newest user message, the newest unit, a unit waiting for results) and
+    /// `tokens` left; if not, returns [`Error::PinnedOverBudget`] (saying what is pinned) and
+    /// evicts nothing.
     ///
     /// ```
     /// use ctxwin_core::{ContextManager, Error, Message, TinyCapacities};
@@ -260,38 +287,90 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// ```
     pub fn make_space(&mut self, tokens: u32) -> Result<(), Error> {
         let budget = self.budget();
-        let needed = |used: u32| used.saturating_add(tokens);
-        if needed(self.used()) <= budget {
+        if self.needed(tokens) <= budget {
             return Ok(());
         }
-        let lock = self.lock();
-        let evictable = self.evictable_tokens(&lock);
-        let pinned = needed(self.used()).saturating_sub(evictable);
+        let live = self.live_lock();
+        let evictable = self.evictable_tokens(&live);
+        let session =
+            self.level_tokens(Level::Session).saturating_add(self.summary_framing_tokens());
+        let pinned = self.needed(tokens).saturating_sub(evictable).saturating_sub(session);
         if pinned > budget {
-            return Err(Error::PinnedOverBudget { needed: pinned, budget });
+            return Err(self.pinned_over_budget(evictable, tokens, pinned));
         }
+        let lock = self.lock();
         let low = match self.config.compacts() {
             true => self.config.low_water_tokens(),
             false => u32::MAX,
         };
         let before = self.state.counters.units_evicted;
-        while needed(self.used()) > budget || self.used() > low {
-            let victim = [Level::Volatile, Level::Working]
-                .into_iter()
-                .find_map(|level| self.choose_victim(level, &lock).map(|unit| (level, unit)));
-            let Some((level, unit)) = victim else { break };
+        while self.needed(tokens) > budget || self.used() > low {
+            let Some((level, unit)) = self.next_victim(&lock) else { break };
             self.leave(level, unit);
-            if self.level_over(Level::Session) {
-                self.shrink_session();
-            }
         }
+        self.fit_budget(tokens);
         self.count_compaction(true, before);
         self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
-        let used = needed(self.used());
-        if used > budget {
-            return Err(Error::PinnedOverBudget { needed: used, budget });
+        let needed = self.needed(tokens);
+        if needed > budget {
+            // Unreachable while the check above holds: everything it counted as evictable
+            // has left.
+            return Err(self.pinned_over_budget(evictable, tokens, needed));
         }
         Ok(())
+    }
+
+    /// What a payload with `extra` more tokens costs: an empty manager's payload pays the
+    /// request overhead with the first of them.
+    pub(super) fn needed(&self, extra: u32) -> u32 {
+        let used = self.used();
+        let framing = match used == 0 && extra > 0 {
+            true => u32::from(self.config.request_overhead),
+            false => 0,
+        };
+        used.saturating_add(extra).saturating_add(framing)
+    }
+
+    /// The next unit to leave: volatile before working, as the strategy chooses within each.
+    fn next_victim(&mut self, lock: &Lock) -> Option<(Level, UnitSpan)> {
+        [Level::Volatile, Level::Working]
+            .into_iter()
+            .find_map(|level| self.choose_victim(level, lock).map(|unit| (level, unit)))
+    }
+
+    /// Once no unlocked unit is left: the summaries shrink to what the budget leaves them with
+    /// `extra` more tokens, and while that is still over the budget the locked tail's units
+    /// leave, volatile before working, oldest first (their summaries shrinking again), down
+    /// to the live request. Bounded by the units of the history and the session level's
+    /// tokens.
+    #[inline(never)]
+    fn fit_budget(&mut self, extra: u32) {
+        // Each round evicts a history unit or returns: bounded by the units.
+        loop {
+            let room = self.budget().saturating_add(self.level_tokens(Level::Session));
+            self.fit_session(room.saturating_sub(self.needed(extra)));
+            if self.needed(extra) <= self.budget() {
+                return;
+            }
+            // Evicting older units does not move the live request: recomputed, not kept.
+            let Some((level, unit)) = self.next_victim(&self.live_lock()) else { return };
+            self.leave(level, unit);
+        }
+    }
+
+    /// [`Error::PinnedOverBudget`] for `needed` tokens, saying what they are: `evictable` of
+    /// the history may leave, the rest of it is the live request. Out of line: only refusals
+    /// build it.
+    #[inline(never)]
+    fn pinned_over_budget(&self, evictable: u32, dynamic: u32, needed: u32) -> Error {
+        let history =
+            self.level_tokens(Level::Working).saturating_add(self.level_tokens(Level::Volatile));
+        let pinned = Pinned {
+            permanent: self.level_tokens(Level::Permanent),
+            live: history.saturating_sub(evictable),
+            dynamic,
+        };
+        Error::PinnedOverBudget { needed, budget: self.budget(), pinned }
     }
 
     /// Tokens of every live history unit the lock does not cover.

@@ -213,7 +213,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let header =
             Header { role: Role::System, flags: flags::TOOL_DEFINITION, tokens, ..Header::EMPTY };
         let plain = Content::Plain(function_json);
-        self.store(Level::Permanent, header, &plain, &Extra::None, Trailer::NONE)
+        let id = self.store(Level::Permanent, header, &plain, &Extra::None, Trailer::NONE)?;
+        // Its room comes from the history, as a system message's does.
+        self.collect();
+        Ok(id)
     }
 
     /// Adds a summary to the session level, standing for the messages in `sources` (inclusive
@@ -401,12 +404,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let (pending, head, index) = self.answered_call(call_id)?;
         let level = pending.level;
         let unit_tokens = self.unit_tokens(level, head);
-        let limit = self.config.observation_limit.min(
-            self.config
-                .level_budget(level)
-                .saturating_sub(unit_tokens)
-                .saturating_sub(self.framed_tokens(0, [], Some(call_id))),
-        );
+        let framing = self.framed_tokens(0, [], Some(call_id));
+        let room =
+            self.config.level_budget(level).saturating_sub(unit_tokens.saturating_add(framing));
+        let waiting = u32::from(pending.unanswered().saturating_sub(1));
+        let reserve = MIN_REDUCED_TOKENS.saturating_add(framing);
+        let limit = reduce::result_limit(self.config.observation_limit, room, waiting, reserve);
         let raw_tokens = self.counter.count(message.content);
         let reduction;
         let content = if raw_tokens <= limit {

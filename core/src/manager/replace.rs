@@ -38,9 +38,10 @@ pub enum ReplaceError {
     },
     /// The replacement has no text besides whitespace.
     EmptyText,
-    /// The replacement costs more tokens than the summary may: its level's budget less the
-    /// other session entries, or the per-summary cap (`Config::summary_tokens`, or the old
-    /// summary's cost if that was larger).
+    /// The replacement costs more tokens than the summary may: its level's budget (as
+    /// `Config::fit_budgets` caps it) less the other session entries, the per-summary cap
+    /// (`Config::summary_tokens`, or the old summary's cost if that was larger), or what the
+    /// budget leaves the payload besides the old summary.
     TooLarge {
         /// Tokens the replacement costs, framing included.
         needed: u32,
@@ -77,7 +78,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     ///
     /// This is how a summary computed off the critical path (by an LLM, while the manager kept
     /// working with its extractive summary) is swapped in. The replacement may cost at most
-    /// what the session budget leaves besides the other entries, and at most
+    /// what the session level's budget leaves besides the other entries (and what the total
+    /// budget leaves besides the rest of the payload), and at most
     /// `Config::summary_tokens` (or the old summary's cost, if that was larger). O(session
     /// capacity + its arena).
     ///
@@ -119,9 +121,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let ranges = ranges.get(..count).unwrap_or_default();
         let tokens = self.framed_tokens(self.counter.count(text), [], None);
         let others = self.level_tokens(Level::Session).saturating_sub(old.tokens);
-        let room = self.config.session_budget.saturating_sub(others);
-        let cap = self.config.summary_tokens.min(self.config.session_budget).max(old.tokens);
-        let limit = room.min(cap);
+        let level = self.config.level_budget(Level::Session);
+        let room = level.saturating_sub(others);
+        let cap = self.config.summary_tokens.min(level).max(old.tokens);
+        // Nor may it take the payload over the budget.
+        let free = self.budget().saturating_sub(self.used()).saturating_add(old.tokens);
+        let limit = room.min(cap).min(free);
         if tokens > limit {
             return Err(ReplaceError::TooLarge { needed: tokens, limit });
         }

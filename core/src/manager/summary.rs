@@ -68,15 +68,17 @@ impl<'a, S: Strategy> Parts<'a, S> {
         (text, ranges)
     }
 
-    /// The token budget of a new summary at `detail`: what the configuration allows, less the
-    /// message framing the stored summary will also cost.
+    /// The token budget of a new summary at `detail`: what the configuration allows within
+    /// the session level's budget (as [`fit_budgets`](Config::fit_budgets) caps it to the
+    /// window), less the message framing the stored summary will also cost.
     pub(super) fn budget(&self, detail: Detail) -> u32 {
-        let cap = self.config.summary_tokens.min(self.config.session_budget);
+        let level = self.config.level_budget(Level::Session);
+        let cap = self.config.summary_tokens.min(level);
         let cap = match detail {
             Detail::Paragraph => cap,
             Detail::Line => cap.min(LINE_TOKENS),
             // Room for what comes next: a quarter of the level.
-            Detail::Digest => self.config.session_budget / 4 * 3,
+            Detail::Digest => level / 4 * 3,
         };
         cap.saturating_sub(u32::from(self.config.message_overhead))
     }
@@ -261,9 +263,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// Merges the session level into a digest when it is over its budget (tokens, bytes or
     /// entries), so a new summary finds room without pushing an old one out.
     pub(super) fn keep_session_in_budget(&mut self) {
-        if self.level_over(Level::Session) {
-            self.shrink_session();
-        }
+        self.fit_session(u32::MAX);
     }
 
     /// Stores the summary in the scratch buffer's first `len` bytes into the session level.
@@ -393,49 +393,53 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         true
     }
 
-    /// Session level over its budget: merges every session entry into one
-    /// [digest](Detail::Digest) that keeps the most informative statements within three
-    /// quarters of the session budget (room for what comes next). Summaries merged in are
-    /// superseded; entries the caller pushed (key decisions) leave through the outbox. Returns
-    /// whether the level shrank (fewer tokens or fewer entries), so callers may loop on it.
+    /// Brings the session level within its budget and within `room` tokens (what the payload
+    /// leaves it), and under its ring's byte and entry marks: first every entry is merged
+    /// into one [digest](Detail::Digest), a summary of the summaries standing for all their
+    /// sources, within three quarters of the level (room for what comes next) or `room`;
+    /// then, if the summarizer declined or that is still too much, the oldest entries leave
+    /// through the outbox (the caller archives them) until the rest fits. One summarizer call
+    /// and one pass over the ring: bounded by its capacity.
     #[inline(never)]
-    pub(crate) fn shrink_session(&mut self) -> bool {
-        let session = self.ring(Level::Session);
-        if !session.iter().any(|h| h.is_live()) {
-            return false;
+    pub(crate) fn fit_session(&mut self, room: u32) {
+        let limit = self.config.level_budget(Level::Session).min(room);
+        if !self.session_over(limit) {
+            return;
         }
-        let before = (self.level_tokens(Level::Session), self.live_count(Level::Session));
-        self.merge_session();
-        let after = (self.level_tokens(Level::Session), self.live_count(Level::Session));
-        after.0 < before.0 || after.1 < before.1
+        self.merge_session(limit);
+        let mut index = 0;
+        while self.session_over(limit) {
+            let Some(header) = self.ring(Level::Session).get(index).copied() else { break };
+            if header.is_live() {
+                self.evict(Level::Session, UnitSpan { start: index, end: index + 1 });
+            }
+            index += 1;
+        }
     }
 
-    pub(super) fn live_count(&self, level: Level) -> u32 {
-        self.state.live.get(level.index()).copied().unwrap_or(0)
+    /// Whether the session level holds more than `limit` tokens, or passes its ring's byte or
+    /// entry mark.
+    fn session_over(&self, limit: u32) -> bool {
+        self.level_tokens(Level::Session) > limit || self.level_over(Level::Session)
     }
 
-    /// [`shrink_session`](Self::shrink_session)'s work: the summarizer first (a small frame),
-    /// then either the merged summary replaces the entries
-    /// ([`replace_session`](Self::replace_session), out of line with its range table) or,
-    /// when the summarizer declines, the oldest entry leaves. So the two paths' frames are
-    /// never stacked, and a strategy that never summarizes pays only for the eviction.
-    pub(super) fn merge_session(&mut self) {
+    /// [`fit_session`](Self::fit_session)'s merge: the summarizer first (a small frame), then
+    /// the merged summary replaces the entries ([`replace_session`](Self::replace_session), out
+    /// of line with its range table). When the summarizer declines, nothing changes here (the
+    /// caller then lets the oldest entries go), so a strategy that never summarizes pays only
+    /// for that.
+    fn merge_session(&mut self, limit: u32) {
         let written = {
             let mut parts = self.parts();
             let session = parts.ring(Level::Session);
-            let budget = parts.budget(Detail::Digest);
+            let overhead = u32::from(parts.config.message_overhead);
+            let budget = parts.budget(Detail::Digest).min(limit.saturating_sub(overhead));
             let source =
                 SummarySource::unit(LevelMessages::new(session, Level::Session), 0, u64::MAX);
             parts.summarize("", source, Detail::Digest, budget)
         };
-        match written {
-            Ok(written) => self.replace_session(written),
-            Err(_) => {
-                let lock = self.lock();
-                if let Some(unit) = self.oldest_evictable(Level::Session, &lock) {
-                    self.evict(Level::Session, unit);
-                }
-            }
+        if let Ok(written) = written {
+            self.replace_session(written);
         }
     }
 

@@ -3,7 +3,8 @@
 //! configurations and capacities:
 //! (a) a payload never exceeds the budget; (b) never holds a result without its call or a call
 //! without all its results; (c) permanent content is never evicted; (d) the newest K messages
-//! are always live; (e) every message is live, waiting in the outbox, or drained exactly once;
+//! stay live unless the budget cannot hold them (the newest never leaves); (e) every message
+//! is live, waiting in the outbox, or drained exactly once;
 //! and a refused operation changes nothing but (for `OutboxFull`) evictions.
 // Each test file uses a subset of these.
 #![allow(dead_code)]
@@ -158,6 +159,8 @@ pub struct Model {
     next_call: usize,
     /// Summaries pushed: they may be superseded (merged, rewritten) without the outbox.
     summaries: HashSet<u64>,
+    /// Tokens of the dynamic context of the last operation (a compose), 0 for the others.
+    dynamic: u32,
 }
 
 /// Checks that `history` pairs every call with all its results and nothing else; with
@@ -215,6 +218,7 @@ impl Model {
     /// Applies `op`, checking what the op itself promises.
     pub fn apply<C: Capacities>(&mut self, manager: &mut ContextManager<C>, op: &Op, step: usize) {
         let before = observe(manager);
+        self.dynamic = 0;
         let drop_calls = manager.config().unanswered_calls == UnansweredCalls::DropCalls;
         let result: Result<u64, Error> = match op {
             Op::User { len, volatile } | Op::Assistant { len, volatile } => {
@@ -364,6 +368,7 @@ impl Model {
         let dynamic: &[&str] = if len == 0 { &[] } else { &dynamic };
         let unanswered = manager.unanswered_calls();
         let counter = *manager.counter();
+        self.dynamic = dynamic.iter().map(|text| counter.count(text) + overhead).sum();
         match manager.compose(dynamic) {
             Ok(payload) => {
                 assert_eq!(unanswered, 0);
@@ -409,7 +414,7 @@ impl Model {
                 );
             }
             Err(Error::ToolCallsPending { unanswered: n }) => assert_eq!(n, unanswered),
-            Err(Error::PinnedOverBudget { needed, budget: b }) => {
+            Err(Error::PinnedOverBudget { needed, budget: b, .. }) => {
                 assert!(needed > b);
                 assert_eq!(b, budget);
             }
@@ -492,13 +497,36 @@ impl Model {
                 .take(tail)
                 .copied()
                 .collect();
+            // The locked tail gives way only to the budget: had what left in this operation
+            // stayed (whole units, volatile ones first), its payload would have been over the
+            // budget. The newest message never leaves.
+            let mut left = HashSet::new();
+            let mut left_tail = HashSet::new();
             for id in &self.history {
                 if manager.get(*id).is_none() && self.gone.insert(*id) {
                     assert!(
-                        removed.contains(id) || !newest.contains(id),
-                        "message {id} left from the newest {tail}"
+                        tail == 0 || newest.first() != Some(id),
+                        "the newest message {id} left"
                     );
+                    left.insert(*id);
+                    if !removed.contains(id) && newest.contains(id) {
+                        left_tail.insert(*id);
+                    }
                 }
+            }
+            if !left_tail.is_empty() {
+                let units: u32 = manager
+                    .outbox()
+                    .filter(|unit| unit.messages().any(|m| left.contains(&m.id())))
+                    .map(|unit| unit.tokens())
+                    .sum();
+                let overhead = u32::from(manager.config().request_overhead);
+                assert!(
+                    manager.used() + units + self.dynamic + overhead > manager.budget(),
+                    "messages {left_tail:?} left from the newest {tail} though {} + {units} fit {}",
+                    manager.used(),
+                    manager.budget()
+                );
             }
         }
         assert_pairs(manager.history(), manager.unanswered_calls() > 0);
