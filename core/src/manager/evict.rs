@@ -154,7 +154,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 if ring.as_ref().len() == live {
                     continue;
                 }
-                ring.pop_front_while(|h| !h.is_live());
+                ring.pop_front_evicted();
                 if ring.as_ref().len() != live {
                     ring.retain(|h| h.is_live());
                 }
@@ -166,7 +166,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// come before every index a caller may hold next, so only this operation's indices move.
     fn release_discarded_front(&mut self, level: Level) {
         if self.config.outbox == OutboxMode::Discard {
-            self.ring_mut(level).pop_front_while(|h| !h.is_live());
+            self.ring_mut(level).pop_front_evicted();
         }
     }
 
