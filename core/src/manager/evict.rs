@@ -361,9 +361,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 
     /// [`Error::PinnedOverBudget`] for `needed` tokens, saying what they are: `evictable` of
-    /// the history may leave, the rest of it is the live request. Out of line: only refusals
-    /// build it.
-    #[inline(never)]
+    /// the history may leave, the rest of it is the live request.
     fn pinned_over_budget(&self, evictable: u32, dynamic: u32, needed: u32) -> Error {
         let history =
             self.level_tokens(Level::Working).saturating_add(self.level_tokens(Level::Volatile));
