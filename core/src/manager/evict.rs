@@ -221,16 +221,17 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             (self.config.trigger_tokens(), self.config.trigger_percent.min(RING_TRIGGER_PERCENT))
         };
         self.evict_to(0, target, target, Some(percent));
-        self.count_compaction(compacting, before);
-        self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
+        self.end_eviction(compacting, before);
     }
 
-    /// Counts a compaction: an eviction pass that went over a mark and evicted something.
-    fn count_compaction(&mut self, over: bool, units_before: u64) {
+    /// Ends an eviction pass: counts a compaction if it went over a mark and evicted
+    /// something, and frees what it discarded.
+    fn end_eviction(&mut self, over: bool, units_before: u64) {
         let counters = &mut self.state.counters;
         if over && counters.units_evicted > units_before {
             bump(&mut counters.compactions, 1);
         }
+        self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
     }
 
     /// Evicts history units, then shrinks or drops summaries, then lets the locked tail's older
@@ -269,8 +270,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             };
             let before = self.state.counters.units_evicted;
             self.evict_to(tokens, budget, low, None);
-            self.count_compaction(true, before);
-            self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
+            self.end_eviction(true, before);
             needed = self.needed(tokens);
             if needed <= budget {
                 return Ok(());
@@ -313,8 +313,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     ) -> Option<(Level, UnitSpan)> {
         for level in [Level::Volatile, Level::Working] {
             if all || percent.is_some_and(|percent| self.level_over_at(level, percent)) {
-                let lock = *lock.get_or_insert_with(|| self.lock());
-                if let Some(unit) = self.choose_victim(level, &lock) {
+                let lock = lock.get_or_insert_with(|| self.lock());
+                if let Some(unit) = self.choose_victim(level, lock) {
                     return Some((level, unit));
                 }
             }
@@ -344,9 +344,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 if !(total_over || self.level_over(Level::Session)) {
                     return;
                 }
-                let room = self.budget().saturating_add(self.level_tokens(Level::Session));
+                let total = self.budget();
+                let room = total.saturating_add(self.level_tokens(Level::Session));
                 self.fit_session(room.saturating_sub(self.needed(extra)));
-                if self.needed(extra) <= self.budget() {
+                if self.needed(extra) <= total {
                     return;
                 }
                 // Evicting older units does not move the live request: recomputed, not kept.
