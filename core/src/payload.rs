@@ -281,17 +281,15 @@ impl<'a> Payload<'a> {
         }
         write_system_texts(&mut json, start, tail);
         json.raw(b"]");
-        let mut tools = self.tools().peekable();
-        if tools.peek().is_some() {
-            json.raw(br#","tools":["#);
-            for (index, tool) in tools.enumerate() {
-                if index > 0 {
-                    json.raw(b",");
-                }
-                json.raw(br#"{"type":"function","function":"#);
-                json.raw(tool.content().as_bytes());
-                json.raw(b"}");
-            }
+        let mut any_tool = false;
+        for tool in self.tools() {
+            json.raw(if any_tool { b"," } else { br#","tools":["# });
+            any_tool = true;
+            json.raw(br#"{"type":"function","function":"#);
+            json.raw(tool.content().as_bytes());
+            json.raw(b"}");
+        }
+        if any_tool {
             json.raw(b"]");
         }
         json.raw(b"}");
