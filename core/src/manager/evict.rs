@@ -214,13 +214,18 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub(crate) fn collect(&mut self) {
         let compacting = self.over_high_water();
         let before = self.state.counters.units_evicted;
-        let (target, percent) = if compacting && self.config.compacts() {
-            self.run_deferred_plan();
-            (self.config.low_water_tokens(), self.config.low_water())
-        } else {
-            (self.config.trigger_tokens(), self.config.trigger_percent.min(RING_TRIGGER_PERCENT))
-        };
-        self.evict_to(0, target, target, Some(percent));
+        // Under the high-water mark no unit must leave (it is what the loop would check), so
+        // most pushes skip the loop; the summaries may still be over their level.
+        if compacting || self.level_over(Level::Session) {
+            let (target, percent) = if compacting && self.config.compacts() {
+                self.run_deferred_plan();
+                (self.config.low_water_tokens(), self.config.low_water())
+            } else {
+                let trigger = self.config.trigger_percent.min(RING_TRIGGER_PERCENT);
+                (self.config.trigger_tokens(), trigger)
+            };
+            self.evict_to(0, target, target, Some(percent));
+        }
         self.end_eviction(compacting, before);
     }
 
