@@ -253,10 +253,7 @@ impl<'a> Payload<'a> {
             comma(&mut json, start);
             write_text_message(&mut json, message.role(), message.content());
         }
-        for text in head {
-            comma(&mut json, start);
-            write_text_message(&mut json, Role::System, text);
-        }
+        write_system_texts(&mut json, start, head);
         if let Some(entities) = self.entities() {
             comma(&mut json, start);
             write_entities(&mut json, &entities);
@@ -271,31 +268,28 @@ impl<'a> Payload<'a> {
             }
             json.raw(br#""}"#);
         }
+        // One walk of the history (oldest first, so ids ascend): the dynamic context placed
+        // before the newest user message goes in front of the first message from it on.
         let split = self.dynamic_before.unwrap_or(0);
-        for message in self.history().filter(|m| m.id() < split) {
-            comma(&mut json, start);
-            write_history_message(&mut json, &message);
-        }
-        for text in tail {
-            comma(&mut json, start);
-            write_text_message(&mut json, Role::System, text);
-        }
-        for message in self.history().filter(|m| m.id() >= split) {
-            comma(&mut json, start);
-            write_history_message(&mut json, &message);
-        }
-        json.raw(b"]");
-        let mut tools = self.tools().peekable();
-        if tools.peek().is_some() {
-            json.raw(br#","tools":["#);
-            for (index, tool) in tools.enumerate() {
-                if index > 0 {
-                    json.raw(b",");
-                }
-                json.raw(br#"{"type":"function","function":"#);
-                json.raw(tool.content().as_bytes());
-                json.raw(b"}");
+        let mut tail = tail;
+        for message in self.history() {
+            if message.id() >= split {
+                write_system_texts(&mut json, start, core::mem::take(&mut tail));
             }
+            comma(&mut json, start);
+            write_history_message(&mut json, &message);
+        }
+        write_system_texts(&mut json, start, tail);
+        json.raw(b"]");
+        let mut any_tool = false;
+        for tool in self.tools() {
+            json.raw(if any_tool { b"," } else { br#","tools":["# });
+            any_tool = true;
+            json.raw(br#"{"type":"function","function":"#);
+            json.raw(tool.content().as_bytes());
+            json.raw(b"}");
+        }
+        if any_tool {
             json.raw(b"]");
         }
         json.raw(b"}");
@@ -317,6 +311,14 @@ fn write_number<W: Write>(json: &mut JsonWriter<W>, mut value: u32) {
         }
     }
     json.raw(digits.get(at..).unwrap_or_default())
+}
+
+/// `texts` as system messages, each after a comma but the list's first.
+fn write_system_texts<W: Write>(json: &mut JsonWriter<W>, start: usize, texts: &[&str]) {
+    for text in texts {
+        comma(json, start);
+        write_text_message(json, Role::System, text);
+    }
 }
 
 fn write_text_message<W: Write>(json: &mut JsonWriter<W>, role: Role, content: &str) {

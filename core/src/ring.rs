@@ -341,6 +341,12 @@ impl<'a> RingMut<'a> {
         }
     }
 
+    /// Releases the evicted headers at the front. Out of line: one copy for every caller.
+    #[inline(never)]
+    pub(crate) fn pop_front_evicted(&mut self) {
+        self.pop_front_while(|h| !h.is_live());
+    }
+
     /// Keeps the headers `keep` accepts, in order, releasing the others' spans. O(`N`).
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Header) -> bool) {
         let mut kept = 0usize;

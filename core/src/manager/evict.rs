@@ -154,7 +154,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 if ring.as_ref().len() == live {
                     continue;
                 }
-                ring.pop_front_while(|h| !h.is_live());
+                ring.pop_front_evicted();
                 if ring.as_ref().len() != live {
                     ring.retain(|h| h.is_live());
                 }
@@ -166,7 +166,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// come before every index a caller may hold next, so only this operation's indices move.
     fn release_discarded_front(&mut self, level: Level) {
         if self.config.outbox == OutboxMode::Discard {
-            self.ring_mut(level).pop_front_while(|h| !h.is_live());
+            self.ring_mut(level).pop_front_evicted();
         }
     }
 
@@ -214,56 +214,29 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub(crate) fn collect(&mut self) {
         let compacting = self.over_high_water();
         let before = self.state.counters.units_evicted;
-        let (target, percent) = if compacting && self.config.compacts() {
-            self.run_deferred_plan();
-            (self.config.low_water_tokens(), self.config.low_water())
-        } else {
-            (self.config.trigger_tokens(), self.config.trigger_percent.min(RING_TRIGGER_PERCENT))
-        };
-        // The lock is computed once, and only when something must leave (most pushes evict
-        // nothing).
-        let mut lock = None;
-        // Each round evicts a unit or stops, so rounds are bounded by the stored units.
-        loop {
-            let total_over = self.used() > target || self.over_max_messages();
-            let mut victim = None;
-            for level in [Level::Volatile, Level::Working] {
-                if self.level_over_at(level, percent) || total_over {
-                    let lock = *lock.get_or_insert_with(|| self.lock());
-                    if let Some(unit) = self.choose_victim(level, &lock) {
-                        victim = Some((level, unit));
-                        break;
-                    }
-                }
-            }
-            match victim {
-                Some((level, unit)) => {
-                    self.leave(level, unit);
-                    // A discarded unit at the front goes now, so the next round does not walk
-                    // past it again (indices are recomputed every round).
-                    self.release_discarded_front(level);
-                }
-                None => {
-                    // Nothing unlocked is left: the summaries give way, to their level's
-                    // budget and to what the budget leaves them, then the locked tail. (Not
-                    // over the target, usage is within the budget: only the level can be over.)
-                    if total_over || self.level_over(Level::Session) {
-                        self.fit_budget(0);
-                    }
-                    break;
-                }
-            }
+        // Under the high-water mark no unit must leave (it is what the loop would check), so
+        // most pushes skip the loop; the summaries may still be over their level.
+        if compacting || self.level_over(Level::Session) {
+            let (target, percent) = if compacting && self.config.compacts() {
+                self.run_deferred_plan();
+                (self.config.low_water_tokens(), self.config.low_water())
+            } else {
+                let trigger = self.config.trigger_percent.min(RING_TRIGGER_PERCENT);
+                (self.config.trigger_tokens(), trigger)
+            };
+            self.evict_to(0, target, target, Some(percent));
         }
-        self.count_compaction(compacting, before);
-        self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
+        self.end_eviction(compacting, before);
     }
 
-    /// Counts a compaction: an eviction pass that went over a mark and evicted something.
-    fn count_compaction(&mut self, over: bool, units_before: u64) {
+    /// Ends an eviction pass: counts a compaction if it went over a mark and evicted
+    /// something, and frees what it discarded.
+    fn end_eviction(&mut self, over: bool, units_before: u64) {
         let counters = &mut self.state.counters;
         if over && counters.units_evicted > units_before {
             bump(&mut counters.compactions, 1);
         }
+        self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
     }
 
     /// Evicts history units, then shrinks or drops summaries, then lets the locked tail's older
@@ -294,30 +267,23 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let evictable = self.evictable_tokens(&live);
         let session =
             self.level_tokens(Level::Session).saturating_add(self.summary_framing_tokens());
-        let pinned = self.needed(tokens).saturating_sub(evictable).saturating_sub(session);
-        if pinned > budget {
-            return Err(self.pinned_over_budget(evictable, tokens, pinned));
-        }
-        let lock = self.lock();
-        let low = match self.config.compacts() {
-            true => self.config.low_water_tokens(),
-            false => u32::MAX,
-        };
-        let before = self.state.counters.units_evicted;
-        while self.needed(tokens) > budget || self.used() > low {
-            let Some((level, unit)) = self.next_victim(&lock) else { break };
-            self.leave(level, unit);
-        }
-        self.fit_budget(tokens);
-        self.count_compaction(true, before);
-        self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
-        let needed = self.needed(tokens);
-        if needed > budget {
+        let mut needed = self.needed(tokens).saturating_sub(evictable).saturating_sub(session);
+        if needed <= budget {
+            let low = match self.config.compacts() {
+                true => self.config.low_water_tokens(),
+                false => u32::MAX,
+            };
+            let before = self.state.counters.units_evicted;
+            self.evict_to(tokens, budget, low, None);
+            self.end_eviction(true, before);
+            needed = self.needed(tokens);
+            if needed <= budget {
+                return Ok(());
+            }
             // Unreachable while the check above holds: everything it counted as evictable
             // has left.
-            return Err(self.pinned_over_budget(evictable, tokens, needed));
         }
-        Ok(())
+        Err(self.pinned_over_budget(evictable, tokens, needed))
     }
 
     /// What a payload with `extra` more tokens costs: an empty manager's payload pays the
@@ -331,37 +297,77 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         used.saturating_add(extra).saturating_add(framing)
     }
 
-    /// The next unit to leave: volatile before working, as the strategy chooses within each.
-    fn next_victim(&mut self, lock: &Lock) -> Option<(Level, UnitSpan)> {
-        [Level::Volatile, Level::Working]
-            .into_iter()
-            .find_map(|level| self.choose_victim(level, lock).map(|unit| (level, unit)))
+    /// Whether a payload with `extra` more tokens is over `budget`, usage over `low`, or (with
+    /// `messages`) the history over the message limit.
+    #[inline(never)]
+    fn over(&self, extra: u32, budget: u32, low: u32, messages: bool) -> bool {
+        // (`low` at or above `budget` adds nothing: usage is never above what it needs.)
+        self.needed(extra) > budget
+            || (low < budget && self.used() > low)
+            || (messages && self.over_max_messages())
     }
 
-    /// Once no unlocked unit is left: the summaries shrink to what the budget leaves them with
-    /// `extra` more tokens, and while that is still over the budget the locked tail's units
-    /// leave, volatile before working, oldest first (their summaries shrinking again), down
-    /// to the live request. Bounded by the units of the history and the session level's
-    /// tokens.
-    #[inline(never)]
-    fn fit_budget(&mut self, extra: u32) {
-        // Each round evicts a history unit or returns: bounded by the units.
-        loop {
-            let room = self.budget().saturating_add(self.level_tokens(Level::Session));
-            self.fit_session(room.saturating_sub(self.needed(extra)));
-            if self.needed(extra) <= self.budget() {
-                return;
+    /// The next unit to leave under `lock` (computed on first use): volatile before working,
+    /// as the strategy chooses within each, from every level with `all`, else from those
+    /// over `percent` of their ring (and over their budget when it is a quota).
+    fn next_victim(
+        &mut self,
+        lock: &mut Option<Lock>,
+        all: bool,
+        percent: Option<u8>,
+    ) -> Option<(Level, UnitSpan)> {
+        for level in [Level::Volatile, Level::Working] {
+            if all || percent.is_some_and(|percent| self.level_over_at(level, percent)) {
+                let lock = lock.get_or_insert_with(|| self.lock());
+                if let Some(unit) = self.choose_victim(level, lock) {
+                    return Some((level, unit));
+                }
             }
-            // Evicting older units does not move the live request: recomputed, not kept.
-            let Some((level, unit)) = self.next_victim(&self.live_lock()) else { return };
+        }
+        None
+    }
+
+    /// The one eviction loop: evicts unlocked history units while a payload with `extra` more
+    /// tokens is over `budget` or usage over `low` (and, with `percent`, the message limit
+    /// is passed, or from a level over `percent` of its ring). Once no unlocked unit is left,
+    /// the summaries shrink to what the budget leaves them, and while that is still over the
+    /// budget the locked tail's units leave, volatile before working, oldest first (the
+    /// summaries shrinking again), down to the live request. Each round evicts a unit or
+    /// ends: bounded by the units of the history and the session level's entries.
+    #[inline(never)]
+    fn evict_to(&mut self, extra: u32, budget: u32, low: u32, percent: Option<u8>) {
+        // The lock is computed once, and only when something must leave (most pushes evict
+        // nothing).
+        let mut lock = None;
+        loop {
+            let total_over = self.over(extra, budget, low, percent.is_some());
+            let mut victim = self.next_victim(&mut lock, total_over, percent);
+            if victim.is_none() {
+                // Nothing unlocked is left: the summaries give way, to their level's budget
+                // and to what the budget leaves them, then the locked tail. (Not over the
+                // target, usage is within the budget: only the level can be over.)
+                if !(total_over || self.level_over(Level::Session)) {
+                    return;
+                }
+                let total = self.budget();
+                let room = total.saturating_add(self.level_tokens(Level::Session));
+                self.fit_session(room.saturating_sub(self.needed(extra)));
+                if self.needed(extra) <= total {
+                    return;
+                }
+                // Evicting older units does not move the live request: recomputed, not kept.
+                victim = self.next_victim(&mut Some(self.live_lock()), true, None);
+            }
+            let Some((level, unit)) = victim else { return };
             self.leave(level, unit);
+            // A discarded unit at the front goes now, so the next round does not walk past
+            // it again (indices are recomputed every round).
+            self.release_discarded_front(level);
         }
     }
 
     /// [`Error::PinnedOverBudget`] for `needed` tokens, saying what they are: `evictable` of
-    /// the history may leave, the rest of it is the live request. Out of line: only refusals
-    /// build it.
-    #[inline(never)]
+    /// the history may leave, the rest of it is the live request.
     fn pinned_over_budget(&self, evictable: u32, dynamic: u32, needed: u32) -> Error {
         let history =
             self.level_tokens(Level::Working).saturating_add(self.level_tokens(Level::Volatile));

@@ -1,7 +1,7 @@
 //! Summaries: what a leaving unit becomes, the rolling summary, rewriting a summary to less
 //! detail, and merging summaries when the session level overflows.
 
-use super::evict::UnitSpan;
+use super::evict::{Lock, UnitSpan};
 use super::{ContextManager, State};
 use crate::capacity::{Capacities, ScratchStorage};
 use crate::config::Config;
@@ -407,13 +407,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             return;
         }
         self.merge_session(limit);
-        let mut index = 0;
+        // Locks nothing (and the session level is never locked).
+        let lock = Lock { from_id: u64::MAX, user_id: None, pending: None };
         while self.session_over(limit) {
-            let Some(header) = self.ring(Level::Session).get(index).copied() else { break };
-            if header.is_live() {
-                self.evict(Level::Session, UnitSpan { start: index, end: index + 1 });
-            }
-            index += 1;
+            let Some(entry) = self.oldest_evictable(Level::Session, &lock) else { break };
+            self.evict(Level::Session, entry);
         }
     }
 
