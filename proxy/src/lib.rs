@@ -128,9 +128,13 @@
 //!   one-line user turn saying earlier turns were moved out of the window is sent before it.
 //! * Only the first choice of an answer (`n > 1`) is recorded.
 //!
-//! Failures answer in the provider's error format: 502/504 when the upstream is down or
-//! slow, 400 when the pinned part cannot fit or the body does not parse (with where), 413
-//! above the body limit, 401 without the proxy key. Upstream HTTP errors pass through.
+//! Failures answer in the provider's error format (Anthropic's on `/v1/messages`, OpenAI's
+//! elsewhere): 502/504 when the upstream is down or slow, 400 when the pinned part cannot fit,
+//! the body does not parse (with where) or ends before its `Content-Length`, 413 above the
+//! body limit, 415 for a managed body declared other than JSON (`text/plain`, forms,
+//! multipart; no content type at all is read as JSON), 405 with `Allow` for a method a route
+//! does not serve, 401 without the proxy key. Upstream HTTP errors pass through. A managed
+//! request's query string (`?api-version=…`) reaches the upstream as it came.
 //!
 //! A request the proxy refuses stores nothing: its new messages are all read and checked
 //! (each by the session, without storing; tool results paired with their calls as the

@@ -25,14 +25,15 @@ use crate::wire::{self, Provider, Request};
 const MAX_HOPS: usize = 64;
 
 /// Answers a managed request of `provider`: the upstream's answer, or the failure in the
-/// provider's error format.
+/// provider's error format. Its `query` string (`api-version=…`) is forwarded as it came.
 pub async fn managed(
     app: Arc<App>,
     provider: Provider,
     headers: HeaderMap,
+    query: Option<String>,
     body: Bytes,
 ) -> Response {
-    match handle(&app, provider, &headers, &body).await {
+    match handle(&app, provider, &headers, query.as_deref(), &body).await {
         Ok(response) => response,
         Err(failure) => {
             if failure.status.is_server_error() {
@@ -47,6 +48,7 @@ async fn handle(
     app: &Arc<App>,
     provider: Provider,
     headers: &HeaderMap,
+    query: Option<&str>,
     body: &[u8],
 ) -> Result<Response, Failure> {
     let bad_request = |e: wire::BadRequest| Failure::new(StatusCode::BAD_REQUEST, e.0);
@@ -56,10 +58,14 @@ async fn handle(
         .map_err(bad_request)?;
     let (guard, composed) = take(app, key, provider, Arc::new(request)).await?;
     count(app, &composed);
-    let url = app.config.upstream_url(match provider {
+    let path = match provider {
         Provider::OpenAi => "/v1/chat/completions",
         Provider::Anthropic => "/v1/messages",
-    });
+    };
+    let url = match query {
+        Some(query) => app.config.upstream_url(&format!("{path}?{query}")),
+        None => app.config.upstream_url(path),
+    };
     let sent_tokens = composed.tokens;
     let sent_at = Instant::now();
     let body = Bytes::from(composed.body);
