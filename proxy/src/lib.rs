@@ -107,6 +107,13 @@
 //!   (`[proxy] api_key` / `CTXWIN_PROXY_KEY`) that clients send as `x-ctxwin-key`. Bodies
 //!   above `body_limit` are refused with 413. With a proxy key, `/metrics` needs it too
 //!   (`x-ctxwin-key`, or `Authorization: Bearer KEY` as Prometheus sends it).
+//! * **Slow clients** ([`connections`]). A connection has `header_timeout` to send a
+//!   request's headers (from when it opens or its previous answer ends: idle keep-alive
+//!   connections are reaped by it too) and a request `body_timeout` for its body (then 408);
+//!   at most `max_connections` are open (fewer if the file-descriptor limit, raised as far
+//!   as needed, cannot hold them), and one more is answered 503 with `retry-after` and
+//!   closed. A thousand connections stalled on their headers do not delay a valid request
+//!   (`tests/hostile.rs`).
 //!
 //! # Limits
 //!
@@ -145,6 +152,7 @@
 pub mod app;
 pub mod assemble;
 pub mod config;
+pub mod connections;
 pub mod conv;
 pub mod errors;
 pub mod hash;
@@ -258,10 +266,12 @@ async fn shutdown_signal() {
 const WAL_CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs the proxy on `listener` until `shutdown` resolves, then checkpoints every resident
-/// conversation.
+/// conversation. Connections are served under the limits of [`connections`] (header and
+/// body timeouts, `max_connections`; the process's file-descriptor limit is raised as far as
+/// that needs).
 ///
 /// # Errors
-/// When serving fails.
+/// None so far: a failed `accept` is retried after a pause ([`connections`]).
 pub async fn serve(
     app: Arc<App>,
     listener: tokio::net::TcpListener,
@@ -289,9 +299,9 @@ pub async fn serve(
             }
         })
     };
-    let result = axum::serve(listener, router(app.clone())).with_graceful_shutdown(shutdown).await;
+    connections::serve(app.clone(), listener, router(app.clone()), shutdown).await;
     sweeper.abort();
     wal.abort();
     app.checkpoint_all().await;
-    result
+    Ok(())
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Body;
+use axum::body::{Body, BodyDataStream};
 use axum::extract::{Request, State};
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
@@ -103,6 +103,7 @@ async fn require_key(State(on): State<Guarded>, request: Request, next: Next) ->
     if !authorized(&on.app, request.headers()) {
         let failure =
             Failure::new(StatusCode::UNAUTHORIZED, format!("missing or wrong {KEY_HEADER}"));
+        drain_refused(&on.app, request.into_body()).await;
         return failure.respond(on.endpoint.provider());
     }
     next.run(request).await
@@ -121,6 +122,7 @@ async fn require_json(State(on): State<Guarded>, request: Request, next: Next) -
     let message = format!(
         "content type `{shown}` is not supported: send the body as JSON with `content-type: application/json`"
     );
+    drain_refused(&on.app, request.into_body()).await;
     Failure::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, message).respond(on.endpoint.provider())
 }
 
@@ -141,11 +143,21 @@ pub fn is_json(content_type: &str) -> bool {
 }
 
 /// Reads the body whole: one over the proxy's limit (declared or sent) is refused with 413,
-/// one that ends before its `content-length` (or breaks off) with 400.
+/// one that ends before its `content-length` (or breaks off) with 400, one that has not
+/// arrived within `body_timeout` with 408.
 async fn limit_body(State(on): State<Guarded>, request: Request, next: Next) -> Response {
-    let limit = on.app.config.body_limit;
+    let (limit, timeout) = (on.app.config.body_limit, on.app.config.body_timeout);
     let (parts, body) = request.into_parts();
-    match read_body(body, &parts.headers, limit).await {
+    let read = match tokio::time::timeout(timeout, read_body(body, &parts.headers, limit)).await {
+        Ok(read) => read,
+        Err(_) => Err(Failure::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {timeout:?} ([proxy] body_timeout_secs)"
+            ),
+        )),
+    };
+    match read {
         Ok(bytes) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
         Err(failure) => failure.respond(on.endpoint.provider()),
     }
@@ -163,10 +175,11 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    let mut stream = body.into_data_stream();
     if declared.is_some_and(|length| length > limit as u64) {
+        drain(stream, limit).await;
         return Err(over());
     }
-    let mut stream = body.into_data_stream();
     let mut bytes = BytesMut::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|error| {
@@ -177,11 +190,32 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
             )
         })?;
         if bytes.len() + chunk.len() > limit {
+            drain(stream, limit).await;
             return Err(over());
         }
         bytes.extend_from_slice(&chunk);
     }
     Ok(bytes.freeze())
+}
+
+/// Reads and discards the body of a request refused before it was read, within the body
+/// limit and timeout ([`drain`]).
+pub async fn drain_refused(app: &App, body: Body) {
+    let (limit, timeout) = (app.config.body_limit, app.config.body_timeout);
+    let _ = tokio::time::timeout(timeout, drain(body.into_data_stream(), limit)).await;
+}
+
+/// Reads and discards at most `most` more bytes of a refused request's body. A connection
+/// closed with bytes unread is reset, and the reset can discard the answer before the client
+/// reads it; past `most`, the connection is closed anyway.
+async fn drain(mut stream: BodyDataStream, most: usize) {
+    let mut left = most;
+    while let Some(Ok(chunk)) = stream.next().await {
+        match left.checked_sub(chunk.len()) {
+            Some(rest) => left = rest,
+            None => return,
+        }
+    }
 }
 
 /// Whether `headers` carry the proxy's key as `x-ctxwin-key` (always, without a key set).

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use crate::app::App;
 use crate::errors::{Failure, upstream_failure};
-use crate::middleware::{Endpoint, KEY_HEADER, authorized, guarded, same_bytes};
+use crate::middleware::{Endpoint, KEY_HEADER, authorized, drain_refused, guarded, same_bytes};
 use crate::pipeline::managed;
 use crate::upstream::{self, upstream_headers};
 use crate::wire::Provider;
@@ -59,18 +59,25 @@ async fn anthropic_messages(
     managed(app, Provider::Anthropic, headers, query, body).await
 }
 
+/// What [`wrong_method`] answers with.
+type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>>;
+
 /// The handler for a method a route does not serve: 405 with `allow` and an error body in
-/// the endpoint's provider format (clients show the message, not the bare status).
+/// the endpoint's provider format (clients show the message, not the bare status), once the
+/// body is read ([`drain_refused`]).
 fn wrong_method(
     endpoint: Endpoint,
     allow: &'static str,
-) -> impl Fn(Method) -> std::future::Ready<Response> + Clone + Send + Sync + 'static {
-    move |method: Method| {
-        let message = format!("method {method} is not allowed here; use {allow}");
-        let mut response =
-            Failure::new(StatusCode::METHOD_NOT_ALLOWED, message).respond(endpoint.provider());
-        response.headers_mut().insert(ALLOW, HeaderValue::from_static(allow));
-        std::future::ready(response)
+) -> impl Fn(State<Arc<App>>, Method, Body) -> Answer + Clone + Send + Sync + 'static {
+    move |State(app): State<Arc<App>>, method: Method, body: Body| {
+        Box::pin(async move {
+            drain_refused(&app, body).await;
+            let message = format!("method {method} is not allowed here; use {allow}");
+            let mut response =
+                Failure::new(StatusCode::METHOD_NOT_ALLOWED, message).respond(endpoint.provider());
+            response.headers_mut().insert(ALLOW, HeaderValue::from_static(allow));
+            response
+        })
     }
 }
 

@@ -186,3 +186,44 @@ async fn a_body_shorter_than_its_length_gets_400() {
     assert_eq!(fake.count(), 0, "a cut body reached the upstream");
     proxy.stop().await;
 }
+
+/// A refusal sent while the client is still sending its body reaches the client: the proxy
+/// reads (and discards) the rest before answering, where closing with bytes unread would
+/// reset the connection under the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_reach_a_client_still_sending() {
+    let (up, fake) = start_fake().await;
+    let state = tempfile::tempdir().unwrap();
+    let mut settings = config(up, state.path());
+    settings.body_limit = 256 << 10;
+    settings.proxy_key = Some("k".into());
+    let proxy = start_proxy(settings).await;
+    let client = reqwest::Client::new();
+    let big =
+        format!("{{\"model\": \"m\", \"messages\": [], \"pad\": \"{}\"}}", "x".repeat(400 << 10));
+    for round in 0..10 {
+        let cases: [(reqwest::Method, &str, &str, Option<&str>, u16); 4] = [
+            (reqwest::Method::POST, "/v1/chat/completions", "application/json", Some("k"), 413),
+            (reqwest::Method::POST, "/v1/messages", "text/plain", Some("k"), 415),
+            (reqwest::Method::PUT, "/v1/messages", "application/json", Some("k"), 405),
+            (reqwest::Method::POST, "/v1/chat/completions", "application/json", None, 401),
+        ];
+        for (method, path, declared, key, status) in cases {
+            let mut request = client
+                .request(method.clone(), proxy.url(path))
+                .header("content-type", declared)
+                .body(big.clone());
+            if let Some(key) = key {
+                request = request.header("x-ctxwin-key", key);
+            }
+            let response = request.send().await.unwrap_or_else(|e| {
+                panic!("round {round}, {method} {path} as {declared}: no answer: {e:?}")
+            });
+            assert_eq!(response.status(), status, "{method} {path}");
+            let body: Value = response.json().await.unwrap();
+            error_message(path, &body);
+        }
+    }
+    assert_eq!(fake.count(), 0);
+    proxy.stop().await;
+}
