@@ -37,12 +37,16 @@
 //!   incoming history with that sequence is known; the rest is new and is pushed.
 //! * **Branches.** A history that differs before the end of the recorded sequence (edited or
 //!   rewound) goes to a branch conversation of the same tenant, keyed by a hash of the
-//!   parent's key and the index where it leaves it ([`keys::branch_key`]); the original is
-//!   never touched. A history that also differs
-//!   from that branch goes on to the branch's own branches, so the next request of an edited
-//!   conversation finds its branch again. One exception: the last recorded message, when it is an
-//!   answer the proxy assembled itself, is matched against the client's copy of it leniently
-//!   (client libraries re-serialize answers).
+//!   parent's key, the index where it leaves it and the fingerprint of its message there (or
+//!   its end, for a rewind) ([`keys::branch_key`]); the original is never touched. A resend
+//!   of the same edit finds the same branch, and each other edit at that index its own, one
+//!   hop away; a history that also differs from its branch goes on to the branch's own
+//!   branches, at a later index each time — so a request follows one hop per place its
+//!   history was edited, never one per resend (at most 256). A resend of the recorded
+//!   history itself (a retry, a regenerate) is no divergence at all (see Answers). One
+//!   exception to exact matching: a last recorded message that is an answer an older proxy
+//!   assembled itself is matched against the client's copy of it leniently (client libraries
+//!   re-serialize answers).
 //! * **Opaque blocks, byte-exact.** The core stores text. Images, documents, audio,
 //!   thinking and redacted-thinking blocks and server-tool blocks are pushed as a text
 //!   rendering whose token cost is the text plus the block's estimate (images from their
@@ -96,9 +100,12 @@
 //!   copies the rows it rewound aside, under `<key>@rewound-…`, rather than lose them).
 //! * **Answers.** Streams are passed through chunk by chunk while the assistant message is
 //!   assembled on the side; a complete answer's `usage` feeds the calibrator at once, and the
-//!   answer is pushed into the session with the next request's messages, its rows queued with
-//!   theirs (as the client's own copy when the client echoes it), or at the
-//!   next checkpoint (idle sweep, unload, shutdown), whichever comes first. A truncated stream
+//!   answer waits for the conversation's next request (kept in its checkpoints meanwhile).
+//!   The client's history decides what is stored: a next request that carries the answer
+//!   pushes the client's copy of it with its other new messages; one that does not (a retry
+//!   after a lost answer, a "regenerate") supersedes it, and it is dropped — so the same
+//!   request sent a thousand times stores its messages once (`tests/repeats.rs`). An answer
+//!   no request follows stays in the checkpoints, not in the archive. A truncated stream
 //!   records nothing and ends with an error event.
 //!
 //! * **Security.** The client's `Authorization` / `x-api-key` (and every other header but

@@ -21,8 +21,9 @@ use crate::respond::{self, release};
 use crate::upstream;
 use crate::wire::{self, Provider, Request};
 
-/// Branches a request may follow before it is refused.
-const MAX_HOPS: usize = 64;
+/// Branches a request may follow before it is refused: one hop per place its history was
+/// edited ([`branch_key`]), so only a history edited in more places than this is.
+const MAX_HOPS: usize = 256;
 
 /// Answers a managed request of `provider`: the upstream's answer, or the failure in the
 /// provider's error format. Its `query` string (`api-version=…`) is forwarded as it came.
@@ -89,7 +90,8 @@ fn count(app: &App, composed: &Composed) {
 }
 
 /// Takes the request into conversation `key` and composes its payload; a history that
-/// diverges from the conversation goes on to its branch ([`branch_key`]). Returns the locked
+/// diverges from the conversation goes on to the branch for what it has there
+/// ([`branch_key`]). Returns the locked
 /// conversation (released once the answer is recorded) and the payload.
 async fn take(
     app: &Arc<App>,
@@ -98,6 +100,7 @@ async fn take(
     request: Arc<Request>,
 ) -> Result<(Guard, Composed), Failure> {
     let hashes: Arc<[u64]> = wire::raw_hashes(&request).into();
+    let bad = |e: wire::BadRequest| Failure::new(StatusCode::BAD_REQUEST, e.0);
     for hop in 0..=MAX_HOPS {
         let guard = app.lock(&key, provider, &request.model).await?;
         let (guard, step) = take_once(app, guard, &request, &hashes).await?;
@@ -109,7 +112,11 @@ async fn take(
             Ok(Step::Diverged(_)) if hop == MAX_HOPS => break,
             Ok(Step::Diverged(at)) => {
                 drop(guard);
-                let branch = branch_key(&key, at);
+                let next = match request.items.get(at) {
+                    Some(_) => Some(wire::analyze_item(provider, &request, at).map_err(bad)?.fp),
+                    None => None,
+                };
+                let branch = branch_key(&key, at, next);
                 tracing::info!(session = %key, branch = %branch, at, "proxy: history diverges; using a branch");
                 app.metrics.branches.fetch_add(1, Relaxed);
                 key = branch;
@@ -121,7 +128,10 @@ async fn take(
             }
         }
     }
-    Err(Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "too many branches"))
+    Err(Failure::new(
+        StatusCode::BAD_REQUEST,
+        format!("this history was edited in more than {MAX_HOPS} places: start a new conversation"),
+    ))
 }
 
 /// One conversation's try at the request. A request the session serves from memory takes
