@@ -43,6 +43,15 @@ pub struct ProxyConfig {
     /// otherwise, and for a request without it, the credential it carries does
     /// ([`crate::keys`]).
     pub tenant_header: Option<String>,
+    /// How long a connection may take to send a request's headers, counted from when it
+    /// opens or its previous answer ends: one that never finishes them, and an idle
+    /// keep-alive connection, is closed after it.
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive once its headers have (then 408).
+    pub body_timeout: Duration,
+    /// Most client connections open at once; one more is answered 503 and closed. Lowered
+    /// at start to what the file-descriptor limit allows ([`crate::connections`]).
+    pub max_connections: usize,
 }
 
 impl Default for ProxyConfig {
@@ -61,6 +70,9 @@ impl Default for ProxyConfig {
             checkpoint_idle: Duration::from_secs(1),
             checkpoint_every: 64,
             tenant_header: None,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 4_096,
         }
     }
 }
@@ -98,6 +110,9 @@ struct ProxySection {
     checkpoint_idle_ms: Option<u64>,
     checkpoint_every: Option<u32>,
     tenant_header: Option<String>,
+    header_timeout_secs: Option<u64>,
+    body_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -139,6 +154,7 @@ impl ProxyConfig {
     pub fn apply_toml(&mut self, text: &str) -> Result<(), ConfigError> {
         let file: File = toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let Some(section) = file.proxy else { return Ok(()) };
+        self.apply_connection_limits(&section);
         if let Some(upstream) = section.upstream {
             self.upstream = upstream;
         }
@@ -179,6 +195,19 @@ impl ProxyConfig {
         Ok(())
     }
 
+    /// The connection settings of a `[proxy]` section.
+    fn apply_connection_limits(&mut self, section: &ProxySection) {
+        if let Some(secs) = section.header_timeout_secs {
+            self.header_timeout = Duration::from_secs(secs);
+        }
+        if let Some(secs) = section.body_timeout_secs {
+            self.body_timeout = Duration::from_secs(secs);
+        }
+        if let Some(max) = section.max_connections {
+            self.max_connections = max;
+        }
+    }
+
     /// Applies `CTXWIN_PROXY_UPSTREAM`, `CTXWIN_PROXY_LISTEN`, `CTXWIN_PROXY_KEY`,
     /// `CTXWIN_PROXY_STATE_DIR`, `CTXWIN_PROXY_MAX_RESIDENT` and `CTXWIN_PROXY_TENANT_HEADER`
     /// (empty: none) when set.
@@ -211,7 +240,7 @@ impl ProxyConfig {
 
     /// Checks the settings work together: a non-loopback address needs a proxy key, the
     /// resident cap is at least 1, the upstream is an http(s) URL, the tenant header is a
-    /// header name.
+    /// header name, the connection limit and timeouts are not zero.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] saying what to change.
@@ -243,7 +272,19 @@ impl ProxyConfig {
                 "context windows must be at least 1,024 tokens".into(),
             ));
         }
-        Ok(())
+        self.validate_connection_limits()
+    }
+
+    fn validate_connection_limits(&self) -> Result<(), ConfigError> {
+        let zero = [
+            ("header_timeout_secs", self.header_timeout.is_zero()),
+            ("body_timeout_secs", self.body_timeout.is_zero()),
+            ("max_connections", self.max_connections == 0),
+        ];
+        match zero.iter().find(|(_, zero)| *zero) {
+            Some((name, _)) => Err(ConfigError::Invalid(format!("{name} must be at least 1"))),
+            None => Ok(()),
+        }
     }
 
     /// The upstream URL for request path `path_and_query` (`/v1/...`).
@@ -307,5 +348,30 @@ max_resident = 4
         assert!(config.validate().unwrap_err().to_string().contains("tenant_header"));
         config.apply_env(|k| (k == "CTXWIN_PROXY_TENANT_HEADER").then(String::new)).unwrap();
         assert_eq!(config.tenant_header, None);
+    }
+
+    #[test]
+    fn connection_limits_are_read_and_checked_by_name() {
+        let mut config = ProxyConfig::default();
+        config
+            .apply_toml(
+                "[proxy]\nheader_timeout_secs = 3\nbody_timeout_secs = 30\nmax_connections = 100",
+            )
+            .unwrap();
+        assert_eq!(config.header_timeout, Duration::from_secs(3));
+        assert_eq!(config.body_timeout, Duration::from_secs(30));
+        assert_eq!(config.max_connections, 100);
+        config.validate().unwrap();
+        for key in ["header_timeout_secs", "body_timeout_secs", "max_connections"] {
+            let mut zero = config.clone();
+            zero.apply_toml(&format!("[proxy]\n{key} = 0")).unwrap();
+            assert_eq!(
+                zero.validate().unwrap_err().to_string(),
+                format!("{key} must be at least 1")
+            );
+        }
+        let wrong = config.apply_toml("[proxy]\nheader_timeout = 3").unwrap_err().to_string();
+        assert!(wrong.contains("header_timeout"), "{wrong}");
+        assert!(config.apply_toml("[proxy]\nmax_connections = -1").is_err());
     }
 }

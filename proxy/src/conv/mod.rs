@@ -119,8 +119,8 @@ pub struct Conv {
     dirty: bool,
     exchanges: u32,
     last_used: Instant,
-    /// The upstream's last answer, not yet in the session: taken with the next request's
-    /// messages (as the client's copy when the client echoes it), or at the next checkpoint.
+    /// The upstream's last answer, not in the session: the next request carries the client's
+    /// copy of it (pushed with its messages) or supersedes it; kept in the checkpoints.
     pending_answer: Option<Value>,
 }
 
@@ -207,7 +207,10 @@ impl Conv {
             [] => Recorded::new(window),
             bytes => Recorded::decode(bytes).map_err(ConvError::State)?,
         };
+        let pending = recorded.pending.as_deref().map(serde_json::from_str).transpose();
+        let pending = pending.map_err(|e| ConvError::State(format!("the waiting answer: {e}")))?;
         let mut conv = Self::from_parts(key, provider, session, stores, recorded);
+        conv.pending_answer = pending;
         conv.evicted_any = conv
             .recorded
             .entries
@@ -308,13 +311,13 @@ impl Conv {
     }
 
     /// Writes a checkpoint if something changed since the last one: the session's state with
-    /// what the conversation recorded, after the answer still waiting is taken.
+    /// what the conversation recorded, the answer still waiting included.
     ///
     /// # Errors
     /// Session errors.
     pub fn checkpoint(&mut self) -> Result<(), ConvError> {
         if self.dirty {
-            self.settle_answer()?;
+            self.recorded.pending = self.pending_answer.as_ref().map(Value::to_string);
             self.session.set_caller_state(self.recorded.encode().map_err(ConvError::State)?);
             self.session.checkpoint()?;
             self.dirty = false;

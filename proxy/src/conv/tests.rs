@@ -98,7 +98,7 @@ fn persisted_keys_name_every_conversation_with_something_stored() {
 }
 
 #[test]
-fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
+fn a_waiting_answer_is_stored_as_the_clients_copy_or_dropped_when_superseded() {
     let dir = tempfile::tempdir().unwrap();
     let store = prepare_state(dir.path()).unwrap();
     let mut conv = Conv::open(dir.path(), &store, "w", Provider::OpenAi, 8_192, 512).unwrap();
@@ -112,16 +112,26 @@ fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
     let reply = Answer { message: answer.clone(), prompt_tokens: None };
     conv.record_answer(&reply, 0).unwrap();
     assert_eq!((rows(&mut conv), conv.len()), (1, 1), "the answer waits for the next request");
-    // The client echoes it (its library adds a field) with the next question: one row each.
+    // Retried or regenerated: the same request again, a hundred times. The answers nobody
+    // kept are dropped; nothing grows.
+    for _ in 0..100 {
+        turn(&mut conv, &messages);
+        conv.record_answer(&reply, 0).unwrap();
+    }
+    assert_eq!((rows(&mut conv), conv.len()), (1, 1));
+    // Kept in the checkpoint: the reopened conversation still has it waiting.
+    conv.checkpoint().unwrap();
+    drop(conv);
+    let mut conv = Conv::open(dir.path(), &store, "w", Provider::OpenAi, 8_192, 512).unwrap();
+    assert_eq!(conv.pending_answer, Some(answer));
+    // The client echoes it (its library adds a field) with the next question: one row each,
+    // the answer as the client sent it.
     messages
         .push(json!({"role": "assistant", "content": "Yes, all 42 tests pass.", "refusal": null}));
     messages.push(json!({"role": "user", "content": "Deploy it."}));
     turn(&mut conv, &messages);
     assert_eq!((rows(&mut conv), conv.len()), (3, 3));
-    // An answer no request follows is taken at the checkpoint.
-    conv.record_answer(&Answer { message: answer, prompt_tokens: None }, 0).unwrap();
-    conv.checkpoint().unwrap();
-    assert_eq!((rows(&mut conv), conv.len()), (4, 4));
+    assert_eq!(conv.pending_answer, None);
 }
 
 #[test]
