@@ -17,14 +17,24 @@ impl Conv {
     /// # Errors
     /// Session refusals and store failures.
     pub fn record_answer(&mut self, answer: &Answer, sent_tokens: u32) -> Result<usize, ConvError> {
-        let evicted = self.settle_answer()?;
+        // In a fleet, another instance that took the conversation meanwhile serves it now
+        // (found by the session's first operation): the answer is the client's, which sends
+        // it back with its next request, and the record is rebuilt from the store.
+        let evicted = match self.settle_answer() {
+            Err(error) if error.is_overtaken() => return self.resync().map(|()| 0),
+            settled => settled?,
+        };
         self.pending_answer = Some(answer.message.clone());
         self.dirty = true;
         if let Some(prompt) = answer.prompt_tokens.filter(|p| *p > 0)
             && sent_tokens > 0
             && let Err(error) = self.session.record_usage(sent_tokens, prompt)
         {
-            tracing::warn!(session = %self.key, %error, "proxy: usage not recorded");
+            if error.is_overtaken() {
+                self.resync()?;
+            } else {
+                tracing::warn!(session = %self.key, %error, "proxy: usage not recorded");
+            }
         }
         Ok(evicted)
     }
@@ -47,9 +57,11 @@ impl Conv {
 
     /// Whether recording the next answer and counting its exchange would touch the disk: a
     /// checkpoint falls due (every `every`), or the archive's writer is so far behind that
-    /// queueing the rows of an answer still waiting would wait for room.
+    /// queueing the rows of an answer still waiting would wait for room; in a fleet always
+    /// (the lease is read first).
     pub fn answer_needs_io(&self, every: u32) -> bool {
-        self.exchanges.saturating_add(1) >= every
+        self.fleet
+            || self.exchanges.saturating_add(1) >= every
             || (self.pending_answer.is_some() && self.writer_queue() >= WRITER_BACKLOG)
     }
 
