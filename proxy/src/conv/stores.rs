@@ -41,6 +41,14 @@ impl Stores {
     pub fn is_fleet(&self) -> bool {
         matches!(self, Self::Fleet(_))
     }
+
+    /// The state directory's stores (`None` in a fleet).
+    pub fn local(&self) -> Option<&LocalStores> {
+        match self {
+            Self::Local(local) => Some(local),
+            Self::Fleet(_) => None,
+        }
+    }
 }
 
 /// What every conversation of a proxy on a state directory shares: one archive.
