@@ -310,5 +310,9 @@ pub async fn serve(
     sweeper.abort();
     wal.abort();
     app.checkpoint_all().await;
+    let _ = (sweeper.await, wal.await);
+    // A fleet's database connections close with the last reference to the app, and the
+    // synchronous PostgreSQL client blocks as it closes one: not on an async thread.
+    let _ = tokio::task::spawn_blocking(move || drop(app)).await;
     Ok(())
 }

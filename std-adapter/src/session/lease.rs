@@ -49,11 +49,14 @@ pub(crate) struct Lease {
     /// The state the newest checkpoint plus the rows after it reproduce, as last known
     /// (`None`: unknown, or not reproducible).
     reproducible: Option<ReplayMark>,
+    /// Whether an operation overtaken by another process is redone on the reloaded state
+    /// ([`Session::redo_when_overtaken`]).
+    redo: bool,
 }
 
 impl Lease {
     pub(crate) fn new(fence: Fence) -> Self {
-        Self { fence, reproducible: None }
+        Self { fence, reproducible: None, redo: true }
     }
 
     /// Whether the store hands out leases.
@@ -126,6 +129,24 @@ pub(crate) fn is_fenced(error: &SessionError) -> bool {
             is_fenced(source)
         }
         _ => false,
+    }
+}
+
+impl SessionError {
+    /// Whether this says another process took the conversation: a write refused as stale,
+    /// or (without [`Session::redo_when_overtaken`]) an operation that found the lease taken.
+    /// The session has reloaded by then.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionError;
+    /// use ctxwin_std::store::{Fence, Scope, StoreError};
+    /// let scope = Scope::local("chat");
+    /// let fenced = StoreError::Fenced { scope, fence: Fence(1), current: Fence(2) };
+    /// assert!(SessionError::from(fenced).is_overtaken());
+    /// assert!(!SessionError::NoArchive { operation: "reload" }.is_overtaken());
+    /// ```
+    pub fn is_overtaken(&self) -> bool {
+        is_fenced(self)
     }
 }
 
@@ -299,16 +320,71 @@ impl Session {
     /// Reloads when another process took the lease since this session took it: its state
     /// may be stale, and nothing is decided on a stale state (the store would refuse the
     /// writes, but a payload composed without writing would go out as it is).
+    /// Without [`redo_when_overtaken`](Self::redo_when_overtaken), the reload is reported as
+    /// [`StoreError::Fenced`] (with the fence the session held) instead of going on.
     fn catch_up(&mut self) -> Result<(), SessionError> {
         if !self.leased() {
             return Ok(());
         }
         let Some(archive) = self.stores.archive.clone() else { return Ok(()) };
-        if archive.current_fence(&self.scope)? > self.stores.lease.fence {
+        let current = archive.current_fence(&self.scope)?;
+        let held = self.stores.lease.fence;
+        if current > held {
             tracing::debug!(scope = %self.scope, "session: another process took the lease; reloading");
             self.reload()?;
+            if !self.stores.lease.redo {
+                return Err(
+                    StoreError::Fenced { scope: self.scope.clone(), fence: held, current }.into()
+                );
+            }
         }
         Ok(())
+    }
+
+    /// The fence the session writes under: the lease it took last ([`Fence::NONE`] on a
+    /// store without leases).
+    ///
+    /// ```
+    /// use ctxwin_std::store::{Fence, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let store = std::sync::Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store };
+    /// let mut session = SessionBuilder::new("chat").ports(ports).build()?;
+    /// let first = session.fence();
+    /// assert!(first > Fence::NONE);
+    /// session.reload()?;
+    /// assert!(session.fence() > first, "a reload takes the lease again");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fence(&self) -> Fence {
+        self.stores.lease.fence
+    }
+
+    /// Whether an operation that finds the conversation taken by another process is redone
+    /// on the reloaded state (`true`, the default), or reported: the session reloads and the
+    /// operation returns [`StoreError::Fenced`] having done nothing on the new state
+    /// ([`SessionError::is_overtaken`]). For a caller whose unit of work spans several
+    /// operations (a proxy taking a request's messages one push at a time): redoing one push
+    /// on a state another process extended would place it after that process's messages, so
+    /// such a caller redoes its whole unit on the reloaded state instead.
+    ///
+    /// ```
+    /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let store = std::sync::Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store.clone() };
+    /// let mut session = SessionBuilder::new("chat").ports(ports).build()?;
+    /// session.redo_when_overtaken(false);
+    /// session.push(&ChatMessage::text(Role::User, "one"))?;
+    /// store.acquire(session.scope())?; // another process takes the conversation
+    /// let error = session.push(&ChatMessage::text(Role::User, "two")).unwrap_err();
+    /// assert!(error.is_overtaken());
+    /// assert_eq!(session.manager().history().count(), 1, "reloaded, and nothing redone");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn redo_when_overtaken(&mut self, redo: bool) {
+        self.stores.lease.redo = redo;
     }
 
     /// Runs `op`; when the store refused one of its writes as stale (another process took
@@ -333,7 +409,7 @@ impl Session {
                     }
                     // Whatever comes next starts from the store's state.
                     self.reload()?;
-                    if !retry || attempt >= ATTEMPTS {
+                    if !retry || !self.stores.lease.redo || attempt >= ATTEMPTS {
                         return Err(error);
                     }
                     attempt += 1;
