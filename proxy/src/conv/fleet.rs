@@ -9,11 +9,12 @@
 //! names, each message's entry read again from its raw JSON. So no checkpoint is needed per
 //! request: the rows a request writes are what the next instance reads.
 //!
-//! The session does not redo an operation on a state another instance extended
+//! The session does not read the fence before each operation nor redo one on a state another
+//! instance extended
 //! ([`Session::redo_when_overtaken`](ctxwin_std::session::Session::redo_when_overtaken)):
-//! one push redone there would land after the other instance's messages. The request is
-//! redone whole instead (`crate::pipeline`), on the rebuilt record, where the messages
-//! already written are found known.
+//! one push redone there would land after the other instance's messages. A write refused as
+//! stale fails the request's work, which is redone whole instead (`crate::pipeline`), on the
+//! rebuilt record, where the messages already written are found known.
 
 use ctxwin_std::core::Role;
 use ctxwin_std::store::{ArchivedMessage, Ports};
@@ -68,8 +69,8 @@ impl Conv {
     /// # Errors
     /// Store errors; [`ConvError::State`] when the store's state does not read.
     pub fn catch_up(&mut self) -> Result<bool, ConvError> {
-        if self.stale_here()? {
-            self.session.reload()?;
+        if self.fleet && self.session.catch_up()? {
+            self.pending_answer = None;
         }
         let reloaded = self.session.counters().reloads != self.seen_reloads;
         self.resync()?;
@@ -101,6 +102,17 @@ impl Conv {
         Ok(())
     }
 
+    /// How many messages were archived after the session's newest checkpoint (about: one
+    /// the session wrote by itself is seen after the operation that wrote it).
+    pub(super) fn replay_length(&mut self) -> u64 {
+        let written = self.session.counters().checkpoints_written;
+        let next = self.session.manager().next_id();
+        if written != self.checkpoint_mark.0 {
+            self.checkpoint_mark = (written, next);
+        }
+        next.saturating_sub(self.checkpoint_mark.1)
+    }
+
     /// What the conversation recorded, from the session as (re)loaded: the caller state of
     /// the checkpoint it restored, then every archived row after the last message that
     /// names, read back into entries ([`Rebuild`]).
@@ -109,12 +121,15 @@ impl Conv {
             [] => Recorded::new(self.recorded.window),
             bytes => Recorded::decode(bytes).map_err(ConvError::State)?,
         };
-        let mut rebuild = Rebuild { recorded, pending: None, provider: self.provider };
+        let mut rebuild =
+            Rebuild { recorded, pending: None, provider: self.provider, last_is_assistant: None };
+        let mut read = 0;
         if let Some(archive) = self.session.archive() {
             let scope = self.session.scope();
             let mut after = rebuild.recorded.last_id();
             loop {
                 let rows = archive.rows_after(scope, after, PAGE)?;
+                read += rows.len() as u64;
                 for row in &rows {
                     rebuild.adopt(row, |part| self.rendering(part).content);
                 }
@@ -124,7 +139,10 @@ impl Conv {
                 }
             }
         }
-        self.recorded = rebuild.recorded;
+        self.recorded = rebuild.finish();
+        let next = self.session.manager().next_id();
+        self.checkpoint_mark =
+            (self.session.counters().checkpoints_written, next.saturating_sub(read));
         self.pending_answer = None;
         self.last_emitted.clear();
         self.dirty = false;
@@ -151,6 +169,8 @@ struct Rebuild {
     /// The message whose further parts come next, and the index of the next.
     pending: Option<(Analyzed, usize)>,
     provider: Provider,
+    /// Whether the last message read from a row is an assistant's (`None`: none was read).
+    last_is_assistant: Option<bool>,
 }
 
 impl Rebuild {
@@ -194,6 +214,20 @@ impl Rebuild {
         }
     }
 
+    /// What was recorded. The last message, when it is an assistant's, counts as an answer
+    /// the proxy assembled ([`Entry::from_answer`]): in a fleet the row of an answer written
+    /// while the conversation idled is read back here, and the client's copy of it that comes
+    /// next is matched leniently (its library re-serializes it), as by the instance that
+    /// wrote it.
+    fn finish(mut self) -> Recorded {
+        if let Some(last) = self.recorded.entries.last_mut()
+            && self.last_is_assistant == Some(true)
+        {
+            last.from_answer = true;
+        }
+        self.recorded
+    }
+
     /// Reads `raw`: a message, or (Anthropic, first) the request's top-level `system`.
     fn analyze(&self, raw: &str) -> Result<Analyzed, String> {
         let value: Value = serde_json::from_str(raw).map_err(|e| e.to_string())?;
@@ -208,6 +242,7 @@ impl Rebuild {
     /// Records message `message` whose first part is `row`.
     fn start(&mut self, row: &ArchivedMessage, raw: &str, message: Analyzed) {
         let leading = self.recorded.entries.last().is_none_or(|e| e.pinned);
+        self.last_is_assistant = Some(message.role == "assistant");
         let entry = Entry {
             fp: message.fp,
             raw_hash: hash_str(raw),

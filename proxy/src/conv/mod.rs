@@ -125,6 +125,9 @@ pub struct Conv {
     fleet: bool,
     /// The session's reloads this conversation's record was rebuilt for.
     seen_reloads: u64,
+    /// In a fleet: the session's checkpoints seen, and its next id when the newest was seen
+    /// (what a reload replays is the rows since: [`Conv::replay_length`]).
+    checkpoint_mark: (u64, u64),
     /// What the session holds, message by message; in the checkpoints.
     recorded: Recorded,
     /// Tokens per `" ~"` of the filler that stands for an opaque block's cost.
@@ -154,6 +157,12 @@ impl std::fmt::Debug for Conv {
 /// Generations a conversation may start (after crashes before a first checkpoint, or over
 /// checkpoints of an older proxy) before it is refused.
 const MAX_GENERATIONS: u32 = 1_000;
+
+/// In a fleet, a conversation is checkpointed (idle, every `checkpoint_every` exchanges, on
+/// unload or shutdown) only once this many messages were archived after its newest
+/// checkpoint: until then its rows hold all another instance needs to serve it (the proxy's
+/// record is rebuilt from them), and a reload replays at most about this many.
+const FLEET_CHECKPOINT_ROWS: u64 = 32;
 
 /// Rows queued to the archive's writer past which a request's work leaves the async threads
 /// (queueing more would wait for room).
@@ -288,6 +297,7 @@ impl Conv {
             },
             fleet: stores.is_fleet(),
             seen_reloads: session.counters().reloads,
+            checkpoint_mark: (session.counters().checkpoints_written, session.manager().next_id()),
             session,
             recorded,
             filler_rate,
@@ -346,12 +356,19 @@ impl Conv {
     /// Writes a checkpoint if something changed since the last one: the session's state with
     /// what the conversation recorded, the answer still waiting included. In a fleet,
     /// nothing when another instance served the conversation since: what this one holds is
-    /// stale (the answer still waiting comes back with its client's next request).
+    /// stale (the answer still waiting comes back with its client's next request); and
+    /// nothing while a reload would replay fewer than [`FLEET_CHECKPOINT_ROWS`] messages.
     ///
     /// # Errors
     /// Session errors.
     pub fn checkpoint(&mut self) -> Result<(), ConvError> {
         if !self.dirty || self.stale_here()? {
+            return Ok(());
+        }
+        if self.fleet && self.replay_length() < FLEET_CHECKPOINT_ROWS {
+            // The rows are in the database already and a reload replays them; the answer
+            // still waiting is the client's to bring back with its next request.
+            self.dirty = false;
             return Ok(());
         }
         self.recorded.pending = self.pending_answer.as_ref().map(Value::to_string);

@@ -133,9 +133,8 @@ pub(crate) fn is_fenced(error: &SessionError) -> bool {
 }
 
 impl SessionError {
-    /// Whether this says another process took the conversation: a write refused as stale,
-    /// or (without [`Session::redo_when_overtaken`]) an operation that found the lease taken.
-    /// The session has reloaded by then.
+    /// Whether this says another process took the conversation: a write refused as stale
+    /// (the session has reloaded by then).
     ///
     /// ```
     /// use ctxwin_std::session::SessionError;
@@ -317,28 +316,39 @@ impl Session {
         Ok(())
     }
 
-    /// Reloads when another process took the lease since this session took it: its state
-    /// may be stale, and nothing is decided on a stale state (the store would refuse the
-    /// writes, but a payload composed without writing would go out as it is).
-    /// Without [`redo_when_overtaken`](Self::redo_when_overtaken), the reload is reported as
-    /// [`StoreError::Fenced`] (with the fence the session held) instead of going on.
-    fn catch_up(&mut self) -> Result<(), SessionError> {
+    /// Reads the newest fence (one query) and reloads when another process took the lease
+    /// since this session took it: its state may be stale, and nothing should be decided on a
+    /// stale state (the store would refuse the writes, but a payload composed without writing
+    /// would go out as it is). Returns whether it reloaded. Every operation does this first,
+    /// unless [`redo_when_overtaken`](Self::redo_when_overtaken) is off: then the caller does,
+    /// at the start of its unit of work. Nothing on a store without leases.
+    ///
+    /// ```
+    /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let store = std::sync::Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store.clone() };
+    /// let mut session = SessionBuilder::new("chat").ports(ports).build()?;
+    /// assert!(!session.catch_up()?);
+    /// store.acquire(session.scope())?; // another process takes the conversation
+    /// assert!(session.catch_up()?);
+    /// assert_eq!(session.counters().reloads, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`reload`](Self::reload); the store's when the fence does not read.
+    pub fn catch_up(&mut self) -> Result<bool, SessionError> {
         if !self.leased() {
-            return Ok(());
+            return Ok(false);
         }
-        let Some(archive) = self.stores.archive.clone() else { return Ok(()) };
-        let current = archive.current_fence(&self.scope)?;
-        let held = self.stores.lease.fence;
-        if current > held {
+        let Some(archive) = self.stores.archive.clone() else { return Ok(false) };
+        if archive.current_fence(&self.scope)? > self.stores.lease.fence {
             tracing::debug!(scope = %self.scope, "session: another process took the lease; reloading");
             self.reload()?;
-            if !self.stores.lease.redo {
-                return Err(
-                    StoreError::Fenced { scope: self.scope.clone(), fence: held, current }.into()
-                );
-            }
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// The fence the session writes under: the lease it took last ([`Fence::NONE`] on a
@@ -360,13 +370,18 @@ impl Session {
         self.stores.lease.fence
     }
 
-    /// Whether an operation that finds the conversation taken by another process is redone
-    /// on the reloaded state (`true`, the default), or reported: the session reloads and the
-    /// operation returns [`StoreError::Fenced`] having done nothing on the new state
-    /// ([`SessionError::is_overtaken`]). For a caller whose unit of work spans several
-    /// operations (a proxy taking a request's messages one push at a time): redoing one push
-    /// on a state another process extended would place it after that process's messages, so
-    /// such a caller redoes its whole unit on the reloaded state instead.
+    /// Whether operations read the newest fence first ([`catch_up`](Self::catch_up)) and an
+    /// operation whose write the store refuses as stale is redone on the reloaded state
+    /// (`true`, the default). Off, an operation does neither: it runs on the session's state,
+    /// and when the store refuses one of its writes as stale the session reloads and the
+    /// operation returns [`StoreError::Fenced`] ([`SessionError::is_overtaken`]) having done
+    /// nothing on the new state. For a caller whose unit of work spans several operations (a
+    /// proxy taking a request's messages one push at a time): it calls
+    /// [`catch_up`](Self::catch_up) once at the start of each unit, and when overtaken redoes
+    /// the whole unit on the reloaded state — one push redone on a state another process
+    /// extended would land after that process's messages. Its operations then cost no query
+    /// of the fence each; what it composes without writing after another process took the
+    /// conversation within the unit is ordered before that process's work.
     ///
     /// ```
     /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Ports};
@@ -398,7 +413,9 @@ impl Session {
     ) -> Result<T, SessionError> {
         let mut attempt = 1;
         loop {
-            self.catch_up()?;
+            if self.stores.lease.redo {
+                self.catch_up()?;
+            }
             match op(self) {
                 Err(error) if self.leased() && is_fenced(&error) => {
                     tracing::info!(scope = %self.scope, %error, attempt, "session: overtaken; reloading");
