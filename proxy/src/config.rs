@@ -6,10 +6,17 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ctxwin_std::session::RetrievalSettings;
 use serde::Deserialize;
 
+/// The proxy's retrieval unless `[retrieval]` says otherwise: the block takes at most a tenth
+/// of the budget. It is sent with every request until the next compaction, and the room it
+/// takes brings that compaction closer.
+pub const RETRIEVAL: RetrievalSettings =
+    RetrievalSettings { max_share_percent: 10, ..RetrievalSettings::DEFAULT };
+
 /// Everything the proxy needs to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ProxyConfig {
     /// The provider's base URL (`https://api.openai.com`, `http://127.0.0.1:8080`); request
     /// paths are appended (`/v1/chat/completions`). A trailing `/v1` is accepted too.
@@ -24,7 +31,8 @@ pub struct ProxyConfig {
     pub windows: BTreeMap<String, u32>,
     /// The window of a model not listed.
     pub default_window: u32,
-    /// Tokens kept free for the reply (capped at an eighth of the window).
+    /// Tokens kept free for the reply when a request names no `max_tokens` (a request that
+    /// does gets its `max_tokens`: the prompt plus it never pass the window).
     pub reserve: u32,
     /// Most sessions kept in memory; the least recently used idle ones are checkpointed and
     /// unloaded above it.
@@ -43,6 +51,29 @@ pub struct ProxyConfig {
     /// otherwise, and for a request without it, the credential it carries does
     /// ([`crate::keys`]).
     pub tenant_header: Option<String>,
+    /// Tool outputs over this many tokens are stored reduced to head and tail (`[proxy]
+    /// observation_limit`, else `[context] observation_limit`); `None`: kept whole.
+    pub observation_limit: Option<u32>,
+    /// Tools whose outputs are never reduced by the observation limit (`[proxy] never_cut`).
+    pub never_cut: Vec<String>,
+    /// Retrieval of archived turns once a conversation's oldest turns left the window (the
+    /// `[retrieval]` section the CLI shares; `auto = false` turns it off).
+    pub retrieval: RetrievalSettings,
+    /// Where the settings above came from, for the log at start.
+    pub origins: Origins,
+}
+
+/// Where the settings the proxy reports at start came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origins {
+    /// The configuration file read, if any.
+    pub file: Option<PathBuf>,
+    /// The `[context] context_window` of that file (the CLI's window, not the proxy's).
+    pub cli_window: Option<u32>,
+    /// The observation limit came from `[context]`, not `[proxy]`.
+    pub limit_from_context: bool,
+    /// `[retrieval]` keys the proxy does not use (embeddings: it ranks by BM25 alone).
+    pub unused_retrieval: Vec<String>,
 }
 
 impl Default for ProxyConfig {
@@ -61,6 +92,10 @@ impl Default for ProxyConfig {
             checkpoint_idle: Duration::from_secs(1),
             checkpoint_every: 64,
             tenant_header: None,
+            observation_limit: None,
+            never_cut: Vec::new(),
+            retrieval: RETRIEVAL,
+            origins: Origins::default(),
         }
     }
 }
@@ -98,12 +133,39 @@ struct ProxySection {
     checkpoint_idle_ms: Option<u64>,
     checkpoint_every: Option<u32>,
     tenant_header: Option<String>,
+    observation_limit: Option<u32>,
+    never_cut: Option<Vec<String>>,
+}
+
+/// What the proxy reads of the CLI's `[context]` (the rest is the CLI's own).
+#[derive(Debug, Default, Deserialize)]
+struct ContextSection {
+    context_window: Option<u32>,
+    observation_limit: Option<u32>,
+}
+
+/// The `[retrieval]` section the CLI shares with the proxy.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetrievalSection {
+    auto: Option<bool>,
+    max_share_percent: Option<u8>,
+    max_items: Option<usize>,
+    candidates: Option<usize>,
+    neighbours: Option<bool>,
+    recency: Option<f64>,
+    embeddings_url: Option<String>,
+    embeddings_model: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 struct File {
     #[serde(default)]
     proxy: Option<ProxySection>,
+    #[serde(default)]
+    context: Option<ContextSection>,
+    #[serde(default)]
+    retrieval: Option<RetrievalSection>,
 }
 
 impl ProxyConfig {
@@ -119,7 +181,8 @@ impl ProxyConfig {
             .map_or(self.default_window, |(_, window)| *window)
     }
 
-    /// Applies the `[proxy]` section of the TOML file at `path` (other sections are the CLI's).
+    /// Applies the `[proxy]` section of the TOML file at `path`, with what the proxy shares of
+    /// the CLI's sections (`[context] observation_limit`, `[retrieval]`).
     ///
     /// # Errors
     /// [`ConfigError::File`] when it does not read or parse; [`ConfigError::Invalid`].
@@ -129,7 +192,9 @@ impl ProxyConfig {
         self.apply_toml(&text).map_err(|e| match e {
             ConfigError::Invalid(reason) => ConfigError::File { path: path.into(), reason },
             other => other,
-        })
+        })?;
+        self.origins.file = Some(path.into());
+        Ok(())
     }
 
     /// Applies the `[proxy]` section of TOML `text`.
@@ -138,7 +203,24 @@ impl ProxyConfig {
     /// [`ConfigError::Invalid`] for a syntax error, an unknown key or a bad value.
     pub fn apply_toml(&mut self, text: &str) -> Result<(), ConfigError> {
         let file: File = toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if let Some(context) = file.context {
+            self.origins.cli_window = context.context_window;
+            if let Some(limit) = context.observation_limit {
+                self.observation_limit = Some(limit);
+                self.origins.limit_from_context = true;
+            }
+        }
+        if let Some(retrieval) = file.retrieval {
+            self.apply_retrieval(retrieval);
+        }
         let Some(section) = file.proxy else { return Ok(()) };
+        if let Some(limit) = section.observation_limit {
+            self.observation_limit = (limit != 0).then_some(limit);
+            self.origins.limit_from_context = false;
+        }
+        if let Some(tools) = section.never_cut {
+            self.never_cut = tools;
+        }
         if let Some(upstream) = section.upstream {
             self.upstream = upstream;
         }
@@ -177,6 +259,22 @@ impl ProxyConfig {
             self.tenant_header = tenant_header(&header);
         }
         Ok(())
+    }
+
+    fn apply_retrieval(&mut self, section: RetrievalSection) {
+        let r = &mut self.retrieval;
+        r.auto = section.auto.unwrap_or(r.auto);
+        r.max_share_percent = section.max_share_percent.unwrap_or(r.max_share_percent);
+        r.max_items = section.max_items.unwrap_or(r.max_items);
+        r.candidates = section.candidates.unwrap_or(r.candidates);
+        r.neighbours = section.neighbours.unwrap_or(r.neighbours);
+        r.recency = section.recency.unwrap_or(r.recency);
+        let unused = [
+            ("embeddings_url", &section.embeddings_url),
+            ("embeddings_model", &section.embeddings_model),
+        ];
+        self.origins.unused_retrieval =
+            unused.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| (*k).to_string()).collect();
     }
 
     /// Applies `CTXWIN_PROXY_UPSTREAM`, `CTXWIN_PROXY_LISTEN`, `CTXWIN_PROXY_KEY`,

@@ -10,6 +10,7 @@ mod answer;
 mod compose;
 mod ingest;
 mod paths;
+mod settings;
 mod state;
 mod stores;
 mod validate;
@@ -26,9 +27,8 @@ use ctxwin_std::store::{Deferred, StoreError};
 use serde_json::Value;
 
 pub use paths::{conv_dir, is_tenant_key};
-pub use stores::{
-    ARCHIVE_CACHE_KIB, LEFTOVER_SIDE_STORE, Stores, persisted_keys, prepare_state, session_config,
-};
+pub use settings::{ConvSettings, MIN_PROMPT, WHOLE};
+pub use stores::{ARCHIVE_CACHE_KIB, LEFTOVER_SIDE_STORE, Stores, persisted_keys, prepare_state};
 
 use crate::wire::Provider;
 use state::Recorded;
@@ -111,11 +111,21 @@ pub struct Conv {
     recorded: Recorded,
     /// Tokens per `" ~"` of the filler that stands for an opaque block's cost.
     filler_rate: f64,
+    /// What the conversation was opened with.
+    settings: ConvSettings,
+    /// The reply reserve the session is configured with: the largest `max_tokens` a request
+    /// asked for since the conversation was loaded (`None` before its first request).
+    reserve: Option<u32>,
     /// Session ids of the messages the last payload emitted.
     last_emitted: Vec<u64>,
     /// Some message of this conversation has left the core (evicted or summarized): only then
     /// can retrieval find anything the payload does not hold already.
     evicted_any: bool,
+    /// The retrieved block sent with every payload since the last compaction (not kept in
+    /// checkpoints: retrieved again after a restart).
+    recalled: Option<String>,
+    /// Something left the core since `recalled` was retrieved.
+    recall_stale: bool,
     dirty: bool,
     exchanges: u32,
     last_used: Instant,
@@ -143,8 +153,8 @@ const WRITER_BACKLOG: usize = 5_000;
 
 impl Conv {
     /// Opens (or creates) conversation `key` in `state_dir`, continuing from its newest
-    /// checkpoint. A new conversation uses `window`; an existing one keeps the window it was
-    /// created with. Opening a new conversation writes nothing: its checkpoint directory is
+    /// checkpoint. A new conversation uses the window of `settings`; an existing one keeps the
+    /// window it was created with. Opening a new conversation writes nothing: its checkpoint directory is
     /// written at its first checkpoint.
     ///
     /// The session's name in the shared archive is the key, or `key#N` after a crash left
@@ -160,8 +170,7 @@ impl Conv {
         stores: &Stores,
         key: &str,
         provider: Provider,
-        window: u32,
-        reserve: u32,
+        settings: &ConvSettings,
     ) -> Result<Self, ConvError> {
         let dir = conv_dir(state_dir, key);
         for generation in 0..MAX_GENERATIONS {
@@ -174,15 +183,18 @@ impl Conv {
                     continue;
                 }
                 Some(bytes) => Recorded::decode(bytes).map_err(ConvError::State)?.window,
-                None => window,
+                None => settings.window,
             };
-            let built =
-                builder.config(session_config(window, reserve)).restore_latest(true).build();
+            let config = settings.session_config(window, settings.reserve, 0);
+            let built = builder.config(config).restore_latest(true).build();
             match built {
                 Ok(session) if session.caller_state().is_empty() && stored.is_some() => {
                     tracing::warn!(session = %name, "proxy: an older proxy's checkpoint restored; starting the next generation");
                 }
-                Ok(session) => return Self::restored(key, provider, session, stores, window),
+                Ok(session) => {
+                    let settings = ConvSettings { window, ..settings.clone() };
+                    return Self::restored(key, provider, session, stores, settings);
+                }
                 Err(SessionError::ArchiveInUse { messages, .. })
                     if generation + 1 < MAX_GENERATIONS =>
                 {
@@ -201,13 +213,13 @@ impl Conv {
         provider: Provider,
         session: Session,
         stores: &Stores,
-        window: u32,
+        settings: ConvSettings,
     ) -> Result<Self, ConvError> {
         let recorded = match session.caller_state() {
-            [] => Recorded::new(window),
+            [] => Recorded::new(settings.window),
             bytes => Recorded::decode(bytes).map_err(ConvError::State)?,
         };
-        let mut conv = Self::from_parts(key, provider, session, stores, recorded);
+        let mut conv = Self::from_parts(key, provider, session, stores, recorded, settings);
         conv.evicted_any = conv
             .recorded
             .entries
@@ -228,15 +240,15 @@ impl Conv {
         stores: &Stores,
         key: &str,
         provider: Provider,
-        window: u32,
-        reserve: u32,
+        settings: &ConvSettings,
     ) -> Result<Self, ConvError> {
         let checkpoints = conv_dir(state_dir, key).join("checkpoints");
         let session = stores::session_builder(stores, key, checkpoints)
-            .config(session_config(window, reserve))
+            .config(settings.session_config(settings.window, settings.reserve, 0))
             .assume_new(true)
             .build()?;
-        Ok(Self::from_parts(key, provider, session, stores, Recorded::new(window)))
+        let recorded = Recorded::new(settings.window);
+        Ok(Self::from_parts(key, provider, session, stores, recorded, settings.clone()))
     }
 
     /// A conversation around `session`, which holds what `recorded` says.
@@ -246,6 +258,7 @@ impl Conv {
         session: Session,
         stores: &Stores,
         recorded: Recorded,
+        settings: ConvSettings,
     ) -> Self {
         let sample = " ~".repeat(1_000);
         let filler_rate = f64::from(session.manager().counter().count(&sample)).max(1.0) / 1_000.0;
@@ -256,8 +269,12 @@ impl Conv {
             writer: stores.writer.clone(),
             recorded,
             filler_rate,
+            settings,
+            reserve: None,
             last_emitted: Vec::new(),
             evicted_any: false,
+            recalled: None,
+            recall_stale: false,
             dirty: false,
             exchanges: 0,
             last_used: Instant::now(),
@@ -297,10 +314,17 @@ impl Conv {
 
     /// Whether [`ingest`](Self::ingest) and [`compose`](Self::compose) of the next request stay
     /// in memory: the archive's rows go to its writer thread, and retrieval (a full-text query
-    /// of the archive) is off because nothing of this conversation has left the core yet.
+    /// of the archive) is off because nothing of this conversation has left the core yet, or
+    /// because the settings turn it off.
     pub fn request_in_memory(&self) -> bool {
         // A writer far behind makes queueing wait for room: not on an async thread.
-        !self.evicted_any && self.writer_queue() < WRITER_BACKLOG
+        !self.retrieves() && self.writer_queue() < WRITER_BACKLOG
+    }
+
+    /// Whether composing queries the archive: retrieval is on and something of this
+    /// conversation has left the core.
+    fn retrieves(&self) -> bool {
+        self.settings.recall && self.evicted_any
     }
 
     fn writer_queue(&self) -> usize {
