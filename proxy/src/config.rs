@@ -9,6 +9,9 @@ use std::time::Duration;
 use ctxwin_std::session::RetrievalSettings;
 use serde::Deserialize;
 
+/// The fewest tokens the reply reserve (a request's `max_tokens`) must leave the prompt.
+pub const MIN_PROMPT: u32 = 256;
+
 /// The proxy's retrieval unless `[retrieval]` says otherwise: the block takes at most a tenth
 /// of the budget. It is sent with every request until the next compaction, and the room it
 /// takes brings that compaction closer.
@@ -341,7 +344,85 @@ impl ProxyConfig {
                 "context windows must be at least 1,024 tokens".into(),
             ));
         }
+        self.validate_budgets()
+    }
+
+    /// Checks the reserve, the observation limit and the retrieval share.
+    fn validate_budgets(&self) -> Result<(), ConfigError> {
+        let smallest = self.windows.values().copied().fold(self.default_window, u32::min);
+        if self.reserve.saturating_add(MIN_PROMPT) > smallest {
+            return Err(ConfigError::Invalid(format!(
+                "reserve {} leaves less than {MIN_PROMPT} tokens of the smallest context window ({smallest}) for the prompt",
+                self.reserve
+            )));
+        }
+        if self.observation_limit.is_some_and(|limit| limit < 32) {
+            return Err(ConfigError::Invalid(
+                "observation_limit must be at least 32 tokens (0 in [proxy]: tool outputs whole)"
+                    .into(),
+            ));
+        }
+        if self.retrieval.max_share_percent > 100 {
+            return Err(ConfigError::Invalid("[retrieval] max_share_percent must be 0-100".into()));
+        }
         Ok(())
+    }
+
+    /// What the proxy says at start about the settings it runs with, and why: which context
+    /// window each model gets, the reply reserve, tool outputs, retrieval.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let listed: Vec<String> =
+            self.windows.iter().map(|(model, window)| format!("{model}* -> {window}")).collect();
+        let default_from = if self.origins.file.is_some() || self.default_window != 32_768 {
+            "[proxy] default_window, or its default"
+        } else {
+            "the default: no configuration file sets [proxy] default_window"
+        };
+        notes.push(format!(
+            "context windows (tokens): {}any other model -> {} ({default_from})",
+            if listed.is_empty() {
+                "no [proxy.windows]; ".to_string()
+            } else {
+                format!(
+                    "{} ([proxy.windows], exact name first, then the longest prefix); ",
+                    listed.join(", ")
+                )
+            },
+            self.default_window
+        ));
+        if let (Some(window), Some(file)) = (self.origins.cli_window, &self.origins.file) {
+            notes.push(format!(
+                "[context] context_window = {window} in {} is the CLI's window, not the proxy's: set [proxy.windows] or [proxy] default_window",
+                file.display()
+            ));
+        }
+        notes.push(format!(
+            "reply reserve: each request's max_tokens (prompt + max_tokens never pass the window); {} tokens for a request without it ([proxy] reserve)",
+            self.reserve
+        ));
+        notes.push(match self.observation_limit {
+            None => "tool outputs: whole while the window has room (the oldest turns leave first); set [proxy] observation_limit to cut them".into(),
+            Some(limit) => format!(
+                "tool outputs: cut to head and tail above {limit} tokens ({}){}",
+                if self.origins.limit_from_context { "[context] observation_limit" } else { "[proxy] observation_limit" },
+                if self.never_cut.is_empty() { String::new() } else { format!(", never for {}", self.never_cut.join(", ")) }
+            ),
+        });
+        notes.push(if self.retrieval.auto {
+            format!(
+                "retrieval: after a conversation's first compaction, archived turns matching the live request, at most {}% of the budget, frozen until the next compaction ([retrieval] auto = false turns it off)",
+                self.retrieval.max_share_percent
+            )
+        } else {
+            "retrieval: off ([retrieval] auto = false)".into()
+        });
+        for key in &self.origins.unused_retrieval {
+            notes.push(format!(
+                "[retrieval] {key} is not used by the proxy: its retrieval ranks by BM25 alone"
+            ));
+        }
+        notes
     }
 
     /// The upstream URL for request path `path_and_query` (`/v1/...`).
@@ -405,5 +486,37 @@ max_resident = 4
         assert!(config.validate().unwrap_err().to_string().contains("tenant_header"));
         config.apply_env(|k| (k == "CTXWIN_PROXY_TENANT_HEADER").then(String::new)).unwrap();
         assert_eq!(config.tenant_header, None);
+    }
+
+    #[test]
+    fn shared_sections_are_honoured_and_bad_values_refused_by_name() {
+        let mut config = ProxyConfig::default();
+        assert_eq!(config.observation_limit, None);
+        let text = "[context]\ncontext_window = 9000\nobservation_limit = 1500\nstrategy = \"sliding_window\"\n\
+                    [retrieval]\nauto = false\nembeddings_url = \"http://127.0.0.1:1\"\n\
+                    [proxy]\nnever_cut = [\"Read\"]\n";
+        config.apply_toml(text).unwrap();
+        assert_eq!(config.observation_limit, Some(1_500));
+        assert_eq!(config.never_cut, ["Read"]);
+        assert!(!config.retrieval.auto);
+        config.origins.file = Some("ctxwin.toml".into());
+        let notes = config.notes().join("\n");
+        assert!(notes.contains("[context] context_window = 9000"), "{notes}");
+        assert!(
+            notes.contains("above 1500 tokens ([context] observation_limit), never for Read"),
+            "{notes}"
+        );
+        assert!(notes.contains("retrieval: off"), "{notes}");
+        assert!(notes.contains("embeddings_url is not used"), "{notes}");
+        config.apply_toml("[proxy]\nobservation_limit = 0\n").unwrap();
+        assert_eq!(config.observation_limit, None, "0: whole");
+        assert!(config.notes().join("\n").contains("whole while the window has room"));
+        config.apply_toml("[proxy]\nobservation_limit = 8\n").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("observation_limit"));
+        let mut config = ProxyConfig::default();
+        config.apply_toml("[proxy]\nreserve = 32600\n").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("reserve 32600"));
+        let error = config.apply_toml("[retrieval]\nauto_recall = true\n").unwrap_err();
+        assert!(error.to_string().contains("auto_recall"), "{error}");
     }
 }

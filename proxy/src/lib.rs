@@ -191,6 +191,9 @@ pub async fn run(config: ProxyConfig) -> Result<(), RunError> {
         .map_err(|source| RunError::Listen { addr: config.listen, source })?;
     let addr = listener.local_addr().map_or_else(|_| config.listen.to_string(), |a| a.to_string());
     let upstream = config.upstream.clone();
+    for note in config.notes() {
+        tracing::info!("ctxwin-proxy: {note}");
+    }
     let app = App::new(config).map_err(RunError::Start)?;
     tracing::info!(listen = %addr, upstream = %upstream, "ctxwin-proxy: listening");
     {

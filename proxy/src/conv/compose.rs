@@ -91,6 +91,25 @@ impl Conv {
             Some(block) if self.retrieves() && !fresh && !block.is_empty() => vec![block.clone()],
             _ => Vec::new(),
         };
+        let mut payload = self.compose_once(&frozen, fresh)?;
+        if self.retrieves() && !fresh && payload.evicted_units > 0 {
+            // The frozen block's room came from a compaction: the prefix is rewritten now,
+            // so the block is retrieved again now, not one request later.
+            let evicted = payload.evicted_units;
+            payload = self.compose_once(&[], true)?;
+            payload.evicted_units += evicted;
+        }
+        self.evicted_any |= payload.evicted_units > 0;
+        Ok(payload)
+    }
+
+    /// One compose: with the `frozen` block, or retrieving a `fresh` one (kept for the next
+    /// requests).
+    fn compose_once(
+        &mut self,
+        frozen: &[String],
+        fresh: bool,
+    ) -> Result<ComposedPayload, ConvError> {
         let dynamic: Vec<&str> = frozen.iter().map(String::as_str).collect();
         let recall = if fresh { RecallFor::LiveRequest } else { RecallFor::Nothing };
         let options =
@@ -98,12 +117,8 @@ impl Conv {
         let payload = self.session.compose_with(options)?;
         if fresh {
             self.recalled = Some(payload.recall.block.clone());
-            self.recall_stale = false;
         }
-        if payload.evicted_units > 0 {
-            self.evicted_any = true;
-            self.recall_stale = true;
-        }
+        self.recall_stale = !fresh && payload.evicted_units > 0;
         Ok(payload)
     }
 

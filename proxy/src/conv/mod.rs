@@ -27,7 +27,7 @@ use ctxwin_std::store::{Deferred, StoreError};
 use serde_json::Value;
 
 pub use paths::{conv_dir, is_tenant_key};
-pub use settings::{ConvSettings, MIN_PROMPT, WHOLE};
+pub use settings::{ConvSettings, WHOLE};
 pub use stores::{ARCHIVE_CACHE_KIB, LEFTOVER_SIDE_STORE, Stores, persisted_keys, prepare_state};
 
 use crate::wire::Provider;

@@ -7,7 +7,7 @@ use ctxwin_std::core::{Config, Level, Role};
 use ctxwin_std::session::RetrievalSettings;
 
 use super::{Conv, ConvError};
-use crate::config::{ProxyConfig, RETRIEVAL};
+use crate::config::{MIN_PROMPT, ProxyConfig, RETRIEVAL};
 use crate::wire::{Part, Request};
 
 /// The settings a conversation is opened with ([`crate::ProxyConfig::conv_settings`]).
@@ -179,9 +179,6 @@ fn reply_tokens(request: &Request) -> Option<u32> {
 /// The observation limit that keeps tool outputs whole: the core still reduces an output
 /// larger than what its unit may hold of the history's budget.
 pub const WHOLE: u32 = u32::MAX;
-
-/// The fewest tokens a reply reserve leaves the prompt.
-pub const MIN_PROMPT: u32 = 256;
 
 #[cfg(test)]
 mod tests {
