@@ -143,9 +143,13 @@ fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
 fn retrieval_starts_with_the_first_eviction() {
     let dir = tempfile::tempdir().unwrap();
     let store = prepare_state(dir.path()).unwrap();
-    let mut conv =
-        Conv::open(dir.path(), &store, "t", Provider::OpenAi, &ConvSettings::new(2_048, 256))
-            .unwrap();
+    // The whole free room for the block: a 2,048-token window's tenth holds one or two turns.
+    let retrieval = ctxwin_std::session::RetrievalSettings {
+        max_share_percent: 100,
+        ..crate::config::RETRIEVAL
+    };
+    let settings = ConvSettings { retrieval, ..ConvSettings::new(2_048, 256) };
+    let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, &settings).unwrap();
     assert_eq!(conv.writer.inner().cache_kib().unwrap(), u64::from(ARCHIVE_CACHE_KIB));
     let mut messages = vec![
         json!({"role": "user", "content": "The staging database runs Postgres 16."}),
