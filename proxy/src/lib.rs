@@ -65,6 +65,14 @@
 //!   re-emitting are [`ctxwin_std::format`]'s ([`Request`](ctxwin_std::format::Request),
 //!   [`analyze_item`](ctxwin_std::format::analyze_item),
 //!   [`ManagedBody`](ctxwin_std::format::ManagedBody)), which the CLI and the session use too.
+//! * **The bill.** Between compactions the forwarded body only grows at its end, so the
+//!   provider's prompt cache of the history holds: what the proxy adds (the block retrieved
+//!   from the archive for the live request) is retrieved at a compaction and sent as the same
+//!   bytes until the next one ([`conv::ConvSettings`]), and a compaction evicts down to about
+//!   a third of what the pinned part leaves the history, in one step. Tool outputs are sent whole while the
+//!   window has room (the oldest units leave first); `[proxy] observation_limit` cuts them to
+//!   head and tail, except the tools `never_cut` names. A request's `max_tokens` is kept free:
+//!   the prompt plus it never pass the window.
 //! * **Concurrency.** One `tokio::sync::Mutex` per conversation. A request whose work stays
 //!   in memory (pushing its new messages and composing, tens of microseconds) runs on the
 //!   async thread that read it; disk work (loading a conversation from its checkpoint,
@@ -153,7 +161,8 @@
 //!   [`conv::ARCHIVE_CACHE_KIB`] for all).
 //!   `max_resident` bounds the total.
 //! * Retrieval from the archive runs only once something of the conversation has left the
-//!   core (before, it could find nothing the payload lacks); its full-text search matches the
+//!   core (before, it could find nothing the payload lacks), once per compaction (the block is
+//!   frozen until the next: a new question gets its block then); its full-text search matches the
 //!   conversation's own rows only (the index holds each row's session), though BM25's word
 //!   statistics count the whole archive every conversation shares.
 //! * The budget counts opaque blocks by their estimate; a tool output the core reduced whose
@@ -231,6 +240,9 @@ pub async fn run(config: ProxyConfig) -> Result<(), RunError> {
         .map_err(|source| RunError::Listen { addr: config.listen, source })?;
     let addr = listener.local_addr().map_or_else(|_| config.listen.to_string(), |a| a.to_string());
     let upstream = config.upstream.clone();
+    for note in config.notes() {
+        tracing::info!("ctxwin-proxy: {note}");
+    }
     let app = App::new(config).map_err(RunError::Start)?;
     tracing::info!(listen = %addr, upstream = %upstream, "ctxwin-proxy: listening");
     {

@@ -243,6 +243,7 @@ fn compose(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conv::ConvSettings;
     use serde_json::json;
     use tokio::sync::Mutex as AsyncMutex;
 
@@ -250,7 +251,14 @@ mod tests {
     fn the_request_that_first_evicts_composes_off_the_async_thread() {
         let dir = tempfile::tempdir().unwrap();
         let stores = crate::conv::prepare_state(dir.path()).unwrap();
-        let conv = Conv::create(dir.path(), &stores, "t", Provider::OpenAi, 2_048, 256).unwrap();
+        let conv = Conv::create(
+            dir.path(),
+            &stores,
+            "t",
+            Provider::OpenAi,
+            &ConvSettings::new(2_048, 256),
+        )
+        .unwrap();
         let mut guard = Arc::new(AsyncMutex::new(Some(conv))).try_lock_owned().unwrap();
         let mut messages = vec![json!({"role": "user", "content": "Staging runs Postgres 16."})];
         for n in 0..200 {

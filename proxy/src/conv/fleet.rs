@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::ingest::{TOOLS_PREFIX, calls_hash};
 use super::state::{Entry, Recorded};
 use super::validate::pins;
-use super::{Conv, ConvError, session_config, stores};
+use super::{Conv, ConvError, ConvSettings, stores};
 use crate::hash::{canonical, hash_str};
 use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, analyze_message};
 
@@ -43,21 +43,22 @@ impl Conv {
         ports: &Ports,
         key: &str,
         provider: Provider,
-        window: u32,
-        reserve: u32,
+        settings: &ConvSettings,
     ) -> Result<Self, ConvError> {
         let builder = stores::fleet_builder(ports, key);
         let window = match builder.stored_caller_state()?.as_deref() {
             Some(bytes) if !bytes.is_empty() => {
                 Recorded::decode(bytes).map_err(ConvError::State)?.window
             }
-            _ => window,
+            _ => settings.window,
         };
-        let mut session =
-            builder.config(session_config(window, reserve)).restore_latest(true).build()?;
+        let config = settings.session_config(window, settings.reserve, 0);
+        let mut session = builder.config(config).restore_latest(true).build()?;
         session.redo_when_overtaken(false);
         let stores = super::Stores::Fleet(ports.clone());
-        let mut conv = Self::from_parts(key, provider, session, &stores, Recorded::new(window));
+        let settings = ConvSettings { window, ..settings.clone() };
+        let mut conv =
+            Self::from_parts(key, provider, session, &stores, Recorded::new(window), settings);
         conv.rebuild()?;
         Ok(conv)
     }

@@ -35,6 +35,7 @@ impl Conv {
     /// nothing; a store failure after that leaves the messages pushed before it recorded.
     pub fn ingest(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
         self.last_used = Instant::now();
+        self.fit_reply(request)?;
         // A request that diverges belongs to another branch: this one, its waiting answer
         // included, is left as it is.
         if let Some(at) = self.compare_prefix(request, hashes)? {
@@ -62,6 +63,7 @@ impl Conv {
         }
         let tokens_in = self.recorded.entries.iter().map(|e| u64::from(e.tokens)).sum();
         self.evicted_any |= evicted > 0;
+        self.recall_stale |= evicted > 0;
         Ok(Ingest::Extended { new: new.len(), tokens_in, evicted })
     }
 
@@ -168,7 +170,8 @@ impl Conv {
             let level = level_of(&part.chat, pinned);
             let raw = entry.ids.is_empty().then_some(raw);
             let options = PushOptions { level, raw, ..PushOptions::default() };
-            match self.session.push_with(&self.rendering(part), options) {
+            let rendering = self.rendering(part);
+            match self.uncut(part, |conv| Ok(conv.session.push_with(&rendering, options)?)) {
                 Ok(report) => {
                     evicted += report.evicted_units.len();
                     entry.tokens = entry.tokens.saturating_add(
@@ -188,8 +191,9 @@ impl Conv {
             self.dirty = true;
         }
         self.evicted_any |= evicted > 0;
+        self.recall_stale |= evicted > 0;
         match failure {
-            Some(error) => Err(error.into()),
+            Some(error) => Err(error),
             None => Ok(evicted),
         }
     }
