@@ -265,7 +265,9 @@ pub(crate) struct TrimArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Settings come from the [proxy] section of DIR/ctxwin.toml, then \
 CTXWIN_PROXY_UPSTREAM / _LISTEN / _KEY / _STATE_DIR / _MAX_RESIDENT, then these flags. \
-Conversations live in DIR/proxy/ unless [proxy] state_dir or CTXWIN_PROXY_STATE_DIR says otherwise.")]
+Conversations live in DIR/proxy/ unless [proxy] state_dir or CTXWIN_PROXY_STATE_DIR says otherwise, \
+or in the PostgreSQL database [store] url or CTXWIN_STORE_URL names: a fleet of instances on it, \
+any of them serving any conversation.")]
 pub(crate) struct ProxyArgs {
     /// The provider's base URL (`https://api.openai.com`, `http://127.0.0.1:8080`).
     #[arg(long, value_name = "URL")]

@@ -52,6 +52,10 @@ pub struct ProxyConfig {
     /// Most client connections open at once; one more is answered 503 and closed. Lowered
     /// at start to what the file-descriptor limit allows ([`crate::connections`]).
     pub max_connections: usize,
+    /// A PostgreSQL database (`postgres://…`) to keep every conversation in instead of the
+    /// state directory: a fleet of instances on one database, any of them serving any
+    /// conversation (`[store] url`, or `CTXWIN_STORE_URL`, as the CLI reads them).
+    pub store_url: Option<String>,
 }
 
 impl Default for ProxyConfig {
@@ -73,6 +77,7 @@ impl Default for ProxyConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(60),
             max_connections: 4_096,
+            store_url: None,
         }
     }
 }
@@ -115,10 +120,18 @@ struct ProxySection {
     max_connections: Option<usize>,
 }
 
+/// `[store]`, shared with the CLI: only `url` is the proxy's concern.
+#[derive(Debug, Default, Deserialize)]
+struct StoreSection {
+    url: Option<String>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 struct File {
     #[serde(default)]
     proxy: Option<ProxySection>,
+    #[serde(default)]
+    store: Option<StoreSection>,
 }
 
 impl ProxyConfig {
@@ -153,6 +166,9 @@ impl ProxyConfig {
     /// [`ConfigError::Invalid`] for a syntax error, an unknown key or a bad value.
     pub fn apply_toml(&mut self, text: &str) -> Result<(), ConfigError> {
         let file: File = toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if let Some(url) = file.store.and_then(|store| store.url) {
+            self.store_url = store_url(&url);
+        }
         let Some(section) = file.proxy else { return Ok(()) };
         self.apply_connection_limits(&section);
         if let Some(upstream) = section.upstream {
@@ -209,8 +225,8 @@ impl ProxyConfig {
     }
 
     /// Applies `CTXWIN_PROXY_UPSTREAM`, `CTXWIN_PROXY_LISTEN`, `CTXWIN_PROXY_KEY`,
-    /// `CTXWIN_PROXY_STATE_DIR`, `CTXWIN_PROXY_MAX_RESIDENT` and `CTXWIN_PROXY_TENANT_HEADER`
-    /// (empty: none) when set.
+    /// `CTXWIN_PROXY_STATE_DIR`, `CTXWIN_PROXY_MAX_RESIDENT`, `CTXWIN_PROXY_TENANT_HEADER`
+    /// (empty: none) and `CTXWIN_STORE_URL` (empty: the file's) when set.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for a bad address or number.
@@ -234,6 +250,9 @@ impl ProxyConfig {
         }
         if let Some(header) = get("CTXWIN_PROXY_TENANT_HEADER") {
             self.tenant_header = tenant_header(&header);
+        }
+        if let Some(url) = get(ctxwin_std::store::STORE_URL_VAR).and_then(|url| store_url(&url)) {
+            self.store_url = Some(url);
         }
         Ok(())
     }
@@ -267,6 +286,16 @@ impl ProxyConfig {
                 "tenant_header `{header}` is not an HTTP header name"
             )));
         }
+        if let Some(url) = &self.store_url
+            && !matches!(
+                ctxwin_std::store::Location::parse(url),
+                ctxwin_std::store::Location::Postgres(_)
+            )
+        {
+            return Err(ConfigError::Invalid(
+                "[store] url (CTXWIN_STORE_URL) must be a postgres:// or postgresql:// URL (leave it out to keep conversations in the state directory)".into(),
+            ));
+        }
         if self.default_window < 1_024 || self.windows.values().any(|w| *w < 1_024) {
             return Err(ConfigError::Invalid(
                 "context windows must be at least 1,024 tokens".into(),
@@ -294,6 +323,12 @@ impl ProxyConfig {
             base.strip_suffix("/v1").filter(|_| path_and_query.starts_with("/v1")).unwrap_or(base);
         format!("{base}{path_and_query}")
     }
+}
+
+/// A store URL setting: trimmed; empty is none.
+fn store_url(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_string())
 }
 
 /// A tenant header setting: lower case (header names are case-insensitive); empty is none.
@@ -373,5 +408,21 @@ max_resident = 4
         let wrong = config.apply_toml("[proxy]\nheader_timeout = 3").unwrap_err().to_string();
         assert!(wrong.contains("header_timeout"), "{wrong}");
         assert!(config.apply_toml("[proxy]\nmax_connections = -1").is_err());
+    }
+
+    #[test]
+    fn the_store_url_comes_from_the_file_then_the_environment() {
+        let mut config = ProxyConfig::default();
+        config.apply_toml("[store]\nurl = \"postgres://db/file\"\n[proxy]\n").unwrap();
+        assert_eq!(config.store_url.as_deref(), Some("postgres://db/file"));
+        config.validate().unwrap();
+        config.apply_env(|k| (k == "CTXWIN_STORE_URL").then(String::new)).unwrap();
+        assert_eq!(config.store_url.as_deref(), Some("postgres://db/file"), "empty: the file's");
+        config
+            .apply_env(|k| (k == "CTXWIN_STORE_URL").then(|| "postgres://db/env".into()))
+            .unwrap();
+        assert_eq!(config.store_url.as_deref(), Some("postgres://db/env"));
+        config.store_url = Some("/var/lib/ctxwin".into());
+        assert!(config.validate().unwrap_err().to_string().contains("postgres://"));
     }
 }

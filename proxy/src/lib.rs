@@ -84,6 +84,27 @@
 //!   and the body limit are axum layers ([`middleware`]) around short handlers ([`routes`]);
 //!   a managed request is a few steps ([`pipeline`]: parse, name the conversation, take its
 //!   messages following branches, forward) and its answer another ([`respond`]).
+//! * **Fleet.** With `[store] url = "postgres://…"` (or `CTXWIN_STORE_URL`) the proxy keeps
+//!   its conversations in that PostgreSQL database instead of the state directory, through
+//!   the storage ports ([`ctxwin_std::store::open`]), and any number of instances share it:
+//!   any instance serves any conversation. The secret that names tenants and conversations
+//!   is kept in the database ([`conv::fleet_secret`]), so every instance names them alike.
+//!   Each conversation's session holds the conversation's lease, and every row it writes is
+//!   checked against it in the database. A request first reads the newest fence (one query);
+//!   when another instance served the conversation since, the session reloads (the newest
+//!   checkpoint and the rows after it) and the proxy rebuilds its record of the messages from
+//!   the same two: the caller state of that checkpoint, then each archived message after it
+//!   read again from its raw JSON ([`conv::Conv::catch_up`]). So rows are written in the
+//!   request's own transactions, committed before it is forwarded, and no checkpoint is
+//!   needed per request: a conversation is checkpointed once 32 messages were archived after
+//!   its newest checkpoint (idle, or before it is unloaded), besides the checkpoints the
+//!   session writes after an operation that pushes alone would not reproduce (a compose that
+//!   evicted, a moved calibrated window). An instance taken over in the middle of a request
+//!   (two instances serving one conversation at once) redoes the request whole on the new
+//!   state, where its messages already written are known: the two serialize, neither
+//!   interleaves nor drops the other's messages (`tests/fleet.rs`). An answer waits on the
+//!   instance that forwarded it until the conversation idles (then its row is written) or
+//!   the client's next request brings it back, wherever that goes.
 //! * **Crash safety.** A request's messages are queued to the archive's writer before the
 //!   request is forwarded and committed within milliseconds, many requests to a transaction;
 //!   commits do not wait for the disk (`synchronous = NORMAL`): the WAL is copied into the
@@ -310,5 +331,9 @@ pub async fn serve(
     sweeper.abort();
     wal.abort();
     app.checkpoint_all().await;
+    let _ = (sweeper.await, wal.await);
+    // A fleet's database connections close with the last reference to the app, and the
+    // synchronous PostgreSQL client blocks as it closes one: not on an async thread.
+    let _ = tokio::task::spawn_blocking(move || drop(app)).await;
     Ok(())
 }

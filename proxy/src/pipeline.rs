@@ -177,10 +177,39 @@ enum Progress {
     },
 }
 
+/// Times a request is redone on the state another instance of a fleet left, when one took
+/// the conversation while this one was taking the request (each time), before the error is
+/// returned.
+const REDO: usize = 4;
+
 /// Takes the request's new messages and composes its payload. `inline` (on an async thread):
 /// stops after taking them when that moved the conversation's work to the disk (its first
 /// eviction turns retrieval on), with [`Progress::Taken`].
+///
+/// In a fleet the conversation first catches up with what other instances wrote; when one
+/// takes it midway, the request is redone whole on the new state, where what this one wrote
+/// already is known ([`Conv::catch_up`]).
 fn take_request(
+    guard: &mut Guard,
+    request: &Request,
+    hashes: &[u64],
+    inline: bool,
+) -> Result<Progress, ConvError> {
+    let mut redone = 0;
+    loop {
+        guard.as_mut().ok_or(ConvError::Unloaded)?.catch_up()?;
+        match take_attempt(guard, request, hashes, inline) {
+            Err(error) if error.is_overtaken() && redone < REDO => {
+                redone += 1;
+                tracing::info!(%error, redone, "proxy: another instance took the conversation; redoing the request on its state");
+            }
+            done => return done,
+        }
+    }
+}
+
+/// One try of [`take_request`].
+fn take_attempt(
     guard: &mut Guard,
     request: &Request,
     hashes: &[u64],

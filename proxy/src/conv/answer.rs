@@ -14,7 +14,8 @@ impl Conv {
     /// (none: nothing is pushed until a request carries the answer).
     ///
     /// # Errors
-    /// None so far (the signature leaves room for recording the answer at once).
+    /// Store failures while rebuilding a conversation that another instance of a fleet
+    /// served meanwhile.
     pub fn record_answer(&mut self, answer: &Answer, sent_tokens: u32) -> Result<usize, ConvError> {
         if self.pending_answer.is_some() {
             tracing::debug!(session = %self.key, "proxy: a waiting answer superseded by the next");
@@ -25,15 +26,19 @@ impl Conv {
             && sent_tokens > 0
             && let Err(error) = self.session.record_usage(sent_tokens, prompt)
         {
-            tracing::warn!(session = %self.key, %error, "proxy: usage not recorded");
+            if error.is_overtaken() {
+                self.resync()?;
+            } else {
+                tracing::warn!(session = %self.key, %error, "proxy: usage not recorded");
+            }
         }
         Ok(0)
     }
 
     /// Whether recording the next answer and counting its exchange would touch the disk: a
-    /// checkpoint falls due (every `every`).
+    /// checkpoint falls due (every `every`); in a fleet always (the lease is read first).
     pub fn answer_needs_io(&self, every: u32) -> bool {
-        self.exchanges.saturating_add(1) >= every
+        self.fleet || self.exchanges.saturating_add(1) >= every
     }
 
     /// Counts one exchange; true when `every` have passed since the last checkpoint.

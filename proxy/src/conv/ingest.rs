@@ -17,6 +17,10 @@ use super::{Conv, ConvError, Ingest};
 use crate::hash::{canonical, hash_str};
 use crate::wire::{Analyzed, Part, Request, analyze_item};
 
+/// What the proxy pushes for a request's tool definitions, before their JSON
+/// ([`Conv::tools_to_push`]).
+pub(super) const TOOLS_PREFIX: &str = "[tool definitions]\n";
+
 impl Conv {
     /// Compares the request's history with the recorded sequence and pushes what is new; the
     /// rows are queued to the archive's writer as they are pushed (written with other
@@ -81,7 +85,7 @@ impl Conv {
         if fp == self.recorded.tools_fp || parsed.as_array().is_none_or(|a| a.is_empty()) {
             return None;
         }
-        Some((fp, format!("[tool definitions]\n{}", tools.get())))
+        Some((fp, format!("{}{}", TOOLS_PREFIX, tools.get())))
     }
 
     /// Pushes the request's tool definitions when they changed, as one permanent system

@@ -8,6 +8,7 @@
 
 mod answer;
 mod compose;
+mod fleet;
 mod ingest;
 mod paths;
 mod state;
@@ -27,7 +28,8 @@ use serde_json::Value;
 
 pub use paths::{conv_dir, is_tenant_key};
 pub use stores::{
-    ARCHIVE_CACHE_KIB, LEFTOVER_SIDE_STORE, Stores, persisted_keys, prepare_state, session_config,
+    ARCHIVE_CACHE_KIB, LEFTOVER_SIDE_STORE, LocalStores, Stores, fleet_secret, fleet_secret_scope,
+    open_fleet, open_stores, persisted_keys, prepare_state, session_config,
 };
 
 use crate::wire::Provider;
@@ -69,6 +71,16 @@ impl ConvError {
             _ => None,
         }
     }
+
+    /// Whether this says another instance of the fleet took the conversation (the session
+    /// has reloaded; the request is redone on the new state).
+    pub fn is_overtaken(&self) -> bool {
+        match self {
+            ConvError::Session(error) => error.is_overtaken(),
+            ConvError::Store(error) => error.kind() == ctxwin_std::store::ErrorKind::Fenced,
+            _ => false,
+        }
+    }
 }
 
 /// How an incoming history relates to what the session holds.
@@ -106,7 +118,16 @@ pub struct Conv {
     key: String,
     provider: Provider,
     session: Session,
-    writer: Arc<Deferred<SqliteArchive>>,
+    /// The archive's writer thread (`None` in a fleet: rows are written in the session's own
+    /// transactions, under its lease).
+    writer: Option<Arc<Deferred<SqliteArchive>>>,
+    /// Served by a fleet: other instances may serve it too ([`Conv::catch_up`]).
+    fleet: bool,
+    /// The session's reloads this conversation's record was rebuilt for.
+    seen_reloads: u64,
+    /// In a fleet: the session's checkpoints seen, and its next id when the newest was seen
+    /// (what a reload replays is the rows since: [`Conv::replay_length`]).
+    checkpoint_mark: (u64, u64),
     /// What the session holds, message by message; in the checkpoints.
     recorded: Recorded,
     /// Tokens per `" ~"` of the filler that stands for an opaque block's cost.
@@ -137,6 +158,12 @@ impl std::fmt::Debug for Conv {
 /// checkpoints of an older proxy) before it is refused.
 const MAX_GENERATIONS: u32 = 1_000;
 
+/// In a fleet, a conversation is checkpointed (idle, every `checkpoint_every` exchanges, on
+/// unload or shutdown) only once this many messages were archived after its newest
+/// checkpoint: until then its rows hold all another instance needs to serve it (the proxy's
+/// record is rebuilt from them), and a reload replays at most about this many.
+const FLEET_CHECKPOINT_ROWS: u64 = 32;
+
 /// Rows queued to the archive's writer past which a request's work leaves the async threads
 /// (queueing more would wait for room).
 const WRITER_BACKLOG: usize = 5_000;
@@ -163,10 +190,14 @@ impl Conv {
         window: u32,
         reserve: u32,
     ) -> Result<Self, ConvError> {
+        let local = match stores {
+            Stores::Local(local) => local,
+            Stores::Fleet(ports) => return Self::open_fleet(ports, key, provider, window, reserve),
+        };
         let dir = conv_dir(state_dir, key);
         for generation in 0..MAX_GENERATIONS {
             let (name, checkpoints) = paths::generation(key, &dir, generation);
-            let builder = stores::session_builder(stores, &name, checkpoints);
+            let builder = stores::session_builder(local, &name, checkpoints);
             let stored = builder.stored_caller_state()?;
             let window = match stored.as_deref() {
                 Some([]) => {
@@ -222,7 +253,8 @@ impl Conv {
 
     /// Creates conversation `key`, which the caller knows has nothing stored (no archived
     /// messages, no checkpoint: [`persisted_keys`] lists those that do): memory work only, no
-    /// read and no write. Its window is written with its first checkpoint.
+    /// read and no write. Its window is written with its first checkpoint. In a fleet, where
+    /// another instance may have stored it since, it is [`open`](Self::open)ed.
     ///
     /// # Errors
     /// Session errors (a configuration the core refuses).
@@ -234,8 +266,12 @@ impl Conv {
         window: u32,
         reserve: u32,
     ) -> Result<Self, ConvError> {
+        let local = match stores {
+            Stores::Local(local) => local,
+            Stores::Fleet(ports) => return Self::open_fleet(ports, key, provider, window, reserve),
+        };
         let checkpoints = conv_dir(state_dir, key).join("checkpoints");
-        let session = stores::session_builder(stores, key, checkpoints)
+        let session = stores::session_builder(local, key, checkpoints)
             .config(session_config(window, reserve))
             .assume_new(true)
             .build()?;
@@ -255,8 +291,14 @@ impl Conv {
         Self {
             key: key.to_string(),
             provider,
+            writer: match stores {
+                Stores::Local(local) => Some(local.writer.clone()),
+                Stores::Fleet(_) => None,
+            },
+            fleet: stores.is_fleet(),
+            seen_reloads: session.counters().reloads,
+            checkpoint_mark: (session.counters().checkpoints_written, session.manager().next_id()),
             session,
-            writer: stores.writer.clone(),
             recorded,
             filler_rate,
             last_emitted: Vec::new(),
@@ -301,29 +343,45 @@ impl Conv {
     /// Whether [`ingest`](Self::ingest) and [`compose`](Self::compose) of the next request stay
     /// in memory: the archive's rows go to its writer thread, and retrieval (a full-text query
     /// of the archive) is off because nothing of this conversation has left the core yet.
+    /// In a fleet never: every request reads the lease and writes its rows in the database.
     pub fn request_in_memory(&self) -> bool {
         // A writer far behind makes queueing wait for room: not on an async thread.
-        !self.evicted_any && self.writer_queue() < WRITER_BACKLOG
+        !self.fleet && !self.evicted_any && self.writer_queue() < WRITER_BACKLOG
     }
 
     fn writer_queue(&self) -> usize {
-        self.writer.stats().queued_rows
+        self.writer.as_ref().map_or(0, |writer| writer.stats().queued_rows)
     }
 
     /// Writes a checkpoint if something changed since the last one: the session's state with
-    /// what the conversation recorded, the answer still waiting included.
+    /// what the conversation recorded, the answer still waiting included. In a fleet,
+    /// nothing when another instance served the conversation since: what this one holds is
+    /// stale (the answer still waiting comes back with its client's next request); and
+    /// nothing while a reload would replay fewer than [`FLEET_CHECKPOINT_ROWS`] messages.
     ///
     /// # Errors
     /// Session errors.
     pub fn checkpoint(&mut self) -> Result<(), ConvError> {
-        if self.dirty {
-            self.recorded.pending = self.pending_answer.as_ref().map(Value::to_string);
-            self.session.set_caller_state(self.recorded.encode().map_err(ConvError::State)?);
-            self.session.checkpoint()?;
-            self.dirty = false;
-            self.exchanges = 0;
+        if !self.dirty || self.stale_here()? {
+            return Ok(());
         }
-        Ok(())
+        if self.fleet && self.replay_length() < FLEET_CHECKPOINT_ROWS {
+            // The rows are in the database already and a reload replays them; the answer
+            // still waiting is the client's to bring back with its next request.
+            self.dirty = false;
+            return Ok(());
+        }
+        self.recorded.pending = self.pending_answer.as_ref().map(Value::to_string);
+        self.session.set_caller_state(self.recorded.encode().map_err(ConvError::State)?);
+        match self.session.checkpoint().map_err(ConvError::from) {
+            Err(error) if error.is_overtaken() => self.resync(),
+            Err(error) => Err(error),
+            Ok(_) => {
+                self.dirty = false;
+                self.exchanges = 0;
+                Ok(())
+            }
+        }
     }
 }
 

@@ -122,6 +122,23 @@ impl Recorded {
         self.entries.push(entry);
     }
 
+    /// Appends part `id` (its content blocks, its tokens) to the last entry.
+    pub fn extend_last(&mut self, id: u64, blocks: Vec<usize>, tokens: u32) {
+        let Some(seq) = self.entries.len().checked_sub(1) else { return };
+        let entry = &mut self.entries[seq];
+        self.by_id.insert(id, (seq, entry.ids.len()));
+        entry.ids.push(id);
+        entry.blocks.push(blocks);
+        entry.tokens = entry.tokens.saturating_add(tokens);
+    }
+
+    /// The newest session id recorded (of a message part or a tool-definition placeholder);
+    /// 0 when none is.
+    pub fn last_id(&self) -> u64 {
+        let parts = self.by_id.keys().max().copied().unwrap_or(0);
+        parts.max(self.placeholders.last().copied().unwrap_or(0))
+    }
+
     /// The entry and part of the message with session id `id`.
     pub fn locate(&self, id: u64) -> Option<(usize, usize)> {
         self.by_id.get(&id).copied()

@@ -83,7 +83,7 @@ fn persisted_keys_name_every_conversation_with_something_stored() {
     let row = |text: &str| {
         ctxwin_std::store::ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, text))
     };
-    let archive = store.archive.clone();
+    let archive = store.local().unwrap().archive.clone();
     let local = ctxwin_std::store::Scope::local;
     let none = ctxwin_std::store::Fence::NONE;
     archive.put(&local("next#1"), none, &[row("a")]).unwrap();
@@ -139,7 +139,10 @@ fn retrieval_starts_with_the_first_eviction() {
     let dir = tempfile::tempdir().unwrap();
     let store = prepare_state(dir.path()).unwrap();
     let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
-    assert_eq!(conv.writer.inner().cache_kib().unwrap(), u64::from(ARCHIVE_CACHE_KIB));
+    assert_eq!(
+        conv.writer.as_ref().unwrap().inner().cache_kib().unwrap(),
+        u64::from(ARCHIVE_CACHE_KIB)
+    );
     let mut messages = vec![
         json!({"role": "user", "content": "The staging database runs Postgres 16."}),
         json!({"role": "assistant", "content": "Noted."}),
