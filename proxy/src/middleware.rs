@@ -1,6 +1,7 @@
 //! What every API request goes through around its handler, as layers (outermost first):
 //! counting it by endpoint and status, timing what the proxy adds to it, the proxy's key, a
-//! managed request's content type (JSON), and reading the body within the limit. Their refusals are in the endpoint's provider format.
+//! managed request's content type (JSON), and reading the body within the limit and the body
+//! timeout. Their refusals are in the endpoint's provider format.
 
 use std::sync::Arc;
 use std::time::Instant;

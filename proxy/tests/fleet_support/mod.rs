@@ -207,7 +207,7 @@ impl Client {
             vec![json!({"role": "system", "content": system})]
         };
         let mut client =
-            Self { index, anthropic, tools: index % 2 == 0, items, turn: 0, requests: 0 };
+            Self { index, anthropic, tools: index.is_multiple_of(2), items, turn: 0, requests: 0 };
         client.ask();
         client
     }
@@ -352,8 +352,9 @@ impl Scenario {
 /// Sends `client`'s next request until an instance answers it with 200.
 async fn send(fleet: &Fleet, http: &reqwest::Client, client: &Client) -> Value {
     let body = client.body();
-    let mut target = client.index + client.requests;
+    let first = client.index + client.requests;
     for attempt in 0..200 {
+        let target = first + attempt;
         let url = {
             let urls = fleet.urls.read().await;
             format!("{}{}", urls[target % urls.len()], client.path())
@@ -369,9 +370,8 @@ async fn send(fleet: &Fleet, http: &reqwest::Client, client: &Client) -> Value {
             .await;
         match sent {
             Ok(response) if response.status().is_success() => {
-                match response.json::<Value>().await {
-                    Ok(answer) => return answer,
-                    Err(_) => {}
+                if let Ok(answer) = response.json::<Value>().await {
+                    return answer;
                 }
             }
             Ok(response) => {
@@ -386,7 +386,6 @@ async fn send(fleet: &Fleet, http: &reqwest::Client, client: &Client) -> Value {
         }
         // The instance is gone (killed): the next one.
         fleet.retried.fetch_add(1, Ordering::Relaxed);
-        target += 1;
         tokio::time::sleep(Duration::from_millis(10 * (attempt as u64 % 10 + 1))).await;
     }
     panic!("conversation {}: no instance answered", client.index);
