@@ -211,7 +211,7 @@ impl Client {
             vec![json!({"role": "system", "content": system})]
         };
         let mut client =
-            Self { index, anthropic, tools: index % 2 == 0, items, turn: 0, requests: 0 };
+            Self { index, anthropic, tools: index.is_multiple_of(2), items, turn: 0, requests: 0 };
         client.ask();
         client
     }
@@ -357,8 +357,8 @@ impl Scenario {
 /// Sends `client`'s next request until an instance answers it with 200.
 async fn send(fleet: &Fleet, http: &reqwest::Client, client: &Client, round_robin: bool) -> Value {
     let body = client.body();
-    let mut target = client.index + if round_robin { client.requests } else { 0 };
-    for attempt in 0..200 {
+    let first = client.index + if round_robin { client.requests } else { 0 };
+    for (attempt, target) in (0..200u64).zip(first..) {
         let url = {
             let urls = fleet.urls.read().await;
             format!("{}{}", urls[target % urls.len()], client.path())
@@ -374,9 +374,9 @@ async fn send(fleet: &Fleet, http: &reqwest::Client, client: &Client, round_robi
             .await;
         match sent {
             Ok(response) if response.status().is_success() => {
-                match response.json::<Value>().await {
-                    Ok(answer) => return answer,
-                    Err(_) => {}
+                // A body cut off by a kill is retried like a refused connection.
+                if let Ok(answer) = response.json::<Value>().await {
+                    return answer;
                 }
             }
             Ok(response) => {
@@ -391,8 +391,7 @@ async fn send(fleet: &Fleet, http: &reqwest::Client, client: &Client, round_robi
         }
         // The instance is gone (killed): the next one.
         fleet.retried.fetch_add(1, Ordering::Relaxed);
-        target += 1;
-        tokio::time::sleep(Duration::from_millis(10 * (attempt as u64 % 10 + 1))).await;
+        tokio::time::sleep(Duration::from_millis(10 * (attempt % 10 + 1))).await;
     }
     panic!("conversation {}: no instance answered", client.index);
 }
