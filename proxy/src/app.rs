@@ -85,7 +85,11 @@ impl App {
             metrics: Metrics::default(),
             client,
             keys,
-            pool: Pool::default(),
+            pool: if stores.is_fleet() {
+                Pool::new(crate::pool::fleet_workers())
+            } else {
+                Pool::default()
+            },
             stores,
             slots: Mutex::default(),
             resident: Mutex::default(),

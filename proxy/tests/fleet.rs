@@ -42,7 +42,7 @@ fn three_instances_with_two_kills_match_one_instance() {
 }
 
 async fn fleet_matches_one_instance(schema: &TestSchema) {
-    let scenario = Scenario { conversations: 200, turns: 5, clients: 24 };
+    let scenario = Scenario { conversations: 200, turns: 5, clients: 24, round_robin: true };
 
     let upstream = Upstream::start().await;
     let state = tempfile::tempdir().unwrap();
@@ -108,52 +108,64 @@ async fn fleet_matches_one_instance(schema: &TestSchema) {
 
 #[test]
 fn throughput_of_three_instances_on_postgres_against_one_on_sqlite() {
-    let Some(schema) = schema("proxy_fleet_throughput") else { return };
-    run(throughput(&schema));
+    let Some(round_robin) = schema("proxy_fleet_round_robin") else { return };
+    let Some(affinity) = schema("proxy_fleet_affinity") else { return };
+    run(throughput(&round_robin, &affinity));
 }
 
-async fn throughput(schema: &TestSchema) {
-    let scenario = Scenario { conversations: 200, turns: 5, clients: 48 };
-    let upstream = Upstream::start().await;
-
+/// Runs `scenario` on one instance on a state directory, or three on `schema`; the outcome
+/// and how long it took.
+async fn timed(
+    scenario: &Scenario,
+    upstream: &Upstream,
+    schema: Option<&TestSchema>,
+) -> (fleet_support::Outcome, Duration) {
     let state = tempfile::tempdir().unwrap();
-    let single = vec![Instance::spawn(upstream.addr, state.path(), None).await];
-    let started = Instant::now();
-    let alone = scenario.run(single, None).await;
-    let alone_time = started.elapsed();
-    upstream.take();
-
-    let fleet_state = tempfile::tempdir().unwrap();
-    let mut fleet = Vec::new();
-    for _ in 0..3 {
-        fleet.push(Instance::spawn(upstream.addr, fleet_state.path(), Some(schema.url())).await);
+    let mut instances = Vec::new();
+    for _ in 0..if schema.is_some() { 3 } else { 1 } {
+        let url = schema.map(TestSchema::url);
+        instances.push(Instance::spawn(upstream.addr, state.path(), url).await);
     }
     let started = Instant::now();
-    let together = scenario.run(fleet, None).await;
-    let together_time = started.elapsed();
-    assert_eq!(together.acknowledged, alone.acknowledged);
+    let outcome = scenario.run(instances, None).await;
+    let time = started.elapsed();
+    upstream.take();
+    (outcome, time)
+}
+
+async fn throughput(round_robin: &TestSchema, affinity: &TestSchema) {
+    let mut scenario = Scenario { conversations: 200, turns: 5, clients: 48, round_robin: true };
+    let upstream = Upstream::start().await;
+    let (alone, alone_time) = timed(&scenario, &upstream, None).await;
+    let (spread, spread_time) = timed(&scenario, &upstream, Some(round_robin)).await;
+    scenario.round_robin = false;
+    let (kept, kept_time) = timed(&scenario, &upstream, Some(affinity)).await;
+    assert_eq!(spread.acknowledged, alone.acknowledged);
+    assert_eq!(kept.acknowledged, alone.acknowledged);
 
     let rate = |n: usize, time: Duration| n as f64 / time.as_secs_f64();
-    let (one, three) =
-        (rate(alone.acknowledged, alone_time), rate(together.acknowledged, together_time));
-    let usage = Usage::of(schema);
+    let one = rate(alone.acknowledged, alone_time);
     println!(
         "throughput: {} requests of {} conversations, {} clients at once, upstream answering at once",
         alone.acknowledged, scenario.conversations, scenario.clients
     );
     println!(
-        "  one instance on SQLite        {one:8.1} requests/s ({:.2} s)",
+        "  one instance on SQLite                         {one:8.1} requests/s ({:.2} s)",
         alone_time.as_secs_f64()
     );
-    println!(
-        "  three instances on PostgreSQL {three:8.1} requests/s ({:.2} s)",
-        together_time.as_secs_f64()
-    );
-    println!("  ratio                         {:8.2}× (target ≥ 0.8×)", three / one);
-    println!(
-        "  fleet: {:.2} leases and {:.2} checkpoints per request",
-        usage.leases as f64 / together.acknowledged as f64,
-        usage.checkpoints as f64 / together.acknowledged as f64
-    );
+    for (label, outcome, time, schema) in [
+        ("round-robin (a takeover per request)", &spread, spread_time, round_robin),
+        ("each conversation on one instance  ", &kept, kept_time, affinity),
+    ] {
+        let three = rate(outcome.acknowledged, time);
+        let usage = Usage::of(schema);
+        println!(
+            "  three on PostgreSQL, {label} {three:8.1} requests/s ({:.2} s): {:.2}× (target ≥ 0.8×); {:.2} leases, {:.2} checkpoints per request",
+            time.as_secs_f64(),
+            three / one,
+            usage.leases as f64 / outcome.acknowledged as f64,
+            usage.checkpoints as f64 / outcome.acknowledged as f64
+        );
+    }
     println!("  load average {}", fleet_support::loadavg());
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ctxwin_std::session::{SessionBuilder, SessionError};
+use ctxwin_std::store::postgres::{PgOptions, PgStore};
 use ctxwin_std::store::sqlite::SqliteArchive;
 use ctxwin_std::store::{ArchiveStore, Deferred, Fence, Location, Ports, Scope};
 
@@ -102,8 +103,12 @@ pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
 /// # Errors
 /// Store errors: a URL that does not parse, a server that cannot be reached.
 pub fn open_fleet(url: &str) -> Result<Stores, ConvError> {
-    let ports = ctxwin_std::store::open(&Location::Postgres(url.to_string()))?;
-    Ok(Stores::Fleet(ports))
+    // A connection for each session task the instance runs at once (each holds one for a
+    // statement or a transaction): none idle past the pool's timeout.
+    let connections = u32::try_from(crate::pool::fleet_workers()).unwrap_or(u32::MAX);
+    let options = PgOptions { max_connections: connections, ..PgOptions::default() };
+    let store = Arc::new(PgStore::open_with(url, options)?);
+    Ok(Stores::Fleet(Ports { archive: store.clone(), checkpoints: store }))
 }
 
 /// Where the fleet keeps the secret its instances name tenants and conversations with

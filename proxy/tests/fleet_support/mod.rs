@@ -183,6 +183,10 @@ pub struct Scenario {
     pub turns: usize,
     /// Requests in flight at once.
     pub clients: usize,
+    /// Request `k` of conversation `i` goes to instance `(i + k) % n` (so a conversation
+    /// changes instance on nearly every request); otherwise always to `i % n` (the affinity
+    /// a load balancer keyed on the session header gives).
+    pub round_robin: bool,
 }
 
 /// One scripted client conversation.
@@ -317,12 +321,13 @@ impl Scenario {
         for index in 0..self.conversations {
             let (fleet, http, permits, turns) =
                 (fleet.clone(), http.clone(), permits.clone(), self.turns);
+            let round_robin = self.round_robin;
             tasks.push(tokio::spawn(async move {
                 let mut client = Client::new(index);
                 let mut acknowledged = 0;
                 loop {
                     let permit = permits.acquire().await.unwrap();
-                    let answer = send(&fleet, &http, &client).await;
+                    let answer = send(&fleet, &http, &client, round_robin).await;
                     drop(permit);
                     client.requests += 1;
                     acknowledged += 1;
@@ -350,11 +355,10 @@ impl Scenario {
 }
 
 /// Sends `client`'s next request until an instance answers it with 200.
-async fn send(fleet: &Fleet, http: &reqwest::Client, client: &Client) -> Value {
+async fn send(fleet: &Fleet, http: &reqwest::Client, client: &Client, round_robin: bool) -> Value {
     let body = client.body();
-    let first = client.index + client.requests;
-    for attempt in 0..200 {
-        let target = first + attempt;
+    let first = client.index + if round_robin { client.requests } else { 0 };
+    for (attempt, target) in (0..200u64).zip(first..) {
         let url = {
             let urls = fleet.urls.read().await;
             format!("{}{}", urls[target % urls.len()], client.path())
@@ -370,6 +374,7 @@ async fn send(fleet: &Fleet, http: &reqwest::Client, client: &Client) -> Value {
             .await;
         match sent {
             Ok(response) if response.status().is_success() => {
+                // A body cut off by a kill is retried like a refused connection.
                 if let Ok(answer) = response.json::<Value>().await {
                     return answer;
                 }
@@ -386,7 +391,7 @@ async fn send(fleet: &Fleet, http: &reqwest::Client, client: &Client) -> Value {
         }
         // The instance is gone (killed): the next one.
         fleet.retried.fetch_add(1, Ordering::Relaxed);
-        tokio::time::sleep(Duration::from_millis(10 * (attempt as u64 % 10 + 1))).await;
+        tokio::time::sleep(Duration::from_millis(10 * (attempt % 10 + 1))).await;
     }
     panic!("conversation {}: no instance answered", client.index);
 }
