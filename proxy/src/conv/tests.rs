@@ -124,7 +124,7 @@ fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
     let mut messages = vec![json!({"role": "user", "content": "Is the build green?"})];
     turn(&mut conv, &messages);
     let answer = json!({"role": "assistant", "content": "Yes, all 42 tests pass."});
-    let reply = Answer { message: answer.clone(), prompt_tokens: None };
+    let reply = Answer { message: answer.clone(), prompt_tokens: None, billed: Default::default() };
     conv.record_answer(&reply, 0).unwrap();
     assert_eq!((rows(&mut conv), conv.len()), (1, 1), "the answer waits for the next request");
     // The client echoes it (its library adds a field) with the next question: one row each.
@@ -134,7 +134,11 @@ fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
     turn(&mut conv, &messages);
     assert_eq!((rows(&mut conv), conv.len()), (3, 3));
     // An answer no request follows is taken at the checkpoint.
-    conv.record_answer(&Answer { message: answer, prompt_tokens: None }, 0).unwrap();
+    conv.record_answer(
+        &Answer { message: answer, prompt_tokens: None, billed: Default::default() },
+        0,
+    )
+    .unwrap();
     conv.checkpoint().unwrap();
     assert_eq!((rows(&mut conv), conv.len()), (4, 4));
 }
