@@ -60,6 +60,18 @@ async fn tool_outputs_stay_whole_while_the_window_has_room() {
     let body = json!({"model": "m", "max_tokens": 1000, "messages": messages});
     assert_eq!(post(&client, &proxy.url("/v1/chat/completions"), &body).await.status(), 200);
     assert_eq!(outputs_sent(&fake), [output("Read", 600)]);
+    // What the upstream billed (its usage) reaches /metrics once the answer is recorded.
+    let billed = (fake.last().body.len() / 4).to_string();
+    let line = format!("ctxwin_proxy_upstream_prompt_tokens_total{{kind=\"uncached\"}} {billed}");
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = reqwest::get(proxy.url("/metrics")).await.unwrap().text().await.unwrap();
+        if metrics.contains(&line) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(metrics.contains(&line), "{line} not in {metrics}");
     proxy.stop().await;
 
     // A limit cuts them, but not the outputs of the tools it never cuts.

@@ -124,7 +124,7 @@ fn a_waiting_answer_is_stored_as_the_clients_copy_or_dropped_when_superseded() {
     let mut messages = vec![json!({"role": "user", "content": "Is the build green?"})];
     turn(&mut conv, &messages);
     let answer = json!({"role": "assistant", "content": "Yes, all 42 tests pass."});
-    let reply = Answer { message: answer.clone(), prompt_tokens: None };
+    let reply = Answer { message: answer.clone(), prompt_tokens: None, billed: Default::default() };
     conv.record_answer(&reply, 0).unwrap();
     assert_eq!((rows(&mut conv), conv.len()), (1, 1), "the answer waits for the next request");
     // Retried or regenerated: the same request again, a hundred times. The answers nobody
