@@ -111,8 +111,8 @@
 //!   (two instances serving one conversation at once) redoes the request whole on the new
 //!   state, where its messages already written are known: the two serialize, neither
 //!   interleaves nor drops the other's messages (`tests/fleet.rs`). An answer waits on the
-//!   instance that forwarded it until the conversation idles (then its row is written) or
-//!   the client's next request brings it back, wherever that goes.
+//!   instance that forwarded it (in memory, and in its checkpoints) until the client's next
+//!   request brings it back, wherever that goes: that copy is what is stored.
 //! * **Crash safety.** A request's messages are queued to the archive's writer before the
 //!   request is forwarded and committed within milliseconds, many requests to a transaction;
 //!   commits do not wait for the disk (`synchronous = NORMAL`): the WAL is copied into the
