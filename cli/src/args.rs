@@ -266,7 +266,9 @@ pub(crate) struct TrimArgs {
 #[command(after_help = "Settings come from the [proxy] section of DIR/ctxwin.toml (with \
 [context] observation_limit and [retrieval], which it shares with the CLI), then \
 CTXWIN_PROXY_UPSTREAM / _LISTEN / _KEY / _STATE_DIR / _MAX_RESIDENT, then these flags. \
-Conversations live in DIR/proxy/ unless [proxy] state_dir or CTXWIN_PROXY_STATE_DIR says otherwise. \
+Conversations live in DIR/proxy/ unless [proxy] state_dir or CTXWIN_PROXY_STATE_DIR says otherwise, \
+or in the PostgreSQL database [store] url or CTXWIN_STORE_URL names: a fleet of instances on it, \
+any of them serving any conversation. \
 The global --tokenizer, --llm-url and --embeddings-* are refused: the proxy counts with the \
 estimator calibrated by billed usage, writes no summaries and ranks retrieval by BM25. \
 At start it logs which context window each model gets and why.")]

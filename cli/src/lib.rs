@@ -30,7 +30,7 @@
 //! | `forget <id>` / `forget --match TEXT` | a message or a text out of the window, archive and checkpoints |
 //! | `prune --keep N [--all]` / `prune --delete NAME` | old checkpoints, or a whole conversation, out of the store |
 //! | `trim --budget N <file\|->` | stateless: the payload ctxwin would send for a conversation |
-//! | `proxy --upstream URL` | the OpenAI/Anthropic proxy of `ctxwin-proxy`, state in `DIR/proxy/` (`--listen`, `--max-resident`) |
+//! | `proxy --upstream URL` | the OpenAI/Anthropic proxy of `ctxwin-proxy`, state in `DIR/proxy/` or the `[store] url` database (`--listen`, `--max-resident`) |
 //!
 //! `--json` prints every report as JSON. Errors are one line on standard error, with the
 //! distinct exit codes of [`Exit`]; no input makes the tool panic, and a damaged state

@@ -12,7 +12,7 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::config::ProxyConfig;
 use crate::conv::{
-    Conv, ConvError, ConvSettings, Stores, is_tenant_key, persisted_keys, prepare_state,
+    Conv, ConvError, ConvSettings, Stores, is_tenant_key, open_stores, persisted_keys,
 };
 use crate::errors::Failure;
 use crate::hash::KeyedHash;
@@ -70,9 +70,8 @@ impl App {
         let state = |e: &dyn std::fmt::Display| {
             format!("state directory {}: {e}", config.state_dir.display())
         };
-        let stores = prepare_state(&config.state_dir).map_err(|e| state(&e))?;
+        let (stores, keys) = open_stores(&config)?;
         let persisted = persisted_keys(&stores).map_err(|e| state(&e))?;
-        let keys = KeyedHash::for_state_dir(&config.state_dir).map_err(|e| state(&e))?;
         let untenanted = persisted.iter().filter(|key| !is_tenant_key(key)).count();
         if untenanted > 0 {
             tracing::warn!(
@@ -86,7 +85,11 @@ impl App {
             metrics: Metrics::default(),
             client,
             keys,
-            pool: Pool::default(),
+            pool: if stores.is_fleet() {
+                Pool::new(crate::pool::fleet_workers())
+            } else {
+                Pool::default()
+            },
             stores,
             slots: Mutex::default(),
             resident: Mutex::default(),
@@ -127,7 +130,9 @@ impl App {
         // answer (only more conversations in flight at once than the cap can pass it).
         self.metrics.resident.fetch_add(1, Relaxed);
         self.enforce_cap().await;
-        let new = !slot.loaded_once.load(Relaxed) && !self.persisted.contains(key);
+        let new = !self.stores.is_fleet()
+            && !slot.loaded_once.load(Relaxed)
+            && !self.persisted.contains(key);
         match self.load(key, provider, model, new).await {
             Ok(conv) => *guard = Some(conv),
             Err(failure) => {
@@ -256,7 +261,8 @@ impl App {
     /// is durable against a crash of the process (the OS holds it), not of the machine until
     /// the next copy.
     pub async fn checkpoint_wal(&self) {
-        let wal = self.stores.wal.clone();
+        let Stores::Local(local) = &self.stores else { return };
+        let wal = local.wal.clone();
         match tokio::task::spawn_blocking(move || wal.checkpoint_wal()).await {
             Ok(Ok(_)) => {}
             Ok(Err(error)) => tracing::warn!(%error, "proxy: archive WAL checkpoint failed"),

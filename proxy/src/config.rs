@@ -54,6 +54,19 @@ pub struct ProxyConfig {
     /// otherwise, and for a request without it, the credential it carries does
     /// ([`crate::keys`]).
     pub tenant_header: Option<String>,
+    /// How long a connection may take to send a request's headers, counted from when it
+    /// opens or its previous answer ends: one that never finishes them, and an idle
+    /// keep-alive connection, is closed after it.
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive once its headers have (then 408).
+    pub body_timeout: Duration,
+    /// Most client connections open at once; one more is answered 503 and closed. Lowered
+    /// at start to what the file-descriptor limit allows ([`crate::connections`]).
+    pub max_connections: usize,
+    /// A PostgreSQL database (`postgres://…`) to keep every conversation in instead of the
+    /// state directory: a fleet of instances on one database, any of them serving any
+    /// conversation (`[store] url`, or `CTXWIN_STORE_URL`, as the CLI reads them).
+    pub store_url: Option<String>,
     /// Tool outputs over this many tokens are stored reduced to head and tail (`[proxy]
     /// observation_limit`, else `[context] observation_limit`); `None`: kept whole.
     pub observation_limit: Option<u32>,
@@ -95,6 +108,10 @@ impl Default for ProxyConfig {
             checkpoint_idle: Duration::from_secs(1),
             checkpoint_every: 64,
             tenant_header: None,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 4_096,
+            store_url: None,
             observation_limit: None,
             never_cut: Vec::new(),
             retrieval: RETRIEVAL,
@@ -136,8 +153,17 @@ struct ProxySection {
     checkpoint_idle_ms: Option<u64>,
     checkpoint_every: Option<u32>,
     tenant_header: Option<String>,
+    header_timeout_secs: Option<u64>,
+    body_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
     observation_limit: Option<u32>,
     never_cut: Option<Vec<String>>,
+}
+
+/// `[store]`, shared with the CLI: only `url` is the proxy's concern.
+#[derive(Debug, Default, Deserialize)]
+struct StoreSection {
+    url: Option<String>,
 }
 
 /// What the proxy reads of the CLI's `[context]` (the rest is the CLI's own).
@@ -165,6 +191,8 @@ struct RetrievalSection {
 struct File {
     #[serde(default)]
     proxy: Option<ProxySection>,
+    #[serde(default)]
+    store: Option<StoreSection>,
     #[serde(default)]
     context: Option<ContextSection>,
     #[serde(default)]
@@ -206,6 +234,9 @@ impl ProxyConfig {
     /// [`ConfigError::Invalid`] for a syntax error, an unknown key or a bad value.
     pub fn apply_toml(&mut self, text: &str) -> Result<(), ConfigError> {
         let file: File = toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if let Some(url) = file.store.and_then(|store| store.url) {
+            self.store_url = store_url(&url);
+        }
         if let Some(context) = file.context {
             self.origins.cli_window = context.context_window;
             if let Some(limit) = context.observation_limit {
@@ -217,6 +248,7 @@ impl ProxyConfig {
             self.apply_retrieval(retrieval);
         }
         let Some(section) = file.proxy else { return Ok(()) };
+        self.apply_connection_limits(&section);
         if let Some(limit) = section.observation_limit {
             self.observation_limit = (limit != 0).then_some(limit);
             self.origins.limit_from_context = false;
@@ -264,6 +296,19 @@ impl ProxyConfig {
         Ok(())
     }
 
+    /// The connection settings of a `[proxy]` section.
+    fn apply_connection_limits(&mut self, section: &ProxySection) {
+        if let Some(secs) = section.header_timeout_secs {
+            self.header_timeout = Duration::from_secs(secs);
+        }
+        if let Some(secs) = section.body_timeout_secs {
+            self.body_timeout = Duration::from_secs(secs);
+        }
+        if let Some(max) = section.max_connections {
+            self.max_connections = max;
+        }
+    }
+
     fn apply_retrieval(&mut self, section: RetrievalSection) {
         let r = &mut self.retrieval;
         r.auto = section.auto.unwrap_or(r.auto);
@@ -281,8 +326,8 @@ impl ProxyConfig {
     }
 
     /// Applies `CTXWIN_PROXY_UPSTREAM`, `CTXWIN_PROXY_LISTEN`, `CTXWIN_PROXY_KEY`,
-    /// `CTXWIN_PROXY_STATE_DIR`, `CTXWIN_PROXY_MAX_RESIDENT` and `CTXWIN_PROXY_TENANT_HEADER`
-    /// (empty: none) when set.
+    /// `CTXWIN_PROXY_STATE_DIR`, `CTXWIN_PROXY_MAX_RESIDENT`, `CTXWIN_PROXY_TENANT_HEADER`
+    /// (empty: none) and `CTXWIN_STORE_URL` (empty: the file's) when set.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for a bad address or number.
@@ -307,12 +352,15 @@ impl ProxyConfig {
         if let Some(header) = get("CTXWIN_PROXY_TENANT_HEADER") {
             self.tenant_header = tenant_header(&header);
         }
+        if let Some(url) = get(ctxwin_std::store::STORE_URL_VAR).and_then(|url| store_url(&url)) {
+            self.store_url = Some(url);
+        }
         Ok(())
     }
 
     /// Checks the settings work together: a non-loopback address needs a proxy key, the
     /// resident cap is at least 1, the upstream is an http(s) URL, the tenant header is a
-    /// header name.
+    /// header name, the connection limit and timeouts are not zero.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] saying what to change.
@@ -339,12 +387,35 @@ impl ProxyConfig {
                 "tenant_header `{header}` is not an HTTP header name"
             )));
         }
+        if let Some(url) = &self.store_url
+            && !matches!(
+                ctxwin_std::store::Location::parse(url),
+                ctxwin_std::store::Location::Postgres(_)
+            )
+        {
+            return Err(ConfigError::Invalid(
+                "[store] url (CTXWIN_STORE_URL) must be a postgres:// or postgresql:// URL (leave it out to keep conversations in the state directory)".into(),
+            ));
+        }
         if self.default_window < 1_024 || self.windows.values().any(|w| *w < 1_024) {
             return Err(ConfigError::Invalid(
                 "context windows must be at least 1,024 tokens".into(),
             ));
         }
+        self.validate_connection_limits()?;
         self.validate_budgets()
+    }
+
+    fn validate_connection_limits(&self) -> Result<(), ConfigError> {
+        let zero = [
+            ("header_timeout_secs", self.header_timeout.is_zero()),
+            ("body_timeout_secs", self.body_timeout.is_zero()),
+            ("max_connections", self.max_connections == 0),
+        ];
+        match zero.iter().find(|(_, zero)| *zero) {
+            Some((name, _)) => Err(ConfigError::Invalid(format!("{name} must be at least 1"))),
+            None => Ok(()),
+        }
     }
 
     /// Checks the reserve, the observation limit and the retrieval share.
@@ -434,6 +505,12 @@ impl ProxyConfig {
     }
 }
 
+/// A store URL setting: trimmed; empty is none.
+fn store_url(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_string())
+}
+
 /// A tenant header setting: lower case (header names are case-insensitive); empty is none.
 fn tenant_header(text: &str) -> Option<String> {
     let text = text.trim();
@@ -486,6 +563,47 @@ max_resident = 4
         assert!(config.validate().unwrap_err().to_string().contains("tenant_header"));
         config.apply_env(|k| (k == "CTXWIN_PROXY_TENANT_HEADER").then(String::new)).unwrap();
         assert_eq!(config.tenant_header, None);
+    }
+
+    #[test]
+    fn connection_limits_are_read_and_checked_by_name() {
+        let mut config = ProxyConfig::default();
+        config
+            .apply_toml(
+                "[proxy]\nheader_timeout_secs = 3\nbody_timeout_secs = 30\nmax_connections = 100",
+            )
+            .unwrap();
+        assert_eq!(config.header_timeout, Duration::from_secs(3));
+        assert_eq!(config.body_timeout, Duration::from_secs(30));
+        assert_eq!(config.max_connections, 100);
+        config.validate().unwrap();
+        for key in ["header_timeout_secs", "body_timeout_secs", "max_connections"] {
+            let mut zero = config.clone();
+            zero.apply_toml(&format!("[proxy]\n{key} = 0")).unwrap();
+            assert_eq!(
+                zero.validate().unwrap_err().to_string(),
+                format!("{key} must be at least 1")
+            );
+        }
+        let wrong = config.apply_toml("[proxy]\nheader_timeout = 3").unwrap_err().to_string();
+        assert!(wrong.contains("header_timeout"), "{wrong}");
+        assert!(config.apply_toml("[proxy]\nmax_connections = -1").is_err());
+    }
+
+    #[test]
+    fn the_store_url_comes_from_the_file_then_the_environment() {
+        let mut config = ProxyConfig::default();
+        config.apply_toml("[store]\nurl = \"postgres://db/file\"\n[proxy]\n").unwrap();
+        assert_eq!(config.store_url.as_deref(), Some("postgres://db/file"));
+        config.validate().unwrap();
+        config.apply_env(|k| (k == "CTXWIN_STORE_URL").then(String::new)).unwrap();
+        assert_eq!(config.store_url.as_deref(), Some("postgres://db/file"), "empty: the file's");
+        config
+            .apply_env(|k| (k == "CTXWIN_STORE_URL").then(|| "postgres://db/env".into()))
+            .unwrap();
+        assert_eq!(config.store_url.as_deref(), Some("postgres://db/env"));
+        config.store_url = Some("/var/lib/ctxwin".into());
+        assert!(config.validate().unwrap_err().to_string().contains("postgres://"));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use ctxwin_proxy::{ProxyConfig, RunError};
 
 const USAGE: &str = "usage: ctxwin-proxy [--upstream URL] [--listen HOST:PORT] [--config FILE] [--state-dir DIR] [--max-resident N]
 Settings come from the [proxy] section of ctxwin.toml (default .ctxwin/ctxwin.toml when present),
-then CTXWIN_PROXY_UPSTREAM / _LISTEN / _KEY / _STATE_DIR / _MAX_RESIDENT, then these flags.";
+then CTXWIN_PROXY_UPSTREAM / _LISTEN / _KEY / _STATE_DIR / _MAX_RESIDENT, then these flags.
+With [store] url (or CTXWIN_STORE_URL) = postgres://..., conversations are kept in that database
+and every instance pointed at it serves any of them (a fleet).";
 
 fn configure(args: &[String]) -> Result<ProxyConfig, String> {
     let mut config = ProxyConfig::default();

@@ -38,6 +38,10 @@ pub struct Metrics {
     pub branches: AtomicU64,
     /// Conversations in memory now.
     pub resident: AtomicU64,
+    /// Client connections open now.
+    pub connections: AtomicU64,
+    /// Client connections refused at the connection limit.
+    pub connections_refused: AtomicU64,
     /// Prompt tokens the upstream billed at the base input price (its `usage`).
     pub billed_uncached: AtomicU64,
     /// Prompt tokens the upstream wrote to its prompt cache.
@@ -101,7 +105,7 @@ impl Metrics {
                 "ctxwin_proxy_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {count}"
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 8] = [
+        let counters: [(&str, &str, &AtomicU64); 9] = [
             ("tokens_in_total", "Estimated tokens of the histories clients sent.", &self.tokens_in),
             (
                 "tokens_sent_total",
@@ -130,6 +134,11 @@ impl Metrics {
                 &self.unloads,
             ),
             ("branches_total", "Conversations branched off a diverging history.", &self.branches),
+            (
+                "connections_refused_total",
+                "Client connections refused at the connection limit (max_connections).",
+                &self.connections_refused,
+            ),
         ];
         for (name, help, value) in counters {
             let (name, value) = (format!("ctxwin_proxy_{name}"), value.load(Relaxed));
@@ -149,6 +158,11 @@ impl Metrics {
             out,
             "# HELP ctxwin_proxy_resident_sessions Conversations in memory.\n# TYPE ctxwin_proxy_resident_sessions gauge\nctxwin_proxy_resident_sessions {}",
             self.resident.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP ctxwin_proxy_connections Client connections open.\n# TYPE ctxwin_proxy_connections gauge\nctxwin_proxy_connections {}",
+            self.connections.load(Relaxed)
         );
         self.render_billed(&mut out);
         self.render_latency(&mut out);

@@ -25,11 +25,26 @@ pub struct Pool {
 
 impl Default for Pool {
     fn default() -> Self {
-        Self { permits: Arc::new(Semaphore::new(workers())) }
+        Self::new(workers())
     }
 }
 
+/// Session tasks a fleet's instance runs at once: four times [`workers`]. Its tasks mostly
+/// wait for the database (round trips, commits waiting for its log flush), not for a core.
+///
+/// ```
+/// assert_eq!(ctxwin_proxy::pool::fleet_workers(), 4 * ctxwin_proxy::pool::workers());
+/// ```
+pub fn fleet_workers() -> usize {
+    workers().saturating_mul(4)
+}
+
 impl Pool {
+    /// A pool running at most `permits` tasks at once (at least 1).
+    pub fn new(permits: usize) -> Self {
+        Self { permits: Arc::new(Semaphore::new(permits.max(1))) }
+    }
+
     /// Runs `work` on the blocking pool once a permit is free. The permit goes with the task:
     /// it is held until the work ends even if the caller is dropped meanwhile.
     ///

@@ -36,7 +36,7 @@ fn turn_raw(conv: &mut Conv, raw: &[&str]) {
 }
 
 fn rows(stores: &Stores, name: &str) -> u64 {
-    stores.archive.usage(&Scope::local(name)).unwrap().messages
+    stores.local().unwrap().archive.usage(&Scope::local(name)).unwrap().messages
 }
 
 fn window_of(conv: &Conv) -> u32 {
@@ -74,7 +74,7 @@ fn a_new_conversation_opens_without_writing_and_keeps_its_window() {
     conv.checkpoint().unwrap();
     assert!(conv_dir(state.path(), "k").join("checkpoints").is_dir());
     // The message is stored once: its archive row, with the JSON as the client sent it.
-    let row = stores.writer.get(&Scope::local("k"), 1).unwrap().unwrap();
+    let row = stores.local().unwrap().writer.get(&Scope::local("k"), 1).unwrap().unwrap();
     assert_eq!(row.raw.as_deref(), Some(raw));
     assert!(!state.path().join(LEFTOVER_SIDE_STORE).exists(), "no side store");
     drop(conv);
@@ -130,7 +130,7 @@ fn an_older_proxys_conversation_continues_as_the_next_generation() {
     // What an older proxy left: a checkpoint without the recorded messages (it kept them in
     // proxy.db, which is not read any more), and proxy.db itself.
     let mut old = SessionBuilder::new("o")
-        .archive_store(stores.writer.clone())
+        .archive_store(stores.local().unwrap().writer.clone())
         .checkpoints(conv_dir(state.path(), "o").join("checkpoints"))
         .build()
         .unwrap();

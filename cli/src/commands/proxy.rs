@@ -4,7 +4,9 @@
 //! `CTXWIN_PROXY_*` environment variables, then the flags; conversations live in `DIR/proxy/`
 //! unless those say otherwise. The proxy keeps its own archive and checkpoints
 //! there, so the state directory's lock is not taken: `ctxwin` commands on the CLI's own
-//! session keep working while the proxy runs.
+//! session keep working while the proxy runs. With `[store] url` (or `CTXWIN_STORE_URL`)
+//! naming a PostgreSQL database, the proxy keeps its conversations there instead, and any
+//! number of instances on that database serve any conversation (a fleet).
 
 use ctxwin_proxy::{ProxyConfig, RunError};
 

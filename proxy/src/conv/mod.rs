@@ -8,6 +8,7 @@
 
 mod answer;
 mod compose;
+mod fleet;
 mod ingest;
 mod paths;
 mod settings;
@@ -28,7 +29,10 @@ use serde_json::Value;
 
 pub use paths::{conv_dir, is_tenant_key};
 pub use settings::{ConvSettings, WHOLE};
-pub use stores::{ARCHIVE_CACHE_KIB, LEFTOVER_SIDE_STORE, Stores, persisted_keys, prepare_state};
+pub use stores::{
+    ARCHIVE_CACHE_KIB, LEFTOVER_SIDE_STORE, LocalStores, Stores, fleet_secret, fleet_secret_scope,
+    open_fleet, open_stores, persisted_keys, prepare_state,
+};
 
 use crate::wire::Provider;
 use state::Recorded;
@@ -69,6 +73,16 @@ impl ConvError {
             _ => None,
         }
     }
+
+    /// Whether this says another instance of the fleet took the conversation (the session
+    /// has reloaded; the request is redone on the new state).
+    pub fn is_overtaken(&self) -> bool {
+        match self {
+            ConvError::Session(error) => error.is_overtaken(),
+            ConvError::Store(error) => error.kind() == ctxwin_std::store::ErrorKind::Fenced,
+            _ => false,
+        }
+    }
 }
 
 /// How an incoming history relates to what the session holds.
@@ -106,7 +120,16 @@ pub struct Conv {
     key: String,
     provider: Provider,
     session: Session,
-    writer: Arc<Deferred<SqliteArchive>>,
+    /// The archive's writer thread (`None` in a fleet: rows are written in the session's own
+    /// transactions, under its lease).
+    writer: Option<Arc<Deferred<SqliteArchive>>>,
+    /// Served by a fleet: other instances may serve it too ([`Conv::catch_up`]).
+    fleet: bool,
+    /// The session's reloads this conversation's record was rebuilt for.
+    seen_reloads: u64,
+    /// In a fleet: the session's checkpoints seen, and its next id when the newest was seen
+    /// (what a reload replays is the rows since: [`Conv::replay_length`]).
+    checkpoint_mark: (u64, u64),
     /// What the session holds, message by message; in the checkpoints.
     recorded: Recorded,
     /// Tokens per `" ~"` of the filler that stands for an opaque block's cost.
@@ -129,8 +152,8 @@ pub struct Conv {
     dirty: bool,
     exchanges: u32,
     last_used: Instant,
-    /// The upstream's last answer, not yet in the session: taken with the next request's
-    /// messages (as the client's copy when the client echoes it), or at the next checkpoint.
+    /// The upstream's last answer, not in the session: the next request carries the client's
+    /// copy of it (pushed with its messages) or supersedes it; kept in the checkpoints.
     pending_answer: Option<Value>,
 }
 
@@ -146,6 +169,12 @@ impl std::fmt::Debug for Conv {
 /// Generations a conversation may start (after crashes before a first checkpoint, or over
 /// checkpoints of an older proxy) before it is refused.
 const MAX_GENERATIONS: u32 = 1_000;
+
+/// In a fleet, a conversation is checkpointed (idle, every `checkpoint_every` exchanges, on
+/// unload or shutdown) only once this many messages were archived after its newest
+/// checkpoint: until then its rows hold all another instance needs to serve it (the proxy's
+/// record is rebuilt from them), and a reload replays at most about this many.
+const FLEET_CHECKPOINT_ROWS: u64 = 32;
 
 /// Rows queued to the archive's writer past which a request's work leaves the async threads
 /// (queueing more would wait for room).
@@ -172,10 +201,14 @@ impl Conv {
         provider: Provider,
         settings: &ConvSettings,
     ) -> Result<Self, ConvError> {
+        let local = match stores {
+            Stores::Local(local) => local,
+            Stores::Fleet(ports) => return Self::open_fleet(ports, key, provider, settings),
+        };
         let dir = conv_dir(state_dir, key);
         for generation in 0..MAX_GENERATIONS {
             let (name, checkpoints) = paths::generation(key, &dir, generation);
-            let builder = stores::session_builder(stores, &name, checkpoints);
+            let builder = stores::session_builder(local, &name, checkpoints);
             let stored = builder.stored_caller_state()?;
             let window = match stored.as_deref() {
                 Some([]) => {
@@ -219,7 +252,10 @@ impl Conv {
             [] => Recorded::new(settings.window),
             bytes => Recorded::decode(bytes).map_err(ConvError::State)?,
         };
+        let pending = recorded.pending.as_deref().map(serde_json::from_str).transpose();
+        let pending = pending.map_err(|e| ConvError::State(format!("the waiting answer: {e}")))?;
         let mut conv = Self::from_parts(key, provider, session, stores, recorded, settings);
+        conv.pending_answer = pending;
         conv.evicted_any = conv
             .recorded
             .entries
@@ -231,7 +267,8 @@ impl Conv {
 
     /// Creates conversation `key`, which the caller knows has nothing stored (no archived
     /// messages, no checkpoint: [`persisted_keys`] lists those that do): memory work only, no
-    /// read and no write. Its window is written with its first checkpoint.
+    /// read and no write. Its window is written with its first checkpoint. In a fleet, where
+    /// another instance may have stored it since, it is [`open`](Self::open)ed.
     ///
     /// # Errors
     /// Session errors (a configuration the core refuses).
@@ -242,8 +279,12 @@ impl Conv {
         provider: Provider,
         settings: &ConvSettings,
     ) -> Result<Self, ConvError> {
+        let local = match stores {
+            Stores::Local(local) => local,
+            Stores::Fleet(ports) => return Self::open_fleet(ports, key, provider, settings),
+        };
         let checkpoints = conv_dir(state_dir, key).join("checkpoints");
-        let session = stores::session_builder(stores, key, checkpoints)
+        let session = stores::session_builder(local, key, checkpoints)
             .config(settings.session_config(settings.window, settings.reserve, 0))
             .assume_new(true)
             .build()?;
@@ -265,8 +306,14 @@ impl Conv {
         Self {
             key: key.to_string(),
             provider,
+            writer: match stores {
+                Stores::Local(local) => Some(local.writer.clone()),
+                Stores::Fleet(_) => None,
+            },
+            fleet: stores.is_fleet(),
+            seen_reloads: session.counters().reloads,
+            checkpoint_mark: (session.counters().checkpoints_written, session.manager().next_id()),
             session,
-            writer: stores.writer.clone(),
             recorded,
             filler_rate,
             settings,
@@ -315,10 +362,11 @@ impl Conv {
     /// Whether [`ingest`](Self::ingest) and [`compose`](Self::compose) of the next request stay
     /// in memory: the archive's rows go to its writer thread, and retrieval (a full-text query
     /// of the archive) is off because nothing of this conversation has left the core yet, or
-    /// because the settings turn it off.
+    /// because the settings turn it off. In a fleet never: every request reads the lease and
+    /// writes its rows in the database.
     pub fn request_in_memory(&self) -> bool {
         // A writer far behind makes queueing wait for room: not on an async thread.
-        !self.retrieves() && self.writer_queue() < WRITER_BACKLOG
+        !self.fleet && !self.retrieves() && self.writer_queue() < WRITER_BACKLOG
     }
 
     /// Whether composing queries the archive: retrieval is on and something of this
@@ -328,23 +376,38 @@ impl Conv {
     }
 
     fn writer_queue(&self) -> usize {
-        self.writer.stats().queued_rows
+        self.writer.as_ref().map_or(0, |writer| writer.stats().queued_rows)
     }
 
     /// Writes a checkpoint if something changed since the last one: the session's state with
-    /// what the conversation recorded, after the answer still waiting is taken.
+    /// what the conversation recorded, the answer still waiting included. In a fleet,
+    /// nothing when another instance served the conversation since: what this one holds is
+    /// stale (the answer still waiting comes back with its client's next request); and
+    /// nothing while a reload would replay fewer than [`FLEET_CHECKPOINT_ROWS`] messages.
     ///
     /// # Errors
     /// Session errors.
     pub fn checkpoint(&mut self) -> Result<(), ConvError> {
-        if self.dirty {
-            self.settle_answer()?;
-            self.session.set_caller_state(self.recorded.encode().map_err(ConvError::State)?);
-            self.session.checkpoint()?;
-            self.dirty = false;
-            self.exchanges = 0;
+        if !self.dirty || self.stale_here()? {
+            return Ok(());
         }
-        Ok(())
+        if self.fleet && self.replay_length() < FLEET_CHECKPOINT_ROWS {
+            // The rows are in the database already and a reload replays them; the answer
+            // still waiting is the client's to bring back with its next request.
+            self.dirty = false;
+            return Ok(());
+        }
+        self.recorded.pending = self.pending_answer.as_ref().map(Value::to_string);
+        self.session.set_caller_state(self.recorded.encode().map_err(ConvError::State)?);
+        match self.session.checkpoint().map_err(ConvError::from) {
+            Err(error) if error.is_overtaken() => self.resync(),
+            Err(error) => Err(error),
+            Ok(_) => {
+                self.dirty = false;
+                self.exchanges = 0;
+                Ok(())
+            }
+        }
     }
 }
 

@@ -94,7 +94,7 @@ fn persisted_keys_name_every_conversation_with_something_stored() {
     let row = |text: &str| {
         ctxwin_std::store::ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, text))
     };
-    let archive = store.archive.clone();
+    let archive = store.local().unwrap().archive.clone();
     let local = ctxwin_std::store::Scope::local;
     let none = ctxwin_std::store::Fence::NONE;
     archive.put(&local("next#1"), none, &[row("a")]).unwrap();
@@ -111,7 +111,7 @@ fn persisted_keys_name_every_conversation_with_something_stored() {
 }
 
 #[test]
-fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
+fn a_waiting_answer_is_stored_as_the_clients_copy_or_dropped_when_superseded() {
     let dir = tempfile::tempdir().unwrap();
     let store = prepare_state(dir.path()).unwrap();
     let mut conv =
@@ -127,20 +127,28 @@ fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
     let reply = Answer { message: answer.clone(), prompt_tokens: None, billed: Default::default() };
     conv.record_answer(&reply, 0).unwrap();
     assert_eq!((rows(&mut conv), conv.len()), (1, 1), "the answer waits for the next request");
-    // The client echoes it (its library adds a field) with the next question: one row each.
+    // Retried or regenerated: the same request again, a hundred times. The answers nobody
+    // kept are dropped; nothing grows.
+    for _ in 0..100 {
+        turn(&mut conv, &messages);
+        conv.record_answer(&reply, 0).unwrap();
+    }
+    assert_eq!((rows(&mut conv), conv.len()), (1, 1));
+    // Kept in the checkpoint: the reopened conversation still has it waiting.
+    conv.checkpoint().unwrap();
+    drop(conv);
+    let mut conv =
+        Conv::open(dir.path(), &store, "w", Provider::OpenAi, &ConvSettings::new(8_192, 512))
+            .unwrap();
+    assert_eq!(conv.pending_answer, Some(answer));
+    // The client echoes it (its library adds a field) with the next question: one row each,
+    // the answer as the client sent it.
     messages
         .push(json!({"role": "assistant", "content": "Yes, all 42 tests pass.", "refusal": null}));
     messages.push(json!({"role": "user", "content": "Deploy it."}));
     turn(&mut conv, &messages);
     assert_eq!((rows(&mut conv), conv.len()), (3, 3));
-    // An answer no request follows is taken at the checkpoint.
-    conv.record_answer(
-        &Answer { message: answer, prompt_tokens: None, billed: Default::default() },
-        0,
-    )
-    .unwrap();
-    conv.checkpoint().unwrap();
-    assert_eq!((rows(&mut conv), conv.len()), (4, 4));
+    assert_eq!(conv.pending_answer, None);
 }
 
 #[test]
@@ -154,7 +162,10 @@ fn retrieval_starts_with_the_first_eviction() {
     };
     let settings = ConvSettings { retrieval, ..ConvSettings::new(2_048, 256) };
     let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, &settings).unwrap();
-    assert_eq!(conv.writer.inner().cache_kib().unwrap(), u64::from(ARCHIVE_CACHE_KIB));
+    assert_eq!(
+        conv.writer.as_ref().unwrap().inner().cache_kib().unwrap(),
+        u64::from(ARCHIVE_CACHE_KIB)
+    );
     let mut messages = vec![
         json!({"role": "user", "content": "The staging database runs Postgres 16."}),
         json!({"role": "assistant", "content": "Noted."}),

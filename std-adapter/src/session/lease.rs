@@ -49,11 +49,14 @@ pub(crate) struct Lease {
     /// The state the newest checkpoint plus the rows after it reproduce, as last known
     /// (`None`: unknown, or not reproducible).
     reproducible: Option<ReplayMark>,
+    /// Whether an operation overtaken by another process is redone on the reloaded state
+    /// ([`Session::redo_when_overtaken`]).
+    redo: bool,
 }
 
 impl Lease {
     pub(crate) fn new(fence: Fence) -> Self {
-        Self { fence, reproducible: None }
+        Self { fence, reproducible: None, redo: true }
     }
 
     /// Whether the store hands out leases.
@@ -126,6 +129,23 @@ pub(crate) fn is_fenced(error: &SessionError) -> bool {
             is_fenced(source)
         }
         _ => false,
+    }
+}
+
+impl SessionError {
+    /// Whether this says another process took the conversation: a write refused as stale
+    /// (the session has reloaded by then).
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionError;
+    /// use ctxwin_std::store::{Fence, Scope, StoreError};
+    /// let scope = Scope::local("chat");
+    /// let fenced = StoreError::Fenced { scope, fence: Fence(1), current: Fence(2) };
+    /// assert!(SessionError::from(fenced).is_overtaken());
+    /// assert!(!SessionError::NoArchive { operation: "reload" }.is_overtaken());
+    /// ```
+    pub fn is_overtaken(&self) -> bool {
+        is_fenced(self)
     }
 }
 
@@ -296,19 +316,90 @@ impl Session {
         Ok(())
     }
 
-    /// Reloads when another process took the lease since this session took it: its state
-    /// may be stale, and nothing is decided on a stale state (the store would refuse the
-    /// writes, but a payload composed without writing would go out as it is).
-    fn catch_up(&mut self) -> Result<(), SessionError> {
+    /// Reads the newest fence (one query) and reloads when another process took the lease
+    /// since this session took it: its state may be stale, and nothing should be decided on a
+    /// stale state (the store would refuse the writes, but a payload composed without writing
+    /// would go out as it is). Returns whether it reloaded. Every operation does this first,
+    /// unless [`redo_when_overtaken`](Self::redo_when_overtaken) is off: then the caller does,
+    /// at the start of its unit of work. Nothing on a store without leases.
+    ///
+    /// ```
+    /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let store = std::sync::Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store.clone() };
+    /// let mut session = SessionBuilder::new("chat").ports(ports).build()?;
+    /// assert!(!session.catch_up()?);
+    /// store.acquire(session.scope())?; // another process takes the conversation
+    /// assert!(session.catch_up()?);
+    /// assert_eq!(session.counters().reloads, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`reload`](Self::reload); the store's when the fence does not read.
+    pub fn catch_up(&mut self) -> Result<bool, SessionError> {
         if !self.leased() {
-            return Ok(());
+            return Ok(false);
         }
-        let Some(archive) = self.stores.archive.clone() else { return Ok(()) };
+        let Some(archive) = self.stores.archive.clone() else { return Ok(false) };
         if archive.current_fence(&self.scope)? > self.stores.lease.fence {
             tracing::debug!(scope = %self.scope, "session: another process took the lease; reloading");
             self.reload()?;
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
+    }
+
+    /// The fence the session writes under: the lease it took last ([`Fence::NONE`] on a
+    /// store without leases).
+    ///
+    /// ```
+    /// use ctxwin_std::store::{Fence, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let store = std::sync::Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store };
+    /// let mut session = SessionBuilder::new("chat").ports(ports).build()?;
+    /// let first = session.fence();
+    /// assert!(first > Fence::NONE);
+    /// session.reload()?;
+    /// assert!(session.fence() > first, "a reload takes the lease again");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fence(&self) -> Fence {
+        self.stores.lease.fence
+    }
+
+    /// Whether operations read the newest fence first ([`catch_up`](Self::catch_up)) and an
+    /// operation whose write the store refuses as stale is redone on the reloaded state
+    /// (`true`, the default). Off, an operation does neither: it runs on the session's state,
+    /// and when the store refuses one of its writes as stale the session reloads and the
+    /// operation returns [`StoreError::Fenced`] ([`SessionError::is_overtaken`]) having done
+    /// nothing on the new state. For a caller whose unit of work spans several operations (a
+    /// proxy taking a request's messages one push at a time): it calls
+    /// [`catch_up`](Self::catch_up) once at the start of each unit, and when overtaken redoes
+    /// the whole unit on the reloaded state — one push redone on a state another process
+    /// extended would land after that process's messages. Its operations then cost no query
+    /// of the fence each; what it composes without writing after another process took the
+    /// conversation within the unit is ordered before that process's work.
+    ///
+    /// ```
+    /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let store = std::sync::Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store.clone() };
+    /// let mut session = SessionBuilder::new("chat").ports(ports).build()?;
+    /// session.redo_when_overtaken(false);
+    /// session.push(&ChatMessage::text(Role::User, "one"))?;
+    /// store.acquire(session.scope())?; // another process takes the conversation
+    /// let error = session.push(&ChatMessage::text(Role::User, "two")).unwrap_err();
+    /// assert!(error.is_overtaken());
+    /// assert_eq!(session.manager().history().count(), 1, "reloaded, and nothing redone");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn redo_when_overtaken(&mut self, redo: bool) {
+        self.stores.lease.redo = redo;
     }
 
     /// Runs `op`; when the store refused one of its writes as stale (another process took
@@ -322,7 +413,9 @@ impl Session {
     ) -> Result<T, SessionError> {
         let mut attempt = 1;
         loop {
-            self.catch_up()?;
+            if self.stores.lease.redo {
+                self.catch_up()?;
+            }
             match op(self) {
                 Err(error) if self.leased() && is_fenced(&error) => {
                     tracing::info!(scope = %self.scope, %error, attempt, "session: overtaken; reloading");
@@ -333,7 +426,7 @@ impl Session {
                     }
                     // Whatever comes next starts from the store's state.
                     self.reload()?;
-                    if !retry || attempt >= ATTEMPTS {
+                    if !retry || !self.stores.lease.redo || attempt >= ATTEMPTS {
                         return Err(error);
                     }
                     attempt += 1;

@@ -112,6 +112,18 @@ pub struct SessionStats {
 }
 
 impl Session {
+    /// What the session did so far (the counters of [`stats`](Self::stats), read without
+    /// touching the stores).
+    ///
+    /// ```
+    /// let session = ctxwin_std::session::SessionBuilder::new("s").build()?;
+    /// assert_eq!(session.counters().reloads, 0);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn counters(&self) -> &SessionCounters {
+        &self.counters
+    }
+
     /// The session's statistics.
     ///
     /// # Errors

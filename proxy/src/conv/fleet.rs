@@ -1,0 +1,262 @@
+//! A conversation that other instances of a fleet serve too (both ports on one PostgreSQL).
+//!
+//! Its session holds the conversation's lease: every write carries the session's fence and
+//! the database refuses one older than the newest handed out. A request first reads the
+//! newest fence ([`Conv::catch_up`]); when another instance took the conversation since, the
+//! session reloads (the newest checkpoint and the rows after it) and the conversation
+//! rebuilds what it recorded from the same two: the caller state of that checkpoint (what it
+//! recorded up to its last checkpoint) and the archived rows after the last message that
+//! names, each message's entry read again from its raw JSON. So no checkpoint is needed per
+//! request: the rows a request writes are what the next instance reads.
+//!
+//! The session does not read the fence before each operation nor redo one on a state another
+//! instance extended
+//! ([`Session::redo_when_overtaken`](ctxwin_std::session::Session::redo_when_overtaken)):
+//! one push redone there would land after the other instance's messages. A write refused as
+//! stale fails the request's work, which is redone whole instead (`crate::pipeline`), on the
+//! rebuilt record, where the messages already written are found known.
+
+use ctxwin_std::core::Role;
+use ctxwin_std::store::{ArchivedMessage, Ports};
+use serde_json::Value;
+
+use super::ingest::{TOOLS_PREFIX, calls_hash};
+use super::state::{Entry, Recorded};
+use super::validate::pins;
+use super::{Conv, ConvError, ConvSettings, stores};
+use crate::hash::{canonical, hash_str};
+use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, analyze_message};
+
+/// Rows read at once while rebuilding.
+const PAGE: usize = 500;
+
+impl Conv {
+    /// Opens conversation `key` of a fleet: takes its lease, restores its newest checkpoint
+    /// and the rows archived after it, and rebuilds what it recorded. A conversation nobody
+    /// stored yet starts empty with `window`; a stored one keeps the window it was created
+    /// with.
+    ///
+    /// # Errors
+    /// Session and store errors; [`ConvError::State`] when what the checkpoint recorded does
+    /// not read.
+    pub(super) fn open_fleet(
+        ports: &Ports,
+        key: &str,
+        provider: Provider,
+        settings: &ConvSettings,
+    ) -> Result<Self, ConvError> {
+        let builder = stores::fleet_builder(ports, key);
+        let window = match builder.stored_caller_state()?.as_deref() {
+            Some(bytes) if !bytes.is_empty() => {
+                Recorded::decode(bytes).map_err(ConvError::State)?.window
+            }
+            _ => settings.window,
+        };
+        let config = settings.session_config(window, settings.reserve, 0);
+        let mut session = builder.config(config).restore_latest(true).build()?;
+        session.redo_when_overtaken(false);
+        let stores = super::Stores::Fleet(ports.clone());
+        let settings = ConvSettings { window, ..settings.clone() };
+        let mut conv =
+            Self::from_parts(key, provider, session, &stores, Recorded::new(window), settings);
+        conv.rebuild()?;
+        Ok(conv)
+    }
+
+    /// In a fleet: when another instance took the conversation since this one last served it,
+    /// reloads the session and rebuilds what the conversation recorded (one query when it did
+    /// not). Returns whether it reloaded. Does nothing for a conversation of one process.
+    ///
+    /// # Errors
+    /// Store errors; [`ConvError::State`] when the store's state does not read.
+    pub fn catch_up(&mut self) -> Result<bool, ConvError> {
+        if self.fleet && self.session.catch_up()? {
+            self.pending_answer = None;
+        }
+        let reloaded = self.session.counters().reloads != self.seen_reloads;
+        self.resync()?;
+        Ok(reloaded)
+    }
+
+    /// In a fleet: whether another instance took the conversation's lease since this one's
+    /// session took it (one query). What was waiting here (an answer not yet pushed) is
+    /// dropped then: the client that got it sends it back with its next request, wherever.
+    pub(super) fn stale_here(&mut self) -> Result<bool, ConvError> {
+        if !self.fleet {
+            return Ok(false);
+        }
+        let Some(archive) = self.session.archive() else { return Ok(false) };
+        let stale = archive.current_fence(self.session.scope())? > self.session.fence();
+        if stale {
+            self.pending_answer = None;
+            self.dirty = false;
+        }
+        Ok(stale)
+    }
+
+    /// Rebuilds what the conversation recorded when its session reloaded since the last
+    /// rebuild (another instance served it; the session found out by itself).
+    pub(super) fn resync(&mut self) -> Result<(), ConvError> {
+        if self.session.counters().reloads != self.seen_reloads {
+            self.rebuild()?;
+        }
+        Ok(())
+    }
+
+    /// How many messages were archived after the session's newest checkpoint (about: one
+    /// the session wrote by itself is seen after the operation that wrote it).
+    pub(super) fn replay_length(&mut self) -> u64 {
+        let written = self.session.counters().checkpoints_written;
+        let next = self.session.manager().next_id();
+        if written != self.checkpoint_mark.0 {
+            self.checkpoint_mark = (written, next);
+        }
+        next.saturating_sub(self.checkpoint_mark.1)
+    }
+
+    /// What the conversation recorded, from the session as (re)loaded: the caller state of
+    /// the checkpoint it restored, then every archived row after the last message that
+    /// names, read back into entries ([`Rebuild`]).
+    fn rebuild(&mut self) -> Result<(), ConvError> {
+        let recorded = match self.session.caller_state() {
+            [] => Recorded::new(self.recorded.window),
+            bytes => Recorded::decode(bytes).map_err(ConvError::State)?,
+        };
+        let mut rebuild =
+            Rebuild { recorded, pending: None, provider: self.provider, last_is_assistant: None };
+        let mut read = 0;
+        if let Some(archive) = self.session.archive() {
+            let scope = self.session.scope();
+            let mut after = rebuild.recorded.last_id();
+            loop {
+                let rows = archive.rows_after(scope, after, PAGE)?;
+                read += rows.len() as u64;
+                for row in &rows {
+                    rebuild.adopt(row, |part| self.rendering(part).content);
+                }
+                match rows.last() {
+                    Some(last) if rows.len() == PAGE => after = last.id,
+                    _ => break,
+                }
+            }
+        }
+        self.recorded = rebuild.finish();
+        let next = self.session.manager().next_id();
+        self.checkpoint_mark =
+            (self.session.counters().checkpoints_written, next.saturating_sub(read));
+        self.pending_answer = None;
+        self.last_emitted.clear();
+        self.dirty = false;
+        self.exchanges = 0;
+        self.evicted_any = self
+            .recorded
+            .entries
+            .iter()
+            .flat_map(|e| e.ids.iter())
+            .any(|id| self.session.manager().get(*id).is_none());
+        self.seen_reloads = self.session.counters().reloads;
+        tracing::debug!(session = %self.key, messages = self.recorded.entries.len(), "proxy: conversation rebuilt from the store");
+        Ok(())
+    }
+}
+
+/// Reading archived rows back into the entries of what a conversation recorded, as
+/// [`Conv::record`] made them: a row with raw JSON starts a message (its fingerprint, parts,
+/// tool calls read again from that JSON); the rows of its further parts follow; a system
+/// row of tool definitions is a placeholder; any other row the core wrote itself (the result
+/// of a call it aborted), which the record leaves out as when it was written.
+struct Rebuild {
+    recorded: Recorded,
+    /// The message whose further parts come next, and the index of the next.
+    pending: Option<(Analyzed, usize)>,
+    provider: Provider,
+    /// Whether the last message read from a row is an assistant's (`None`: none was read).
+    last_is_assistant: Option<bool>,
+}
+
+impl Rebuild {
+    /// Adopts `row`; `rendering` is the text the proxy pushed for a part.
+    fn adopt(&mut self, row: &ArchivedMessage, rendering: impl Fn(&Part) -> String) {
+        if let Some(raw) = &row.raw {
+            self.pending = None;
+            match self.analyze(raw) {
+                Ok(message) => self.start(row, raw, message),
+                Err(reason) => {
+                    tracing::warn!(
+                        id = row.id,
+                        reason,
+                        "proxy: an archived message does not read; left out of the record"
+                    );
+                }
+            }
+            return;
+        }
+        if let Some((message, next)) = self.pending.take() {
+            let fits = message.parts.get(next).is_some_and(|part| {
+                part.chat.role == row.message.role && rendering(part) == row.full_text()
+            });
+            if fits {
+                let blocks = message.parts[next].blocks.clone();
+                self.recorded.extend_last(row.id, blocks, row.tokens);
+                if next + 1 < message.parts.len() {
+                    self.pending = Some((message, next + 1));
+                }
+                return;
+            }
+            self.pending = Some((message, next));
+        }
+        let tools = (row.message.role == Role::System)
+            .then(|| row.full_text().strip_prefix(TOOLS_PREFIX))
+            .flatten();
+        if let Some(tools) = tools {
+            let parsed: Value = serde_json::from_str(tools).unwrap_or(Value::Null);
+            self.recorded.placeholders.insert(row.id);
+            self.recorded.tools_fp = hash_str(&canonical(&parsed));
+        }
+    }
+
+    /// What was recorded. The last message, when it is an assistant's, counts as an answer
+    /// the proxy assembled ([`Entry::from_answer`]): in a fleet the row of an answer written
+    /// while the conversation idled is read back here, and the client's copy of it that comes
+    /// next is matched leniently (its library re-serializes it), as by the instance that
+    /// wrote it.
+    fn finish(mut self) -> Recorded {
+        if let Some(last) = self.recorded.entries.last_mut()
+            && self.last_is_assistant == Some(true)
+        {
+            last.from_answer = true;
+        }
+        self.recorded
+    }
+
+    /// Reads `raw`: a message, or (Anthropic, first) the request's top-level `system`.
+    fn analyze(&self, raw: &str) -> Result<Analyzed, String> {
+        let value: Value = serde_json::from_str(raw).map_err(|e| e.to_string())?;
+        if self.provider == Provider::Anthropic && !value.is_object() {
+            let body = format!(r#"{{"model":"","system":{raw},"messages":[]}}"#);
+            let request = Request::parse(self.provider, body.as_bytes()).map_err(|e| e.0)?;
+            return analyze_item(self.provider, &request, 0).map_err(|e| e.0);
+        }
+        analyze_message(self.provider, &value)
+    }
+
+    /// Records message `message` whose first part is `row`.
+    fn start(&mut self, row: &ArchivedMessage, raw: &str, message: Analyzed) {
+        let leading = self.recorded.entries.last().is_none_or(|e| e.pinned);
+        self.last_is_assistant = Some(message.role == "assistant");
+        let entry = Entry {
+            fp: message.fp,
+            raw_hash: hash_str(raw),
+            pinned: pins(&message, leading),
+            calls: calls_hash(&message),
+            ids: vec![row.id],
+            blocks: vec![message.parts.first().map(|p| p.blocks.clone()).unwrap_or_default()],
+            tokens: row.tokens,
+            from_answer: false,
+        };
+        self.recorded.push(entry);
+        if message.parts.len() > 1 {
+            self.pending = Some((message, 1));
+        }
+    }
+}
