@@ -171,4 +171,7 @@ async fn throughput(round_robin: &TestSchema, affinity: &TestSchema) {
         );
     }
     println!("  load average {}", fleet_support::loadavg());
+    if cfg!(debug_assertions) {
+        println!("  (a debug build: the target is measured with --release)");
+    }
 }
