@@ -263,11 +263,15 @@ pub(crate) struct TrimArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Settings come from the [proxy] section of DIR/ctxwin.toml, then \
+#[command(after_help = "Settings come from the [proxy] section of DIR/ctxwin.toml (with \
+[context] observation_limit and [retrieval], which it shares with the CLI), then \
 CTXWIN_PROXY_UPSTREAM / _LISTEN / _KEY / _STATE_DIR / _MAX_RESIDENT, then these flags. \
 Conversations live in DIR/proxy/ unless [proxy] state_dir or CTXWIN_PROXY_STATE_DIR says otherwise, \
 or in the PostgreSQL database [store] url or CTXWIN_STORE_URL names: a fleet of instances on it, \
-any of them serving any conversation.")]
+any of them serving any conversation. \
+The global --tokenizer, --llm-url and --embeddings-* are refused: the proxy counts with the \
+estimator calibrated by billed usage, writes no summaries and ranks retrieval by BM25. \
+At start it logs which context window each model gets and why.")]
 pub(crate) struct ProxyArgs {
     /// The provider's base URL (`https://api.openai.com`, `http://127.0.0.1:8080`).
     #[arg(long, value_name = "URL")]

@@ -428,7 +428,9 @@ const CONTEXT_KEYS: &[Key] = &[
     Key {
         name: "observation_limit",
         value: |d| d.observation_limit.to_string(),
-        doc: "Tool outputs above this many tokens are kept as head and tail (the archive keeps all).",
+        doc: "Tool outputs above this many tokens are kept as head and tail (the archive keeps all).\n\
+              # Written commented: `ctxwin proxy` honours it too when set, and otherwise keeps tool\n\
+              # outputs whole while the window has room ([proxy] observation_limit overrides it).",
     },
     Key {
         name: "message_overhead",
@@ -505,6 +507,47 @@ fn unanswered_calls_name(calls: UnansweredCalls) -> &'static str {
     }
 }
 
+/// The template's `[proxy]` section: `ctxwin proxy`'s settings, every one commented.
+const PROXY_SECTION: &str = "\n\
+[proxy]\n\
+# `ctxwin proxy`: an agent gets a managed window by pointing its base URL here. Flags and\n\
+# CTXWIN_PROXY_* variables override these. The provider's base URL:\n\
+# upstream = \"https://api.anthropic.com\"\n\
+# listen = \"127.0.0.1:8787\"\n\
+# Conversations' archive and checkpoints (default: DIR/proxy).\n\
+# state_dir = \".ctxwin/proxy\"\n\
+# The window of a model [proxy.windows] does not list. [context] context_window above is\n\
+# the CLI's, not the proxy's: the proxy says at start which window each model gets.\n\
+# default_window = 32768\n\
+# Tokens kept for the reply when a request names no max_tokens (one that does gets it).\n\
+# reserve = 4096\n\
+# Tool outputs above this many tokens are sent as head and tail; 0 or unset: whole while\n\
+# the window has room (unset here, [context] observation_limit applies when set).\n\
+# observation_limit = 0\n\
+# Tools whose outputs the limit never cuts (the model quotes file reads in its edits).\n\
+# never_cut = [\"Read\"]\n\
+# Conversations kept in memory; the least recently used idle ones are unloaded above it.\n\
+# max_resident = 256\n\
+# The key clients send in x-ctxwin-key (required to listen off loopback).\n\
+# api_key = \"change-me\"\n\
+# body_limit = 33554432\n\
+# upstream_timeout_secs = 300\n\
+# checkpoint_idle_ms = 1000\n\
+# checkpoint_every = 64\n\
+# A header naming each request's tenant (otherwise its credential does).\n\
+# tenant_header = \"x-team-id\"\n\
+# Retrieval ([retrieval] above) is shared: auto = false turns it off in the proxy too; the\n\
+# proxy's block takes at most 10% of the budget unless max_share_percent says otherwise.\n\
+\n\
+# Context windows by model name: an exact match first, then the longest prefix.\n\
+# [proxy.windows]\n\
+# \"claude\" = 200000\n\
+# \"gpt-4o\" = 128000\n";
+
+/// The `[context]` key the template writes commented: the proxy reads it too, and a value
+/// written there would turn the proxy's whole tool outputs into cut ones.
+const COMMENTED_CONTEXT_KEY: &str = "observation_limit";
+
 /// The commented configuration `ctxwin init` writes: every key with its default and meaning.
 pub(crate) fn default_toml() -> String {
     let d = Config::DEFAULT;
@@ -520,7 +563,8 @@ pub(crate) fn default_toml() -> String {
         if key.name == "strategy" {
             text.push_str(&format!("# One of: {}.\n", strategies.join(", ")));
         }
-        text.push_str(&format!("{} = {}\n", key.name, (key.value)(&d)));
+        let commented = if key.name == COMMENTED_CONTEXT_KEY { "# " } else { "" };
+        text.push_str(&format!("{commented}{} = {}\n", key.name, (key.value)(&d)));
     }
     text.push_str(&format!(
         "\n[checkpoints]\n# Checkpoints kept (the oldest are deleted).\nkeep = {DEFAULT_KEEP}\n\n\
@@ -569,7 +613,8 @@ pub(crate) fn default_toml() -> String {
          # On any failure of the server a build ranks by BM25 alone (--embeddings-url and\n\
          # CTXWIN_EMBED_URL override the URL, --embeddings-model and CTXWIN_EMBED_MODEL the model).\n\
          # embeddings_url = \"http://127.0.0.1:8090\"\n\
-         # embeddings_model = \"all-MiniLM-L6-v2\"\n",
+         # embeddings_model = \"all-MiniLM-L6-v2\"\n\
+         {PROXY_SECTION}",
         max_input = statefs::DEFAULT_MAX_INPUT_BYTES,
         lock_wait = statefs::DEFAULT_LOCK_WAIT.as_secs(),
     ));
@@ -591,9 +636,14 @@ mod tests {
         let table: toml::Table = toml::from_str(&template).unwrap();
         let written: Vec<&String> = table["context"].as_table().unwrap().keys().collect();
         let mut known = known_context_keys();
-        known.retain(|key| key != "outbox");
+        known.retain(|key| key != "outbox" && key != COMMENTED_CONTEXT_KEY);
         assert_eq!(written.len(), known.len(), "{written:?} vs {known:?}");
         assert!(known.iter().all(|key| written.contains(&key)));
+        assert!(template.contains("\n# observation_limit = 1000\n"), "{template}");
+        assert!(table["proxy"].as_table().unwrap().is_empty(), "every [proxy] key is commented");
+        for key in ["upstream", "default_window", "reserve", "observation_limit", "never_cut"] {
+            assert!(template.contains(&format!("\n# {key} = ")), "[proxy] {key} is not documented");
+        }
     }
 
     #[test]

@@ -170,9 +170,26 @@ impl StateDir {
         for (path, what) in [(self.archive(), "archive.db"), (self.checkpoints(), "checkpoints/")] {
             if !path.exists() {
                 return Err(CliError::Corrupt(format!(
-                    "{root} is incomplete: {what} is missing; restore it from a backup or start a new state directory"
+                    "{root} is incomplete: {what} is missing; restore it from a backup, run `ctxwin init` to complete a state that holds no message yet, or `ctxwin recover` to rebuild the context from the archive"
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// Makes an empty `checkpoints/` again in a state directory whose archive is there and
+    /// whose checkpoints directory is gone, so that `recover` can rebuild the context from
+    /// the archive; does nothing otherwise (a missing configuration or archive is reported
+    /// by [`Workspace::load`]).
+    pub(crate) fn recreate_checkpoints_dir(&self) -> Result<(), CliError> {
+        if !self.config().is_file() || !self.archive().is_file() || self.checkpoints().exists() {
+            return Ok(());
+        }
+        self.refuse_symlinks()?;
+        let config = FileConfig::load(&self.config())?;
+        if let Location::Directory(_) = self.location(&config)? {
+            let path = self.checkpoints();
+            std::fs::create_dir(&path).map_err(|e| CliError::io("create", &path, &e))?;
         }
         Ok(())
     }

@@ -179,10 +179,12 @@ fn a_proxy_section_does_not_break_the_cli_config() {
     };
     assert!(run(&["init"]).status.success());
     let file = state.join("ctxwin.toml");
-    let mut text = std::fs::read_to_string(&file).unwrap();
-    text.push_str(
-        "\n[proxy]\nupstream = \"http://127.0.0.1:9\"\n[proxy.windows]\n\"gpt-4o\" = 128000\n",
-    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    // `init` writes the section, every key commented: a user sets them there.
+    assert!(text.contains("\n[proxy]\n# `ctxwin proxy`"), "{text}");
+    let mut text =
+        text.replacen("\n[proxy]\n", "\n[proxy]\nupstream = \"http://127.0.0.1:9\"\n", 1);
+    text.push_str("\n[proxy.windows]\n\"gpt-4o\" = 128000\n");
     std::fs::write(&file, text).unwrap();
     let output = run(&["stats"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));

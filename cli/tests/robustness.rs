@@ -441,6 +441,43 @@ fn init_is_atomic() {
     }
 }
 
+/// Case 10b: `init` completes a half-made state (a configuration, no checkpoint, no message
+/// stored) with its own configuration, and refuses a state whose archive holds messages.
+#[test]
+fn init_completes_a_half_made_state() {
+    let work = Workdir::init();
+    add_config(&work, "\n# kept by the completing init\n");
+    let config = fs::read_to_string(work.state().join("ctxwin.toml")).unwrap();
+    fs::remove_file(work.state().join("archive.db")).unwrap();
+    fs::remove_dir_all(work.state().join("checkpoints")).unwrap();
+    work.fails(&["stats"], CORRUPT, "archive.db is missing");
+    work.fails(&["init", "--config", "other.toml"], NO_STATE, "without --config");
+    work.ok(&["init"]);
+    assert_eq!(fs::read_to_string(work.state().join("ctxwin.toml")).unwrap(), config);
+    assert_eq!(work.json(&["checkpoints"]).as_array().map(Vec::len), Some(1));
+    work.ok(&["add", "user", "the completed state works"]);
+    assert_eq!(archived(&work), 1);
+    work.fails(&["init"], NO_STATE, "already holds");
+
+    // An empty archive and an empty checkpoints directory: completed as well.
+    let work = Workdir::init();
+    fs::remove_dir_all(work.state().join("checkpoints")).unwrap();
+    fs::create_dir(work.state().join("checkpoints")).unwrap();
+    work.ok(&["init"]);
+    work.ok(&["stats"]);
+
+    // Messages in the archive and no checkpoint: not half-made, nothing is overwritten.
+    let work = Workdir::init();
+    work.ok(&["add", "user", "a message that must not be lost"]);
+    fs::remove_dir_all(work.state().join("checkpoints")).unwrap();
+    work.fails(&["init"], CORRUPT, "ctxwin recover");
+    assert_eq!(archive_contents(&work.state()), ["a message that must not be lost"]);
+    work.fails(&["stats"], CORRUPT, "ctxwin recover");
+    work.ok(&["recover"]);
+    let payload = work.ok(&["build", "--format", "text"]).stdout;
+    assert!(payload.contains("a message that must not be lost"), "{payload}");
+}
+
 /// Case 11: with every checkpoint damaged, `recover` rebuilds the context from the archive;
 /// a swapped archive is refused until `recover` rebuilds from it.
 #[test]

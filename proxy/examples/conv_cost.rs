@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use ctxwin_proxy::assemble::from_body;
-use ctxwin_proxy::conv::{Conv, prepare_state};
+use ctxwin_proxy::conv::{Conv, ConvSettings, prepare_state};
 use ctxwin_proxy::wire::{Provider, Request, raw_hashes};
 use serde_json::{Value, json};
 
@@ -46,8 +46,7 @@ fn main() {
                 &stores,
                 &format!("bench-{id}"),
                 Provider::OpenAi,
-                128_000,
-                4_096,
+                &ConvSettings::new(128_000, 4_096),
             )
             .unwrap(),
         );

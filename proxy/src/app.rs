@@ -11,7 +11,9 @@ use axum::http::StatusCode;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::config::ProxyConfig;
-use crate::conv::{Conv, ConvError, Stores, is_tenant_key, open_stores, persisted_keys};
+use crate::conv::{
+    Conv, ConvError, ConvSettings, Stores, is_tenant_key, open_stores, persisted_keys,
+};
 use crate::errors::Failure;
 use crate::hash::KeyedHash;
 use crate::metrics::Metrics;
@@ -154,14 +156,14 @@ impl App {
         new: bool,
     ) -> Result<Conv, Failure> {
         let dir = self.config.state_dir.clone();
-        let (window, reserve) = (self.config.window_for(model), self.config.reserve);
+        let settings = ConvSettings::for_model(&self.config, model);
         if new {
-            return Conv::create(&dir, &self.stores, key, provider, window, reserve)
+            return Conv::create(&dir, &self.stores, key, provider, &settings)
                 .map_err(|e| Failure::from(&e));
         }
         let (name, stores) = (key.to_string(), self.stores.clone());
         self.pool
-            .run(move || Conv::open(&dir, &stores, &name, provider, window, reserve))
+            .run(move || Conv::open(&dir, &stores, &name, provider, &settings))
             .await
             .map_err(|e| {
                 Failure::new(StatusCode::INTERNAL_SERVER_ERROR, format!("loading the session: {e}"))

@@ -13,6 +13,48 @@ pub struct Answer {
     pub message: Value,
     /// Prompt tokens the provider billed (cache reads and writes included), when reported.
     pub prompt_tokens: Option<u32>,
+    /// The prompt's tokens by price, as the provider billed them (zero when not reported).
+    pub billed: Billed,
+}
+
+/// A prompt's tokens by price, as the provider's `usage` reports them.
+///
+/// ```
+/// let billed = ctxwin_proxy::assemble::Billed { uncached: 10, cache_write: 0, cache_read: 90 };
+/// assert_eq!(billed.cache_read, 90);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Billed {
+    /// At the base input price (Anthropic `input_tokens`; OpenAI `prompt_tokens` less the
+    /// cached ones).
+    pub uncached: u64,
+    /// Written to the prompt cache (Anthropic `cache_creation_input_tokens`).
+    pub cache_write: u64,
+    /// Read from the prompt cache (Anthropic `cache_read_input_tokens`; OpenAI
+    /// `prompt_tokens_details.cached_tokens`).
+    pub cache_read: u64,
+}
+
+fn as_u64(value: Option<&Value>) -> u64 {
+    value.and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn anthropic_billed(usage: &Value) -> Billed {
+    Billed {
+        uncached: as_u64(usage.get("input_tokens")),
+        cache_write: as_u64(usage.get("cache_creation_input_tokens")),
+        cache_read: as_u64(usage.get("cache_read_input_tokens")),
+    }
+}
+
+fn openai_billed(usage: &Value) -> Billed {
+    let prompt = as_u64(usage.get("prompt_tokens"));
+    let cached = as_u64(usage.get("prompt_tokens_details").and_then(|d| d.get("cached_tokens")));
+    Billed {
+        uncached: prompt.saturating_sub(cached),
+        cache_write: 0,
+        cache_read: cached.min(prompt),
+    }
 }
 
 fn as_u32(value: Option<&Value>) -> Option<u32> {
@@ -32,15 +74,19 @@ pub fn from_body(provider: Provider, body: &[u8]) -> Option<Answer> {
     match provider {
         Provider::OpenAi => {
             let message = value.get("choices")?.get(0)?.get("message")?.clone();
-            let prompt_tokens = as_u32(value.get("usage").and_then(|u| u.get("prompt_tokens")));
-            Some(Answer { message: openai_clean(message), prompt_tokens })
+            let usage = value.get("usage");
+            let prompt_tokens = as_u32(usage.and_then(|u| u.get("prompt_tokens")));
+            let billed = usage.map(openai_billed).unwrap_or_default();
+            Some(Answer { message: openai_clean(message), prompt_tokens, billed })
         }
         Provider::Anthropic => {
             let content = value.get("content")?.clone();
             let message = serde_json::json!({"role": "assistant", "content": content});
+            let usage = value.get("usage");
             Some(Answer {
                 message,
-                prompt_tokens: value.get("usage").and_then(anthropic_prompt_tokens),
+                prompt_tokens: usage.and_then(anthropic_prompt_tokens),
+                billed: usage.map(anthropic_billed).unwrap_or_default(),
             })
         }
     }
@@ -70,6 +116,7 @@ pub struct StreamAssembler {
     done: bool,
     failed: bool,
     prompt_tokens: Option<u32>,
+    billed: Billed,
     // OpenAI
     text: String,
     calls: Vec<(String, String, String)>,
@@ -87,6 +134,7 @@ impl StreamAssembler {
             done: false,
             failed: false,
             prompt_tokens: None,
+            billed: Billed::default(),
             text: String::new(),
             calls: Vec::new(),
             blocks: Vec::new(),
@@ -128,8 +176,9 @@ impl StreamAssembler {
             self.failed = true;
             return;
         }
-        if let Some(tokens) = as_u32(event.get("usage").and_then(|u| u.get("prompt_tokens"))) {
-            self.prompt_tokens = Some(tokens);
+        if let Some(usage) = event.get("usage").filter(|u| u.get("prompt_tokens").is_some()) {
+            self.prompt_tokens = as_u32(usage.get("prompt_tokens"));
+            self.billed = openai_billed(usage);
         }
         let Some(delta) = event.get("choices").and_then(|c| c.get(0)).and_then(|c| c.get("delta"))
         else {
@@ -164,6 +213,7 @@ impl StreamAssembler {
             "message_start" => {
                 if let Some(usage) = event.get("message").and_then(|m| m.get("usage")) {
                     self.prompt_tokens = anthropic_prompt_tokens(usage);
+                    self.billed = anthropic_billed(usage);
                 }
             }
             "content_block_start" => {
@@ -266,7 +316,7 @@ impl StreamAssembler {
                 serde_json::json!({"role": "assistant", "content": blocks})
             }
         };
-        Some(Answer { message, prompt_tokens: self.prompt_tokens })
+        Some(Answer { message, prompt_tokens: self.prompt_tokens, billed: self.billed })
     }
 }
 
@@ -282,7 +332,7 @@ mod tests {
             "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n\n",
             "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"ls\",\"arguments\":\"{\\\"p\\\"\"}}]}}]}\n\n",
             "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\":1}\"}}]}}]}\n\n",
-            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":42}}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":42,\"prompt_tokens_details\":{\"cached_tokens\":40}}}\n\n",
             "data: [DONE]\n\n"
         );
         for chunk in stream.as_bytes().chunks(7) {
@@ -290,6 +340,7 @@ mod tests {
         }
         let answer = a.finish().unwrap();
         assert_eq!(answer.prompt_tokens, Some(42));
+        assert_eq!(answer.billed, Billed { uncached: 2, cache_write: 0, cache_read: 40 });
         assert_eq!(answer.message["content"], "Hello");
         assert_eq!(answer.message["tool_calls"][0]["function"]["arguments"], "{\"p\":1}");
     }
@@ -305,7 +356,7 @@ mod tests {
     fn anthropic_stream_assembles_thinking_and_tool_use() {
         let mut a = StreamAssembler::new(Provider::Anthropic);
         let events = [
-            r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":5}}}"#,
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_creation_input_tokens":3,"cache_read_input_tokens":5}}}"#,
             r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig"}}"#,
@@ -320,7 +371,8 @@ mod tests {
             a.feed(format!("event: x\ndata: {event}\n\n").as_bytes());
         }
         let answer = a.finish().unwrap();
-        assert_eq!(answer.prompt_tokens, Some(15));
+        assert_eq!(answer.prompt_tokens, Some(18));
+        assert_eq!(answer.billed, Billed { uncached: 10, cache_write: 3, cache_read: 5 });
         assert_eq!(answer.message["content"][0]["signature"], "sig");
         assert_eq!(answer.message["content"][1]["input"]["p"], 1);
     }

@@ -6,10 +6,20 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ctxwin_std::session::RetrievalSettings;
 use serde::Deserialize;
 
+/// The fewest tokens the reply reserve (a request's `max_tokens`) must leave the prompt.
+pub const MIN_PROMPT: u32 = 256;
+
+/// The proxy's retrieval unless `[retrieval]` says otherwise: the block takes at most a tenth
+/// of the budget. It is sent with every request until the next compaction, and the room it
+/// takes brings that compaction closer.
+pub const RETRIEVAL: RetrievalSettings =
+    RetrievalSettings { max_share_percent: 10, ..RetrievalSettings::DEFAULT };
+
 /// Everything the proxy needs to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ProxyConfig {
     /// The provider's base URL (`https://api.openai.com`, `http://127.0.0.1:8080`); request
     /// paths are appended (`/v1/chat/completions`). A trailing `/v1` is accepted too.
@@ -24,7 +34,8 @@ pub struct ProxyConfig {
     pub windows: BTreeMap<String, u32>,
     /// The window of a model not listed.
     pub default_window: u32,
-    /// Tokens kept free for the reply (capped at an eighth of the window).
+    /// Tokens kept free for the reply when a request names no `max_tokens` (a request that
+    /// does gets its `max_tokens`: the prompt plus it never pass the window).
     pub reserve: u32,
     /// Most sessions kept in memory; the least recently used idle ones are checkpointed and
     /// unloaded above it.
@@ -43,10 +54,42 @@ pub struct ProxyConfig {
     /// otherwise, and for a request without it, the credential it carries does
     /// ([`crate::keys`]).
     pub tenant_header: Option<String>,
+    /// How long a connection may take to send a request's headers, counted from when it
+    /// opens or its previous answer ends: one that never finishes them, and an idle
+    /// keep-alive connection, is closed after it.
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive once its headers have (then 408).
+    pub body_timeout: Duration,
+    /// Most client connections open at once; one more is answered 503 and closed. Lowered
+    /// at start to what the file-descriptor limit allows ([`crate::connections`]).
+    pub max_connections: usize,
     /// A PostgreSQL database (`postgres://…`) to keep every conversation in instead of the
     /// state directory: a fleet of instances on one database, any of them serving any
     /// conversation (`[store] url`, or `CTXWIN_STORE_URL`, as the CLI reads them).
     pub store_url: Option<String>,
+    /// Tool outputs over this many tokens are stored reduced to head and tail (`[proxy]
+    /// observation_limit`, else `[context] observation_limit`); `None`: kept whole.
+    pub observation_limit: Option<u32>,
+    /// Tools whose outputs are never reduced by the observation limit (`[proxy] never_cut`).
+    pub never_cut: Vec<String>,
+    /// Retrieval of archived turns once a conversation's oldest turns left the window (the
+    /// `[retrieval]` section the CLI shares; `auto = false` turns it off).
+    pub retrieval: RetrievalSettings,
+    /// Where the settings above came from, for the log at start.
+    pub origins: Origins,
+}
+
+/// Where the settings the proxy reports at start came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origins {
+    /// The configuration file read, if any.
+    pub file: Option<PathBuf>,
+    /// The `[context] context_window` of that file (the CLI's window, not the proxy's).
+    pub cli_window: Option<u32>,
+    /// The observation limit came from `[context]`, not `[proxy]`.
+    pub limit_from_context: bool,
+    /// `[retrieval]` keys the proxy does not use (embeddings: it ranks by BM25 alone).
+    pub unused_retrieval: Vec<String>,
 }
 
 impl Default for ProxyConfig {
@@ -65,7 +108,14 @@ impl Default for ProxyConfig {
             checkpoint_idle: Duration::from_secs(1),
             checkpoint_every: 64,
             tenant_header: None,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 4_096,
             store_url: None,
+            observation_limit: None,
+            never_cut: Vec::new(),
+            retrieval: RETRIEVAL,
+            origins: Origins::default(),
         }
     }
 }
@@ -103,6 +153,11 @@ struct ProxySection {
     checkpoint_idle_ms: Option<u64>,
     checkpoint_every: Option<u32>,
     tenant_header: Option<String>,
+    header_timeout_secs: Option<u64>,
+    body_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
+    observation_limit: Option<u32>,
+    never_cut: Option<Vec<String>>,
 }
 
 /// `[store]`, shared with the CLI: only `url` is the proxy's concern.
@@ -111,12 +166,37 @@ struct StoreSection {
     url: Option<String>,
 }
 
+/// What the proxy reads of the CLI's `[context]` (the rest is the CLI's own).
+#[derive(Debug, Default, Deserialize)]
+struct ContextSection {
+    context_window: Option<u32>,
+    observation_limit: Option<u32>,
+}
+
+/// The `[retrieval]` section the CLI shares with the proxy.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetrievalSection {
+    auto: Option<bool>,
+    max_share_percent: Option<u8>,
+    max_items: Option<usize>,
+    candidates: Option<usize>,
+    neighbours: Option<bool>,
+    recency: Option<f64>,
+    embeddings_url: Option<String>,
+    embeddings_model: Option<String>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 struct File {
     #[serde(default)]
     proxy: Option<ProxySection>,
     #[serde(default)]
     store: Option<StoreSection>,
+    #[serde(default)]
+    context: Option<ContextSection>,
+    #[serde(default)]
+    retrieval: Option<RetrievalSection>,
 }
 
 impl ProxyConfig {
@@ -132,7 +212,8 @@ impl ProxyConfig {
             .map_or(self.default_window, |(_, window)| *window)
     }
 
-    /// Applies the `[proxy]` section of the TOML file at `path` (other sections are the CLI's).
+    /// Applies the `[proxy]` section of the TOML file at `path`, with what the proxy shares of
+    /// the CLI's sections (`[context] observation_limit`, `[retrieval]`).
     ///
     /// # Errors
     /// [`ConfigError::File`] when it does not read or parse; [`ConfigError::Invalid`].
@@ -142,7 +223,9 @@ impl ProxyConfig {
         self.apply_toml(&text).map_err(|e| match e {
             ConfigError::Invalid(reason) => ConfigError::File { path: path.into(), reason },
             other => other,
-        })
+        })?;
+        self.origins.file = Some(path.into());
+        Ok(())
     }
 
     /// Applies the `[proxy]` section of TOML `text`.
@@ -154,7 +237,25 @@ impl ProxyConfig {
         if let Some(url) = file.store.and_then(|store| store.url) {
             self.store_url = store_url(&url);
         }
+        if let Some(context) = file.context {
+            self.origins.cli_window = context.context_window;
+            if let Some(limit) = context.observation_limit {
+                self.observation_limit = Some(limit);
+                self.origins.limit_from_context = true;
+            }
+        }
+        if let Some(retrieval) = file.retrieval {
+            self.apply_retrieval(retrieval);
+        }
         let Some(section) = file.proxy else { return Ok(()) };
+        self.apply_connection_limits(&section);
+        if let Some(limit) = section.observation_limit {
+            self.observation_limit = (limit != 0).then_some(limit);
+            self.origins.limit_from_context = false;
+        }
+        if let Some(tools) = section.never_cut {
+            self.never_cut = tools;
+        }
         if let Some(upstream) = section.upstream {
             self.upstream = upstream;
         }
@@ -195,6 +296,35 @@ impl ProxyConfig {
         Ok(())
     }
 
+    /// The connection settings of a `[proxy]` section.
+    fn apply_connection_limits(&mut self, section: &ProxySection) {
+        if let Some(secs) = section.header_timeout_secs {
+            self.header_timeout = Duration::from_secs(secs);
+        }
+        if let Some(secs) = section.body_timeout_secs {
+            self.body_timeout = Duration::from_secs(secs);
+        }
+        if let Some(max) = section.max_connections {
+            self.max_connections = max;
+        }
+    }
+
+    fn apply_retrieval(&mut self, section: RetrievalSection) {
+        let r = &mut self.retrieval;
+        r.auto = section.auto.unwrap_or(r.auto);
+        r.max_share_percent = section.max_share_percent.unwrap_or(r.max_share_percent);
+        r.max_items = section.max_items.unwrap_or(r.max_items);
+        r.candidates = section.candidates.unwrap_or(r.candidates);
+        r.neighbours = section.neighbours.unwrap_or(r.neighbours);
+        r.recency = section.recency.unwrap_or(r.recency);
+        let unused = [
+            ("embeddings_url", &section.embeddings_url),
+            ("embeddings_model", &section.embeddings_model),
+        ];
+        self.origins.unused_retrieval =
+            unused.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| (*k).to_string()).collect();
+    }
+
     /// Applies `CTXWIN_PROXY_UPSTREAM`, `CTXWIN_PROXY_LISTEN`, `CTXWIN_PROXY_KEY`,
     /// `CTXWIN_PROXY_STATE_DIR`, `CTXWIN_PROXY_MAX_RESIDENT`, `CTXWIN_PROXY_TENANT_HEADER`
     /// (empty: none) and `CTXWIN_STORE_URL` (empty: the file's) when set.
@@ -230,7 +360,7 @@ impl ProxyConfig {
 
     /// Checks the settings work together: a non-loopback address needs a proxy key, the
     /// resident cap is at least 1, the upstream is an http(s) URL, the tenant header is a
-    /// header name.
+    /// header name, the connection limit and timeouts are not zero.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] saying what to change.
@@ -272,7 +402,98 @@ impl ProxyConfig {
                 "context windows must be at least 1,024 tokens".into(),
             ));
         }
+        self.validate_connection_limits()?;
+        self.validate_budgets()
+    }
+
+    fn validate_connection_limits(&self) -> Result<(), ConfigError> {
+        let zero = [
+            ("header_timeout_secs", self.header_timeout.is_zero()),
+            ("body_timeout_secs", self.body_timeout.is_zero()),
+            ("max_connections", self.max_connections == 0),
+        ];
+        match zero.iter().find(|(_, zero)| *zero) {
+            Some((name, _)) => Err(ConfigError::Invalid(format!("{name} must be at least 1"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks the reserve, the observation limit and the retrieval share.
+    fn validate_budgets(&self) -> Result<(), ConfigError> {
+        let smallest = self.windows.values().copied().fold(self.default_window, u32::min);
+        if self.reserve.saturating_add(MIN_PROMPT) > smallest {
+            return Err(ConfigError::Invalid(format!(
+                "reserve {} leaves less than {MIN_PROMPT} tokens of the smallest context window ({smallest}) for the prompt",
+                self.reserve
+            )));
+        }
+        if self.observation_limit.is_some_and(|limit| limit < 32) {
+            return Err(ConfigError::Invalid(
+                "observation_limit must be at least 32 tokens (0 in [proxy]: tool outputs whole)"
+                    .into(),
+            ));
+        }
+        if self.retrieval.max_share_percent > 100 {
+            return Err(ConfigError::Invalid("[retrieval] max_share_percent must be 0-100".into()));
+        }
         Ok(())
+    }
+
+    /// What the proxy says at start about the settings it runs with, and why: which context
+    /// window each model gets, the reply reserve, tool outputs, retrieval.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let listed: Vec<String> =
+            self.windows.iter().map(|(model, window)| format!("{model}* -> {window}")).collect();
+        let default_from = if self.origins.file.is_some() || self.default_window != 32_768 {
+            "[proxy] default_window, or its default"
+        } else {
+            "the default: no configuration file sets [proxy] default_window"
+        };
+        notes.push(format!(
+            "context windows (tokens): {}any other model -> {} ({default_from})",
+            if listed.is_empty() {
+                "no [proxy.windows]; ".to_string()
+            } else {
+                format!(
+                    "{} ([proxy.windows], exact name first, then the longest prefix); ",
+                    listed.join(", ")
+                )
+            },
+            self.default_window
+        ));
+        if let (Some(window), Some(file)) = (self.origins.cli_window, &self.origins.file) {
+            notes.push(format!(
+                "[context] context_window = {window} in {} is the CLI's window, not the proxy's: set [proxy.windows] or [proxy] default_window",
+                file.display()
+            ));
+        }
+        notes.push(format!(
+            "reply reserve: each request's max_tokens (prompt + max_tokens never pass the window); {} tokens for a request without it ([proxy] reserve)",
+            self.reserve
+        ));
+        notes.push(match self.observation_limit {
+            None => "tool outputs: whole while the window has room (the oldest turns leave first); set [proxy] observation_limit to cut them".into(),
+            Some(limit) => format!(
+                "tool outputs: cut to head and tail above {limit} tokens ({}){}",
+                if self.origins.limit_from_context { "[context] observation_limit" } else { "[proxy] observation_limit" },
+                if self.never_cut.is_empty() { String::new() } else { format!(", never for {}", self.never_cut.join(", ")) }
+            ),
+        });
+        notes.push(if self.retrieval.auto {
+            format!(
+                "retrieval: after a conversation's first compaction, archived turns matching the live request, at most {}% of the budget, frozen until the next compaction ([retrieval] auto = false turns it off)",
+                self.retrieval.max_share_percent
+            )
+        } else {
+            "retrieval: off ([retrieval] auto = false)".into()
+        });
+        for key in &self.origins.unused_retrieval {
+            notes.push(format!(
+                "[retrieval] {key} is not used by the proxy: its retrieval ranks by BM25 alone"
+            ));
+        }
+        notes
     }
 
     /// The upstream URL for request path `path_and_query` (`/v1/...`).
@@ -345,6 +566,31 @@ max_resident = 4
     }
 
     #[test]
+    fn connection_limits_are_read_and_checked_by_name() {
+        let mut config = ProxyConfig::default();
+        config
+            .apply_toml(
+                "[proxy]\nheader_timeout_secs = 3\nbody_timeout_secs = 30\nmax_connections = 100",
+            )
+            .unwrap();
+        assert_eq!(config.header_timeout, Duration::from_secs(3));
+        assert_eq!(config.body_timeout, Duration::from_secs(30));
+        assert_eq!(config.max_connections, 100);
+        config.validate().unwrap();
+        for key in ["header_timeout_secs", "body_timeout_secs", "max_connections"] {
+            let mut zero = config.clone();
+            zero.apply_toml(&format!("[proxy]\n{key} = 0")).unwrap();
+            assert_eq!(
+                zero.validate().unwrap_err().to_string(),
+                format!("{key} must be at least 1")
+            );
+        }
+        let wrong = config.apply_toml("[proxy]\nheader_timeout = 3").unwrap_err().to_string();
+        assert!(wrong.contains("header_timeout"), "{wrong}");
+        assert!(config.apply_toml("[proxy]\nmax_connections = -1").is_err());
+    }
+
+    #[test]
     fn the_store_url_comes_from_the_file_then_the_environment() {
         let mut config = ProxyConfig::default();
         config.apply_toml("[store]\nurl = \"postgres://db/file\"\n[proxy]\n").unwrap();
@@ -358,5 +604,37 @@ max_resident = 4
         assert_eq!(config.store_url.as_deref(), Some("postgres://db/env"));
         config.store_url = Some("/var/lib/ctxwin".into());
         assert!(config.validate().unwrap_err().to_string().contains("postgres://"));
+    }
+
+    #[test]
+    fn shared_sections_are_honoured_and_bad_values_refused_by_name() {
+        let mut config = ProxyConfig::default();
+        assert_eq!(config.observation_limit, None);
+        let text = "[context]\ncontext_window = 9000\nobservation_limit = 1500\nstrategy = \"sliding_window\"\n\
+                    [retrieval]\nauto = false\nembeddings_url = \"http://127.0.0.1:1\"\n\
+                    [proxy]\nnever_cut = [\"Read\"]\n";
+        config.apply_toml(text).unwrap();
+        assert_eq!(config.observation_limit, Some(1_500));
+        assert_eq!(config.never_cut, ["Read"]);
+        assert!(!config.retrieval.auto);
+        config.origins.file = Some("ctxwin.toml".into());
+        let notes = config.notes().join("\n");
+        assert!(notes.contains("[context] context_window = 9000"), "{notes}");
+        assert!(
+            notes.contains("above 1500 tokens ([context] observation_limit), never for Read"),
+            "{notes}"
+        );
+        assert!(notes.contains("retrieval: off"), "{notes}");
+        assert!(notes.contains("embeddings_url is not used"), "{notes}");
+        config.apply_toml("[proxy]\nobservation_limit = 0\n").unwrap();
+        assert_eq!(config.observation_limit, None, "0: whole");
+        assert!(config.notes().join("\n").contains("whole while the window has room"));
+        config.apply_toml("[proxy]\nobservation_limit = 8\n").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("observation_limit"));
+        let mut config = ProxyConfig::default();
+        config.apply_toml("[proxy]\nreserve = 32600\n").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("reserve 32600"));
+        let error = config.apply_toml("[retrieval]\nauto_recall = true\n").unwrap_err();
+        assert!(error.to_string().contains("auto_recall"), "{error}");
     }
 }

@@ -61,13 +61,30 @@ impl Failure {
 /// assert_eq!(response.headers()["content-type"], "application/json");
 /// ```
 pub fn error_response(provider: Option<Provider>, status: StatusCode, message: &str) -> Response {
+    let mut response = (status, error_body(provider, status, message)).into_response();
+    response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The JSON text of an error in `provider`'s format (OpenAI's for other paths), with the
+/// error type (and OpenAI's `code`) its status stands for.
+///
+/// ```
+/// use axum::http::StatusCode;
+/// use ctxwin_proxy::{errors::error_body, wire::Provider};
+/// let body = error_body(Some(Provider::Anthropic), StatusCode::METHOD_NOT_ALLOWED, "use POST");
+/// assert!(body.contains("invalid_request_error"));
+/// assert!(error_body(None, StatusCode::UNSUPPORTED_MEDIA_TYPE, "JSON").contains("unsupported_media_type"));
+/// ```
+pub fn error_body(provider: Option<Provider>, status: StatusCode, message: &str) -> String {
     let body = match provider {
         Some(Provider::Anthropic) => {
             let kind = match status.as_u16() {
-                400 => "invalid_request_error",
                 401 | 403 => "authentication_error",
                 413 => "request_too_large",
+                503 => "overloaded_error",
                 504 => "timeout_error",
+                400..=499 => "invalid_request_error",
                 _ => "api_error",
             };
             serde_json::json!({"type": "error", "error": {"type": kind, "message": message}})
@@ -76,17 +93,19 @@ pub fn error_response(provider: Option<Provider>, status: StatusCode, message: &
             let (kind, code) = match status.as_u16() {
                 400 => ("invalid_request_error", "invalid_request"),
                 401 | 403 => ("authentication_error", "invalid_proxy_key"),
+                405 => ("invalid_request_error", "method_not_allowed"),
+                408 => ("invalid_request_error", "request_timeout"),
                 413 => ("invalid_request_error", "request_too_large"),
+                415 => ("invalid_request_error", "unsupported_media_type"),
                 502 => ("upstream_error", "upstream_unreachable"),
+                503 => ("server_error", "proxy_overloaded"),
                 504 => ("upstream_error", "upstream_timeout"),
                 _ => ("server_error", "proxy_error"),
             };
             serde_json::json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
         }
     };
-    let mut response = (status, body.to_string()).into_response();
-    response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
-    response
+    body.to_string()
 }
 
 /// The server-sent event that ends a stream the upstream broke off, in `provider`'s format.

@@ -26,7 +26,7 @@ pub const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-ke
 
 const TENANT: &[u8] = b"ctxwin tenant v1";
 const CONVERSATION: &[u8] = b"ctxwin conversation v1";
-const BRANCH: &[u8] = b"ctxwin branch v1";
+const BRANCH: &[u8] = b"ctxwin branch v2";
 
 /// The tenant of a request with `headers`: 64 hex digits. `tenant_header` names the header
 /// that identifies tenants, when the operator set one.
@@ -104,22 +104,33 @@ pub fn conversation_key(
     Ok(format!("{tenant}.{conversation}"))
 }
 
-/// A branch's key: the parent's tenant, and a hash of the parent's key and the index where
-/// the history left it. Every history that leaves the parent at that index goes to this branch
-/// first; one that also differs from the branch goes on to the branch's own branches, so a
-/// branch is found again by the next request of the same conversation.
+/// A branch's key: the parent's tenant, and a hash of the parent's key, the index `at` where
+/// the history leaves it and what it has there: `next`, the fingerprint of its message at
+/// that index ([`wire::Analyzed::fp`]), or `None` when the history ends there (a rewind).
+/// Branches are found by content: a resend of the same edit or of the same shorter history
+/// goes to the branch it made before, and each other edit at that index to its own, one hop
+/// from the parent. A history that also leaves the branch goes on to the branch's own
+/// branches, at a later index each time: a request follows at most one hop per place its
+/// history was edited, however often it is sent.
 ///
 /// ```
 /// let parent = format!("{}.{}", "a".repeat(64), "b".repeat(64));
-/// let branch = ctxwin_proxy::keys::branch_key(&parent, 3);
+/// let branch = ctxwin_proxy::keys::branch_key(&parent, 3, Some(7));
 /// assert!(branch.starts_with(&format!("{}.", "a".repeat(64))));
 /// assert_eq!(branch.len(), parent.len());
-/// assert_ne!(branch, ctxwin_proxy::keys::branch_key(&parent, 4));
+/// assert_eq!(branch, ctxwin_proxy::keys::branch_key(&parent, 3, Some(7)));
+/// assert_ne!(branch, ctxwin_proxy::keys::branch_key(&parent, 3, Some(8)));
+/// assert_ne!(branch, ctxwin_proxy::keys::branch_key(&parent, 3, None));
+/// assert_ne!(branch, ctxwin_proxy::keys::branch_key(&parent, 4, Some(7)));
 /// ```
-pub fn branch_key(parent: &str, at: usize) -> String {
+pub fn branch_key(parent: &str, at: usize, next: Option<u64>) -> String {
     let tenant = parent.split_once('.').map_or("", |(tenant, _)| tenant);
     let at = u64::try_from(at).unwrap_or(u64::MAX).to_le_bytes();
-    format!("{tenant}.{}", digest_hex(&[BRANCH, parent.as_bytes(), &at]))
+    let next = match next {
+        Some(fp) => [&[1u8][..], &fp.to_le_bytes()].concat(),
+        None => vec![0],
+    };
+    format!("{tenant}.{}", digest_hex(&[BRANCH, parent.as_bytes(), &at, &next]))
 }
 
 #[cfg(test)]
@@ -212,7 +223,7 @@ mod tests {
         let parent = format!("{}.{}", "c".repeat(64), "d".repeat(64));
         let mut key = parent.clone();
         for at in 0..100 {
-            key = branch_key(&key, at);
+            key = branch_key(&key, at, Some(at as u64));
             let (tenant, conv) = key.split_once('.').unwrap();
             assert_eq!(tenant, "c".repeat(64));
             assert!(is_hex_name(conv));

@@ -37,12 +37,16 @@
 //!   incoming history with that sequence is known; the rest is new and is pushed.
 //! * **Branches.** A history that differs before the end of the recorded sequence (edited or
 //!   rewound) goes to a branch conversation of the same tenant, keyed by a hash of the
-//!   parent's key and the index where it leaves it ([`keys::branch_key`]); the original is
-//!   never touched. A history that also differs
-//!   from that branch goes on to the branch's own branches, so the next request of an edited
-//!   conversation finds its branch again. One exception: the last recorded message, when it is an
-//!   answer the proxy assembled itself, is matched against the client's copy of it leniently
-//!   (client libraries re-serialize answers).
+//!   parent's key, the index where it leaves it and the fingerprint of its message there (or
+//!   its end, for a rewind) ([`keys::branch_key`]); the original is never touched. A resend
+//!   of the same edit finds the same branch, and each other edit at that index its own, one
+//!   hop away; a history that also differs from its branch goes on to the branch's own
+//!   branches, at a later index each time — so a request follows one hop per place its
+//!   history was edited, never one per resend (at most 256). A resend of the recorded
+//!   history itself (a retry, a regenerate) is no divergence at all (see Answers). One
+//!   exception to exact matching: a last recorded message that is an answer an older proxy
+//!   assembled itself is matched against the client's copy of it leniently (client libraries
+//!   re-serialize answers).
 //! * **Opaque blocks, byte-exact.** The core stores text. Images, documents, audio,
 //!   thinking and redacted-thinking blocks and server-tool blocks are pushed as a text
 //!   rendering whose token cost is the text plus the block's estimate (images from their
@@ -61,6 +65,14 @@
 //!   re-emitting are [`ctxwin_std::format`]'s ([`Request`](ctxwin_std::format::Request),
 //!   [`analyze_item`](ctxwin_std::format::analyze_item),
 //!   [`ManagedBody`](ctxwin_std::format::ManagedBody)), which the CLI and the session use too.
+//! * **The bill.** Between compactions the forwarded body only grows at its end, so the
+//!   provider's prompt cache of the history holds: what the proxy adds (the block retrieved
+//!   from the archive for the live request) is retrieved at a compaction and sent as the same
+//!   bytes until the next one ([`conv::ConvSettings`]), and a compaction evicts down to about
+//!   a third of what the pinned part leaves the history, in one step. Tool outputs are sent whole while the
+//!   window has room (the oldest units leave first); `[proxy] observation_limit` cuts them to
+//!   head and tail, except the tools `never_cut` names. A request's `max_tokens` is kept free:
+//!   the prompt plus it never pass the window.
 //! * **Concurrency.** One `tokio::sync::Mutex` per conversation. A request whose work stays
 //!   in memory (pushing its new messages and composing, tens of microseconds) runs on the
 //!   async thread that read it; disk work (loading a conversation from its checkpoint,
@@ -99,8 +111,8 @@
 //!   (two instances serving one conversation at once) redoes the request whole on the new
 //!   state, where its messages already written are known: the two serialize, neither
 //!   interleaves nor drops the other's messages (`tests/fleet.rs`). An answer waits on the
-//!   instance that forwarded it until the conversation idles (then its row is written) or
-//!   the client's next request brings it back, wherever that goes.
+//!   instance that forwarded it (in memory, and in its checkpoints) until the client's next
+//!   request brings it back, wherever that goes: that copy is what is stored.
 //! * **Crash safety.** A request's messages are queued to the archive's writer before the
 //!   request is forwarded and committed within milliseconds, many requests to a transaction;
 //!   commits do not wait for the disk (`synchronous = NORMAL`): the WAL is copied into the
@@ -117,9 +129,12 @@
 //!   copies the rows it rewound aside, under `<key>@rewound-…`, rather than lose them).
 //! * **Answers.** Streams are passed through chunk by chunk while the assistant message is
 //!   assembled on the side; a complete answer's `usage` feeds the calibrator at once, and the
-//!   answer is pushed into the session with the next request's messages, its rows queued with
-//!   theirs (as the client's own copy when the client echoes it), or at the
-//!   next checkpoint (idle sweep, unload, shutdown), whichever comes first. A truncated stream
+//!   answer waits for the conversation's next request (kept in its checkpoints meanwhile).
+//!   The client's history decides what is stored: a next request that carries the answer
+//!   pushes the client's copy of it with its other new messages; one that does not (a retry
+//!   after a lost answer, a "regenerate") supersedes it, and it is dropped — so the same
+//!   request sent a thousand times stores its messages once (`tests/repeats.rs`). An answer
+//!   no request follows stays in the checkpoints, not in the archive. A truncated stream
 //!   records nothing and ends with an error event.
 //!
 //! * **Security.** The client's `Authorization` / `x-api-key` (and every other header but
@@ -128,6 +143,13 @@
 //!   (`[proxy] api_key` / `CTXWIN_PROXY_KEY`) that clients send as `x-ctxwin-key`. Bodies
 //!   above `body_limit` are refused with 413. With a proxy key, `/metrics` needs it too
 //!   (`x-ctxwin-key`, or `Authorization: Bearer KEY` as Prometheus sends it).
+//! * **Slow clients** ([`connections`]). A connection has `header_timeout` to send a
+//!   request's headers (from when it opens or its previous answer ends: idle keep-alive
+//!   connections are reaped by it too) and a request `body_timeout` for its body (then 408);
+//!   at most `max_connections` are open (fewer if the file-descriptor limit, raised as far
+//!   as needed, cannot hold them), and one more is answered 503 with `retry-after` and
+//!   closed. A thousand connections stalled on their headers do not delay a valid request
+//!   (`tests/hostile.rs`).
 //!
 //! # Limits
 //!
@@ -139,7 +161,8 @@
 //!   [`conv::ARCHIVE_CACHE_KIB`] for all).
 //!   `max_resident` bounds the total.
 //! * Retrieval from the archive runs only once something of the conversation has left the
-//!   core (before, it could find nothing the payload lacks); its full-text search matches the
+//!   core (before, it could find nothing the payload lacks), once per compaction (the block is
+//!   frozen until the next: a new question gets its block then); its full-text search matches the
 //!   conversation's own rows only (the index holds each row's session), though BM25's word
 //!   statistics count the whole archive every conversation shares.
 //! * The budget counts opaque blocks by their estimate; a tool output the core reduced whose
@@ -149,9 +172,13 @@
 //!   one-line user turn saying earlier turns were moved out of the window is sent before it.
 //! * Only the first choice of an answer (`n > 1`) is recorded.
 //!
-//! Failures answer in the provider's error format: 502/504 when the upstream is down or
-//! slow, 400 when the pinned part cannot fit or the body does not parse (with where), 413
-//! above the body limit, 401 without the proxy key. Upstream HTTP errors pass through.
+//! Failures answer in the provider's error format (Anthropic's on `/v1/messages`, OpenAI's
+//! elsewhere): 502/504 when the upstream is down or slow, 400 when the pinned part cannot fit,
+//! the body does not parse (with where) or ends before its `Content-Length`, 413 above the
+//! body limit, 415 for a managed body declared other than JSON (`text/plain`, forms,
+//! multipart; no content type at all is read as JSON), 405 with `Allow` for a method a route
+//! does not serve, 401 without the proxy key. Upstream HTTP errors pass through. A managed
+//! request's query string (`?api-version=…`) reaches the upstream as it came.
 //!
 //! A request the proxy refuses stores nothing: its new messages are all read and checked
 //! (each by the session, without storing; tool results paired with their calls as the
@@ -162,6 +189,7 @@
 pub mod app;
 pub mod assemble;
 pub mod config;
+pub mod connections;
 pub mod conv;
 pub mod errors;
 pub mod hash;
@@ -212,6 +240,9 @@ pub async fn run(config: ProxyConfig) -> Result<(), RunError> {
         .map_err(|source| RunError::Listen { addr: config.listen, source })?;
     let addr = listener.local_addr().map_or_else(|_| config.listen.to_string(), |a| a.to_string());
     let upstream = config.upstream.clone();
+    for note in config.notes() {
+        tracing::info!("ctxwin-proxy: {note}");
+    }
     let app = App::new(config).map_err(RunError::Start)?;
     tracing::info!(listen = %addr, upstream = %upstream, "ctxwin-proxy: listening");
     {
@@ -275,10 +306,12 @@ async fn shutdown_signal() {
 const WAL_CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs the proxy on `listener` until `shutdown` resolves, then checkpoints every resident
-/// conversation.
+/// conversation. Connections are served under the limits of [`connections`] (header and
+/// body timeouts, `max_connections`; the process's file-descriptor limit is raised as far as
+/// that needs).
 ///
 /// # Errors
-/// When serving fails.
+/// None so far: a failed `accept` is retried after a pause ([`connections`]).
 pub async fn serve(
     app: Arc<App>,
     listener: tokio::net::TcpListener,
@@ -306,7 +339,7 @@ pub async fn serve(
             }
         })
     };
-    let result = axum::serve(listener, router(app.clone())).with_graceful_shutdown(shutdown).await;
+    connections::serve(app.clone(), listener, router(app.clone()), shutdown).await;
     sweeper.abort();
     wal.abort();
     app.checkpoint_all().await;
@@ -314,5 +347,5 @@ pub async fn serve(
     // A fleet's database connections close with the last reference to the app, and the
     // synchronous PostgreSQL client blocks as it closes one: not on an async thread.
     let _ = tokio::task::spawn_blocking(move || drop(app)).await;
-    result
+    Ok(())
 }

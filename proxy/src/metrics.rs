@@ -38,6 +38,16 @@ pub struct Metrics {
     pub branches: AtomicU64,
     /// Conversations in memory now.
     pub resident: AtomicU64,
+    /// Client connections open now.
+    pub connections: AtomicU64,
+    /// Client connections refused at the connection limit.
+    pub connections_refused: AtomicU64,
+    /// Prompt tokens the upstream billed at the base input price (its `usage`).
+    pub billed_uncached: AtomicU64,
+    /// Prompt tokens the upstream wrote to its prompt cache.
+    pub billed_cache_write: AtomicU64,
+    /// Prompt tokens the upstream read from its prompt cache.
+    pub billed_cache_read: AtomicU64,
     latency: [AtomicU64; BUCKETS.len() + 1],
     latency_sum_ns: AtomicU64,
     samples: Mutex<Option<Vec<u32>>>,
@@ -95,7 +105,7 @@ impl Metrics {
                 "ctxwin_proxy_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {count}"
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 8] = [
+        let counters: [(&str, &str, &AtomicU64); 9] = [
             ("tokens_in_total", "Estimated tokens of the histories clients sent.", &self.tokens_in),
             (
                 "tokens_sent_total",
@@ -124,6 +134,11 @@ impl Metrics {
                 &self.unloads,
             ),
             ("branches_total", "Conversations branched off a diverging history.", &self.branches),
+            (
+                "connections_refused_total",
+                "Client connections refused at the connection limit (max_connections).",
+                &self.connections_refused,
+            ),
         ];
         for (name, help, value) in counters {
             let (name, value) = (format!("ctxwin_proxy_{name}"), value.load(Relaxed));
@@ -144,8 +159,30 @@ impl Metrics {
             "# HELP ctxwin_proxy_resident_sessions Conversations in memory.\n# TYPE ctxwin_proxy_resident_sessions gauge\nctxwin_proxy_resident_sessions {}",
             self.resident.load(Relaxed)
         );
+        let _ = writeln!(
+            out,
+            "# HELP ctxwin_proxy_connections Client connections open.\n# TYPE ctxwin_proxy_connections gauge\nctxwin_proxy_connections {}",
+            self.connections.load(Relaxed)
+        );
+        self.render_billed(&mut out);
         self.render_latency(&mut out);
         out
+    }
+
+    /// The upstream's billed prompt tokens by price, in the Prometheus text exposition.
+    fn render_billed(&self, out: &mut String) {
+        let name = "ctxwin_proxy_upstream_prompt_tokens_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Prompt tokens the upstream billed (its usage), by price: uncached, written to its prompt cache, read from it.\n# TYPE {name} counter"
+        );
+        for (kind, value) in [
+            ("uncached", &self.billed_uncached),
+            ("cache_write", &self.billed_cache_write),
+            ("cache_read", &self.billed_cache_read),
+        ] {
+            let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {}", value.load(Relaxed));
+        }
     }
 
     /// The added-latency histogram, in the Prometheus text exposition.
@@ -191,5 +228,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ctxwin_proxy_added_latency_seconds_count 1"), "{text}");
+        m.billed_cache_read.fetch_add(900, Relaxed);
+        let text = m.render();
+        assert!(
+            text.contains("ctxwin_proxy_upstream_prompt_tokens_total{kind=\"cache_read\"} 900"),
+            "{text}"
+        );
     }
 }

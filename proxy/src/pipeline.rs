@@ -21,18 +21,20 @@ use crate::respond::{self, release};
 use crate::upstream;
 use crate::wire::{self, Provider, Request};
 
-/// Branches a request may follow before it is refused.
-const MAX_HOPS: usize = 64;
+/// Branches a request may follow before it is refused: one hop per place its history was
+/// edited ([`branch_key`]), so only a history edited in more places than this is.
+const MAX_HOPS: usize = 256;
 
 /// Answers a managed request of `provider`: the upstream's answer, or the failure in the
-/// provider's error format.
+/// provider's error format. Its `query` string (`api-version=…`) is forwarded as it came.
 pub async fn managed(
     app: Arc<App>,
     provider: Provider,
     headers: HeaderMap,
+    query: Option<String>,
     body: Bytes,
 ) -> Response {
-    match handle(&app, provider, &headers, &body).await {
+    match handle(&app, provider, &headers, query.as_deref(), &body).await {
         Ok(response) => response,
         Err(failure) => {
             if failure.status.is_server_error() {
@@ -47,6 +49,7 @@ async fn handle(
     app: &Arc<App>,
     provider: Provider,
     headers: &HeaderMap,
+    query: Option<&str>,
     body: &[u8],
 ) -> Result<Response, Failure> {
     let bad_request = |e: wire::BadRequest| Failure::new(StatusCode::BAD_REQUEST, e.0);
@@ -56,10 +59,14 @@ async fn handle(
         .map_err(bad_request)?;
     let (guard, composed) = take(app, key, provider, Arc::new(request)).await?;
     count(app, &composed);
-    let url = app.config.upstream_url(match provider {
+    let path = match provider {
         Provider::OpenAi => "/v1/chat/completions",
         Provider::Anthropic => "/v1/messages",
-    });
+    };
+    let url = match query {
+        Some(query) => app.config.upstream_url(&format!("{path}?{query}")),
+        None => app.config.upstream_url(path),
+    };
     let sent_tokens = composed.tokens;
     let sent_at = Instant::now();
     let body = Bytes::from(composed.body);
@@ -83,7 +90,8 @@ fn count(app: &App, composed: &Composed) {
 }
 
 /// Takes the request into conversation `key` and composes its payload; a history that
-/// diverges from the conversation goes on to its branch ([`branch_key`]). Returns the locked
+/// diverges from the conversation goes on to the branch for what it has there
+/// ([`branch_key`]). Returns the locked
 /// conversation (released once the answer is recorded) and the payload.
 async fn take(
     app: &Arc<App>,
@@ -92,6 +100,7 @@ async fn take(
     request: Arc<Request>,
 ) -> Result<(Guard, Composed), Failure> {
     let hashes: Arc<[u64]> = wire::raw_hashes(&request).into();
+    let bad = |e: wire::BadRequest| Failure::new(StatusCode::BAD_REQUEST, e.0);
     for hop in 0..=MAX_HOPS {
         let guard = app.lock(&key, provider, &request.model).await?;
         let (guard, step) = take_once(app, guard, &request, &hashes).await?;
@@ -103,7 +112,11 @@ async fn take(
             Ok(Step::Diverged(_)) if hop == MAX_HOPS => break,
             Ok(Step::Diverged(at)) => {
                 drop(guard);
-                let branch = branch_key(&key, at);
+                let next = match request.items.get(at) {
+                    Some(_) => Some(wire::analyze_item(provider, &request, at).map_err(bad)?.fp),
+                    None => None,
+                };
+                let branch = branch_key(&key, at, next);
                 tracing::info!(session = %key, branch = %branch, at, "proxy: history diverges; using a branch");
                 app.metrics.branches.fetch_add(1, Relaxed);
                 key = branch;
@@ -115,7 +128,10 @@ async fn take(
             }
         }
     }
-    Err(Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "too many branches"))
+    Err(Failure::new(
+        StatusCode::BAD_REQUEST,
+        format!("this history was edited in more than {MAX_HOPS} places: start a new conversation"),
+    ))
 }
 
 /// One conversation's try at the request. A request the session serves from memory takes
@@ -227,6 +243,7 @@ fn compose(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conv::ConvSettings;
     use serde_json::json;
     use tokio::sync::Mutex as AsyncMutex;
 
@@ -234,7 +251,14 @@ mod tests {
     fn the_request_that_first_evicts_composes_off_the_async_thread() {
         let dir = tempfile::tempdir().unwrap();
         let stores = crate::conv::prepare_state(dir.path()).unwrap();
-        let conv = Conv::create(dir.path(), &stores, "t", Provider::OpenAi, 2_048, 256).unwrap();
+        let conv = Conv::create(
+            dir.path(),
+            &stores,
+            "t",
+            Provider::OpenAi,
+            &ConvSettings::new(2_048, 256),
+        )
+        .unwrap();
         let mut guard = Arc::new(AsyncMutex::new(Some(conv))).try_lock_owned().unwrap();
         let mut messages = vec![json!({"role": "user", "content": "Staging runs Postgres 16."})];
         for n in 0..200 {

@@ -117,6 +117,12 @@ async fn finish_answer(app: Arc<App>, mut guard: Guard, answer: Option<Answer>, 
     let inline =
         guard.as_ref().is_none_or(|conv| !conv.answer_needs_io(app.config.checkpoint_every));
     let every = app.config.checkpoint_every;
+    if let Some(answer) = &answer {
+        let billed = answer.billed;
+        app.metrics.billed_uncached.fetch_add(billed.uncached, Relaxed);
+        app.metrics.billed_cache_write.fetch_add(billed.cache_write, Relaxed);
+        app.metrics.billed_cache_read.fetch_add(billed.cache_read, Relaxed);
+    }
     let finish = move || {
         let mut evicted = 0;
         if let Some(conv) = guard.as_mut()

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, RawQuery, State};
+use axum::http::header::ALLOW;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
@@ -13,7 +14,7 @@ use bytes::Bytes;
 
 use crate::app::App;
 use crate::errors::{Failure, upstream_failure};
-use crate::middleware::{Endpoint, KEY_HEADER, authorized, guarded, same_bytes};
+use crate::middleware::{Endpoint, KEY_HEADER, authorized, drain_refused, guarded, same_bytes};
 use crate::pipeline::managed;
 use crate::upstream::{self, upstream_headers};
 use crate::wire::Provider;
@@ -24,25 +25,60 @@ pub fn router(app: Arc<App>) -> Router {
     let anthropic = Endpoint::Managed(Provider::Anthropic);
     let other = guarded(any(passthrough), &app, Endpoint::Passthrough).with_state(app.clone());
     Router::new()
-        .route("/v1/chat/completions", guarded(post(openai_chat), &app, openai))
-        .route("/v1/messages", guarded(post(anthropic_messages), &app, anthropic))
-        .route("/metrics", get(metrics))
+        .route(
+            "/v1/chat/completions",
+            guarded(post(openai_chat), &app, openai).fallback(wrong_method(openai, "POST")),
+        )
+        .route(
+            "/v1/messages",
+            guarded(post(anthropic_messages), &app, anthropic)
+                .fallback(wrong_method(anthropic, "POST")),
+        )
+        .route("/metrics", get(metrics).fallback(wrong_method(Endpoint::Passthrough, "GET, HEAD")))
         .fallback_service(other)
         // The body limit is the proxy's own ([`crate::middleware`]), in the provider's format.
         .layer(DefaultBodyLimit::disable())
         .with_state(app)
 }
 
-async fn openai_chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    managed(app, Provider::OpenAi, headers, body).await
+async fn openai_chat(
+    State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    managed(app, Provider::OpenAi, headers, query, body).await
 }
 
 async fn anthropic_messages(
     State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    managed(app, Provider::Anthropic, headers, body).await
+    managed(app, Provider::Anthropic, headers, query, body).await
+}
+
+/// What [`wrong_method`] answers with.
+type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>>;
+
+/// The handler for a method a route does not serve: 405 with `allow` and an error body in
+/// the endpoint's provider format (clients show the message, not the bare status), once the
+/// body is read ([`drain_refused`]).
+fn wrong_method(
+    endpoint: Endpoint,
+    allow: &'static str,
+) -> impl Fn(State<Arc<App>>, Method, Body) -> Answer + Clone + Send + Sync + 'static {
+    move |State(app): State<Arc<App>>, method: Method, body: Body| {
+        Box::pin(async move {
+            drain_refused(&app, body).await;
+            let message = format!("method {method} is not allowed here; use {allow}");
+            let mut response =
+                Failure::new(StatusCode::METHOD_NOT_ALLOWED, message).respond(endpoint.provider());
+            response.headers_mut().insert(ALLOW, HeaderValue::from_static(allow));
+            response
+        })
+    }
 }
 
 /// `GET /metrics`. With a proxy key set it needs the key too (as `x-ctxwin-key`, or as

@@ -140,10 +140,11 @@ async fn openai_200_turns_over_budget_keep_pairs_fields_and_archive_each_message
     );
     assert!(!metrics.contains("sk-test-secret"));
     proxy.stop().await;
-    // 1 system + 200 × (user, call, result, answer) + the tool-definition placeholder.
+    // 1 system + 200 × (user, call, result, answer) + the tool-definition placeholder, but
+    // the last answer, which waits for a request that carries it (in the checkpoint).
     let counts = archive_counts(state.path());
     assert_eq!(counts.len(), 1, "{counts:?}");
-    assert_eq!(counts[0].1, 1 + 200 * 4 + 1, "{counts:?}");
+    assert_eq!(counts[0].1, 1 + 200 * 4 + 1 - 1, "{counts:?}");
     let archive_bytes = std::fs::read(state.path().join("archive.db")).unwrap();
     assert!(
         !archive_bytes.windows(14).any(|w| w == b"sk-test-secret"),
@@ -214,8 +215,9 @@ async fn openai_stream_passes_through_and_the_answer_is_recorded() {
     proxy.stop().await;
     let counts = archive_counts(state.path());
     assert_eq!(counts.len(), 1, "no branch: {counts:?}");
-    // system, user, call, result, answer, tools placeholder
-    assert_eq!(counts[0].1, 6, "{counts:?}");
+    // system, user, call, result, tools placeholder (the answer waits in the checkpoint for a
+    // request that carries it)
+    assert_eq!(counts[0].1, 5, "{counts:?}");
 }
 
 fn png_base64(w: u32, h: u32) -> String {
@@ -432,8 +434,9 @@ async fn failures_answer_in_the_provider_format_and_lose_nothing() {
     let counts = archive_counts(state.path());
     let f_key = session_key(state.path(), "Bearer sk-test-secret", "f");
     let f = counts.iter().find(|(name, _)| *name == f_key).unwrap();
-    // system, user, call, result, answer, placeholder: once each despite the faults.
-    assert_eq!(f.1, 6, "{counts:?}");
+    // system, user, call, result, placeholder: once each despite the faults (the last answer
+    // waits in the checkpoint for a request that carries it).
+    assert_eq!(f.1, 5, "{counts:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -466,7 +469,8 @@ async fn resident_cap_unloads_and_reloads() {
     proxy.stop().await;
     let counts = archive_counts(state.path());
     assert_eq!(counts.len(), 12, "no branch: {counts:?}");
-    assert_eq!(counts.iter().map(|c| c.1).max(), Some(5), "{counts:?}");
+    // Conversation 0: placeholder, user, call, result (its answer waits in the checkpoint).
+    assert_eq!(counts.iter().map(|c| c.1).max(), Some(4), "{counts:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -505,11 +509,21 @@ async fn an_edited_history_branches_and_the_original_stays() {
     let counts = archive_counts(state.path());
     assert_eq!(counts.len(), 2, "{counts:?}");
     let b = session_key(state.path(), "Bearer sk-test-secret", "b");
-    let branch = ctxwin_proxy::keys::branch_key(&b, 3);
-    // original: system + user + 3 × (answer, user) + the last answer = 9
-    assert_eq!(counts.iter().find(|c| c.0 == b).unwrap().1, 9, "{counts:?}");
-    // branch: its 4 messages (copied), answer, user, answer = 7
-    assert_eq!(counts.iter().find(|c| c.0 == branch).unwrap().1, 7, "{counts:?}");
+    // The branch is the one for the edited message at index 3.
+    let request = ctxwin_proxy::wire::Request::parse(
+        ctxwin_proxy::wire::Provider::OpenAi,
+        body(&edited).as_bytes(),
+    )
+    .unwrap();
+    let edit = ctxwin_proxy::wire::analyze_item(ctxwin_proxy::wire::Provider::OpenAi, &request, 3)
+        .unwrap()
+        .fp;
+    let branch = ctxwin_proxy::keys::branch_key(&b, 3, Some(edit));
+    // The last answer of each waits for a request that carries it (in the checkpoints).
+    // original: system + user + 3 × (answer, user) = 8
+    assert_eq!(counts.iter().find(|c| c.0 == b).unwrap().1, 8, "{counts:?}");
+    // branch: its 4 messages (copied), answer, user = 6
+    assert_eq!(counts.iter().find(|c| c.0 == branch).unwrap().1, 6, "{counts:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,9 +57,8 @@ async fn fleet_matches_one_instance(schema: &TestSchema) {
         fleet.push(Instance::spawn(upstream.addr, fleet_state.path(), Some(schema.url())).await);
     }
     fleet_support::respawn_with(upstream.addr, fleet_state.path(), Some(schema.url()));
-    // Early in the run (clients take turns: by request 400 no conversation has sent more
-    // than 3 of its 5 to 7): an answer the killed instance had not written yet comes back
-    // with its conversation's next request, and every conversation has one.
+    // While every conversation still has requests to send (clients take turns: by request
+    // 400 none has sent more than 3 of its 5 to 7), so the kills hit conversations midway.
     let killer = fleet_support::Killer { victim: 1, at_requests: vec![150, 400] };
     let together = scenario.run(fleet, Some(killer)).await;
     let fleet_payloads = upstream.take();

@@ -9,7 +9,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ctxwin_proxy::conv::{Conv, Ingest, LEFTOVER_SIDE_STORE, Stores, conv_dir, prepare_state};
+use ctxwin_proxy::conv::{
+    Conv, ConvSettings, Ingest, LEFTOVER_SIDE_STORE, Stores, conv_dir, prepare_state,
+};
 use ctxwin_proxy::wire::{Provider, Request, raw_hashes};
 use ctxwin_std::session::SessionBuilder;
 use ctxwin_std::store::{ArchiveStore, Scope};
@@ -17,7 +19,7 @@ use ctxwin_std::{ChatMessage, core::Role};
 use serde_json::{Value, json};
 
 fn open(state: &Path, stores: &Stores, key: &str, window: u32) -> Conv {
-    Conv::open(state, stores, key, Provider::OpenAi, window, 512).unwrap()
+    Conv::open(state, stores, key, Provider::OpenAi, &ConvSettings::new(window, 512)).unwrap()
 }
 
 fn turn(conv: &mut Conv, messages: &[Value]) {

@@ -105,6 +105,14 @@ async fn killed_mid_stream_resumes_from_the_checkpoint() {
     assert_eq!(fake.last().json()["messages"], Value::Array(messages.clone()));
     let metrics = client.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("ctxwin_proxy_branches_total 0"), "{metrics}");
+    // The writer commits a request's rows within milliseconds of queueing them: waited for
+    // (on a loaded machine it can take longer), then the proxy is killed.
+    for _ in 0..100 {
+        if archive_counts(state.path()).first().is_some_and(|(_, rows)| *rows >= 7) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     proxy.start_kill().unwrap();
     proxy.wait().await.unwrap();
     let counts = archive_counts(state.path());

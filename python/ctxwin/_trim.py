@@ -102,6 +102,9 @@ def trim(
       (with a ``[Data Truncated]`` marker) so that its unit fits; other messages are never
       split (``trim_messages`` splits the first message that does not fit at newlines;
       ``text_splitter`` is accepted for compatibility and not used);
+    * while a unit's result is counted, room stays for each of its results still to come at
+      their smallest reduced size (32 tokens; as a stateful ``Context`` keeps it, not seeing
+      them yet): a unit with several results needs up to that much more than its own tokens;
     * a call that a later message leaves without a result gets ``ctxwin.ABORTED_RESULT``;
     * an orphan tool result or calls still waiting at the end raise
       :class:`ctxwin.InvalidInputError`; a system message at index 0 that alone exceeds

@@ -97,7 +97,13 @@ def test_a_unit_that_does_not_fit_is_dropped_whole_where_trim_messages_keeps_orp
     assert ids(theirs) == ["t2", "h1"]  # a result without its call: a provider refuses it
     assert ids(ours) == ["h1"]
     unit = sum(per_message(m) for m in messages[2:])
-    assert ids(ctxwin.trim(messages, max_tokens=unit, token_counter=per_message)) == ["a0", "t1", "t2", "h1"]
+    # While a unit's first result is stored, room stays for each result still to come at its
+    # smallest reduced size (32 tokens), as a manager that cannot see them keeps it: the unit
+    # needs that much beside its own tokens, and is kept whole once it has it.
+    assert ids(ctxwin.trim(messages, max_tokens=unit, token_counter=per_message)) == ["h1"]
+    kept = ctxwin.trim(messages, max_tokens=unit + 32, token_counter=per_message)[-4:]
+    assert ids(kept) == ["a0", "t1", "t2", "h1"]
+    assert [m.content for m in kept] == [m.content for m in messages[2:]]
 
 
 def test_start_on_never_starts_on_a_result():

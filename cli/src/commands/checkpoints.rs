@@ -113,6 +113,7 @@ pub(crate) fn restore(globals: &Globals<'_>, args: &RestoreArgs) -> Result<Outpu
 /// archive and checkpoints disagree): the session's archived messages are kept aside as they
 /// were, pushed again into an empty context, and one new checkpoint is written.
 pub(crate) fn recover(globals: &Globals<'_>) -> Result<Output, CliError> {
+    StateDir::new(globals.dir).recreate_checkpoints_dir()?;
     let mut workspace = Workspace::load(globals)?;
     let name = workspace.config.session.clone();
     let source = take_for_recovery(workspace.ports.archive.as_ref(), &workspace.scope())?;

@@ -19,7 +19,9 @@ use ctxwin_std::store::{self, Location, Scope};
 
 pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliError> {
     let dir = StateDir::new(globals.dir);
-    refuse_existing(&dir)?;
+    if let Found::HalfMade = inspect(&dir)? {
+        return complete(&dir, args, globals);
+    }
     let (text, origin) = match &args.config {
         Some(path) => {
             let text = fs::read_to_string(path).map_err(|e| CliError::io("read", path, &e))?;
@@ -51,8 +53,18 @@ pub(crate) fn run(globals: &Globals<'_>, args: &InitArgs) -> Result<Output, CliE
     }
 }
 
-/// An existing state is never overwritten.
-fn refuse_existing(dir: &StateDir) -> Result<(), CliError> {
+/// What `init` finds in its directory.
+enum Found {
+    /// No state: a new one is made.
+    Nothing,
+    /// A configuration and no checkpoint, with no message stored: what an `init` killed
+    /// before it finished (or a configuration written by hand) leaves; `init` completes it.
+    HalfMade,
+}
+
+/// An existing state is never overwritten: a complete one, or one whose store holds
+/// messages, is refused; a configuration alone (with an empty store or none) is half-made.
+fn inspect(dir: &StateDir) -> Result<Found, CliError> {
     let root = dir.root();
     if root.exists() && !root.is_dir() {
         return Err(CliError::Io(format!(
@@ -60,14 +72,63 @@ fn refuse_existing(dir: &StateDir) -> Result<(), CliError> {
             root.display()
         )));
     }
-    let taken = [dir.config(), dir.archive(), dir.checkpoints()];
-    if taken.iter().any(|path| path.exists()) {
-        return Err(CliError::NoState(format!(
+    let taken = || {
+        CliError::NoState(format!(
             "{} already holds a ctxwin state; use it as it is, pass another --dir, or remove the directory first",
+            root.display()
+        ))
+    };
+    if !dir.config().exists() {
+        return match dir.archive().exists() || dir.checkpoints().exists() {
+            true => Err(taken()),
+            false => Ok(Found::Nothing),
+        };
+    }
+    dir.refuse_symlinks()?;
+    let config = FileConfig::load(&dir.config())?;
+    let location = dir.location(&config)?;
+    let scope = Scope::local(config.session.as_str());
+    if !store::open_checkpoints(&location, &scope)?.ids(&scope)?.is_empty() {
+        return Err(taken());
+    }
+    let archive_exists = !matches!(location, Location::Directory(_)) || dir.archive().exists();
+    if archive_exists
+        && let Some(last) = store::open_bound(&location, &scope)?.archive.max_id(&scope)?
+    {
+        return Err(CliError::Corrupt(format!(
+            "{} holds messages (up to id {last}) but no checkpoint; restore checkpoints/ from a backup, or run `ctxwin recover` to rebuild the context from the archive",
             root.display()
         )));
     }
-    Ok(())
+    Ok(Found::HalfMade)
+}
+
+/// Completes a half-made state with its own configuration: the store's missing parts and
+/// the first checkpoint.
+fn complete(dir: &StateDir, args: &InitArgs, globals: &Globals<'_>) -> Result<Output, CliError> {
+    if args.config.is_some() {
+        return Err(CliError::NoState(format!(
+            "{} already has its {}; run `ctxwin init` without --config to complete the state with it, or remove the file first",
+            dir.root().display(),
+            config_file::FILE_NAME
+        )));
+    }
+    let config = FileConfig::load(&dir.config())?;
+    let location = dir.location(&config)?;
+    if let Location::Directory(_) = location {
+        fs::create_dir_all(dir.checkpoints())
+            .map_err(|e| CliError::io("create", &dir.checkpoints(), &e))?;
+        let scope = Scope::local(config.session.as_str());
+        drop(store::open_bound(&location, &scope)?);
+    }
+    let workspace = Workspace::load(globals)?;
+    let scope = workspace.scope();
+    // Another `init` may have completed it while this one waited for the lock.
+    let checkpoint = match workspace.ports.checkpoints.ids(&scope)?.into_iter().next() {
+        Some(newest) => newest.to_string(),
+        None => workspace.builder(workspace.config.context).build()?.checkpoint()?.to_string(),
+    };
+    Ok(report(dir, &config, &location, &checkpoint, globals))
 }
 
 /// Writes the configuration in `root` (a temporary directory that becomes the state

@@ -22,6 +22,7 @@ pub(crate) fn config(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<ProxyConfig, CliError> {
     let bad = |message: String| CliError::Config(format!("proxy: {message}"));
+    refuse_unused_globals(globals).map_err(bad)?;
     let mut config = ProxyConfig { state_dir: globals.dir.join("proxy"), ..ProxyConfig::default() };
     let file = globals.dir.join("ctxwin.toml");
     if file.is_file() {
@@ -42,6 +43,32 @@ pub(crate) fn config(
     }
     config.validate().map_err(|e| bad(e.to_string()))?;
     Ok(config)
+}
+
+/// The global settings `ctxwin proxy` does not use, refused by name rather than ignored.
+fn refuse_unused_globals(globals: &Globals<'_>) -> Result<(), String> {
+    let unused = [
+        (
+            "--tokenizer (CTXWIN_TOKENIZER)",
+            globals.tokenizer.is_some(),
+            "it counts tokens with the estimator, calibrated by each answer's billed usage",
+        ),
+        ("--llm-url (CTXWIN_LLM_URL)", globals.llm_url.is_some(), "it writes no summaries"),
+        (
+            "--embeddings-url (CTXWIN_EMBED_URL)",
+            globals.embeddings.0.is_some(),
+            "its retrieval ranks by BM25 alone",
+        ),
+        (
+            "--embeddings-model (CTXWIN_EMBED_MODEL)",
+            globals.embeddings.1.is_some(),
+            "its retrieval ranks by BM25 alone",
+        ),
+    ];
+    match unused.iter().find(|(_, set, _)| *set) {
+        Some((flag, _, why)) => Err(format!("{flag} is not used by the proxy ({why}); remove it")),
+        None => Ok(()),
+    }
 }
 
 /// Runs the proxy until Ctrl-C or SIGTERM.
@@ -93,5 +120,28 @@ mod tests {
         assert_eq!(config.listen.port(), 1);
         let error = super::config(&globals(dir.path()), &args(Some("nope")), |_| None).unwrap_err();
         assert!(matches!(error, CliError::Config(_)), "{error}");
+    }
+
+    #[test]
+    fn the_init_template_leaves_the_proxys_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ctxwin.toml"), crate::config_file::default_toml()).unwrap();
+        let config = config(&globals(dir.path()), &args(None), |_| None).unwrap();
+        assert_eq!(config.observation_limit, None, "tool outputs whole");
+        assert!(config.retrieval.auto);
+        assert_eq!(config.origins.cli_window, Some(32_768));
+    }
+
+    #[test]
+    fn global_flags_the_proxy_does_not_use_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let with_tokenizer = Globals { tokenizer: Some("cl100k"), ..globals(dir.path()) };
+        let error = config(&with_tokenizer, &args(None), |_| None).unwrap_err().to_string();
+        assert!(error.contains("--tokenizer") && error.contains("not used"), "{error}");
+        let with_embeddings =
+            Globals { embeddings: (None, Some("all-MiniLM-L6-v2")), ..globals(dir.path()) };
+        let error = config(&with_embeddings, &args(None), |_| None).unwrap_err().to_string();
+        assert!(error.contains("--embeddings-model"), "{error}");
+        assert!(config(&globals(dir.path()), &args(None), |_| None).is_ok());
     }
 }

@@ -1,29 +1,25 @@
 //! The upstream's answer: its usage calibrates the session at once; the message waits for the
-//! next request (which usually carries the client's own copy of it) or the next checkpoint.
+//! client's next request, which carries the client's own copy of it (stored then, as the
+//! client sent it) or supersedes it (a retry or a regenerate: it is dropped). Until then it is
+//! kept in the conversation's checkpoints.
 
 use std::time::Instant;
 
-use super::{Conv, ConvError, WRITER_BACKLOG};
+use super::{Conv, ConvError};
 use crate::assemble::Answer;
-use crate::hash::hash_str;
-use crate::wire::analyze_message;
 
 impl Conv {
-    /// Records the upstream's answer, usage fed to the calibrator now. The message waits for
-    /// the next request (taken in its archive transaction; see [`ingest`](Self::ingest)) or
-    /// the next checkpoint, whichever comes first. Returns the units evicted (by an earlier
-    /// answer still waiting, taken now).
+    /// Keeps the upstream's answer for the next request, usage fed to the calibrator now. An
+    /// answer still waiting is superseded: no request carried it. Returns the units evicted
+    /// (none: nothing is pushed until a request carries the answer).
     ///
     /// # Errors
-    /// Session refusals and store failures.
+    /// Store failures while rebuilding a conversation that another instance of a fleet
+    /// served meanwhile.
     pub fn record_answer(&mut self, answer: &Answer, sent_tokens: u32) -> Result<usize, ConvError> {
-        // In a fleet, another instance that took the conversation meanwhile serves it now
-        // (found by the session's first operation): the answer is the client's, which sends
-        // it back with its next request, and the record is rebuilt from the store.
-        let evicted = match self.settle_answer() {
-            Err(error) if error.is_overtaken() => return self.resync().map(|()| 0),
-            settled => settled?,
-        };
+        if self.pending_answer.is_some() {
+            tracing::debug!(session = %self.key, "proxy: a waiting answer superseded by the next");
+        }
         self.pending_answer = Some(answer.message.clone());
         self.dirty = true;
         if let Some(prompt) = answer.prompt_tokens.filter(|p| *p > 0)
@@ -36,33 +32,13 @@ impl Conv {
                 tracing::warn!(session = %self.key, %error, "proxy: usage not recorded");
             }
         }
-        Ok(evicted)
-    }
-
-    /// Pushes the waiting answer into the session (its rows queued to the writer).
-    /// Returns the units evicted.
-    pub(super) fn settle_answer(&mut self) -> Result<usize, ConvError> {
-        let Some(message) = self.pending_answer.take() else { return Ok(0) };
-        let analyzed = match analyze_message(self.provider, &message) {
-            Ok(analyzed) => analyzed,
-            Err(reason) => {
-                tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
-                return Ok(0);
-            }
-        };
-        let raw = message.to_string();
-        let raw_hash = hash_str(&raw);
-        self.record(&analyzed, &raw, raw_hash, true)
+        Ok(0)
     }
 
     /// Whether recording the next answer and counting its exchange would touch the disk: a
-    /// checkpoint falls due (every `every`), or the archive's writer is so far behind that
-    /// queueing the rows of an answer still waiting would wait for room; in a fleet always
-    /// (the lease is read first).
+    /// checkpoint falls due (every `every`); in a fleet always (the lease is read first).
     pub fn answer_needs_io(&self, every: u32) -> bool {
-        self.fleet
-            || self.exchanges.saturating_add(1) >= every
-            || (self.pending_answer.is_some() && self.writer_queue() >= WRITER_BACKLOG)
+        self.fleet || self.exchanges.saturating_add(1) >= every
     }
 
     /// Counts one exchange; true when `every` have passed since the last checkpoint.

@@ -50,12 +50,7 @@ impl Conv {
     /// # Errors
     /// `PinnedOverBudget` when what must stay does not fit; `ToolCallsPending`; store errors.
     pub fn compose(&mut self, request: &Request) -> Result<Composed, ConvError> {
-        // Retrieval leaves out what the payload holds: before anything of this conversation
-        // left the core it can find nothing, and its full-text search is most of a request's
-        // cost (the archive is shared by every conversation).
-        let recall = if self.evicted_any { RecallFor::Settings } else { RecallFor::Nothing };
-        let payload = self.session.compose_with(ComposeOptions::new(&[]).recall(recall))?;
-        self.evicted_any |= payload.evicted_units > 0;
+        let payload = self.compose_payload()?;
         let plan = self.plan(&payload);
         let mut body = ManagedBody::new(self.provider, request, plan.added);
         for (n, slot) in plan.order.into_iter().enumerate() {
@@ -80,6 +75,51 @@ impl Conv {
         self.last_emitted = plan.emitted;
         self.dirty = true;
         Ok(Composed { body, tokens: payload.tokens, evicted: payload.evicted_units, cache_stable })
+    }
+
+    /// The session's payload, with the retrieved block frozen between compactions.
+    ///
+    /// Retrieval leaves out what the payload holds: before anything of this conversation left
+    /// the core it can find nothing, and its full-text search is most of a request's cost (the
+    /// archive is shared by every conversation). The block sits before the history (a standing
+    /// note), so it must not change while the history only grows: it is retrieved after a
+    /// compaction (for the live request then) and sent unchanged until the next one, when the
+    /// provider's prompt cache of the history is rewritten anyway.
+    fn compose_payload(&mut self) -> Result<ComposedPayload, ConvError> {
+        let fresh = self.retrieves() && (self.recall_stale || self.recalled.is_none());
+        let frozen = match &self.recalled {
+            Some(block) if self.retrieves() && !fresh && !block.is_empty() => vec![block.clone()],
+            _ => Vec::new(),
+        };
+        let mut payload = self.compose_once(&frozen, fresh)?;
+        if self.retrieves() && !fresh && payload.evicted_units > 0 {
+            // The frozen block's room came from a compaction: the prefix is rewritten now,
+            // so the block is retrieved again now, not one request later.
+            let evicted = payload.evicted_units;
+            payload = self.compose_once(&[], true)?;
+            payload.evicted_units += evicted;
+        }
+        self.evicted_any |= payload.evicted_units > 0;
+        Ok(payload)
+    }
+
+    /// One compose: with the `frozen` block, or retrieving a `fresh` one (kept for the next
+    /// requests).
+    fn compose_once(
+        &mut self,
+        frozen: &[String],
+        fresh: bool,
+    ) -> Result<ComposedPayload, ConvError> {
+        let dynamic: Vec<&str> = frozen.iter().map(String::as_str).collect();
+        let recall = if fresh { RecallFor::LiveRequest } else { RecallFor::Nothing };
+        let options =
+            ComposeOptions::new(&dynamic).recall(recall).retrieval(self.settings.retrieval);
+        let payload = self.session.compose_with(options)?;
+        if fresh {
+            self.recalled = Some(payload.recall.block.clone());
+        }
+        self.recall_stale = !fresh && payload.evicted_units > 0;
+        Ok(payload)
     }
 
     /// What `payload` emits, as the session says where each of its messages comes from: the

@@ -24,7 +24,7 @@ use serde_json::Value;
 use super::ingest::{TOOLS_PREFIX, calls_hash};
 use super::state::{Entry, Recorded};
 use super::validate::{level_of, pins};
-use super::{Conv, ConvError, session_config, stores};
+use super::{Conv, ConvError, ConvSettings, stores};
 use crate::hash::{canonical, hash_str};
 use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, analyze_message};
 
@@ -44,21 +44,22 @@ impl Conv {
         ports: &Ports,
         key: &str,
         provider: Provider,
-        window: u32,
-        reserve: u32,
+        settings: &ConvSettings,
     ) -> Result<Self, ConvError> {
         let builder = stores::fleet_builder(ports, key);
         let window = match builder.stored_caller_state()?.as_deref() {
             Some(bytes) if !bytes.is_empty() => {
                 Recorded::decode(bytes).map_err(ConvError::State)?.window
             }
-            _ => window,
+            _ => settings.window,
         };
-        let mut session =
-            builder.config(session_config(window, reserve)).restore_latest(true).build()?;
+        let config = settings.session_config(window, settings.reserve, 0);
+        let mut session = builder.config(config).restore_latest(true).build()?;
         session.redo_when_overtaken(false);
         let stores = super::Stores::Fleet(ports.clone());
-        let mut conv = Self::from_parts(key, provider, session, &stores, Recorded::new(window));
+        let settings = ConvSettings { window, ..settings.clone() };
+        let mut conv =
+            Self::from_parts(key, provider, session, &stores, Recorded::new(window), settings);
         conv.rebuild()?;
         Ok(conv)
     }
@@ -114,19 +115,6 @@ impl Conv {
         next.saturating_sub(self.checkpoint_mark.1)
     }
 
-    /// A fleet's idle conversation whose rows after its newest checkpoint are few: only the
-    /// answer still waiting is written (as a row), no checkpoint.
-    pub(super) fn settle_in_fleet(&mut self) -> Result<(), ConvError> {
-        match self.settle_answer() {
-            Err(error) if error.is_overtaken() => self.resync(),
-            Err(error) => Err(error),
-            Ok(_) => {
-                self.dirty = false;
-                Ok(())
-            }
-        }
-    }
-
     /// What the conversation recorded, from the session as (re)loaded: the caller state of
     /// the checkpoint it restored, then every archived row after the last message that
     /// names, read back into entries ([`Rebuild`]).
@@ -135,8 +123,7 @@ impl Conv {
             [] => Recorded::new(self.recorded.window),
             bytes => Recorded::decode(bytes).map_err(ConvError::State)?,
         };
-        let mut rebuild =
-            Rebuild { recorded, pending: None, provider: self.provider, last_is_assistant: None };
+        let mut rebuild = Rebuild { recorded, pending: None, provider: self.provider };
         let mut read = 0;
         if let Some(archive) = self.session.archive() {
             let scope = self.session.scope();
@@ -205,8 +192,6 @@ struct Rebuild {
     /// The message whose further parts come next, and the index of the next.
     pending: Option<(Analyzed, usize)>,
     provider: Provider,
-    /// Whether the last message read from a row is an assistant's (`None`: none was read).
-    last_is_assistant: Option<bool>,
 }
 
 impl Rebuild {
@@ -250,20 +235,9 @@ impl Rebuild {
         }
     }
 
-    /// What was recorded. The last message, when it is an assistant's, counts as an answer
-    /// the proxy assembled ([`Entry::from_answer`]): in a fleet the row of an answer written
-    /// while the conversation idled is read back here, and the client's copy of it that comes
-    /// next is matched leniently (its library re-serializes it), as by the instance that
-    /// wrote it.
-    ///
-    /// Also the last message when some of its parts have no row (the instance writing it was
-    /// killed between two), with the index of the first missing part.
-    fn finish(mut self) -> (Recorded, Option<(Analyzed, usize)>) {
-        if let Some(last) = self.recorded.entries.last_mut()
-            && self.last_is_assistant == Some(true)
-        {
-            last.from_answer = true;
-        }
+    /// What was recorded; also the last message when some of its parts have no row (the
+    /// instance writing it was killed between two), with the index of the first missing part.
+    fn finish(self) -> (Recorded, Option<(Analyzed, usize)>) {
         (self.recorded, self.pending)
     }
 
@@ -281,7 +255,6 @@ impl Rebuild {
     /// Records message `message` whose first part is `row`.
     fn start(&mut self, row: &ArchivedMessage, raw: &str, message: Analyzed) {
         let leading = self.recorded.entries.last().is_none_or(|e| e.pinned);
-        self.last_is_assistant = Some(message.role == "assistant");
         let entry = Entry {
             fp: message.fp,
             raw_hash: hash_str(raw),
@@ -316,7 +289,8 @@ mod tests {
 
     fn open(stores: &Stores) -> Conv {
         let dir = std::path::Path::new("unused");
-        Conv::open(dir, stores, "k", Provider::Anthropic, 32_768, 1_024).unwrap()
+        let settings = ConvSettings::new(32_768, 1_024);
+        Conv::open(dir, stores, "k", Provider::Anthropic, &settings).unwrap()
     }
 
     /// An Anthropic history: a system prompt, then `turns` turns of a call answered by two

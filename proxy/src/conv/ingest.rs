@@ -15,7 +15,7 @@ use super::state::Entry;
 use super::validate::{level_of, pins};
 use super::{Conv, ConvError, Ingest};
 use crate::hash::{canonical, hash_str};
-use crate::wire::{Analyzed, Part, Request, analyze_item, analyze_message};
+use crate::wire::{Analyzed, Part, Request, analyze_item};
 
 /// What the proxy pushes for a request's tool definitions, before their JSON
 /// ([`Conv::tools_to_push`]).
@@ -35,9 +35,10 @@ impl Conv {
     /// nothing; a store failure after that leaves the messages pushed before it recorded.
     pub fn ingest(&mut self, request: &Request, hashes: &[u64]) -> Result<Ingest, ConvError> {
         self.last_used = Instant::now();
-        let (diverged, mut evicted) = self.take_pending_answer(request, hashes)?;
-        if let Some(at) = diverged {
-            self.evicted_any |= evicted > 0;
+        self.fit_reply(request)?;
+        // A request that diverges belongs to another branch: this one, its waiting answer
+        // included, is left as it is.
+        if let Some(at) = self.compare_prefix(request, hashes)? {
             return Ok(Ingest::Diverged(at));
         }
         let known = self.recorded.entries.len();
@@ -49,43 +50,31 @@ impl Conv {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ConvError::BadRequest(e.0))?;
         self.validate(request, &new)?;
+        self.settle_answer();
         if let Some(last) = self.recorded.entries.last_mut()
             && last.from_answer
             && incoming > known
         {
             last.from_answer = false;
         }
-        evicted += self.take_tools(request)?;
+        let mut evicted = self.take_tools(request)?;
         for (i, message) in &new {
-            evicted += self.record(message, request.items[*i].get(), hashes[*i], false)?;
+            evicted += self.record(message, request.items[*i].get(), hashes[*i])?;
         }
         let tokens_in = self.recorded.entries.iter().map(|e| u64::from(e.tokens)).sum();
         self.evicted_any |= evicted > 0;
+        self.recall_stale |= evicted > 0;
         Ok(Ingest::Extended { new: new.len(), tokens_in, evicted })
     }
 
-    /// Compares the request with what is recorded, after taking the answer still waiting
-    /// (unless the request carries the client's copy of it, which comes with the new
-    /// messages). Returns where the request diverges, if it does, and the units evicted.
-    fn take_pending_answer(
-        &mut self,
-        request: &Request,
-        hashes: &[u64],
-    ) -> Result<(Option<usize>, usize), ConvError> {
-        let diverged = self.compare_prefix(request, hashes)?;
-        let Some(message) = self.pending_answer.take() else { return Ok((diverged, 0)) };
-        match analyze_message(self.provider, &message) {
-            Ok(answer) if diverged.is_none() && self.echoes(request, &answer) => Ok((None, 0)),
-            Ok(answer) => {
-                let raw = message.to_string();
-                let evicted = self.record(&answer, &raw, hash_str(&raw), true)?;
-                // The request is compared with the answer now recorded too.
-                Ok((self.compare_prefix(request, hashes)?, evicted))
-            }
-            Err(reason) => {
-                tracing::warn!(session = %self.key, reason, "proxy: answer not recorded");
-                Ok((diverged, 0))
-            }
+    /// Settles the answer still waiting, for a request that follows the recorded messages
+    /// and was accepted: it carries the client's copy of the answer (pushed with its new
+    /// messages, as the client sent it), or it supersedes the answer — a retry or a
+    /// regenerate: the client did not keep it, so it is dropped and resending a request does
+    /// not grow the conversation.
+    fn settle_answer(&mut self) {
+        if self.pending_answer.take().is_some() {
+            self.dirty = true;
         }
     }
 
@@ -111,20 +100,6 @@ impl Conv {
         self.recorded.tools_fp = fp;
         self.dirty = true;
         Ok(report.evicted_units.len())
-    }
-
-    /// Whether the request carries, right after the recorded messages, the client's copy of
-    /// `answer`: the same message, or an assistant message with the same tool calls (the
-    /// client's library serializes it its own way).
-    fn echoes(&self, request: &Request, answer: &Analyzed) -> bool {
-        let at = self.recorded.entries.len();
-        if at >= request.items.len() {
-            return false;
-        }
-        analyze_item(self.provider, request, at).is_ok_and(|copy| {
-            copy.fp == answer.fp
-                || (copy.role == "assistant" && calls_hash(&copy) == calls_hash(answer))
-        })
     }
 
     /// Compares the request's history with the recorded messages: the index where it leaves
@@ -171,13 +146,12 @@ impl Conv {
     }
 
     /// Pushes the parts of one message and records it; the first part's archive row keeps
-    /// `raw`, the message as the client (or the upstream) sent it. Returns the units evicted.
+    /// `raw`, the message as the client sent it. Returns the units evicted.
     pub(super) fn record(
         &mut self,
         message: &Analyzed,
         raw: &str,
         raw_hash: u64,
-        from_answer: bool,
     ) -> Result<usize, ConvError> {
         let pinned = pins(message, self.recorded.entries.last().is_none_or(|e| e.pinned));
         let mut entry = Entry {
@@ -188,7 +162,7 @@ impl Conv {
             ids: Vec::new(),
             blocks: Vec::new(),
             tokens: 0,
-            from_answer,
+            from_answer: false,
         };
         let mut evicted = 0;
         let mut failure = None;
@@ -196,7 +170,8 @@ impl Conv {
             let level = level_of(&part.chat, pinned);
             let raw = entry.ids.is_empty().then_some(raw);
             let options = PushOptions { level, raw, ..PushOptions::default() };
-            match self.session.push_with(&self.rendering(part), options) {
+            let rendering = self.rendering(part);
+            match self.uncut(part, |conv| Ok(conv.session.push_with(&rendering, options)?)) {
                 Ok(report) => {
                     evicted += report.evicted_units.len();
                     entry.tokens = entry.tokens.saturating_add(
@@ -216,8 +191,9 @@ impl Conv {
             self.dirty = true;
         }
         self.evicted_any |= evicted > 0;
+        self.recall_stale |= evicted > 0;
         match failure {
-            Some(error) => Err(error.into()),
+            Some(error) => Err(error),
             None => Ok(evicted),
         }
     }

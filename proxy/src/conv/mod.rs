@@ -11,6 +11,7 @@ mod compose;
 mod fleet;
 mod ingest;
 mod paths;
+mod settings;
 mod state;
 mod stores;
 mod validate;
@@ -27,9 +28,10 @@ use ctxwin_std::store::{Deferred, StoreError};
 use serde_json::Value;
 
 pub use paths::{conv_dir, is_tenant_key};
+pub use settings::{ConvSettings, WHOLE};
 pub use stores::{
     ARCHIVE_CACHE_KIB, LEFTOVER_SIDE_STORE, LocalStores, Stores, fleet_secret, fleet_secret_scope,
-    open_fleet, open_stores, persisted_keys, prepare_state, session_config,
+    open_fleet, open_stores, persisted_keys, prepare_state,
 };
 
 use crate::wire::Provider;
@@ -132,16 +134,26 @@ pub struct Conv {
     recorded: Recorded,
     /// Tokens per `" ~"` of the filler that stands for an opaque block's cost.
     filler_rate: f64,
+    /// What the conversation was opened with.
+    settings: ConvSettings,
+    /// The reply reserve the session is configured with: the largest `max_tokens` a request
+    /// asked for since the conversation was loaded (`None` before its first request).
+    reserve: Option<u32>,
     /// Session ids of the messages the last payload emitted.
     last_emitted: Vec<u64>,
     /// Some message of this conversation has left the core (evicted or summarized): only then
     /// can retrieval find anything the payload does not hold already.
     evicted_any: bool,
+    /// The retrieved block sent with every payload since the last compaction (not kept in
+    /// checkpoints: retrieved again after a restart).
+    recalled: Option<String>,
+    /// Something left the core since `recalled` was retrieved.
+    recall_stale: bool,
     dirty: bool,
     exchanges: u32,
     last_used: Instant,
-    /// The upstream's last answer, not yet in the session: taken with the next request's
-    /// messages (as the client's copy when the client echoes it), or at the next checkpoint.
+    /// The upstream's last answer, not in the session: the next request carries the client's
+    /// copy of it (pushed with its messages) or supersedes it; kept in the checkpoints.
     pending_answer: Option<Value>,
 }
 
@@ -170,8 +182,8 @@ const WRITER_BACKLOG: usize = 5_000;
 
 impl Conv {
     /// Opens (or creates) conversation `key` in `state_dir`, continuing from its newest
-    /// checkpoint. A new conversation uses `window`; an existing one keeps the window it was
-    /// created with. Opening a new conversation writes nothing: its checkpoint directory is
+    /// checkpoint. A new conversation uses the window of `settings`; an existing one keeps the
+    /// window it was created with. Opening a new conversation writes nothing: its checkpoint directory is
     /// written at its first checkpoint.
     ///
     /// The session's name in the shared archive is the key, or `key#N` after a crash left
@@ -187,12 +199,11 @@ impl Conv {
         stores: &Stores,
         key: &str,
         provider: Provider,
-        window: u32,
-        reserve: u32,
+        settings: &ConvSettings,
     ) -> Result<Self, ConvError> {
         let local = match stores {
             Stores::Local(local) => local,
-            Stores::Fleet(ports) => return Self::open_fleet(ports, key, provider, window, reserve),
+            Stores::Fleet(ports) => return Self::open_fleet(ports, key, provider, settings),
         };
         let dir = conv_dir(state_dir, key);
         for generation in 0..MAX_GENERATIONS {
@@ -205,15 +216,18 @@ impl Conv {
                     continue;
                 }
                 Some(bytes) => Recorded::decode(bytes).map_err(ConvError::State)?.window,
-                None => window,
+                None => settings.window,
             };
-            let built =
-                builder.config(session_config(window, reserve)).restore_latest(true).build();
+            let config = settings.session_config(window, settings.reserve, 0);
+            let built = builder.config(config).restore_latest(true).build();
             match built {
                 Ok(session) if session.caller_state().is_empty() && stored.is_some() => {
                     tracing::warn!(session = %name, "proxy: an older proxy's checkpoint restored; starting the next generation");
                 }
-                Ok(session) => return Self::restored(key, provider, session, stores, window),
+                Ok(session) => {
+                    let settings = ConvSettings { window, ..settings.clone() };
+                    return Self::restored(key, provider, session, stores, settings);
+                }
                 Err(SessionError::ArchiveInUse { messages, .. })
                     if generation + 1 < MAX_GENERATIONS =>
                 {
@@ -232,13 +246,16 @@ impl Conv {
         provider: Provider,
         session: Session,
         stores: &Stores,
-        window: u32,
+        settings: ConvSettings,
     ) -> Result<Self, ConvError> {
         let recorded = match session.caller_state() {
-            [] => Recorded::new(window),
+            [] => Recorded::new(settings.window),
             bytes => Recorded::decode(bytes).map_err(ConvError::State)?,
         };
-        let mut conv = Self::from_parts(key, provider, session, stores, recorded);
+        let pending = recorded.pending.as_deref().map(serde_json::from_str).transpose();
+        let pending = pending.map_err(|e| ConvError::State(format!("the waiting answer: {e}")))?;
+        let mut conv = Self::from_parts(key, provider, session, stores, recorded, settings);
+        conv.pending_answer = pending;
         conv.evicted_any = conv
             .recorded
             .entries
@@ -260,19 +277,19 @@ impl Conv {
         stores: &Stores,
         key: &str,
         provider: Provider,
-        window: u32,
-        reserve: u32,
+        settings: &ConvSettings,
     ) -> Result<Self, ConvError> {
         let local = match stores {
             Stores::Local(local) => local,
-            Stores::Fleet(ports) => return Self::open_fleet(ports, key, provider, window, reserve),
+            Stores::Fleet(ports) => return Self::open_fleet(ports, key, provider, settings),
         };
         let checkpoints = conv_dir(state_dir, key).join("checkpoints");
         let session = stores::session_builder(local, key, checkpoints)
-            .config(session_config(window, reserve))
+            .config(settings.session_config(settings.window, settings.reserve, 0))
             .assume_new(true)
             .build()?;
-        Ok(Self::from_parts(key, provider, session, stores, Recorded::new(window)))
+        let recorded = Recorded::new(settings.window);
+        Ok(Self::from_parts(key, provider, session, stores, recorded, settings.clone()))
     }
 
     /// A conversation around `session`, which holds what `recorded` says.
@@ -282,6 +299,7 @@ impl Conv {
         session: Session,
         stores: &Stores,
         recorded: Recorded,
+        settings: ConvSettings,
     ) -> Self {
         let sample = " ~".repeat(1_000);
         let filler_rate = f64::from(session.manager().counter().count(&sample)).max(1.0) / 1_000.0;
@@ -298,8 +316,12 @@ impl Conv {
             session,
             recorded,
             filler_rate,
+            settings,
+            reserve: None,
             last_emitted: Vec::new(),
             evicted_any: false,
+            recalled: None,
+            recall_stale: false,
             dirty: false,
             exchanges: 0,
             last_used: Instant::now(),
@@ -339,11 +361,18 @@ impl Conv {
 
     /// Whether [`ingest`](Self::ingest) and [`compose`](Self::compose) of the next request stay
     /// in memory: the archive's rows go to its writer thread, and retrieval (a full-text query
-    /// of the archive) is off because nothing of this conversation has left the core yet.
-    /// In a fleet never: every request reads the lease and writes its rows in the database.
+    /// of the archive) is off because nothing of this conversation has left the core yet, or
+    /// because the settings turn it off. In a fleet never: every request reads the lease and
+    /// writes its rows in the database.
     pub fn request_in_memory(&self) -> bool {
         // A writer far behind makes queueing wait for room: not on an async thread.
-        !self.fleet && !self.evicted_any && self.writer_queue() < WRITER_BACKLOG
+        !self.fleet && !self.retrieves() && self.writer_queue() < WRITER_BACKLOG
+    }
+
+    /// Whether composing queries the archive: retrieval is on and something of this
+    /// conversation has left the core.
+    fn retrieves(&self) -> bool {
+        self.settings.recall && self.evicted_any
     }
 
     fn writer_queue(&self) -> usize {
@@ -351,11 +380,10 @@ impl Conv {
     }
 
     /// Writes a checkpoint if something changed since the last one: the session's state with
-    /// what the conversation recorded, after the answer still waiting is taken. In a fleet,
+    /// what the conversation recorded, the answer still waiting included. In a fleet,
     /// nothing when another instance served the conversation since: what this one holds is
-    /// stale (the answer still waiting comes back with its client's next request); and only
-    /// the answer still waiting (its row) while a reload would replay fewer than
-    /// [`FLEET_CHECKPOINT_ROWS`] messages.
+    /// stale (the answer still waiting comes back with its client's next request); and
+    /// nothing while a reload would replay fewer than [`FLEET_CHECKPOINT_ROWS`] messages.
     ///
     /// # Errors
     /// Session errors.
@@ -364,13 +392,14 @@ impl Conv {
             return Ok(());
         }
         if self.fleet && self.replay_length() < FLEET_CHECKPOINT_ROWS {
-            return self.settle_in_fleet();
+            // The rows are in the database already and a reload replays them; the answer
+            // still waiting is the client's to bring back with its next request.
+            self.dirty = false;
+            return Ok(());
         }
-        let written = self.settle_answer().and_then(|_| {
-            self.session.set_caller_state(self.recorded.encode().map_err(ConvError::State)?);
-            self.session.checkpoint().map_err(ConvError::from)
-        });
-        match written {
+        self.recorded.pending = self.pending_answer.as_ref().map(Value::to_string);
+        self.session.set_caller_state(self.recorded.encode().map_err(ConvError::State)?);
+        match self.session.checkpoint().map_err(ConvError::from) {
             Err(error) if error.is_overtaken() => self.resync(),
             Err(error) => Err(error),
             Ok(_) => {

@@ -3,8 +3,9 @@
 //! session, so the proxy keeps no store of its own. A message's raw JSON is in its archive row
 //! ([`ArchivedMessage::raw`]), once.
 //!
-//! The bytes: `CWPX`, a version byte (1), then [`Recorded`] in postcard's encoding (varints,
-//! compact: about 30 bytes a message).
+//! The bytes: `CWPX`, a version byte (2), then [`Recorded`] in postcard's encoding (varints,
+//! compact: about 30 bytes a message), then the answer waiting for the client's next request
+//! (`Option<String>`, its JSON). Version 1, without the answer, still reads.
 //!
 //! [`Session::set_caller_state`]: ctxwin_std::session::Session::set_caller_state
 //! [`ArchivedMessage::raw`]: ctxwin_std::store::ArchivedMessage::raw
@@ -14,7 +15,9 @@ use std::collections::{BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 4] = b"CWPX";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The version before the waiting answer was kept (read, never written).
+const VERSION_1: u8 = 1;
 
 /// One message of the recorded sequence.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,7 +36,8 @@ pub struct Entry {
     pub blocks: Vec<Vec<usize>>,
     /// Estimated tokens of all its parts.
     pub tokens: u32,
-    /// Built from an upstream answer (the client has not echoed it yet).
+    /// Built from an upstream answer the client had not echoed yet (by older proxies, which
+    /// recorded a waiting answer at checkpoints; answers now wait in [`Recorded::pending`]).
     pub from_answer: bool,
 }
 
@@ -49,6 +53,11 @@ pub struct Recorded {
     pub placeholders: BTreeSet<u64>,
     /// Fingerprint of the tool definitions last pushed.
     pub tools_fp: u64,
+    /// The upstream's last answer (its JSON) while it waits for the client's next request,
+    /// which either carries it (then the client's copy is stored) or supersedes it (a retry, a
+    /// regenerate: it is dropped). Encoded after the rest (version 2).
+    #[serde(skip)]
+    pub pending: Option<String>,
     /// Session id → (entry, part): derived from `entries`.
     #[serde(skip)]
     by_id: HashMap<u64, (usize, usize)>,
@@ -64,7 +73,9 @@ impl Recorded {
     pub fn encode(&self) -> Result<Vec<u8>, String> {
         let mut bytes = MAGIC.to_vec();
         bytes.push(VERSION);
-        postcard::to_extend(self, bytes).map_err(|e| format!("recorded messages: {e}"))
+        let bytes =
+            postcard::to_extend(self, bytes).map_err(|e| format!("recorded messages: {e}"))?;
+        postcard::to_extend(&self.pending, bytes).map_err(|e| format!("waiting answer: {e}"))
     }
 
     /// Reads what [`encode`](Self::encode) wrote.
@@ -76,9 +87,13 @@ impl Recorded {
             .strip_prefix(&MAGIC[..])
             .ok_or("not the proxy's recorded messages (no CWPX magic)")?;
         match body.split_first() {
-            Some((&VERSION, body)) => {
-                let mut recorded: Self = postcard::from_bytes(body)
+            Some((&version, body)) if version == VERSION || version == VERSION_1 => {
+                let (mut recorded, rest): (Self, &[u8]) = postcard::take_from_bytes(body)
                     .map_err(|e| format!("recorded messages do not decode: {e}"))?;
+                if version == VERSION {
+                    recorded.pending = postcard::from_bytes(rest)
+                        .map_err(|e| format!("the waiting answer does not decode: {e}"))?;
+                }
                 recorded.index();
                 Ok(recorded)
             }
@@ -159,6 +174,19 @@ mod tests {
         assert_eq!(back, recorded);
         assert_eq!(back.locate(4), Some((1, 1)));
         assert!(bytes.len() < 80, "{} bytes", bytes.len());
+        recorded.pending = Some(r#"{"role":"assistant","content":"Yes."}"#.into());
+        assert_eq!(Recorded::decode(&recorded.encode().unwrap()).unwrap(), recorded);
+    }
+
+    #[test]
+    fn version_1_reads_without_a_waiting_answer() {
+        let mut recorded = Recorded::new(8_192);
+        recorded.push(entry(&[1]));
+        let mut bytes = MAGIC.to_vec();
+        bytes.push(VERSION_1);
+        let bytes = postcard::to_extend(&recorded, bytes).unwrap();
+        let back = Recorded::decode(&bytes).unwrap();
+        assert_eq!((back.entries.len(), back.pending), (1, None));
     }
 
     #[test]
@@ -167,8 +195,8 @@ mod tests {
         assert!(Recorded::decode(b"").unwrap_err().contains("magic"));
         assert!(Recorded::decode(b"CWPX").unwrap_err().contains("cut short"));
         let mut newer = bytes.clone();
-        newer[4] = 2;
-        assert!(Recorded::decode(&newer).unwrap_err().contains("version 2"));
+        newer[4] = 3;
+        assert!(Recorded::decode(&newer).unwrap_err().contains("version 3"));
         assert!(Recorded::decode(&bytes[..bytes.len() - 1]).unwrap_err().contains("decode"));
     }
 }

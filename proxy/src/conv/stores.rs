@@ -7,7 +7,6 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ctxwin_std::core::Config;
 use ctxwin_std::session::{SessionBuilder, SessionError};
 use ctxwin_std::store::postgres::{PgOptions, PgStore};
 use ctxwin_std::store::sqlite::SqliteArchive;
@@ -192,20 +191,6 @@ pub fn persisted_keys(stores: &Stores) -> Result<HashSet<String>, ConvError> {
     let Stores::Local(stores) = stores else { return Ok(HashSet::new()) };
     let names = stores.archive.conversations("", "").map_err(SessionError::from)?;
     Ok(names.iter().map(|name| name.split(['#', '@']).next().unwrap_or(name).to_string()).collect())
-}
-
-/// The core configuration of a proxied conversation for a `window`-token model.
-pub fn session_config(window: u32, reserve: u32) -> Config {
-    let reserve = reserve.min(window / 8).max(1);
-    let budget = window - reserve;
-    Config {
-        context_window: window,
-        reserved_for_reply: reserve,
-        permanent_budget: budget / 4,
-        session_budget: budget / 20,
-        working_budget: budget * 65 / 100,
-        ..Config::DEFAULT
-    }
 }
 
 /// The session settings every conversation shares, for session `name` checkpointed in

@@ -25,10 +25,12 @@ fn turn(conv: &mut Conv, messages: &[Value]) -> String {
 fn a_reduced_tool_output_of_text_blocks_is_sent_reduced() {
     let dir = tempfile::tempdir().unwrap();
     let store = prepare_state(dir.path()).unwrap();
+    let limited =
+        ConvSettings { observation_limit: Some(1_000), ..ConvSettings::new(32_768, 1_024) };
     let long: String = (0..800).map(|i| format!("line {i} of the build log\n")).collect();
     let blocks = json!([{"type": "text", "text": long}, {"type": "text", "text": "exit 1", "cache_control": {"type": "ephemeral"}}]);
     // OpenAI: a tool message whose content is an array of text parts.
-    let mut conv = Conv::open(dir.path(), &store, "o", Provider::OpenAi, 32_768, 1_024).unwrap();
+    let mut conv = Conv::open(dir.path(), &store, "o", Provider::OpenAi, &limited).unwrap();
     let messages = [
         json!({"role": "user", "content": "build it"}),
         json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "build", "arguments": "{}"}}]}),
@@ -41,7 +43,7 @@ fn a_reduced_tool_output_of_text_blocks_is_sent_reduced() {
     assert_eq!(content.as_array().unwrap().len(), 1);
     assert_eq!(content[0]["cache_control"], json!({"type": "ephemeral"}));
     // Anthropic: a tool_result block whose content is an array of text blocks.
-    let mut conv = Conv::open(dir.path(), &store, "a", Provider::Anthropic, 32_768, 1_024).unwrap();
+    let mut conv = Conv::open(dir.path(), &store, "a", Provider::Anthropic, &limited).unwrap();
     let messages = [
         json!({"role": "user", "content": "build it"}),
         json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "build", "input": {}}]}),
@@ -68,16 +70,25 @@ fn persisted_keys_name_every_conversation_with_something_stored() {
     let messages = [json!({"role": "user", "content": "Is the build green?"})];
     // Checkpointed: archive rows and a checkpoint.
     let mut saved =
-        Conv::create(dir.path(), &store, "saved", Provider::OpenAi, 8_192, 512).unwrap();
+        Conv::create(dir.path(), &store, "saved", Provider::OpenAi, &ConvSettings::new(8_192, 512))
+            .unwrap();
     turn(&mut saved, &messages);
     saved.checkpoint().unwrap();
     // Never checkpointed: archive rows only (as after a crash).
-    let mut crashed =
-        Conv::create(dir.path(), &store, "crashed", Provider::OpenAi, 8_192, 512).unwrap();
+    let mut crashed = Conv::create(
+        dir.path(),
+        &store,
+        "crashed",
+        Provider::OpenAi,
+        &ConvSettings::new(8_192, 512),
+    )
+    .unwrap();
     turn(&mut crashed, &messages);
     crashed.session.sync_archive().unwrap();
     // Created, nothing pushed: nothing stored.
-    let idle = Conv::create(dir.path(), &store, "idle", Provider::OpenAi, 8_192, 512).unwrap();
+    let idle =
+        Conv::create(dir.path(), &store, "idle", Provider::OpenAi, &ConvSettings::new(8_192, 512))
+            .unwrap();
     drop((saved, crashed, idle));
     // A later generation's rows, and rows a restore set aside, count for their key.
     let row = |text: &str| {
@@ -92,16 +103,20 @@ fn persisted_keys_name_every_conversation_with_something_stored() {
     keys.sort();
     assert_eq!(keys, ["aside", "crashed", "next", "saved"]);
     // A created conversation's checkpoint opens like any other.
-    let reopened = Conv::open(dir.path(), &store, "saved", Provider::OpenAi, 1_024, 512).unwrap();
+    let reopened =
+        Conv::open(dir.path(), &store, "saved", Provider::OpenAi, &ConvSettings::new(1_024, 512))
+            .unwrap();
     assert_eq!(reopened.len(), 1);
     assert_eq!(reopened.session().manager().config().context_window, 8_192);
 }
 
 #[test]
-fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
+fn a_waiting_answer_is_stored_as_the_clients_copy_or_dropped_when_superseded() {
     let dir = tempfile::tempdir().unwrap();
     let store = prepare_state(dir.path()).unwrap();
-    let mut conv = Conv::open(dir.path(), &store, "w", Provider::OpenAi, 8_192, 512).unwrap();
+    let mut conv =
+        Conv::open(dir.path(), &store, "w", Provider::OpenAi, &ConvSettings::new(8_192, 512))
+            .unwrap();
     let rows = |conv: &mut Conv| {
         conv.session.sync_archive().unwrap();
         conv.session().archive().unwrap().usage(conv.session.scope()).unwrap().messages
@@ -109,26 +124,44 @@ fn a_waiting_answer_is_taken_once_echoed_or_at_the_checkpoint() {
     let mut messages = vec![json!({"role": "user", "content": "Is the build green?"})];
     turn(&mut conv, &messages);
     let answer = json!({"role": "assistant", "content": "Yes, all 42 tests pass."});
-    let reply = Answer { message: answer.clone(), prompt_tokens: None };
+    let reply = Answer { message: answer.clone(), prompt_tokens: None, billed: Default::default() };
     conv.record_answer(&reply, 0).unwrap();
     assert_eq!((rows(&mut conv), conv.len()), (1, 1), "the answer waits for the next request");
-    // The client echoes it (its library adds a field) with the next question: one row each.
+    // Retried or regenerated: the same request again, a hundred times. The answers nobody
+    // kept are dropped; nothing grows.
+    for _ in 0..100 {
+        turn(&mut conv, &messages);
+        conv.record_answer(&reply, 0).unwrap();
+    }
+    assert_eq!((rows(&mut conv), conv.len()), (1, 1));
+    // Kept in the checkpoint: the reopened conversation still has it waiting.
+    conv.checkpoint().unwrap();
+    drop(conv);
+    let mut conv =
+        Conv::open(dir.path(), &store, "w", Provider::OpenAi, &ConvSettings::new(8_192, 512))
+            .unwrap();
+    assert_eq!(conv.pending_answer, Some(answer));
+    // The client echoes it (its library adds a field) with the next question: one row each,
+    // the answer as the client sent it.
     messages
         .push(json!({"role": "assistant", "content": "Yes, all 42 tests pass.", "refusal": null}));
     messages.push(json!({"role": "user", "content": "Deploy it."}));
     turn(&mut conv, &messages);
     assert_eq!((rows(&mut conv), conv.len()), (3, 3));
-    // An answer no request follows is taken at the checkpoint.
-    conv.record_answer(&Answer { message: answer, prompt_tokens: None }, 0).unwrap();
-    conv.checkpoint().unwrap();
-    assert_eq!((rows(&mut conv), conv.len()), (4, 4));
+    assert_eq!(conv.pending_answer, None);
 }
 
 #[test]
 fn retrieval_starts_with_the_first_eviction() {
     let dir = tempfile::tempdir().unwrap();
     let store = prepare_state(dir.path()).unwrap();
-    let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
+    // The whole free room for the block: a 2,048-token window's tenth holds one or two turns.
+    let retrieval = ctxwin_std::session::RetrievalSettings {
+        max_share_percent: 100,
+        ..crate::config::RETRIEVAL
+    };
+    let settings = ConvSettings { retrieval, ..ConvSettings::new(2_048, 256) };
+    let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, &settings).unwrap();
     assert_eq!(
         conv.writer.as_ref().unwrap().inner().cache_kib().unwrap(),
         u64::from(ARCHIVE_CACHE_KIB)
@@ -147,14 +180,28 @@ fn retrieval_starts_with_the_first_eviction() {
         messages.push(json!({"role": "assistant", "content": format!("Reply {n}: three pull requests are open and one job fails.")}));
         turn(&mut conv, &messages);
     }
-    messages.push(json!({"role": "user", "content": "Which Postgres version does staging run?"}));
-    let body = turn(&mut conv, &messages);
-    assert!(conv.evicted_any);
-    assert!(body.contains("Retrieved from archive"), "{body}");
+    // The block retrieved at that compaction stays, byte for byte, until the next one: the
+    // question asked now is answered from the archive from then on.
+    let question = "Which Postgres version does staging run?";
+    messages.push(json!({"role": "user", "content": question}));
+    let first = turn(&mut conv, &messages);
+    assert!(first.contains("Retrieved from archive"), "{first}");
+    let frozen = |body: &str| body.split("\"},{").next().unwrap_or_default().to_string();
+    let mut body = first.clone();
+    while frozen(&body) == frozen(&first) {
+        n += 1;
+        assert!(n < 400, "no second compaction");
+        messages.push(json!({"role": "assistant", "content": format!("Reply {n}: checking.")}));
+        messages.push(json!({"role": "user", "content": format!("{question} ({n})")}));
+        body = turn(&mut conv, &messages);
+        assert!(body.contains("Retrieved from archive"), "{body}");
+    }
     assert!(body.contains("runs Postgres 16"), "{body}");
     // Reopened from its checkpoint, it still knows that something left.
     conv.checkpoint().unwrap();
     drop(conv);
-    let conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, 2_048, 256).unwrap();
+    let conv =
+        Conv::open(dir.path(), &store, "t", Provider::OpenAi, &ConvSettings::new(2_048, 256))
+            .unwrap();
     assert!(conv.evicted_any);
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -35,6 +35,8 @@ pub enum Mode {
 #[derive(Clone, Debug)]
 pub struct Received {
     pub path: String,
+    /// The query string, as the upstream got it.
+    pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
@@ -90,7 +92,17 @@ pub async fn start_fake() -> (SocketAddr, Arc<Fake>) {
 }
 
 fn record(fake: &Fake, path: &str, headers: HeaderMap, body: Bytes) -> (Mode, u64) {
-    fake.received.lock().unwrap().push(Received { path: path.into(), headers, body });
+    record_query(fake, path, None, headers, body)
+}
+
+fn record_query(
+    fake: &Fake,
+    path: &str,
+    query: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (Mode, u64) {
+    fake.received.lock().unwrap().push(Received { path: path.into(), query, headers, body });
     (*fake.mode.lock().unwrap(), fake.counter.fetch_add(1, Ordering::SeqCst) + 1)
 }
 
@@ -154,10 +166,15 @@ fn sse(chunks: Vec<String>, mode: Mode) -> Response {
 
 use futures_util::StreamExt;
 
-async fn openai(State(fake): State<Arc<Fake>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn openai(
+    State(fake): State<Arc<Fake>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let prompt = (body.len() / 4) as u64;
-    let (mode, n) = record(&fake, "/v1/chat/completions", headers, body);
+    let (mode, n) = record_query(&fake, "/v1/chat/completions", query, headers, body);
     if let Some(response) = before(mode).await {
         return response;
     }
@@ -210,10 +227,15 @@ async fn openai(State(fake): State<Arc<Fake>>, headers: HeaderMap, body: Bytes) 
     response
 }
 
-async fn anthropic(State(fake): State<Arc<Fake>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn anthropic(
+    State(fake): State<Arc<Fake>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let prompt = (body.len() / 4) as u64;
-    let (mode, n) = record(&fake, "/v1/messages", headers, body);
+    let (mode, n) = record_query(&fake, "/v1/messages", query, headers, body);
     if let Some(response) = before(mode).await {
         return response;
     }

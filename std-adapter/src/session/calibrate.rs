@@ -50,6 +50,31 @@ impl Session {
         Ok(())
     }
 
+    /// Changes the configuration the session was built with by `change` (a caller whose
+    /// settings move: the reply reserve a request asks for, the tool-output limit of one
+    /// tool). The calibrated window still applies; the next push or compose evicts to fit.
+    ///
+    /// # Errors
+    /// [`SessionError::Config`] when the changed configuration does not validate: nothing
+    /// changes then.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let mut session = SessionBuilder::new("s").build()?;
+    /// session.reconfigure(|config| config.reserved_for_reply = 2_000)?;
+    /// assert_eq!(session.manager().config().reserved_for_reply, 2_000);
+    /// assert!(session.reconfigure(|config| config.observation_limit = 1).is_err());
+    /// assert_eq!(session.configured().observation_limit, 1_000);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn reconfigure(&mut self, change: impl FnOnce(&mut Config)) -> Result<(), SessionError> {
+        let mut config = self.calibration.configured;
+        change(&mut config);
+        config.validate()?;
+        let before = std::mem::replace(&mut self.calibration.configured, config);
+        self.apply_calibration().inspect_err(|_| self.calibration.configured = before)
+    }
+
     /// Gives the core the configured config with the calibrated window.
     pub(super) fn apply_calibration(&mut self) -> Result<(), SessionError> {
         let effective =

@@ -1,0 +1,213 @@
+//! How a proxied conversation's session is configured: its window, the room kept for the
+//! reply (the request's `max_tokens`), what happens to large tool outputs, and retrieval.
+
+use std::sync::Arc;
+
+use ctxwin_std::core::{Config, Level, Role};
+use ctxwin_std::session::RetrievalSettings;
+
+use super::{Conv, ConvError};
+use crate::config::{MIN_PROMPT, ProxyConfig, RETRIEVAL};
+use crate::wire::{Part, Request};
+
+/// The settings a conversation is opened with ([`crate::ProxyConfig::conv_settings`]).
+///
+/// ```
+/// use ctxwin_proxy::conv::ConvSettings;
+/// let settings = ConvSettings::new(64_000, 4_096);
+/// assert_eq!(settings.observation_limit, None);
+/// assert_eq!(settings.session_config(64_000, 8_192, 0).reserved_for_reply, 8_192);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvSettings {
+    /// The model's context window (a new conversation's: an existing one keeps its own).
+    pub window: u32,
+    /// Tokens kept free for the reply when the request names no `max_tokens`.
+    pub reserve: u32,
+    /// Tool outputs over this many tokens are stored reduced to head and tail; `None`: kept
+    /// whole (reduced only when one output alone is more than the history may hold).
+    pub observation_limit: Option<u32>,
+    /// Tools whose outputs are never reduced by `observation_limit` (`Read`: the model quotes
+    /// file contents back in its edits).
+    pub never_cut: Arc<[String]>,
+    /// Whether archived turns matching the live request are retrieved once something of the
+    /// conversation left the window (`[retrieval] auto`).
+    pub recall: bool,
+    /// How retrieval ranks and how much it brings (`[retrieval]`).
+    pub retrieval: RetrievalSettings,
+}
+
+impl ConvSettings {
+    /// A `window`-token model with `reserve` tokens for the reply; tool outputs whole,
+    /// retrieval on.
+    pub fn new(window: u32, reserve: u32) -> Self {
+        Self {
+            window,
+            reserve,
+            observation_limit: None,
+            never_cut: Arc::from([]),
+            recall: true,
+            retrieval: RETRIEVAL,
+        }
+    }
+
+    /// The settings `config` gives a conversation of `model`.
+    pub fn for_model(config: &ProxyConfig, model: &str) -> Self {
+        Self {
+            observation_limit: config.observation_limit,
+            never_cut: config.never_cut.clone().into(),
+            recall: config.retrieval.auto,
+            retrieval: config.retrieval,
+            ..Self::new(config.window_for(model), config.reserve)
+        }
+    }
+
+    /// The core configuration of a conversation of a `window`-token model whose replies get
+    /// `reserve` tokens and whose pinned part (system prompt and tool definitions) costs
+    /// `pinned` tokens (0 when not known yet): the budget is what the reply leaves of the
+    /// window, so that the prompt plus the reply's `max_tokens` never pass the window.
+    ///
+    /// A compaction keeps [`KEEP_PERCENT`] of what the pinned part leaves the history (not a
+    /// share of the budget: at 32k the pinned part of a coding agent is half of it), so that
+    /// the history then grows for many requests with the provider's prompt cache holding:
+    /// each compaction rewrites the cached prefix once, and the fewer tokens it keeps the
+    /// longer until the next (in the bill bench 35% bills 0.58 / 0.25 / 0.19 × direct at
+    /// 200k / 64k / 32k where 50% bills 0.61 / 0.28 / 0.19, with about as many `Edit`
+    /// targets visible).
+    pub fn session_config(&self, window: u32, reserve: u32, pinned: u32) -> Config {
+        let reserve = reserve.clamp(1, window.saturating_sub(MIN_PROMPT).max(1));
+        let budget = window - reserve;
+        // The pinned part may take 60% of a small window; the history levels share what the
+        // pinned part leaves, and a tool output alone may take the working level's budget.
+        let permanent = budget / 5 * 3;
+        let session = budget / 50;
+        let history = budget.saturating_sub(pinned.min(budget));
+        let evicted = history / 100 * (100 - KEEP_PERCENT);
+        let low_water = (u64::from(budget - evicted) * 100 / u64::from(budget.max(1))) as u8;
+        Config {
+            context_window: window,
+            reserved_for_reply: reserve,
+            permanent_budget: permanent,
+            session_budget: session,
+            working_budget: budget - permanent - session,
+            observation_limit: self.observation_limit.unwrap_or(WHOLE),
+            fit_budgets: false,
+            low_water_percent: low_water.clamp(30, 90),
+            ..Config::DEFAULT
+        }
+    }
+
+    /// Whether `tool`'s outputs are never reduced by the observation limit.
+    pub fn never_cuts(&self, tool: &str) -> bool {
+        self.never_cut.iter().any(|name| name == tool)
+    }
+}
+
+impl Conv {
+    /// Configures the session's reply reserve for `request`: its `max_tokens` (or
+    /// `max_completion_tokens`), so that the prompt plus the reply fit the window; the
+    /// configured reserve when it names none. The reserve only grows while the conversation
+    /// is loaded: budgets that moved back and forth would compact the history each time.
+    ///
+    /// # Errors
+    /// [`ConvError::BadRequest`] when `max_tokens` leaves the prompt less than
+    /// [`MIN_PROMPT`] tokens of the window.
+    pub(super) fn fit_reply(&mut self, request: &Request) -> Result<(), ConvError> {
+        let asked = reply_tokens(request).unwrap_or(self.settings.reserve);
+        let window = self.recorded.window;
+        if asked > window.saturating_sub(MIN_PROMPT) {
+            return Err(ConvError::BadRequest(format!(
+                "max_tokens {asked} leaves less than {MIN_PROMPT} tokens of the {window}-token context window for the prompt: lower max_tokens, or give the model its real window in [proxy.windows]"
+            )));
+        }
+        let reserve = self.reserve.unwrap_or(0).max(asked);
+        let pinned = self.session.manager().level_tokens(Level::Permanent);
+        let wanted = self.settings.session_config(window, reserve, pinned);
+        let configured = self.session.configured();
+        let same = configured.reserved_for_reply == wanted.reserved_for_reply
+            && configured.low_water_percent == wanted.low_water_percent;
+        if !same {
+            self.session.reconfigure(|c| {
+                (c.reserved_for_reply, c.low_water_percent) =
+                    (wanted.reserved_for_reply, wanted.low_water_percent);
+                (c.permanent_budget, c.session_budget, c.working_budget) =
+                    (wanted.permanent_budget, wanted.session_budget, wanted.working_budget);
+            })?;
+        }
+        self.reserve = Some(reserve);
+        Ok(())
+    }
+
+    /// Pushes tool output `part` with no observation limit when its tool is one the settings
+    /// never cut; `push` does the pushing.
+    pub(super) fn uncut<R>(
+        &mut self,
+        part: &Part,
+        push: impl FnOnce(&mut Self) -> Result<R, ConvError>,
+    ) -> Result<R, ConvError> {
+        let whole = part.chat.role == Role::Tool
+            && self.settings.observation_limit.is_some()
+            && !self.settings.never_cut.is_empty()
+            && self
+                .tool_of(part.chat.tool_call_id.as_deref().unwrap_or_default())
+                .is_some_and(|tool| self.settings.never_cuts(&tool));
+        if !whole {
+            return push(self);
+        }
+        let limit = self.session.configured().observation_limit;
+        self.session.reconfigure(|c| c.observation_limit = WHOLE)?;
+        let pushed = push(self);
+        self.session.reconfigure(|c| c.observation_limit = limit)?;
+        pushed
+    }
+
+    /// The name of the tool call `call_id` answers: one of the newest recorded message's
+    /// calls that has any (results follow their calls).
+    fn tool_of(&self, call_id: &str) -> Option<String> {
+        let entry = self.recorded.entries.iter().rev().find(|entry| entry.calls != 0)?;
+        let manager = self.session.manager();
+        entry.ids.iter().filter_map(|id| manager.get(*id)).find_map(|message| {
+            message.tool_calls().find(|call| call.id == call_id).map(|call| call.name.to_string())
+        })
+    }
+}
+
+/// The reply tokens `request` asks for: `max_tokens`, or OpenAI's `max_completion_tokens`.
+fn reply_tokens(request: &Request) -> Option<u32> {
+    ["max_tokens", "max_completion_tokens"].iter().find_map(|field| {
+        let raw = request.fields.get(*field)?;
+        let tokens = serde_json::from_str::<u64>(raw.get()).ok()?;
+        Some(u32::try_from(tokens).unwrap_or(u32::MAX))
+    })
+}
+
+/// The share of what the pinned part leaves the history that a compaction keeps, in percent.
+pub const KEEP_PERCENT: u32 = 35;
+
+/// The observation limit that keeps tool outputs whole: the core still reduces an output
+/// larger than what its unit may hold of the history's budget.
+pub const WHOLE: u32 = u32::MAX;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reserve_is_the_replys_and_budgets_fit_the_window() {
+        let settings = ConvSettings::new(32_768, 4_096);
+        for reserve in [1, 4_096, 8_192, 16_384, 31_000, 40_000] {
+            let config = settings.session_config(32_768, reserve, 13_000);
+            config.validate().unwrap_or_else(|e| panic!("{reserve}: {e}"));
+            assert_eq!(config.reply_reserve(), reserve.min(32_768 - MIN_PROMPT));
+            assert!(config.budget() + config.reply_reserve() <= 32_768);
+        }
+        assert_eq!(settings.session_config(200_000, 8_192, 0).observation_limit, WHOLE);
+        let limited = ConvSettings { observation_limit: Some(2_000), ..settings.clone() };
+        assert_eq!(limited.session_config(200_000, 8_192, 0).observation_limit, 2_000);
+        // A compaction keeps KEEP_PERCENT of what the pinned part leaves the history.
+        let config = settings.session_config(32_768, 8_192, 12_288);
+        let kept = f64::from(config.low_water_tokens() - 12_288) / 12_288.0;
+        assert!((kept - f64::from(KEEP_PERCENT) / 100.0).abs() < 0.03, "{kept}");
+        assert_eq!(settings.session_config(200_000, 8_192, 0).low_water_percent, 35);
+    }
+}
