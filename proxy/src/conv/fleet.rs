@@ -17,12 +17,13 @@
 //! rebuilt record, where the messages already written are found known.
 
 use ctxwin_std::core::Role;
+use ctxwin_std::session::PushOptions;
 use ctxwin_std::store::{ArchivedMessage, Ports};
 use serde_json::Value;
 
 use super::ingest::{TOOLS_PREFIX, calls_hash};
 use super::state::{Entry, Recorded};
-use super::validate::pins;
+use super::validate::{level_of, pins};
 use super::{Conv, ConvError, ConvSettings, stores};
 use crate::hash::{canonical, hash_str};
 use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, analyze_message};
@@ -122,8 +123,7 @@ impl Conv {
             [] => Recorded::new(self.recorded.window),
             bytes => Recorded::decode(bytes).map_err(ConvError::State)?,
         };
-        let mut rebuild =
-            Rebuild { recorded, pending: None, provider: self.provider, last_is_assistant: None };
+        let mut rebuild = Rebuild { recorded, pending: None, provider: self.provider };
         let mut read = 0;
         if let Some(archive) = self.session.archive() {
             let scope = self.session.scope();
@@ -140,7 +140,11 @@ impl Conv {
                 }
             }
         }
-        self.recorded = rebuild.finish();
+        let (recorded, unfinished) = rebuild.finish();
+        self.recorded = recorded;
+        if let Some((message, next)) = unfinished {
+            self.finish_message(&message, next)?;
+        }
         let next = self.session.manager().next_id();
         self.checkpoint_mark =
             (self.session.counters().checkpoints_written, next.saturating_sub(read));
@@ -160,6 +164,24 @@ impl Conv {
     }
 }
 
+impl Conv {
+    /// Pushes the parts of `message` from `next` on: the last recorded message, whose writer
+    /// stopped before them (killed between two parts' writes). Its client's next request
+    /// finds the message known; without them the rest would never be stored.
+    fn finish_message(&mut self, message: &Analyzed, next: usize) -> Result<(), ConvError> {
+        let pinned = self.recorded.entries.last().is_some_and(|e| e.pinned);
+        tracing::warn!(session = %self.key, parts = message.parts.len() - next, "proxy: the last message lacks parts (its writer stopped); writing them");
+        for part in message.parts.iter().skip(next) {
+            let chat = self.rendering(part);
+            let options = PushOptions { level: level_of(&chat, pinned), ..PushOptions::default() };
+            let report = self.session.push_with(&chat, options)?;
+            let tokens = self.session.manager().get(report.id).map_or(0, |m| m.tokens());
+            self.recorded.extend_last(report.id, part.blocks.clone(), tokens);
+        }
+        Ok(())
+    }
+}
+
 /// Reading archived rows back into the entries of what a conversation recorded, as
 /// [`Conv::record`] made them: a row with raw JSON starts a message (its fingerprint, parts,
 /// tool calls read again from that JSON); the rows of its further parts follow; a system
@@ -170,8 +192,6 @@ struct Rebuild {
     /// The message whose further parts come next, and the index of the next.
     pending: Option<(Analyzed, usize)>,
     provider: Provider,
-    /// Whether the last message read from a row is an assistant's (`None`: none was read).
-    last_is_assistant: Option<bool>,
 }
 
 impl Rebuild {
@@ -215,18 +235,10 @@ impl Rebuild {
         }
     }
 
-    /// What was recorded. The last message, when it is an assistant's, counts as an answer
-    /// the proxy assembled ([`Entry::from_answer`]): in a fleet the row of an answer written
-    /// while the conversation idled is read back here, and the client's copy of it that comes
-    /// next is matched leniently (its library re-serializes it), as by the instance that
-    /// wrote it.
-    fn finish(mut self) -> Recorded {
-        if let Some(last) = self.recorded.entries.last_mut()
-            && self.last_is_assistant == Some(true)
-        {
-            last.from_answer = true;
-        }
-        self.recorded
+    /// What was recorded; also the last message when some of its parts have no row (the
+    /// instance writing it was killed between two), with the index of the first missing part.
+    fn finish(self) -> (Recorded, Option<(Analyzed, usize)>) {
+        (self.recorded, self.pending)
     }
 
     /// Reads `raw`: a message, or (Anthropic, first) the request's top-level `system`.
@@ -243,7 +255,6 @@ impl Rebuild {
     /// Records message `message` whose first part is `row`.
     fn start(&mut self, row: &ArchivedMessage, raw: &str, message: Analyzed) {
         let leading = self.recorded.entries.last().is_none_or(|e| e.pinned);
-        self.last_is_assistant = Some(message.role == "assistant");
         let entry = Entry {
             fp: message.fp,
             raw_hash: hash_str(raw),
@@ -258,5 +269,96 @@ impl Rebuild {
         if message.parts.len() > 1 {
             self.pending = Some((message, 1));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ctxwin_std::store::{ArchiveStore, Fence, MemoryStore, Scope};
+    use serde_json::json;
+
+    use super::*;
+    use crate::conv::{Ingest, Stores};
+
+    fn fleet() -> Stores {
+        let store = Arc::new(MemoryStore::new());
+        Stores::Fleet(Ports { archive: store.clone(), checkpoints: store })
+    }
+
+    fn open(stores: &Stores) -> Conv {
+        let dir = std::path::Path::new("unused");
+        let settings = ConvSettings::new(32_768, 1_024);
+        Conv::open(dir, stores, "k", Provider::Anthropic, &settings).unwrap()
+    }
+
+    /// An Anthropic history: a system prompt, then `turns` turns of a call answered by two
+    /// results in one user turn (two parts) and a text answer.
+    fn history(turns: usize) -> Vec<Value> {
+        let mut messages = vec![json!({"role": "user", "content": "build and test it"})];
+        for t in 0..turns {
+            let call = |n: usize| json!({"type": "tool_use", "id": format!("t{t}_{n}"), "name": "run", "input": {"n": n}});
+            messages.push(json!({"role": "assistant", "content": [call(0), call(1)]}));
+            let result = |n: usize| json!({"type": "tool_result", "tool_use_id": format!("t{t}_{n}"), "content": format!("step {n} of turn {t}: ok")});
+            messages.push(json!({"role": "user", "content": [result(0), result(1)]}));
+            messages.push(json!({"role": "assistant", "content": format!("turn {t} done")}));
+            messages.push(json!({"role": "user", "content": format!("next, turn {}", t + 1)}));
+        }
+        messages
+    }
+
+    /// Takes `messages` (after catching up) and composes: the body forwarded.
+    fn serve(conv: &mut Conv, messages: &[Value]) -> String {
+        let tools = json!([{"name": "run", "input_schema": {"type": "object"}}]);
+        let body = json!({"model": "m", "max_tokens": 64, "system": "Be brief.", "tools": tools, "messages": messages});
+        let request = Request::parse(Provider::Anthropic, body.to_string().as_bytes()).unwrap();
+        let hashes = crate::wire::raw_hashes(&request);
+        conv.catch_up().unwrap();
+        assert!(matches!(conv.ingest(&request, &hashes).unwrap(), Ingest::Extended { .. }));
+        String::from_utf8(conv.compose(&request).unwrap().body).unwrap()
+    }
+
+    fn rows(stores: &Stores) -> Vec<(u64, String)> {
+        let Stores::Fleet(ports) = stores else { unreachable!() };
+        let rows = ports.archive.rows_after(&Scope::local("k"), 0, 1_000).unwrap();
+        rows.iter().map(|r| (r.id, r.full_text().to_string())).collect()
+    }
+
+    #[test]
+    fn two_instances_taking_turns_forward_and_store_what_one_does() {
+        let (shared, alone) = (fleet(), fleet());
+        let (mut a, mut b, mut single) = (open(&shared), open(&shared), open(&alone));
+        let full = history(4);
+        for (turn, end) in (1..=full.len()).step_by(2).enumerate() {
+            let conv = if turn % 2 == 0 { &mut a } else { &mut b };
+            let forwarded = serve(conv, &full[..end]);
+            assert_eq!(forwarded, serve(&mut single, &full[..end]), "request {turn}");
+        }
+        assert!(a.session().counters().reloads > 0 && b.session().counters().reloads > 0);
+        assert_eq!(rows(&shared), rows(&alone), "each message once, in order");
+        // The instance that served last is current; the other catches up with it.
+        assert_ne!(a.len(), b.len());
+        a.catch_up().unwrap();
+        b.catch_up().unwrap();
+        assert_eq!((a.len(), b.len()), (single.len(), single.len()));
+    }
+
+    #[test]
+    fn a_message_whose_writer_stopped_between_its_parts_is_completed() {
+        let stores = fleet();
+        let mut a = open(&stores);
+        let messages = &history(1)[..3];
+        serve(&mut a, messages);
+        let written = rows(&stores);
+        // Killed between the two results' writes: the second part's row is missing.
+        let Stores::Fleet(ports) = &stores else { unreachable!() };
+        let last = written.last().unwrap().0;
+        ports.archive.delete_from(&Scope::local("k"), Fence::NONE, last).unwrap();
+        let mut b = open(&stores);
+        assert_eq!(rows(&stores), written, "the missing part is written again");
+        assert_eq!(b.recorded.entries.last().unwrap().ids.len(), 2);
+        serve(&mut b, messages);
+        assert_eq!(rows(&stores), written, "and the request resent finds it known");
     }
 }
