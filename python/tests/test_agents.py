@@ -92,12 +92,8 @@ async def test_items_keep_their_json_exactly_and_threads_never_share_ids(tmp_pat
         await session.add_items([float("nan")])
 
 
-@pytest.mark.skipif(not os.environ.get("CTXWIN_PG_URL"), reason="CTXWIN_PG_URL is not set (scripts/pg-server.sh start prints it)")
-async def test_a_session_on_postgresql_survives_reopening():
-    import uuid
-
-    url = os.environ["CTXWIN_PG_URL"]
-    name = f"pg-{uuid.uuid4().hex[:12]}"
+async def test_a_session_on_postgresql_survives_reopening(pg_url):
+    url, name = pg_url, "pg"
     items = [{"role": "user", "content": "where is the runbook?"},
              {"type": "function_call", "call_id": "c1", "name": "find", "arguments": "{}"},
              {"type": "function_call_output", "call_id": "c1", "output": "docs/runbook.md"}]
