@@ -8,6 +8,9 @@
 #
 #   scripts/build-time.sh          # README's first command (the build, then the command)
 #   scripts/build-time.sh test     # README's test command, built only (--no-run)
+#   scripts/build-time.sh wheel    # the Python wheel's Rust build, as `pip install ./python`
+#                                  # runs it (maturin: the `wheel` profile, the crate's default
+#                                  # features, abi3, no libpython linked)
 #
 # Crates already in ~/.cargo/registry are not downloaded again (a fresh machine downloads
 # about 10 MB for the first command); BUILD_TIME_TARGET picks the directory [mktemp -d],
@@ -30,7 +33,13 @@ case "$what" in
     [ -n "$test_cmd" ] || { echo "no cargo test command in README" >&2; exit 2; }
     build="$test_cmd --no-run --timings"
     ;;
-  *) echo "usage: $0 [first|test]" >&2; exit 2 ;;
+  wheel)
+    # What maturin runs for `pip install ./python` (`cargo rustc --profile wheel --lib`),
+    # with the environment it sets for an extension module.
+    export PYO3_BUILD_EXTENSION_MODULE=1
+    build="cargo build -p ctxwin-python --lib --profile wheel --timings"
+    ;;
+  *) echo "usage: $0 [first|test|wheel]" >&2; exit 2 ;;
 esac
 
 target=${BUILD_TIME_TARGET:-$(mktemp -d /tmp/ctxwin-build-time.XXXXXX)}

@@ -1,7 +1,8 @@
 """Drop-ins for the OpenAI Agents SDK (``openai-agents``).
 
 * :class:`CtxwinSession` implements the SDK's ``Session`` protocol. It keeps every item
-  exactly as added (SQLite, in the state directory or in memory) and ``get_items`` returns the
+  exactly as added (through ctxwin's archive: a state directory's SQLite file, a PostgreSQL
+  database, or memory) and ``get_items`` returns the
   managed window: the newest items that fit ``max_tokens``, never a tool call without its
   output or an output without its call.
 * :class:`TrimInputFilter` is a ``RunConfig.call_model_input_filter``: it trims what each
@@ -27,13 +28,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sqlite3
 import threading
-from pathlib import Path
 from typing import Any
 
 from ._trim import trim
-from .errors import StorageError
+from ._native import ItemLog
 
 __all__ = ["CtxwinSession", "TrimInputFilter"]
 
@@ -41,87 +40,22 @@ DEFAULT_MAX_TOKENS = 64_000
 
 
 class _ItemLog:
-    """Items by session, in insertion order, in one SQLite database (shared by the sessions
-    of a process that use the same file, behind one lock)."""
+    """The native item log of a store, one per store in a process (so the sessions that use
+    one state directory share one SQLite connection, or one PostgreSQL pool)."""
 
-    _open: dict[str, _ItemLog] = {}
+    _open: dict[str, ItemLog] = {}
     _open_lock = threading.Lock()
 
     @classmethod
-    def at(cls, path: str) -> _ItemLog:
-        if path == ":memory:":
-            return cls(path)
-        key = os.path.realpath(path)
+    def at(cls, store: str) -> ItemLog:
+        if store == ":memory:":
+            return ItemLog(store)
+        key = store if "://" in store else os.path.realpath(store)
         with cls._open_lock:
             log = cls._open.get(key)
             if log is None:
-                log = cls._open[key] = cls(path)
+                log = cls._open[key] = ItemLog(store)
             return log
-
-    def __init__(self, path: str) -> None:
-        try:
-            self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            if path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS agent_items ("
-                " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
-                " session_id TEXT NOT NULL,"
-                " item TEXT NOT NULL)"
-            )
-            self._conn.execute(
-                "CREATE INDEX IF NOT EXISTS agent_items_session ON agent_items (session_id, seq)"
-            )
-        except sqlite3.Error as error:
-            raise StorageError(f"cannot open the item log {path}: {error}") from error
-        self._lock = threading.Lock()
-
-    def _run(self, work: Any) -> Any:
-        with self._lock:
-            try:
-                return work(self._conn)
-            except sqlite3.Error as error:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise StorageError(f"item log: {error}") from error
-
-    def add(self, session: str, items: list[str]) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(
-                "INSERT INTO agent_items (session_id, item) VALUES (?, ?)",
-                [(session, item) for item in items],
-            )
-            conn.execute("COMMIT")
-
-        self._run(work)
-
-    def items(self, session: str) -> list[str]:
-        return self._run(
-            lambda conn: [
-                row[0]
-                for row in conn.execute(
-                    "SELECT item FROM agent_items WHERE session_id = ? ORDER BY seq", (session,)
-                )
-            ]
-        )
-
-    def pop(self, session: str) -> str | None:
-        def work(conn: sqlite3.Connection) -> str | None:
-            conn.execute("BEGIN IMMEDIATE")
-            row = conn.execute(
-                "SELECT seq, item FROM agent_items WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
-                (session,),
-            ).fetchone()
-            if row is not None:
-                conn.execute("DELETE FROM agent_items WHERE seq = ?", (row[0],))
-            conn.execute("COMMIT")
-            return None if row is None else row[1]
-
-        return self._run(work)
-
-    def clear(self, session: str) -> None:
-        self._run(lambda conn: conn.execute("DELETE FROM agent_items WHERE session_id = ?", (session,)))
 
 
 def _pending_tail(items: list[Any]) -> int:
@@ -165,8 +99,10 @@ def _window(items: list[Any], max_tokens: int, token_counter: Any, instructions:
 class CtxwinSession:
     """An Agents SDK session whose ``get_items`` is a managed context window.
 
-    Every item is kept as added, in SQLite: ``store`` is a state directory (the items go to
-    ``agent_items.db`` in it; created if missing) or ``":memory:"``. ``get_items`` returns the
+    Every item is kept as added, in ctxwin's archive (one row per item, its JSON unchanged,
+    searchable like any archived message): ``store`` is a state directory (its
+    ``archive.db``; created if missing), a ``postgres://`` URL (the fleet store), or
+    ``":memory:"``. The session's conversation in the archive is ``agents/<session_id>``. ``get_items`` returns the
     newest items that fit ``max_tokens`` (ctxwin's estimator by default, or ``token_counter``
     as for :func:`ctxwin.trim`) — a function call and its output are kept or dropped together
     — then applies ``limit`` (the latest N, as every SDK session does).
@@ -199,17 +135,12 @@ class CtxwinSession:
             except ImportError:
                 session_settings = None
         self.session_settings = session_settings
-        store = os.fspath(store)
-        if store == ":memory:":
-            path = store
-        else:
-            Path(store).mkdir(parents=True, exist_ok=True)
-            path = str(Path(store) / "agent_items.db")
-        self._log = _ItemLog.at(path)
+        self._log = _ItemLog.at(os.fspath(store))
+        self._conversation = f"agents/{session_id}"
 
     async def all_items(self) -> list[Any]:
         """Every item stored for this session, oldest first."""
-        rows = await asyncio.to_thread(self._log.items, self.session_id)
+        rows = await asyncio.to_thread(self._log.items, self._conversation)
         return [json.loads(row) for row in rows]
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
@@ -228,16 +159,16 @@ class CtxwinSession:
         if not items:
             return
         rows = [json.dumps(item) for item in items]
-        await asyncio.to_thread(self._log.add, self.session_id, rows)
+        await asyncio.to_thread(self._log.add, self._conversation, rows)
 
     async def pop_item(self) -> Any | None:
         """Removes and returns the newest item (``None`` when there is none)."""
-        row = await asyncio.to_thread(self._log.pop, self.session_id)
+        row = await asyncio.to_thread(self._log.pop, self._conversation)
         return None if row is None else json.loads(row)
 
     async def clear_session(self) -> None:
         """Removes every item of this session."""
-        await asyncio.to_thread(self._log.clear, self.session_id)
+        await asyncio.to_thread(self._log.clear, self._conversation)
 
 
 class TrimInputFilter:

@@ -1,5 +1,6 @@
 """``ctxwin.Context``: one conversation's managed context window, kept in a state directory
-(SQLite archive of every message, crash-safe checkpoints) or in memory."""
+(SQLite archive of every message, crash-safe checkpoints), a PostgreSQL database, or
+memory."""
 
 from __future__ import annotations
 
@@ -40,11 +41,12 @@ class Context:
     a tool call and its results go together), and :meth:`compose` gives this turn's request
     body for OpenAI or Anthropic.
 
-    ``store``: a state directory (created if missing: ``archive.db``, ``checkpoints/``; the
-    newest checkpoint is restored when it exists), or ``":memory:"``. Stores by URL
-    (PostgreSQL) are refused until they exist. One ``Context`` per directory and ``name`` at a
-    time; a ``Context`` can be shared by threads (each call holds it alone and runs with the
-    GIL released).
+    ``store``, as the CLI's ``[store] url``: a state directory (created if missing:
+    ``archive.db``, ``checkpoints/``), a ``postgres://`` or ``postgresql://`` URL (the fleet
+    store: archive and checkpoints in one database, shared by processes; ``tenant`` scopes
+    every row), or ``":memory:"``. The newest checkpoint is restored when one exists. One
+    ``Context`` per store, tenant and ``name`` at a time; a ``Context`` can be shared by
+    threads (each call holds it alone and runs with the GIL released).
 
     ``window`` and ``reserve`` set the model's context window and the tokens kept for the
     reply; ``config`` any other field of the core's ``Config`` by name (``locked_tail``,
@@ -77,6 +79,7 @@ class Context:
         tokenizer: Any = None,
         config: dict[str, Any] | None = None,
         checkpoint_every: int | None = None,
+        tenant: str | None = None,
     ) -> None:
         settings = dict(config or {})
         if window is not None:
@@ -92,6 +95,7 @@ class Context:
             config=json.dumps(settings) if settings else None,
             tokenizer=native_tokenizer,
             checkpoint_every=checkpoint_every,
+            tenant=tenant,
         )
 
     @property

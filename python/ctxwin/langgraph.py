@@ -8,6 +8,18 @@ its elements' content hashes and each distinct element once, so the thread grows
 messages, not with messages × steps. Everything else is stored as LangGraph gives it; the
 saver passes ``langgraph-checkpoint-conformance``, every capability.
 
+Unlike :class:`ctxwin.Context` and :class:`ctxwin.agents.CtxwinSession`, the saver keeps its
+own SQLite file (``langgraph.db``) rather than going through ctxwin's storage ports, because
+LangGraph's data model is not what those ports hold. The checkpoint port stores opaque
+snapshots under ids it assigns, newest first, and deletes only "all but the newest N";
+LangGraph addresses checkpoints by its own ids (``get_tuple`` of any past ``checkpoint_id``
+would read every newer snapshot of the thread), deletes single checkpoints
+(``delete_for_runs``), and lists and filters by metadata across every thread (the port
+cannot enumerate threads). Pending writes (upserted by checkpoint, task and index),
+channel values by version and the content-addressed message elements are keyed records the
+archive port, whose rows are chat messages indexed for search, has no place for. Holding them
+there would mean a new port with SQLite and PostgreSQL adapters, not a thin layer.
+
 >>> from langgraph.graph import START, MessagesState, StateGraph
 >>> from langchain_core.messages import AIMessage
 >>> from ctxwin.langgraph import CtxwinSaver

@@ -5,44 +5,37 @@
 //! `stats`, `checkpoint`, `checkpoints`, `restore`, `forget`, `forget_matching`,
 //! `abort_pending_calls` and `archive().search` (the archive port).
 
-use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use ctxwin_core::Config;
 use ctxwin_std::format::Format;
 use ctxwin_std::session::{ComposeOptions, RecallFor, RestorePoint, Session, SessionBuilder};
-use ctxwin_std::store::CheckpointId;
 use ctxwin_std::store::SearchQuery;
+use ctxwin_std::store::{CheckpointId, Location};
 use ctxwin_std::{ChatMessage, ToolDefinition};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::convert::{Reader, Shape};
 use crate::errors::{self, Kind};
+use crate::items::create_dir;
 use crate::tokenizer::Tokenizer;
 
-/// Where a context keeps its archive and checkpoints.
+/// Where a context keeps its archive and checkpoints: as the CLI's `[store] url`, a state
+/// directory or a PostgreSQL URL ([`Location::parse`]), or memory.
 enum Store {
-    /// A state directory: `archive.db` (SQLite) and `checkpoints/`.
-    Directory(PathBuf),
+    /// A state directory (`archive.db` and `checkpoints/`) or a PostgreSQL database.
+    At(Location),
     /// In memory: lost with the process, no checkpoints.
     Memory,
 }
 
 impl Store {
-    fn parse(store: &str) -> PyResult<Store> {
+    fn parse(store: &str) -> Store {
         if store == ":memory:" {
-            return Ok(Store::Memory);
+            return Store::Memory;
         }
-        if let Some((scheme, _)) = store.split_once("://") {
-            return Err(errors::error(
-                Kind::Config,
-                format!(
-                    "store {scheme}://…: stores by URL (PostgreSQL) are not available yet; pass a directory or \":memory:\""
-                ),
-            ));
-        }
-        Ok(Store::Directory(PathBuf::from(store)))
+        Store::At(Location::parse(store))
     }
 }
 
@@ -68,7 +61,7 @@ fn to_json<T: serde::Serialize>(value: &T) -> PyResult<String> {
 #[pymethods]
 impl Context {
     #[new]
-    #[pyo3(signature = (name, store, *, config=None, tokenizer=None, checkpoint_every=None))]
+    #[pyo3(signature = (name, store, *, config=None, tokenizer=None, checkpoint_every=None, tenant=None))]
     fn new(
         py: Python<'_>,
         name: String,
@@ -76,6 +69,7 @@ impl Context {
         config: Option<&str>,
         tokenizer: Option<PyRef<'_, Tokenizer>>,
         checkpoint_every: Option<u32>,
+        tenant: Option<String>,
     ) -> PyResult<Context> {
         let config: Config = match config {
             Some(json) => serde_json::from_str(json)
@@ -83,23 +77,21 @@ impl Context {
             None => Config::DEFAULT,
         };
         let counter = tokenizer.map(|t| t.counter().clone()).unwrap_or_default();
-        let store = Store::parse(store)?;
+        let store = Store::parse(store);
         let session_name = name.clone();
         let session = py.detach(move || {
             let builder = SessionBuilder::new(session_name).config(config).counter(counter);
+            let builder = match tenant {
+                Some(tenant) => builder.tenant(tenant),
+                None => builder,
+            };
             let builder = match store {
                 Store::Memory => builder.archive_in_memory(),
-                Store::Directory(dir) => {
-                    std::fs::create_dir_all(&dir).map_err(|e| {
-                        errors::error(
-                            Kind::Storage,
-                            format!("cannot create the state directory {}: {e}", dir.display()),
-                        )
-                    })?;
-                    let builder = builder
-                        .archive(dir.join("archive.db"))
-                        .checkpoints(dir.join("checkpoints"))
-                        .restore_latest(true);
+                Store::At(location) => {
+                    if let Location::Directory(dir) = &location {
+                        create_dir(dir)?;
+                    }
+                    let builder = builder.store(location).restore_latest(true);
                     match checkpoint_every {
                         Some(every) => builder.checkpoint_interval_messages(every),
                         None => builder,

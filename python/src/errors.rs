@@ -97,6 +97,12 @@ pub(crate) fn core_kind(err: CoreError) -> Kind {
     }
 }
 
+/// A storage failure as the CLI classifies it.
+pub(crate) fn store(err: StoreError) -> PyErr {
+    let kind = store_kind(&err);
+    error(kind, err.to_string())
+}
+
 /// The category of a storage failure, by its kind (no backend's error type is named), as the
 /// CLI's `from_store` classifies it.
 fn store_kind(err: &StoreError) -> Kind {

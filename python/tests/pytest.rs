@@ -7,7 +7,9 @@
 //! Without python3 the test says so and passes; anything else that fails fails it. The real
 //! Agents SDK run loop runs when `CTXWIN_LLM_URL` names a local model server
 //! (`scripts/llm-server.sh start`), which the environment passes through;
-//! `CTXWIN_PYTEST_K` passes pytest a `-k` selection (CI's LLM step runs only that test).
+//! the PostgreSQL tests run when `CTXWIN_PG_URL` names a server (`scripts/pg-server.sh
+//! start`); `CTXWIN_PYTEST_K` passes pytest a `-k` selection (CI's LLM and PostgreSQL steps
+//! run only theirs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,6 +26,8 @@ const TEST_PACKAGES: &[&str] = &[
     "langgraph-checkpoint==4.3.2",
     "langgraph-checkpoint-conformance==0.0.2",
     "openai-agents==0.24.0",
+    // Creates and drops each PostgreSQL test's schema (tests/conftest.py).
+    "psycopg[binary]==3.3.9",
 ];
 
 fn repo() -> PathBuf {

@@ -67,7 +67,42 @@ async def test_sessions_share_a_directory_and_survive_reopening(tmp_path):
     await two.add_items([{"role": "user", "content": "for two"}])
     assert await CtxwinSession("one", store=tmp_path).get_items() == [{"role": "user", "content": "for one"}]
     assert [i["content"] for i in await two.get_items()] == ["for two"]
-    assert (tmp_path / "agent_items.db").exists()
+    # Through ctxwin's archive port: the state directory's archive.db, as ctxwin.Context.
+    assert (tmp_path / "archive.db").exists() and not (tmp_path / "agent_items.db").exists()
+    assert await one.pop_item() == {"role": "user", "content": "for one"}
+    assert await one.get_items() == [] and len(await two.all_items()) == 1
+
+
+async def test_items_keep_their_json_exactly_and_threads_never_share_ids(tmp_path):
+    session = CtxwinSession("exact", store=tmp_path)
+    odd = [
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "caf\u00e9 \U0001f600"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": {"not": "a string"}},
+    ]
+    await session.add_items(odd)
+    assert await session.all_items() == odd
+    await asyncio.gather(*[session.add_items([{"role": "user", "content": f"m{n}"}]) for n in range(40)])
+    stored = await session.all_items()
+    assert len(stored) == 43
+    assert sorted(item["content"] for item in stored[3:]) == sorted(f"m{n}" for n in range(40))
+    await session.clear_session()
+    assert await session.all_items() == [] and await session.pop_item() is None
+    with pytest.raises(ctxwin.InvalidInputError):
+        await session.add_items([float("nan")])
+
+
+async def test_a_session_on_postgresql_survives_reopening(pg_url):
+    url, name = pg_url, "pg"
+    items = [{"role": "user", "content": "where is the runbook?"},
+             {"type": "function_call", "call_id": "c1", "name": "find", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c1", "output": "docs/runbook.md"}]
+    await CtxwinSession(name, store=url).add_items(items)
+    again = CtxwinSession(name, store=url)
+    assert await again.get_items() == items
+    assert await again.pop_item() == items[-1]
+    await again.clear_session()
+    assert await CtxwinSession(name, store=url).all_items() == []
 
 
 async def test_the_runner_sends_the_model_the_managed_window():

@@ -78,8 +78,11 @@ def test_refusals_and_stores_by_url_are_typed_errors(tmp_path):
         ctx.compose()
     ctx.abort_pending_calls()
     assert ctx.compose().messages[-1]["content"] == ctxwin.ABORTED_RESULT
-    with pytest.raises(ctxwin.ConfigError, match="not available yet"):
-        ctxwin.Context("pg", store="postgresql://localhost/ctxwin")
+    # A PostgreSQL URL is a store, as for the CLI; a server that is not there is a storage
+    # error that does not show the password.
+    with pytest.raises(ctxwin.StorageError) as refused:
+        ctxwin.Context("pg", store="postgresql://nobody:secret@127.0.0.1:1/ctxwin?connect_timeout=2")
+    assert "secret" not in str(refused.value)
     with pytest.raises(ctxwin.ConfigError):
         ctxwin.Context("bad", store=":memory:", config={"observation_limit": 1})
     with pytest.raises(ctxwin.UsageError):
@@ -108,3 +111,19 @@ def test_threads_share_one_context():
         thread.join()
     assert errors == []
     assert ctx.stats()["core"]["counters"]["messages_pushed"] == 200
+
+
+
+def test_a_context_on_postgresql_is_restored_by_the_next_process_object(pg_url):
+    ctx = ctxwin.Context("agent", store=pg_url, tenant="acme", window=8_192, reserve=1_024)
+    ctx.push([{"role": "user", "content": "Rotate the TLS certificate on edge-3."},
+              {"role": "assistant", "content": "Rotated; expires in 90 days."}])
+    mark = ctx.checkpoint()
+    assert ctx.checkpoints() == [mark]
+    del ctx
+    again = ctxwin.Context("agent", store=pg_url, tenant="acme", window=8_192, reserve=1_024)
+    assert [m["content"] for m in again.compose().messages][-1] == "Rotated; expires in 90 days."
+    assert again.search("certificate")[0]["id"] == 1
+    # Another tenant's conversation of the same name sees none of it.
+    other = ctxwin.Context("agent", store=pg_url, tenant="globex")
+    assert other.compose().messages == [] and other.search("certificate") == []
