@@ -146,7 +146,7 @@ async fn after_accept_error(error: &std::io::Error) {
 
 /// The most connections to hold open: `configured`, unless the file-descriptor limit (raised
 /// as far as `configured` needs, up to its hard limit) allows fewer. Each client connection
-/// may hold an upstream connection too: two descriptors each, plus [`RESERVED_FDS`].
+/// may hold an upstream connection too: two descriptors each, plus `RESERVED_FDS`.
 pub fn connection_cap(configured: usize) -> usize {
     let needed = (configured as u64).saturating_mul(2).saturating_add(RESERVED_FDS);
     let limit = raise_fd_limit(needed);

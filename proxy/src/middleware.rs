@@ -200,7 +200,7 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
 }
 
 /// Reads and discards the body of a request refused before it was read, within the body
-/// limit and timeout ([`drain`]).
+/// limit and timeout (`drain`).
 pub async fn drain_refused(app: &App, body: Body) {
     let (limit, timeout) = (app.config.body_limit, app.config.body_timeout);
     let _ = tokio::time::timeout(timeout, drain(body.into_data_stream(), limit)).await;

@@ -383,7 +383,7 @@ impl Conv {
     /// what the conversation recorded, the answer still waiting included. In a fleet,
     /// nothing when another instance served the conversation since: what this one holds is
     /// stale (the answer still waiting comes back with its client's next request); and
-    /// nothing while a reload would replay fewer than [`FLEET_CHECKPOINT_ROWS`] messages.
+    /// nothing while a reload would replay fewer than `FLEET_CHECKPOINT_ROWS` messages.
     ///
     /// # Errors
     /// Session errors.

@@ -10,7 +10,7 @@ use super::{Conv, ConvError};
 use crate::config::{MIN_PROMPT, ProxyConfig, RETRIEVAL};
 use crate::wire::{Part, Request};
 
-/// The settings a conversation is opened with ([`crate::ProxyConfig::conv_settings`]).
+/// The settings a conversation is opened with ([`ConvSettings::for_model`]).
 ///
 /// ```
 /// use ctxwin_proxy::conv::ConvSettings;
@@ -67,7 +67,7 @@ impl ConvSettings {
     /// `pinned` tokens (0 when not known yet): the budget is what the reply leaves of the
     /// window, so that the prompt plus the reply's `max_tokens` never pass the window.
     ///
-    /// A compaction keeps [`KEEP_PERCENT`] of what the pinned part leaves the history (not a
+    /// A compaction keeps `KEEP_PERCENT` of what the pinned part leaves the history (not a
     /// share of the budget: at 32k the pinned part of a coding agent is half of it), so that
     /// the history then grows for many requests with the provider's prompt cache holding:
     /// each compaction rewrites the cached prefix once, and the fewer tokens it keeps the
