@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ctxwin_core::{Config, OutboxMode, StrategyKind, UnansweredCalls};
 use ctxwin_std::session::CheckpointPolicy;
-use ctxwin_std::session::RetrievalSettings;
+use ctxwin_std::session::{RetrievalSection, RetrievalSettings};
 use serde::Deserialize;
 
 use super::error::CliError;
@@ -65,41 +65,6 @@ pub(crate) struct EmbeddingsSection {
     pub url: Option<String>,
     /// The model's name.
     pub model: Option<String>,
-}
-
-/// The `[retrieval]` section: how `build` brings archived turns back into the payload.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RetrievalSection {
-    embeddings_url: Option<String>,
-    embeddings_model: Option<String>,
-    auto: Option<bool>,
-    max_share_percent: Option<u8>,
-    max_items: Option<usize>,
-    candidates: Option<usize>,
-    neighbours: Option<bool>,
-    recency: Option<f64>,
-}
-
-impl RetrievalSection {
-    fn resolve(&self) -> Result<RetrievalSettings, String> {
-        let d = RetrievalSettings::DEFAULT;
-        let settings = RetrievalSettings {
-            auto: self.auto.unwrap_or(d.auto),
-            max_share_percent: self.max_share_percent.unwrap_or(d.max_share_percent),
-            max_items: self.max_items.unwrap_or(d.max_items),
-            candidates: self.candidates.unwrap_or(d.candidates),
-            neighbours: self.neighbours.unwrap_or(d.neighbours),
-            recency: self.recency.unwrap_or(d.recency),
-        };
-        if settings.max_share_percent > 100 {
-            return Err("[retrieval] max_share_percent must be 0-100".into());
-        }
-        if !(0.0..=10.0).contains(&settings.recency) {
-            return Err("[retrieval] recency must be between 0 and 10".into());
-        }
-        Ok(settings)
-    }
 }
 
 /// The `[limits]` section, checked.
@@ -297,7 +262,7 @@ impl FileConfig {
             tokenizer: sections.tokenizer.path,
             llm: sections.llm,
             limits,
-            retrieval: sections.retrieval.resolve().map_err(bad)?,
+            retrieval: sections.retrieval.resolve(RetrievalSettings::DEFAULT).map_err(bad)?,
             embeddings: EmbeddingsSection {
                 url: sections.retrieval.embeddings_url,
                 model: sections.retrieval.embeddings_model,

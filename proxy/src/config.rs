@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ctxwin_std::session::RetrievalSettings;
+use ctxwin_std::session::{RetrievalSection, RetrievalSettings};
 use serde::Deserialize;
 
 /// The fewest tokens the reply reserve (a request's `max_tokens`) must leave the prompt.
@@ -173,20 +173,6 @@ struct ContextSection {
     observation_limit: Option<u32>,
 }
 
-/// The `[retrieval]` section the CLI shares with the proxy.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RetrievalSection {
-    auto: Option<bool>,
-    max_share_percent: Option<u8>,
-    max_items: Option<usize>,
-    candidates: Option<usize>,
-    neighbours: Option<bool>,
-    recency: Option<f64>,
-    embeddings_url: Option<String>,
-    embeddings_model: Option<String>,
-}
-
 #[derive(Debug, Default, Deserialize)]
 struct File {
     #[serde(default)]
@@ -245,7 +231,7 @@ impl ProxyConfig {
             }
         }
         if let Some(retrieval) = file.retrieval {
-            self.apply_retrieval(retrieval);
+            self.apply_retrieval(&retrieval)?;
         }
         let Some(section) = file.proxy else { return Ok(()) };
         self.apply_connection_limits(&section);
@@ -309,20 +295,15 @@ impl ProxyConfig {
         }
     }
 
-    fn apply_retrieval(&mut self, section: RetrievalSection) {
-        let r = &mut self.retrieval;
-        r.auto = section.auto.unwrap_or(r.auto);
-        r.max_share_percent = section.max_share_percent.unwrap_or(r.max_share_percent);
-        r.max_items = section.max_items.unwrap_or(r.max_items);
-        r.candidates = section.candidates.unwrap_or(r.candidates);
-        r.neighbours = section.neighbours.unwrap_or(r.neighbours);
-        r.recency = section.recency.unwrap_or(r.recency);
+    fn apply_retrieval(&mut self, section: &RetrievalSection) -> Result<(), ConfigError> {
+        self.retrieval = section.resolve(self.retrieval).map_err(ConfigError::Invalid)?;
         let unused = [
             ("embeddings_url", &section.embeddings_url),
             ("embeddings_model", &section.embeddings_model),
         ];
         self.origins.unused_retrieval =
             unused.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| (*k).to_string()).collect();
+        Ok(())
     }
 
     /// Applies `CTXWIN_PROXY_UPSTREAM`, `CTXWIN_PROXY_LISTEN`, `CTXWIN_PROXY_KEY`,
