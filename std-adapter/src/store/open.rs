@@ -358,6 +358,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let memory = Arc::new(crate::store::MemoryStore::new());
         prune_and_delete(&Ports { archive: memory.clone(), checkpoints: memory });
-        prune_and_delete(&open(&Location::Directory(dir.path().to_path_buf())).unwrap());
+        let directory = open(&Location::Directory(dir.path().to_path_buf()));
+        if cfg!(feature = "sqlite") {
+            prune_and_delete(&directory.unwrap());
+        } else {
+            assert!(matches!(directory, Err(StoreError::Invalid { .. })));
+        }
     }
 }
