@@ -14,6 +14,7 @@ use super::semantic::{EmbedderSlot, SemanticIndex};
 use super::stats::SessionCounters;
 use super::stores::Stores;
 use super::sync::Tracker;
+use super::tasks::{TaskDetection, TaskState};
 use super::{
     Calibration, Counter, Hybrid, Journal, RetrievalSettings, Session, SessionError, SessionManager,
 };
@@ -143,6 +144,7 @@ pub struct SessionBuilder {
     retrieval: RetrievalSettings,
     embedder: Option<EmbedderSlot>,
     hybrid: Hybrid,
+    task_detection: TaskDetection,
 }
 
 impl SessionBuilder {
@@ -175,7 +177,22 @@ impl SessionBuilder {
             retrieval: RetrievalSettings::DEFAULT,
             embedder: None,
             hybrid: Hybrid::DEFAULT,
+            task_detection: TaskDetection::Off,
         }
+    }
+
+    /// How the session finds task boundaries nobody announces ([`TaskDetection::Off`] by
+    /// default: only [`Session::start_task`] starts tasks).
+    ///
+    /// ```
+    /// use ctxwin_std::session::{SessionBuilder, TaskDetection};
+    /// let session = SessionBuilder::new("s").task_detection(TaskDetection::NewRequest).build()?;
+    /// assert_eq!(session.task_detection(), TaskDetection::NewRequest);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn task_detection(mut self, detection: TaskDetection) -> Self {
+        self.task_detection = detection;
+        self
     }
 
     /// The tenant the session belongs to: its [`Scope`] in the stores is `(tenant, name)`
@@ -526,6 +543,7 @@ impl SessionBuilder {
                 settings: self.retrieval,
                 semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
             },
+            task_state: TaskState { detection: self.task_detection, ..TaskState::default() },
         };
         let restored = if self.assume_new {
             // Nothing stored: the empty session is what the store reproduces.
