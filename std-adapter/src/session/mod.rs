@@ -137,7 +137,10 @@ pub use report::{ImportReport, PushReport, Reduction, ReloadReport, RestoreRepor
 pub use retrieval_section::RetrievalSection;
 pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
 pub use semantic::{EMBEDDER_COOLDOWN, SemanticStats};
-pub use stats::{ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, thousands};
+pub use stats::{
+    ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TASK_RATIO_WARNING, TaskRatio,
+    TaskStats, thousands,
+};
 pub use tasks::{ERROR_MEMORY_HEADER, ErrorMemory, TaskDetection};
 
 mod builder;
