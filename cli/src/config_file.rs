@@ -67,6 +67,18 @@ struct TasksSection {
     detect: Option<String>,
 }
 
+impl TasksSection {
+    /// `detect`, checked (off when left out).
+    fn detection(&self) -> Result<TaskDetection, String> {
+        match self.detect.as_deref() {
+            None => Ok(TaskDetection::Off),
+            Some(name) => TaskDetection::parse(name).ok_or_else(|| {
+                format!("[tasks] detect must be \"off\" or \"new-request\", not {name:?}")
+            }),
+        }
+    }
+}
+
 /// The embeddings server of hybrid recall (`[retrieval] embeddings_url`, `embeddings_model`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct EmbeddingsSection {
@@ -265,12 +277,7 @@ impl FileConfig {
         if limits.max_input_bytes == 0 {
             return Err(bad("[limits] max_input_bytes must be at least 1".into()));
         }
-        let task_detection = match sections.tasks.detect.as_deref() {
-            None => TaskDetection::Off,
-            Some(name) => TaskDetection::parse(name).ok_or_else(|| {
-                bad(format!("[tasks] detect must be \"off\" or \"new-request\", not {name:?}"))
-            })?,
-        };
+        let task_detection = sections.tasks.detection().map_err(bad)?;
         Ok(FileConfig {
             session,
             context,

@@ -380,6 +380,37 @@ mod tests {
     }
 
     #[test]
+    fn error_memory_reads_only_its_own_tenant_and_conversation() {
+        let store = std::sync::Arc::new(crate::store::MemoryStore::new());
+        let config = ctxwin_core::Config { max_messages: 4, locked_tail: 1, ..Default::default() };
+        let open = |tenant: &str, name: &str| {
+            SessionBuilder::new(name)
+                .tenant(tenant)
+                .config(config)
+                .archive_store(store.clone())
+                .build()
+                .unwrap()
+        };
+        let failure = "error: linker `cc` not found";
+        let mut first = open("acme", "agent");
+        first.push(&ChatMessage::text(Role::User, "build it")).unwrap();
+        round(&mut first, "a", "run", r#"{"cmd":"cargo build"}"#, failure);
+        round(&mut first, "b", "run", r#"{"cmd":"apt-get install -y gcc"}"#, "Setting up gcc");
+        for turn in 0..4 {
+            first.push(&ChatMessage::text(Role::User, format!("unrelated {turn}"))).unwrap();
+        }
+        // Its own conversation remembers (the resolution left the window).
+        round(&mut first, "r", "run", r#"{"cmd":"cargo build"}"#, failure);
+        assert!(first.error_memory().is_some());
+        for (tenant, name) in [("acme", "other-agent"), ("globex", "agent")] {
+            let mut other = open(tenant, name);
+            other.push(&ChatMessage::text(Role::User, "build it")).unwrap();
+            round(&mut other, "c", "run", r#"{"cmd":"cargo build"}"#, failure);
+            assert!(other.error_memory().is_none(), "{tenant}/{name} saw another's archive");
+        }
+    }
+
+    #[test]
     fn detection_starts_a_task_at_a_new_request_after_a_tool_loop_not_at_a_reply() {
         let mut session = SessionBuilder::new("s")
             .archive_in_memory()
