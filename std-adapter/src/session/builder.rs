@@ -145,6 +145,7 @@ pub struct SessionBuilder {
     embedder: Option<EmbedderSlot>,
     hybrid: Hybrid,
     task_detection: TaskDetection,
+    error_memory: Option<bool>,
 }
 
 impl SessionBuilder {
@@ -178,7 +179,24 @@ impl SessionBuilder {
             embedder: None,
             hybrid: Hybrid::DEFAULT,
             task_detection: TaskDetection::Off,
+            error_memory: None,
         }
+    }
+
+    /// Error memory on or off: a tool error whose signature matches an earlier archived one
+    /// brings that error's resolution back into the payload's free room
+    /// ([`Session::error_memory`]). By default it is on while the session uses tasks (task
+    /// detection on, or a task started), so a session without tasks is unchanged.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let session = SessionBuilder::new("s").error_memory(true).build()?;
+    /// assert!(session.error_memory_enabled());
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn error_memory(mut self, on: bool) -> Self {
+        self.error_memory = Some(on);
+        self
     }
 
     /// How the session finds task boundaries nobody announces ([`TaskDetection::Off`] by
@@ -543,7 +561,11 @@ impl SessionBuilder {
                 settings: self.retrieval,
                 semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
             },
-            task_state: TaskState { detection: self.task_detection, ..TaskState::default() },
+            task_state: TaskState {
+                detection: self.task_detection,
+                error_memory_setting: self.error_memory,
+                ..TaskState::default()
+            },
         };
         let restored = if self.assume_new {
             // Nothing stored: the empty session is what the store reproduces.

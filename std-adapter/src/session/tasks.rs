@@ -198,8 +198,21 @@ impl Session {
     /// After a message was pushed: a tool error whose signature matches an earlier archived
     /// one brings back its resolution; a user message or a result that is not an error ends
     /// the error memory.
+    /// Whether error memory is on: as [`SessionBuilder::error_memory`](super::SessionBuilder::error_memory)
+    /// says, else while the session uses tasks (detection on, or a task started), so that a
+    /// session without tasks composes and costs as before.
+    pub fn error_memory_enabled(&self) -> bool {
+        self.task_state.error_memory_setting.unwrap_or_else(|| {
+            self.task_state.detection != TaskDetection::Off || !self.manager.tasks().is_empty()
+        })
+    }
+
     /// A failed archive read only costs the memory (logged): the message is stored.
     pub(super) fn note_for_error_memory(&mut self, message: &ChatMessage, id: u64) {
+        if !self.error_memory_enabled() {
+            self.task_state.error_memory = None;
+            return;
+        }
         let error = message.role == Role::Tool && looks_like_error(&message.content);
         if !error {
             if matches!(message.role, Role::User | Role::Tool) {
@@ -262,6 +275,8 @@ impl Session {
 #[derive(Debug, Default)]
 pub(super) struct TaskState {
     pub(super) detection: TaskDetection,
+    /// Error memory on or off as the builder said (`None`: on while tasks are used).
+    pub(super) error_memory_setting: Option<bool>,
     /// Tasks detection started.
     pub(super) detected: u64,
     pub(super) error_memory: Option<ErrorMemory>,
@@ -350,6 +365,9 @@ mod tests {
         let config = ctxwin_core::Config { max_messages: 6, locked_tail: 2, ..Default::default() };
         let mut session =
             SessionBuilder::new("s").config(config).archive_in_memory().build().unwrap();
+        assert!(!session.error_memory_enabled(), "off in a session without tasks");
+        session.start_task("build it").unwrap();
+        assert!(session.error_memory_enabled());
         session.push(&ChatMessage::text(Role::User, "build it")).unwrap();
         let failure = "error: linker `cc` not found\n  = note: No such file (os error 2)";
         round(&mut session, "a", "run", r#"{"cmd":"cargo build"}"#, failure);
@@ -387,6 +405,7 @@ mod tests {
             SessionBuilder::new(name)
                 .tenant(tenant)
                 .config(config)
+                .error_memory(true)
                 .archive_store(store.clone())
                 .build()
                 .unwrap()
