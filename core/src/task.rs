@@ -282,18 +282,29 @@ fn error_line(text: &str) -> Option<&str> {
     head.lines().find(|line| ERROR_CUES.iter().any(|cue| has_real_cue(line, cue)))
 }
 
-/// Whether `cue` occurs in `line` (ASCII case-insensitive) other than as "0 …" or "no …".
+/// Whether `cue` occurs in `line` (ASCII case-insensitive) as a word of its own (`error:`,
+/// `error[E0425]`, `3 errors`; not `ApiError`, `crate::error::Kind` or `on_error`) other than
+/// as "0 …" or "no …".
 fn has_real_cue(line: &str, cue: &str) -> bool {
     let bytes = line.as_bytes();
     let needle = cue.as_bytes();
     if needle.is_empty() || bytes.len() < needle.len() {
         return false;
     }
+    let joins = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     (0..=bytes.len() - needle.len()).any(|at| {
         let hit = bytes
             .get(at..at + needle.len())
             .is_some_and(|window| window.eq_ignore_ascii_case(needle));
-        hit && !counts_none(bytes.get(..at).unwrap_or_default())
+        let before = at.checked_sub(1).and_then(|i| bytes.get(i)).copied();
+        let mut end = at + needle.len();
+        if bytes.get(end).is_some_and(|b| b.eq_ignore_ascii_case(&b's')) {
+            end += 1;
+        }
+        let after = bytes.get(end).copied();
+        let path = before == Some(b':') || bytes.get(end..end + 2) == Some(b"::");
+        let word = !before.is_some_and(joins) && !after.is_some_and(joins) && !path;
+        hit && word && !counts_none(bytes.get(..at).unwrap_or_default())
     })
 }
 
@@ -391,5 +402,14 @@ mod tests {
         assert!(!looks_like_error("no errors found"));
         assert!(looks_like_error("1 error: expected `;`"));
         assert!(looks_like_error("[ctxwin] Tool call aborted: no result was received."));
+    }
+
+    #[test]
+    fn error_words_inside_identifiers_are_not_errors() {
+        assert!(!looks_like_error("use crate::error::ApiError;\nfn on_error() {}"));
+        assert!(!looks_like_error("let failed_count = 0; // ErrorKind"));
+        assert!(looks_like_error("error: expected `;`"));
+        assert!(looks_like_error("2 errors emitted"));
+        assert!(looks_like_error("test parser::tabs ... FAILED"));
     }
 }

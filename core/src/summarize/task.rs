@@ -175,7 +175,15 @@ fn last_answer<'a>(messages: SummarySource<'a>) -> Option<&'a str> {
     answer.map(|text| text.split(". ").next().unwrap_or(text))
 }
 
-/// Whether `token` names a file: a path with a slash, or a name with an extension.
+/// Extensions a file name without a slash must have (a dotted word such as `rows.len` or
+/// `self.items` is a method or a field, not a file).
+const EXTENSIONS: [&str; 40] = [
+    "rs", "py", "js", "ts", "tsx", "jsx", "go", "java", "kt", "c", "h", "cc", "cpp", "hpp", "cs",
+    "rb", "php", "swift", "scala", "sh", "md", "rst", "txt", "toml", "json", "yaml", "yml", "xml",
+    "html", "css", "sql", "proto", "lock", "cfg", "ini", "conf", "env", "csv", "log", "mod",
+];
+
+/// Whether `token` names a file: a path with a slash, or a name with a file extension.
 fn is_file(token: &str) -> bool {
     if crate::small::contains(token, "://") || crate::small::contains(token, "::") {
         return false;
@@ -188,9 +196,7 @@ fn is_file(token: &str) -> bool {
         Some((stem, ext)) => {
             stem.len() >= 2
                 && has_letter(stem)
-                && (1..=5).contains(&ext.len())
-                && ext.bytes().all(|b| b.is_ascii_alphanumeric())
-                && has_letter(ext)
+                && EXTENSIONS.iter().any(|known| known.eq_ignore_ascii_case(ext))
         }
         None => false,
     }
@@ -387,7 +393,18 @@ mod tests {
         for yes in ["src/main.rs", "Cargo.toml", "a/b", "README.md", "tests/it.py"] {
             assert!(is_file(yes), "{yes}");
         }
-        for no in ["1.38", "std::io", "https://x.org/a", "e.g", "i.e", "v2", "ok.", "a."] {
+        for no in [
+            "1.38",
+            "std::io",
+            "https://x.org/a",
+            "e.g",
+            "i.e",
+            "v2",
+            "ok.",
+            "a.",
+            "rows_0.len",
+            "self.items",
+        ] {
             assert!(!is_file(no), "{no}");
         }
     }
