@@ -137,7 +137,8 @@ pub struct Conv {
     /// What the conversation was opened with.
     settings: ConvSettings,
     /// The reply reserve the session is configured with: the largest `max_tokens` a request
-    /// asked for since the conversation was loaded (`None` before its first request).
+    /// asked for since the conversation was loaded (`None` before its first request); in a
+    /// fleet, since any instance loaded it (the newest checkpoint's, [`Conv::catch_up`]).
     reserve: Option<u32>,
     /// Session ids of the messages the last payload emitted.
     last_emitted: Vec<u64>,

@@ -18,6 +18,10 @@
 //! a compose that evicted, a calibration that moved the window, a tool definition, a model's
 //! summary or entity swapped in, a forget, a restore, new caller state. A row whose id the
 //! replay does not reproduce is reported ([`StoreError::Mismatch`]), never written over.
+//! The replay runs under the configuration the checkpoint records (the writer's, whatever
+//! the reloading session was configured with); the session's own applies again after it,
+//! so a takeover by a session configured as the writer was changes nothing and writes no
+//! checkpoint of its own.
 //!
 //! Without a checkpoint port a reload replays every row from an empty context, and nothing
 //! guards the replay against states pushes do not reproduce: give a leased session its
@@ -201,7 +205,30 @@ impl Session {
         }
         self.stores.lease.fence = fence;
         self.stores.lease.changed();
+        let own = self.calibration.configured;
+        let replay = self.restore_and_replay();
+        // The session's own configuration applies again (a change from the replayed one is
+        // checkpointed before the next row, as any reconfiguration).
+        self.calibration.configured = own;
+        let (checkpoint, replayed) = replay?;
+        self.apply_calibration()?;
+        tracing::info!(scope = %self.scope, fence = fence.0, ?checkpoint, replayed, "session: reloaded");
+        Ok(ReloadReport { fence, checkpoint, replayed, dropped })
+    }
+
+    /// Restores the newest checkpoint and replays the rows after it under the configuration
+    /// the checkpoint was written under: a leased writer checkpoints before it writes a row on
+    /// a changed configuration, so that is the one its rows were pushed under, and the
+    /// replay makes its decisions (the session's own configuration could evict otherwise).
+    /// The state reached is what the store reproduces.
+    fn restore_and_replay(&mut self) -> Result<(Option<CheckpointId>, usize), SessionError> {
         let checkpoint = self.restore_newest()?;
+        if let Some(stored) = self.checkpointing.configured
+            && stored != self.calibration.configured
+        {
+            self.calibration.configured = stored;
+            self.apply_calibration()?;
+        }
         let replayed = self.replay_rows()?;
         #[cfg(feature = "http")]
         self.forget_llm_texts();
@@ -211,8 +238,7 @@ impl Session {
         // Periodic checkpoints count the conversation's messages, whoever pushed them.
         self.checkpointing.periodic.on_messages(u32::try_from(replayed).unwrap_or(u32::MAX));
         self.stores.lease.reproducible = Some(ReplayMark::of(self));
-        tracing::info!(scope = %self.scope, fence = fence.0, ?checkpoint, replayed, "session: reloaded");
-        Ok(ReloadReport { fence, checkpoint, replayed, dropped })
+        Ok((checkpoint, replayed))
     }
 
     /// Restores the newest checkpoint that restores, or empties the session when there is
@@ -543,6 +569,33 @@ mod tests {
         };
         assert_eq!(texts(&other), texts(&session));
         assert_eq!(other.push(&ChatMessage::text(Role::User, "five")).unwrap().id, 5);
+    }
+
+    #[test]
+    fn a_reload_replays_under_the_writers_configuration_and_keeps_its_own() {
+        let store = Arc::new(MemoryStore::new());
+        let scope = Scope::local("s");
+        let writer = Config { reserved_for_reply: 2_000, ..Config::DEFAULT };
+        let build = |config: Config| {
+            let builder = SessionBuilder::new("s").ports(ports(&store)).config(config);
+            builder.restore_latest(true).build().unwrap()
+        };
+        let mut first = build(writer);
+        first.push(&ChatMessage::text(Role::User, "one")).unwrap();
+        first.checkpoint().unwrap();
+        first.push(&ChatMessage::text(Role::User, "two")).unwrap();
+        let mut second = build(Config::DEFAULT);
+        assert_eq!(second.configured(), &Config::DEFAULT, "its own configuration");
+        assert_eq!(second.checkpoint_configured(), Some(&writer), "the rows' configuration");
+        // Configured as the writer was, it changes nothing a replay would miss.
+        second.reconfigure(|config| *config = writer).unwrap();
+        second.push(&ChatMessage::text(Role::User, "three")).unwrap();
+        assert_eq!(store.ids(&scope).unwrap().len(), 1, "no checkpoint of its own");
+        // Configured otherwise, its next row is written on a checkpoint of its configuration.
+        let mut third = build(Config::DEFAULT);
+        third.push(&ChatMessage::text(Role::User, "four")).unwrap();
+        assert_eq!(store.ids(&scope).unwrap().len(), 2);
+        assert_eq!(third.checkpoint_configured(), Some(&Config::DEFAULT));
     }
 
     #[test]

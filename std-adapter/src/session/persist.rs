@@ -10,13 +10,13 @@
 //! | 4 | length `n` of the core snapshot, little-endian |
 //! | `n` | the core snapshot (`core/SNAPSHOT.md`) |
 //! | 4 | length `m` of the session state, little-endian (version 2) |
-//! | `m` | the session state as JSON: name, id tracking, calibrator, counters, archive binding |
+//! | `m` | the session state as JSON: name, id tracking, calibrator, counters, archive binding, configuration |
 //! | rest | the caller's state ([`Session::set_caller_state`]), opaque (version 2) |
 //!
 //! Version 1 (older builds) has no state length and no caller's state: the JSON runs to the
 //! end.
 
-use ctxwin_core::SnapshotError;
+use ctxwin_core::{Config, SnapshotError};
 use serde::{Deserialize, Serialize};
 
 use super::core::SessionManager;
@@ -57,6 +57,11 @@ struct SessionState {
     /// of sessions without an archive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     archive: Option<ArchiveBinding>,
+    /// The configuration the session was configured with (before calibration) when it wrote
+    /// the checkpoint (absent in checkpoints of older builds): under a lease, the rows after
+    /// the checkpoint were pushed under it, and a reload replays them under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    configured: Option<Config>,
 }
 
 /// What a checkpoint knows of its archive: which one it is, and the highest message id the
@@ -171,6 +176,7 @@ impl Session {
                 ..self.counters.clone()
             },
             archive: self.archive_binding()?,
+            configured: Some(self.calibration.configured),
         };
         let payload = encode(&core, &state, &self.checkpointing.caller_state)?;
         let id = self.save(&payload)?;
@@ -178,6 +184,7 @@ impl Session {
         self.counters.checkpoints_written += 1;
         self.checkpointing.periodic.checkpointed();
         self.checkpointing.last = Some(id.clone());
+        self.checkpointing.configured = Some(self.calibration.configured);
         self.note_reproducible();
         Ok(id)
     }
@@ -226,6 +233,26 @@ impl Session {
         let newest = archive.max_id(&self.scope)?.unwrap_or(0);
         let covered = newest.min(self.tracker.next_id.saturating_sub(1));
         Ok(Some(ArchiveBinding { identity: archive.identity()?, covered }))
+    }
+
+    /// The configuration the newest checkpoint this session wrote or restored was written
+    /// under (before calibration); `None` before any, or after restoring one of an older
+    /// build. Under a lease (PostgreSQL), the configuration a reload replays the rows after
+    /// the checkpoint under ([`reload`](Self::reload)): a caller whose settings follow the
+    /// conversation (a proxy's reply reserve) continues from it.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let dir = tempfile::tempdir()?;
+    /// let mut session = SessionBuilder::new("s").checkpoints(dir.path()).build()?;
+    /// assert_eq!(session.checkpoint_configured(), None);
+    /// session.reconfigure(|config| config.reserved_for_reply = 2_000)?;
+    /// session.checkpoint()?;
+    /// assert_eq!(session.checkpoint_configured().unwrap().reserved_for_reply, 2_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn checkpoint_configured(&self) -> Option<&Config> {
+        self.checkpointing.configured.as_ref()
     }
 
     /// Checks the archive is the one checkpoint `id` was written with and holds what it
@@ -397,6 +424,7 @@ impl Session {
         self.checkpointing.periodic = super::PeriodicCheckpointer::new(policy);
         self.checkpointing.last = Some(id.clone());
         self.checkpointing.caller_state = caller;
+        self.checkpointing.configured = state.configured;
         self.apply_calibration()
     }
 
@@ -492,6 +520,7 @@ mod tests {
             calibrator: Calibrator::new(),
             counters: SessionCounters::default(),
             archive: None,
+            configured: Some(Config::DEFAULT),
         };
         let payload = encode(b"core bytes", &state, b"caller").unwrap();
         let decoded = decode(&payload).unwrap();
