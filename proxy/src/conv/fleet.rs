@@ -124,21 +124,30 @@ impl Conv {
             bytes => Recorded::decode(bytes).map_err(ConvError::State)?,
         };
         let mut rebuild = Rebuild { recorded, pending: None, provider: self.provider };
+        let named = rebuild.recorded.last_id();
+        // The rows after the session's checkpoint are the ones its reload replayed; only
+        // those between the last message the record names and that checkpoint are read.
+        let replayed = self.session.take_replayed();
+        let first = replayed.first().map_or(self.session.manager().next_id(), |row| row.id);
         let mut read = 0;
-        if let Some(archive) = self.session.archive() {
+        if let Some(archive) = self.session.archive().filter(|_| named + 1 < first) {
             let scope = self.session.scope();
-            let mut after = rebuild.recorded.last_id();
+            let mut after = named;
             loop {
                 let rows = archive.rows_after(scope, after, PAGE)?;
-                read += rows.len() as u64;
-                for row in &rows {
+                for row in rows.iter().take_while(|row| row.id < first) {
                     rebuild.adopt(row, |part| self.rendering(part).content);
+                    read += 1;
                 }
                 match rows.last() {
-                    Some(last) if rows.len() == PAGE => after = last.id,
+                    Some(last) if rows.len() == PAGE && last.id + 1 < first => after = last.id,
                     _ => break,
                 }
             }
+        }
+        for row in replayed.iter().filter(|row| row.id > named) {
+            rebuild.adopt(row, |part| self.rendering(part).content);
+            read += 1;
         }
         let (recorded, unfinished) = rebuild.finish();
         self.recorded = recorded;

@@ -56,11 +56,14 @@ pub(crate) struct Lease {
     /// Whether an operation overtaken by another process is redone on the reloaded state
     /// ([`Session::redo_when_overtaken`]).
     redo: bool,
+    /// The rows the last reload replayed, until the next operation
+    /// ([`Session::take_replayed`]).
+    replayed: Vec<ArchivedMessage>,
 }
 
 impl Lease {
     pub(crate) fn new(fence: Fence) -> Self {
-        Self { fence, reproducible: None, redo: true }
+        Self { fence, reproducible: None, redo: true, replayed: Vec::new() }
     }
 
     /// Whether the store hands out leases.
@@ -205,6 +208,7 @@ impl Session {
         }
         self.stores.lease.fence = fence;
         self.stores.lease.changed();
+        self.stores.lease.replayed.clear();
         let own = self.calibration.configured;
         let replay = self.restore_and_replay();
         // The session's own configuration applies again (a change from the replayed one is
@@ -222,7 +226,7 @@ impl Session {
     /// replay makes its decisions (the session's own configuration could evict otherwise).
     /// The state reached is what the store reproduces.
     fn restore_and_replay(&mut self) -> Result<(Option<CheckpointId>, usize), SessionError> {
-        let checkpoint = self.restore_newest()?;
+        let (checkpoint, covered) = self.restore_newest()?;
         if let Some(stored) = self.checkpointing.configured
             && stored != self.calibration.configured
         {
@@ -230,6 +234,11 @@ impl Session {
             self.apply_calibration()?;
         }
         let replayed = self.replay_rows()?;
+        // A row after the checkpoint proves the archive holds what it covers (ids are dense
+        // up to the replayed ones); without one, the archive is asked (one query).
+        if let (Some(id), Some(covered), 0) = (&checkpoint, covered, replayed) {
+            self.verify_covered(id, covered)?;
+        }
         #[cfg(feature = "http")]
         self.forget_llm_texts();
         if let Some(index) = self.recall.semantic.as_mut() {
@@ -242,13 +251,14 @@ impl Session {
     }
 
     /// Restores the newest checkpoint that restores, or empties the session when there is
-    /// none (`None` then).
-    fn restore_newest(&mut self) -> Result<Option<CheckpointId>, SessionError> {
+    /// none (`None` then); with the highest message id it covers, which the caller checks
+    /// the archive holds ([`verify_covered`](Self::verify_covered)).
+    fn restore_newest(&mut self) -> Result<(Option<CheckpointId>, Option<u64>), SessionError> {
         if self.stores.checkpoints.is_some()
             && let Some((id, restored, _skipped)) = self.load_point(RestorePoint::Latest)?
         {
-            self.adopt(&id, restored)?;
-            return Ok(Some(id));
+            let covered = self.adopt(&id, restored, true)?;
+            return Ok((Some(id), covered));
         }
         let counter = self.manager.counter().clone();
         self.manager = SessionManager::small(self.calibration.configured, counter)?;
@@ -258,7 +268,7 @@ impl Session {
         self.calibration.calibrator.reset();
         self.checkpointing = super::Checkpointing::new(self.checkpointing.periodic.policy());
         self.apply_calibration()?;
-        Ok(None)
+        Ok((None, None))
     }
 
     /// Pushes every archived row after the core's ids into the core again, in id order:
@@ -274,14 +284,16 @@ impl Session {
             if rows.is_empty() {
                 return Ok(replayed);
             }
-            for row in &rows {
+            let full = rows.len() == PAGE;
+            for row in rows {
                 if row.id < self.manager.next_id() {
                     continue;
                 }
-                self.replay_row(row)?;
+                self.replay_row(&row)?;
+                self.stores.lease.replayed.push(row);
                 replayed += 1;
             }
-            if rows.len() < PAGE {
+            if !full {
                 return Ok(replayed);
             }
         }
@@ -342,10 +354,11 @@ impl Session {
         Ok(())
     }
 
-    /// Reads the newest fence (one query) and reloads when another process took the lease
-    /// since this session took it: its state may be stale, and nothing should be decided on a
-    /// stale state (the store would refuse the writes, but a payload composed without writing
-    /// would go out as it is). Returns whether it reloaded. Every operation does this first,
+    /// Reads the newest fence and reloads when another process took the lease since this
+    /// session took it (one query, which takes the lease back when it was taken:
+    /// [`acquire_if_overtaken`](crate::store::ArchiveStore::acquire_if_overtaken)): its state
+    /// may be stale, and nothing should be decided on a stale state (the store would refuse
+    /// the writes, but a payload composed without writing would go out as it is). Returns whether it reloaded. Every operation does this first,
     /// unless [`redo_when_overtaken`](Self::redo_when_overtaken) is off: then the caller does,
     /// at the start of its unit of work. Nothing on a store without leases.
     ///
@@ -369,12 +382,41 @@ impl Session {
             return Ok(false);
         }
         let Some(archive) = self.stores.archive.clone() else { return Ok(false) };
-        if archive.current_fence(&self.scope)? > self.stores.lease.fence {
-            tracing::debug!(scope = %self.scope, "session: another process took the lease; reloading");
-            self.reload()?;
-            return Ok(true);
-        }
-        Ok(false)
+        // Reading the fence and taking the lease back are one round trip where the store can.
+        let Some(fence) = archive.acquire_if_overtaken(&self.scope, self.stores.lease.fence)?
+        else {
+            return Ok(false);
+        };
+        tracing::debug!(scope = %self.scope, "session: another process took the lease; reloading");
+        self.reload_under(fence)?;
+        self.counters.reloads += 1;
+        Ok(true)
+    }
+
+    /// The rows the last [`reload`](Self::reload) (or [`catch_up`](Self::catch_up), or the
+    /// build that restored the session under a lease) replayed: the archived messages after
+    /// its checkpoint, in id order, as read then. Handed over once, and kept only until the
+    /// session's next operation: a caller that rebuilds a record of its own from the same
+    /// rows (a proxy's) takes them here instead of reading them again.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store.clone() };
+    /// let build = || SessionBuilder::new("chat").ports(ports.clone()).restore_latest(true).build();
+    /// let (mut first, mut second) = (build()?, build()?);
+    /// first.push(&ChatMessage::text(Role::User, "one"))?;
+    /// assert!(second.catch_up()?);
+    /// let rows = second.take_replayed();
+    /// assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), [1]);
+    /// assert!(second.take_replayed().is_empty(), "handed over once");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_replayed(&mut self) -> Vec<ArchivedMessage> {
+        std::mem::take(&mut self.stores.lease.replayed)
     }
 
     /// The fence the session writes under: the lease it took last ([`Fence::NONE`] on a
@@ -438,6 +480,7 @@ impl Session {
         mut op: impl FnMut(&mut Self) -> Result<T, SessionError>,
     ) -> Result<T, SessionError> {
         let mut attempt = 1;
+        self.stores.lease.replayed = Vec::new();
         loop {
             if self.stores.lease.redo {
                 self.catch_up()?;

@@ -255,15 +255,18 @@ impl Session {
         self.checkpointing.configured.as_ref()
     }
 
-    /// Checks the archive is the one checkpoint `id` was written with and holds what it
-    /// covers.
+    /// Checks the archive is the one checkpoint `id` was written with and, unless `defer`,
+    /// that it holds what the checkpoint covers; with `defer` the highest id it covers is
+    /// returned for [`verify_covered`](Self::verify_covered) instead (a reload finds the
+    /// rows after it anyway: any proves them there).
     fn verify_archive(
         &self,
         id: &CheckpointId,
         binding: Option<&ArchiveBinding>,
-    ) -> Result<(), SessionError> {
+        defer: bool,
+    ) -> Result<Option<u64>, SessionError> {
         let (Some(archive), Some(binding)) = (self.stores.archive.as_deref(), binding) else {
-            return Ok(());
+            return Ok(None);
         };
         let identity = archive.identity()?;
         if identity != binding.identity {
@@ -275,12 +278,27 @@ impl Session {
             }
             .into());
         }
+        if defer {
+            return Ok(Some(binding.covered));
+        }
+        self.verify_covered(id, binding.covered)?;
+        Ok(None)
+    }
+
+    /// Checks the archive holds the session's messages up to id `covered`, which checkpoint
+    /// `id` covers.
+    pub(super) fn verify_covered(
+        &self,
+        id: &CheckpointId,
+        covered: u64,
+    ) -> Result<(), SessionError> {
+        let Some(archive) = self.stores.archive.as_deref() else { return Ok(()) };
         let newest = archive.max_id(&self.scope)?.unwrap_or(0);
-        if newest < binding.covered {
+        if newest < covered {
             return Err(StoreError::Mismatch {
                 detail: format!(
-                    "the archive holds messages of session {:?} up to id {newest}, but checkpoint {id} covers up to {}: messages are missing",
-                    self.scope.conversation, binding.covered
+                    "the archive holds messages of session {:?} up to id {newest}, but checkpoint {id} covers up to {covered}: messages are missing",
+                    self.scope.conversation
                 ),
             }
             .into());
@@ -350,7 +368,7 @@ impl Session {
         self.sync_archive()?;
         let (id, restored, skipped) =
             self.load_point(point)?.ok_or(SessionError::NoCheckpoints { operation: "restore" })?;
-        self.adopt(&id, restored)?;
+        self.adopt(&id, restored, false)?;
         self.counters.restores += 1;
         // The state is an older checkpoint's, not the newest one's plus the rows after it.
         self.stores.lease.changed();
@@ -406,14 +424,17 @@ impl Session {
 
     /// Takes the session's state from checkpoint `id`, restored into the manager: id
     /// tracking, calibration, counters, the caller's state, after checking the archive is the
-    /// checkpoint's.
+    /// checkpoint's. With `defer`, whether the archive holds what the checkpoint covers is
+    /// left to the caller: the highest id it covers is returned
+    /// ([`verify_covered`](Self::verify_covered)).
     pub(super) fn adopt(
         &mut self,
         id: &CheckpointId,
         restored: Restored,
-    ) -> Result<(), SessionError> {
+        defer: bool,
+    ) -> Result<Option<u64>, SessionError> {
         let Restored { state, caller } = restored;
-        self.verify_archive(id, state.archive.as_ref())?;
+        let covered = self.verify_archive(id, state.archive.as_ref(), defer)?;
         self.tracker = state.tracker;
         self.tracker.next_id = self.manager.next_id();
         #[cfg(feature = "http")]
@@ -425,7 +446,8 @@ impl Session {
         self.checkpointing.last = Some(id.clone());
         self.checkpointing.caller_state = caller;
         self.checkpointing.configured = state.configured;
-        self.apply_calibration()
+        self.apply_calibration()?;
+        Ok(covered)
     }
 
     /// Copies archived messages with ids the restored core will hand out again to a side

@@ -192,6 +192,14 @@ impl<S: ArchiveStore + ?Sized> ArchiveStore for Adapter<'_, S> {
     fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
         self.0.current_fence(scope)
     }
+
+    fn acquire_if_overtaken(
+        &self,
+        scope: &Scope,
+        held: Fence,
+    ) -> Result<Option<Fence>, StoreError> {
+        self.0.acquire_if_overtaken(scope, held)
+    }
     fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
         self.0.flush(scope)
     }
@@ -557,6 +565,19 @@ fn fences(store: &dyn ArchiveStore) {
     store.put(&s, second, &[text(1, Role::User, "new holder")]).unwrap();
     store.flush(&s).unwrap();
     assert_eq!(store.get(&s, 1).unwrap().unwrap().message.content, "new holder");
+    // Taken over only when overtaken; names any text may be (quotes, backslashes).
+    assert_eq!(store.acquire_if_overtaken(&s, second).unwrap(), None, "still the newest");
+    assert_eq!(store.current_fence(&s).unwrap(), second, "nothing taken");
+    let third = store.acquire_if_overtaken(&s, first).unwrap().expect("overtaken: taken");
+    assert!(third > second);
+    assert_eq!(store.current_fence(&s).unwrap(), third);
+    let odd = Scope::new("o'neil \\ ", "it's 'quoted' \\' -- ;");
+    assert_eq!(store.acquire_if_overtaken(&odd, first).unwrap(), None, "never leased");
+    let (taken, newer) = (store.acquire(&odd).unwrap(), store.acquire(&odd).unwrap());
+    assert_eq!(store.current_fence(&odd).unwrap(), newer);
+    let retaken = store.acquire_if_overtaken(&odd, taken).unwrap().expect("overtaken: taken");
+    assert!(retaken > newer);
+    assert_eq!(store.current_fence(&s).unwrap(), third, "another scope's lease is its own");
 }
 
 fn paging(store: &dyn ArchiveStore) {

@@ -371,6 +371,37 @@ pub trait ArchiveStore: Send + Sync + fmt::Debug {
         Ok(Fence::NONE)
     }
 
+    /// Takes the write lease of `scope` when a fence newer than `held` was handed out since
+    /// (another process took the conversation): the new fence; `None` when `held` is still
+    /// the newest, and nothing is taken. What a holder does before each unit of work: one
+    /// round trip where the adapter can (PostgreSQL), [`current_fence`](Self::current_fence)
+    /// then [`acquire`](Self::acquire) by default.
+    ///
+    /// ```
+    /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Scope};
+    /// let store = MemoryStore::new();
+    /// let scope = Scope::local("chat");
+    /// let held = store.acquire(&scope)?;
+    /// assert_eq!(store.acquire_if_overtaken(&scope, held)?, None);
+    /// let other = store.acquire(&scope)?; // another process takes the conversation
+    /// let taken = store.acquire_if_overtaken(&scope, held)?.unwrap();
+    /// assert!(taken > other);
+    /// # Ok::<(), ctxwin_std::store::StoreError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Backend errors.
+    fn acquire_if_overtaken(
+        &self,
+        scope: &Scope,
+        held: Fence,
+    ) -> Result<Option<Fence>, StoreError> {
+        if self.current_fence(scope)? > held {
+            return self.acquire(scope).map(Some);
+        }
+        Ok(None)
+    }
+
     /// Waits until every write of `scope` handed over so far is durable (wrappers that hold
     /// or queue writes); nothing to do for adapters that commit in [`write`](Self::write).
     ///
@@ -552,6 +583,9 @@ macro_rules! forward_archive {
             }
             fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
                 (**self).current_fence(scope)
+            }
+            fn acquire_if_overtaken(&self, scope: &Scope, held: Fence) -> Result<Option<Fence>, StoreError> {
+                (**self).acquire_if_overtaken(scope, held)
             }
             fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
                 (**self).flush(scope)
