@@ -197,8 +197,9 @@ impl Session {
             .checkpoints
             .as_deref()
             .ok_or(SessionError::NoCheckpoints { operation: "checkpoint" })?;
-        let id = sink.save(&self.scope, self.stores.lease.fence, payload)?;
-        if let Err(error) = sink.prune(&self.scope, self.stores.lease.fence, self.stores.keep) {
+        let fence = self.stores.lease.fence;
+        let (id, pruned) = sink.save_and_prune(&self.scope, fence, payload, self.stores.keep)?;
+        if let Err(error) = pruned {
             tracing::warn!(%error, scope = %self.scope, "session: pruning old checkpoints failed");
         }
         Ok(id)

@@ -218,6 +218,15 @@ impl<S: CheckpointSink + ?Sized> CheckpointSink for Sink<'_, S> {
     ) -> Result<CheckpointId, StoreError> {
         self.0.save(scope, fence, payload)
     }
+    fn save_and_prune(
+        &self,
+        scope: &Scope,
+        fence: Fence,
+        payload: &[u8],
+        keep: usize,
+    ) -> Result<(CheckpointId, Result<Vec<CheckpointId>, StoreError>), StoreError> {
+        self.0.save_and_prune(scope, fence, payload, keep)
+    }
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError> {
         self.0.ids(scope)
     }
@@ -672,6 +681,16 @@ fn prune(sink: &dyn CheckpointSink) {
     assert!(pruned.iter().all(|id| ids[..4].contains(id)));
     assert_eq!(sink.ids(&s).unwrap(), [ids[5].clone(), ids[4].clone()]);
     assert!(sink.prune(&s, Fence::NONE, 2).unwrap().is_empty());
+    // Saved and pruned at once: the new one is among those kept.
+    let (newest, pruned) = sink.save_and_prune(&s, Fence::NONE, &[6], 2).unwrap();
+    assert_eq!(pruned.unwrap(), [ids[4].clone()]);
+    assert_eq!(sink.ids(&s).unwrap(), [newest.clone(), ids[5].clone()]);
+    assert_eq!(sink.load(&s, &newest).unwrap(), [6]);
+    let (only, pruned) = sink.save_and_prune(&s, Fence::NONE, &[7], 1).unwrap();
+    let mut pruned = pruned.unwrap();
+    pruned.sort();
+    assert_eq!(pruned, [ids[5].clone(), newest], "in any order");
+    assert_eq!(sink.ids(&s).unwrap(), [only]);
 }
 
 fn load_latest(sink: &dyn CheckpointSink) {

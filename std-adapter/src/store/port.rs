@@ -459,6 +459,36 @@ pub trait CheckpointSink: Send + Sync + fmt::Debug {
         keep: usize,
     ) -> Result<Vec<CheckpointId>, StoreError>;
 
+    /// [`save`](Self::save)s `payload`, then [`prune`](Self::prune)s to the newest `keep`
+    /// (the new one among them); an adapter may do both in one transaction (PostgreSQL).
+    /// The new checkpoint's id, with what the prune did: the checkpoint is saved even when
+    /// the prune failed.
+    ///
+    /// ```
+    /// use ctxwin_std::store::{CheckpointSink, Fence, MemoryStore, Scope};
+    /// let store = MemoryStore::new();
+    /// let scope = Scope::local("chat");
+    /// let first = store.save(&scope, Fence::NONE, b"one")?;
+    /// let (second, pruned) = store.save_and_prune(&scope, Fence::NONE, b"two", 1)?;
+    /// assert_eq!(pruned?, vec![first]);
+    /// assert_eq!(store.ids(&scope)?, vec![second]);
+    /// # Ok::<(), ctxwin_std::store::StoreError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`save`](Self::save) (nothing was saved).
+    #[allow(clippy::type_complexity)]
+    fn save_and_prune(
+        &self,
+        scope: &Scope,
+        fence: Fence,
+        payload: &[u8],
+        keep: usize,
+    ) -> Result<(CheckpointId, Result<Vec<CheckpointId>, StoreError>), StoreError> {
+        let id = self.save(scope, fence, payload)?;
+        Ok((id, self.prune(scope, fence, keep)))
+    }
+
     /// Rewrites every checkpoint of `scope` through `mask` (forgetting text): `mask` gets a
     /// checkpoint's bytes (the payload of an intact one, everything stored of a damaged one,
     /// which may hold the text too) and returns the new bytes, or `None` to leave it. The
@@ -605,6 +635,16 @@ impl<T: CheckpointSink + ?Sized> CheckpointSink for Arc<T> {
         payload: &[u8],
     ) -> Result<CheckpointId, StoreError> {
         (**self).save(scope, fence, payload)
+    }
+    #[allow(clippy::type_complexity)]
+    fn save_and_prune(
+        &self,
+        scope: &Scope,
+        fence: Fence,
+        payload: &[u8],
+        keep: usize,
+    ) -> Result<(CheckpointId, Result<Vec<CheckpointId>, StoreError>), StoreError> {
+        (**self).save_and_prune(scope, fence, payload, keep)
     }
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError> {
         (**self).ids(scope)
