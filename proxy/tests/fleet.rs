@@ -199,11 +199,15 @@ fn percentile(times: &mut [Duration], p: usize) -> Duration {
 /// reads the lease, takes it, restores the newest checkpoint, replays the rows after it and
 /// rebuilds its record of them), the second on the same one (it reads the lease). The
 /// conversation grows by two messages a request, from 2 × `FLEET_TAKEOVER_PAIRS` (100)
-/// before the target size to as many after it; the upstream answers at once. Client-side
-/// latency of each, p50 / p90.
+/// before the target size to as many after it; the upstream answers at once. Each measured
+/// request is sent `FLEET_TAKEOVER_PAUSE_MS` (100) after the answer before it, as an agent's
+/// next request follows its tool run: sent at once, it would also wait for what the other
+/// instance still does after answering (recording the usage, a checkpoint), whose commit
+/// the lease waits for. Client-side latency of each, p50 / p90.
 async fn takeover(schema: &TestSchema) {
     let messages = setting("FLEET_TAKEOVER_MESSAGES", 500);
     let pairs = setting("FLEET_TAKEOVER_PAIRS", 100);
+    let pause = Duration::from_millis(setting("FLEET_TAKEOVER_PAUSE_MS", 100) as u64);
     let upstream = Upstream::start().await;
     let state = tempfile::tempdir().unwrap();
     let instances = [
@@ -253,6 +257,7 @@ async fn takeover(schema: &TestSchema) {
                 at = 1 - at;
             }
             ask(&mut history);
+            tokio::time::sleep(pause).await;
             let (time, answer) = send(instances[at].url.clone(), history.clone()).await;
             history.push(answer);
             let times = if other { &mut moved } else { &mut stayed };
@@ -263,8 +268,9 @@ async fn takeover(schema: &TestSchema) {
     let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
     let (moved50, stayed50) = (percentile(&mut moved, 50), percentile(&mut stayed, 50));
     println!(
-        "takeover: a conversation of {from}–{} messages, {pairs} requests on the other instance, {pairs} on the same",
-        history.len()
+        "takeover: a conversation of {from}–{} messages, {pairs} requests on the other instance, {pairs} on the same, each {} ms after the answer before it",
+        history.len(),
+        pause.as_millis()
     );
     println!(
         "  on the other instance: p50 {:.2} ms, p90 {:.2} ms",

@@ -104,15 +104,12 @@ impl Conv {
         Ok(())
     }
 
-    /// How many messages were archived after the session's newest checkpoint (about: one
-    /// the session wrote by itself is seen after the operation that wrote it).
-    pub(super) fn replay_length(&mut self) -> u64 {
-        let written = self.session.counters().checkpoints_written;
-        let next = self.session.manager().next_id();
-        if written != self.checkpoint_mark.0 {
-            self.checkpoint_mark = (written, next);
-        }
-        next.saturating_sub(self.checkpoint_mark.1)
+    /// How many messages were archived after the last one the record in the newest
+    /// checkpoint names: what a rebuild reads again, each message's raw JSON analyzed (the
+    /// session's own checkpoints, after a calibration or a compaction, keep the record last
+    /// set: they do not shorten it).
+    pub(super) fn replay_length(&self) -> u64 {
+        self.session.manager().next_id().saturating_sub(self.stored_next)
     }
 
     /// What the conversation recorded, from the session as (re)loaded: the caller state of
@@ -129,7 +126,6 @@ impl Conv {
         // those between the last message the record names and that checkpoint are read.
         let replayed = self.session.take_replayed();
         let first = replayed.first().map_or(self.session.manager().next_id(), |row| row.id);
-        let mut read = 0;
         if let Some(archive) = self.session.archive().filter(|_| named + 1 < first) {
             let scope = self.session.scope();
             let mut after = named;
@@ -137,7 +133,6 @@ impl Conv {
                 let rows = archive.rows_after(scope, after, PAGE)?;
                 for row in rows.iter().take_while(|row| row.id < first) {
                     rebuild.adopt(row, |part| self.rendering(part).content);
-                    read += 1;
                 }
                 match rows.last() {
                     Some(last) if rows.len() == PAGE && last.id + 1 < first => after = last.id,
@@ -147,16 +142,13 @@ impl Conv {
         }
         for row in replayed.iter().filter(|row| row.id > named) {
             rebuild.adopt(row, |part| self.rendering(part).content);
-            read += 1;
         }
         let (recorded, unfinished) = rebuild.finish();
         self.recorded = recorded;
         if let Some((message, next)) = unfinished {
             self.finish_message(&message, next)?;
         }
-        let next = self.session.manager().next_id();
-        self.checkpoint_mark =
-            (self.session.counters().checkpoints_written, next.saturating_sub(read));
+        self.stored_next = named + 1;
         self.pending_answer = None;
         self.last_emitted.clear();
         self.dirty = false;
