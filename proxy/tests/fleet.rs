@@ -7,16 +7,19 @@
 //! messages stored.
 //!
 //! Needs `CTXWIN_PG_URL` (`scripts/pg-server.sh start` prints one); without it the tests say
-//! they skipped and pass. A fresh schema per run. `--nocapture` prints the numbers, among
-//! them the throughput of three instances on PostgreSQL against one on SQLite (issue 28's
-//! target: at least 0.8×), measured, never asserted.
+//! they skipped and pass. A fresh schema per run. `--nocapture` prints the numbers, measured,
+//! never asserted: the throughput of three instances on PostgreSQL against one on SQLite
+//! (issue 28's target: at least 0.8×), and what a request for a 500-message conversation
+//! costs on an instance that did not serve its previous request over one that did (target:
+//! ≤ 5 ms p50 extra).
 
 mod fleet_support;
 
 use std::time::{Duration, Instant};
 
 use ctxwin_std::store::postgres::testing::TestSchema;
-use fleet_support::{Instance, Scenario, Upstream, Usage};
+use fleet_support::{AUTHORIZATION, Instance, Scenario, Upstream, Usage};
+use serde_json::{Value, json};
 
 /// One test at a time: the throughput test measures the machine.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -173,4 +176,124 @@ async fn throughput(round_robin: &TestSchema, affinity: &TestSchema) {
     if cfg!(debug_assertions) {
         println!("  (a debug build: the target is measured with --release)");
     }
+}
+
+#[test]
+fn a_request_on_another_instance_against_one_on_the_same() {
+    let Some(schema) = schema("proxy_fleet_takeover") else { return };
+    run(takeover(&schema));
+}
+
+fn setting(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The `p`th percentile of `times`.
+fn percentile(times: &mut [Duration], p: usize) -> Duration {
+    times.sort();
+    times[(times.len() - 1) * p / 100]
+}
+
+/// Two instances, one conversation of about `FLEET_TAKEOVER_MESSAGES` (500) messages: pairs
+/// of requests, the first on the instance that did not serve the previous request (it
+/// reads the lease, takes it, restores the newest checkpoint, replays the rows after it and
+/// rebuilds its record of them), the second on the same one (it reads the lease). The
+/// conversation grows by two messages a request, from 2 × `FLEET_TAKEOVER_PAIRS` (100)
+/// before the target size to as many after it; the upstream answers at once. Each measured
+/// request is sent `FLEET_TAKEOVER_PAUSE_MS` (100) after the answer before it, as an agent's
+/// next request follows its tool run: sent at once, it would also wait for what the other
+/// instance still does after answering (recording the usage, a checkpoint), whose commit
+/// the lease waits for. Client-side latency of each, p50 / p90.
+async fn takeover(schema: &TestSchema) {
+    let messages = setting("FLEET_TAKEOVER_MESSAGES", 500);
+    let pairs = setting("FLEET_TAKEOVER_PAIRS", 100);
+    let pause = Duration::from_millis(setting("FLEET_TAKEOVER_PAUSE_MS", 100) as u64);
+    let upstream = Upstream::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let instances = [
+        Instance::spawn(upstream.addr, state.path(), Some(schema.url())).await,
+        Instance::spawn(upstream.addr, state.path(), Some(schema.url())).await,
+    ];
+    let http = reqwest::Client::new();
+    let mut history = vec![
+        json!({"role": "system", "content": "You are the on-call agent. Keep answers short."}),
+    ];
+    let mut turn = 0;
+    let mut ask = |history: &mut Vec<Value>| {
+        turn += 1;
+        let text = format!("Turn {turn}: which service failed on staging, and who owns it?");
+        history.push(json!({"role": "user", "content": text}));
+    };
+    let send = |url: String, history: Vec<Value>| {
+        let http = http.clone();
+        async move {
+            let body = json!({"model": "fleet-model", "max_tokens": 256, "messages": history});
+            let started = Instant::now();
+            let response = http
+                .post(format!("{url}/v1/chat/completions"))
+                .header("authorization", AUTHORIZATION)
+                .header("x-ctxwin-session", "takeover")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert!(response.status().is_success(), "{}", response.status());
+            let answer: Value = response.json().await.unwrap();
+            (started.elapsed(), answer["choices"][0]["message"].clone())
+        }
+    };
+    let start = messages.saturating_sub(2 * pairs).max(2);
+    while history.len() < start {
+        ask(&mut history);
+        let (_, answer) = send(instances[0].url.clone(), history.clone()).await;
+        history.push(answer);
+    }
+    let from = history.len();
+    let (mut moved, mut stayed) = (Vec::new(), Vec::new());
+    let mut at = 0;
+    for _ in 0..pairs {
+        for other in [true, false] {
+            if other {
+                at = 1 - at;
+            }
+            ask(&mut history);
+            tokio::time::sleep(pause).await;
+            let (time, answer) = send(instances[at].url.clone(), history.clone()).await;
+            history.push(answer);
+            let times = if other { &mut moved } else { &mut stayed };
+            times.push(time);
+        }
+    }
+    let usage = Usage::of(schema);
+    let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+    let (moved50, stayed50) = (percentile(&mut moved, 50), percentile(&mut stayed, 50));
+    println!(
+        "takeover: a conversation of {from}–{} messages, {pairs} requests on the other instance, {pairs} on the same, each {} ms after the answer before it",
+        history.len(),
+        pause.as_millis()
+    );
+    println!(
+        "  on the other instance: p50 {:.2} ms, p90 {:.2} ms",
+        ms(moved50),
+        ms(percentile(&mut moved, 90))
+    );
+    println!(
+        "  on the same instance:  p50 {:.2} ms, p90 {:.2} ms",
+        ms(stayed50),
+        ms(percentile(&mut stayed, 90))
+    );
+    println!(
+        "  extra p50 {:.2} ms (target ≤ 5 ms); {} leases, {} checkpoints; load average {}",
+        ms(moved50) - ms(stayed50),
+        usage.leases,
+        usage.checkpoints,
+        fleet_support::loadavg()
+    );
+    if cfg!(debug_assertions) {
+        println!("  (a debug build: the target is measured with --release)");
+    }
+    for instance in instances {
+        instance.stop().await;
+    }
+    upstream.take();
 }

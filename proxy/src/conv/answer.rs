@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::{Conv, ConvError};
+use super::{Conv, ConvError, FLEET_CHECKPOINT_ROWS};
 use crate::assemble::Answer;
 
 impl Conv {
@@ -41,10 +41,13 @@ impl Conv {
         self.fleet || self.exchanges.saturating_add(1) >= every
     }
 
-    /// Counts one exchange; true when `every` have passed since the last checkpoint.
+    /// Counts one exchange; true when `every` have passed since the last checkpoint, and in
+    /// a fleet when a rebuild would read `FLEET_CHECKPOINT_ROWS` messages again (instances
+    /// taking turns reset the count of exchanges, and an idle one no longer holds the
+    /// conversation when its sweeper comes).
     pub fn exchange_done(&mut self, every: u32) -> bool {
         self.last_used = Instant::now();
         self.exchanges = self.exchanges.saturating_add(1);
-        self.exchanges >= every
+        self.exchanges >= every || (self.fleet && self.replay_length() >= FLEET_CHECKPOINT_ROWS)
     }
 }

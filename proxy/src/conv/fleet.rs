@@ -104,15 +104,12 @@ impl Conv {
         Ok(())
     }
 
-    /// How many messages were archived after the session's newest checkpoint (about: one
-    /// the session wrote by itself is seen after the operation that wrote it).
-    pub(super) fn replay_length(&mut self) -> u64 {
-        let written = self.session.counters().checkpoints_written;
-        let next = self.session.manager().next_id();
-        if written != self.checkpoint_mark.0 {
-            self.checkpoint_mark = (written, next);
-        }
-        next.saturating_sub(self.checkpoint_mark.1)
+    /// How many messages were archived after the last one the record in the newest
+    /// checkpoint names: what a rebuild reads again, each message's raw JSON analyzed (the
+    /// session's own checkpoints, after a calibration or a compaction, keep the record last
+    /// set: they do not shorten it).
+    pub(super) fn replay_length(&self) -> u64 {
+        self.session.manager().next_id().saturating_sub(self.stored_next)
     }
 
     /// What the conversation recorded, from the session as (re)loaded: the caller state of
@@ -124,30 +121,34 @@ impl Conv {
             bytes => Recorded::decode(bytes).map_err(ConvError::State)?,
         };
         let mut rebuild = Rebuild { recorded, pending: None, provider: self.provider };
-        let mut read = 0;
-        if let Some(archive) = self.session.archive() {
+        let named = rebuild.recorded.last_id();
+        // The rows after the session's checkpoint are the ones its reload replayed; only
+        // those between the last message the record names and that checkpoint are read.
+        let replayed = self.session.take_replayed();
+        let first = replayed.first().map_or(self.session.manager().next_id(), |row| row.id);
+        if let Some(archive) = self.session.archive().filter(|_| named + 1 < first) {
             let scope = self.session.scope();
-            let mut after = rebuild.recorded.last_id();
+            let mut after = named;
             loop {
                 let rows = archive.rows_after(scope, after, PAGE)?;
-                read += rows.len() as u64;
-                for row in &rows {
+                for row in rows.iter().take_while(|row| row.id < first) {
                     rebuild.adopt(row, |part| self.rendering(part).content);
                 }
                 match rows.last() {
-                    Some(last) if rows.len() == PAGE => after = last.id,
+                    Some(last) if rows.len() == PAGE && last.id + 1 < first => after = last.id,
                     _ => break,
                 }
             }
+        }
+        for row in replayed.iter().filter(|row| row.id > named) {
+            rebuild.adopt(row, |part| self.rendering(part).content);
         }
         let (recorded, unfinished) = rebuild.finish();
         self.recorded = recorded;
         if let Some((message, next)) = unfinished {
             self.finish_message(&message, next)?;
         }
-        let next = self.session.manager().next_id();
-        self.checkpoint_mark =
-            (self.session.counters().checkpoints_written, next.saturating_sub(read));
+        self.stored_next = named + 1;
         self.pending_answer = None;
         self.last_emitted.clear();
         self.dirty = false;
@@ -159,6 +160,12 @@ impl Conv {
             .flat_map(|e| e.ids.iter())
             .any(|id| self.session.manager().get(*id).is_none());
         self.seen_reloads = self.session.counters().reloads;
+        // The reply reserve is the conversation's, whichever instance raised it: the one the
+        // newest checkpoint was configured with (its writer checkpointed any change before
+        // writing on). A request asking the same changes nothing then, and checkpoints nothing.
+        if let Some(stored) = self.session.checkpoint_configured() {
+            self.reserve = Some(stored.reserved_for_reply);
+        }
         tracing::debug!(session = %self.key, messages = self.recorded.entries.len(), "proxy: conversation rebuilt from the store");
         Ok(())
     }
@@ -310,8 +317,13 @@ mod tests {
 
     /// Takes `messages` (after catching up) and composes: the body forwarded.
     fn serve(conv: &mut Conv, messages: &[Value]) -> String {
+        serve_asking(conv, messages, 64)
+    }
+
+    /// [`serve`], the request asking for `max_tokens`.
+    fn serve_asking(conv: &mut Conv, messages: &[Value], max_tokens: u32) -> String {
         let tools = json!([{"name": "run", "input_schema": {"type": "object"}}]);
-        let body = json!({"model": "m", "max_tokens": 64, "system": "Be brief.", "tools": tools, "messages": messages});
+        let body = json!({"model": "m", "max_tokens": max_tokens, "system": "Be brief.", "tools": tools, "messages": messages});
         let request = Request::parse(Provider::Anthropic, body.to_string().as_bytes()).unwrap();
         let hashes = crate::wire::raw_hashes(&request);
         conv.catch_up().unwrap();
@@ -342,6 +354,37 @@ mod tests {
         a.catch_up().unwrap();
         b.catch_up().unwrap();
         assert_eq!((a.len(), b.len()), (single.len(), single.len()));
+    }
+
+    /// Checkpoints written over the conversation's life, as of its newest: each records its
+    /// writer's count, which a reload takes on.
+    fn checkpoints_written(conv: &mut Conv) -> u64 {
+        conv.catch_up().unwrap();
+        conv.session().counters().checkpoints_written
+    }
+
+    #[test]
+    fn a_takeover_writes_no_checkpoint_one_instance_would_not() {
+        let (shared, alone) = (fleet(), fleet());
+        let mut instances: Vec<Conv> = (0..3).map(|_| open(&shared)).collect();
+        let mut single = open(&alone);
+        let full = history(4);
+        // The reserve changes twice in one instance's life (the first request; a larger
+        // max_tokens), and the low-water mark once the pinned part is known.
+        let asks = [64, 64, 64, 300, 64, 64, 64, 64, 64];
+        for (turn, end) in (1..=full.len()).step_by(2).enumerate() {
+            let conv = &mut instances[turn % 3];
+            let forwarded = serve_asking(conv, &full[..end], asks[turn]);
+            assert_eq!(forwarded, serve_asking(&mut single, &full[..end], asks[turn]));
+        }
+        assert!(instances.iter().all(|conv| conv.session().counters().reloads > 0));
+        let alone = checkpoints_written(&mut single);
+        assert!(alone > 0, "the configuration changed: checkpointed");
+        // Each takeover continues from the configuration the conversation has: it changes
+        // nothing a replay would miss, so it checkpoints nothing.
+        assert_eq!(checkpoints_written(&mut instances[0]), alone);
+        let configured = |conv: &Conv| *conv.session().configured();
+        assert!(instances.iter().all(|conv| configured(conv) == configured(&single)));
     }
 
     #[test]

@@ -130,9 +130,11 @@ pub struct Conv {
     fleet: bool,
     /// The session's reloads this conversation's record was rebuilt for.
     seen_reloads: u64,
-    /// In a fleet: the session's checkpoints seen, and its next id when the newest was seen
-    /// (what a reload replays is the rows since: [`Conv::replay_length`]).
-    checkpoint_mark: (u64, u64),
+    /// In a fleet: the id after the last message the record in the newest checkpoint names
+    /// (what a rebuild reads again is the rows from it: [`Conv::replay_length`]). The
+    /// session's own checkpoints carry the record last set, so only this conversation's
+    /// move it.
+    stored_next: u64,
     /// What the session holds, message by message; in the checkpoints.
     recorded: Recorded,
     /// Tokens per `" ~"` of the filler that stands for an opaque block's cost.
@@ -140,7 +142,8 @@ pub struct Conv {
     /// What the conversation was opened with.
     settings: ConvSettings,
     /// The reply reserve the session is configured with: the largest `max_tokens` a request
-    /// asked for since the conversation was loaded (`None` before its first request).
+    /// asked for since the conversation was loaded (`None` before its first request); in a
+    /// fleet, since any instance loaded it (the newest checkpoint's, [`Conv::catch_up`]).
     reserve: Option<u32>,
     /// Session ids of the messages the last payload emitted.
     last_emitted: Vec<u64>,
@@ -322,7 +325,7 @@ impl Conv {
             },
             fleet: stores.is_fleet(),
             seen_reloads: session.counters().reloads,
-            checkpoint_mark: (session.counters().checkpoints_written, session.manager().next_id()),
+            stored_next: session.manager().next_id(),
             session,
             recorded,
             filler_rate,
@@ -394,7 +397,7 @@ impl Conv {
     /// what the conversation recorded, the answer still waiting included. In a fleet,
     /// nothing when another instance served the conversation since: what this one holds is
     /// stale (the answer still waiting comes back with its client's next request); and
-    /// nothing while a reload would replay fewer than `FLEET_CHECKPOINT_ROWS` messages.
+    /// nothing while a rebuild would read fewer than `FLEET_CHECKPOINT_ROWS` messages again.
     ///
     /// # Errors
     /// Session errors.
@@ -416,6 +419,7 @@ impl Conv {
             Ok(_) => {
                 self.dirty = false;
                 self.exchanges = 0;
+                self.stored_next = self.session.manager().next_id();
                 Ok(())
             }
         }

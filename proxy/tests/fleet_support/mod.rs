@@ -22,7 +22,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{RwLock, Semaphore};
 
-const AUTHORIZATION: &str = "Bearer fleet-test-key";
+/// The key every client sends (the conversation key is keyed by it).
+pub const AUTHORIZATION: &str = "Bearer fleet-test-key";
 
 /// The fake upstream: answers from what it receives, records every body.
 pub struct Upstream {

@@ -2,6 +2,8 @@
 //! [`SessionBuilder::checkpoint_interval_messages`](crate::session::SessionBuilder::checkpoint_interval_messages)),
 //! and the session's checkpoint bookkeeping.
 
+use ctxwin_core::Config;
+
 use crate::store::CheckpointId;
 
 /// A session's checkpointing: when the next one is due, the newest written or restored, and
@@ -14,11 +16,19 @@ pub(crate) struct Checkpointing {
     /// Opaque bytes of the caller's, kept in checkpoints
     /// ([`Session::set_caller_state`](super::Session::set_caller_state)).
     pub(crate) caller_state: Vec<u8>,
+    /// The configuration the newest checkpoint written or restored was written under
+    /// (`None`: none yet, or one of an older build, which did not record it).
+    pub(crate) configured: Option<Config>,
 }
 
 impl Checkpointing {
     pub(crate) fn new(policy: CheckpointPolicy) -> Self {
-        Self { periodic: PeriodicCheckpointer::new(policy), last: None, caller_state: Vec::new() }
+        Self {
+            periodic: PeriodicCheckpointer::new(policy),
+            last: None,
+            caller_state: Vec::new(),
+            configured: None,
+        }
     }
 }
 

@@ -18,6 +18,10 @@
 //! a compose that evicted, a calibration that moved the window, a tool definition, a model's
 //! summary or entity swapped in, a forget, a restore, new caller state. A row whose id the
 //! replay does not reproduce is reported ([`StoreError::Mismatch`]), never written over.
+//! The replay runs under the configuration the checkpoint records (the writer's, whatever
+//! the reloading session was configured with); the session's own applies again after it,
+//! so a takeover by a session configured as the writer was changes nothing and writes no
+//! checkpoint of its own.
 //!
 //! Without a checkpoint port a reload replays every row from an empty context, and nothing
 //! guards the replay against states pushes do not reproduce: give a leased session its
@@ -52,11 +56,14 @@ pub(crate) struct Lease {
     /// Whether an operation overtaken by another process is redone on the reloaded state
     /// ([`Session::redo_when_overtaken`]).
     redo: bool,
+    /// The rows the last reload replayed, until the next operation
+    /// ([`Session::take_replayed`]).
+    replayed: Vec<ArchivedMessage>,
 }
 
 impl Lease {
     pub(crate) fn new(fence: Fence) -> Self {
-        Self { fence, reproducible: None, redo: true }
+        Self { fence, reproducible: None, redo: true, replayed: Vec::new() }
     }
 
     /// Whether the store hands out leases.
@@ -201,8 +208,37 @@ impl Session {
         }
         self.stores.lease.fence = fence;
         self.stores.lease.changed();
-        let checkpoint = self.restore_newest()?;
+        self.stores.lease.replayed.clear();
+        let own = self.calibration.configured;
+        let replay = self.restore_and_replay();
+        // The session's own configuration applies again (a change from the replayed one is
+        // checkpointed before the next row, as any reconfiguration).
+        self.calibration.configured = own;
+        let (checkpoint, replayed) = replay?;
+        self.apply_calibration()?;
+        tracing::info!(scope = %self.scope, fence = fence.0, ?checkpoint, replayed, "session: reloaded");
+        Ok(ReloadReport { fence, checkpoint, replayed, dropped })
+    }
+
+    /// Restores the newest checkpoint and replays the rows after it under the configuration
+    /// the checkpoint was written under: a leased writer checkpoints before it writes a row on
+    /// a changed configuration, so that is the one its rows were pushed under, and the
+    /// replay makes its decisions (the session's own configuration could evict otherwise).
+    /// The state reached is what the store reproduces.
+    fn restore_and_replay(&mut self) -> Result<(Option<CheckpointId>, usize), SessionError> {
+        let (checkpoint, covered) = self.restore_newest()?;
+        if let Some(stored) = self.checkpointing.configured
+            && stored != self.calibration.configured
+        {
+            self.calibration.configured = stored;
+            self.apply_calibration()?;
+        }
         let replayed = self.replay_rows()?;
+        // A row after the checkpoint proves the archive holds what it covers (ids are dense
+        // up to the replayed ones); without one, the archive is asked (one query).
+        if let (Some(id), Some(covered), 0) = (&checkpoint, covered, replayed) {
+            self.verify_covered(id, covered)?;
+        }
         #[cfg(feature = "http")]
         self.forget_llm_texts();
         if let Some(index) = self.recall.semantic.as_mut() {
@@ -211,18 +247,18 @@ impl Session {
         // Periodic checkpoints count the conversation's messages, whoever pushed them.
         self.checkpointing.periodic.on_messages(u32::try_from(replayed).unwrap_or(u32::MAX));
         self.stores.lease.reproducible = Some(ReplayMark::of(self));
-        tracing::info!(scope = %self.scope, fence = fence.0, ?checkpoint, replayed, "session: reloaded");
-        Ok(ReloadReport { fence, checkpoint, replayed, dropped })
+        Ok((checkpoint, replayed))
     }
 
     /// Restores the newest checkpoint that restores, or empties the session when there is
-    /// none (`None` then).
-    fn restore_newest(&mut self) -> Result<Option<CheckpointId>, SessionError> {
+    /// none (`None` then); with the highest message id it covers, which the caller checks
+    /// the archive holds ([`verify_covered`](Self::verify_covered)).
+    fn restore_newest(&mut self) -> Result<(Option<CheckpointId>, Option<u64>), SessionError> {
         if self.stores.checkpoints.is_some()
             && let Some((id, restored, _skipped)) = self.load_point(RestorePoint::Latest)?
         {
-            self.adopt(&id, restored)?;
-            return Ok(Some(id));
+            let covered = self.adopt(&id, restored, true)?;
+            return Ok((Some(id), covered));
         }
         let counter = self.manager.counter().clone();
         self.manager = SessionManager::small(self.calibration.configured, counter)?;
@@ -232,7 +268,7 @@ impl Session {
         self.calibration.calibrator.reset();
         self.checkpointing = super::Checkpointing::new(self.checkpointing.periodic.policy());
         self.apply_calibration()?;
-        Ok(None)
+        Ok((None, None))
     }
 
     /// Pushes every archived row after the core's ids into the core again, in id order:
@@ -248,14 +284,16 @@ impl Session {
             if rows.is_empty() {
                 return Ok(replayed);
             }
-            for row in &rows {
+            let full = rows.len() == PAGE;
+            for row in rows {
                 if row.id < self.manager.next_id() {
                     continue;
                 }
-                self.replay_row(row)?;
+                self.replay_row(&row)?;
+                self.stores.lease.replayed.push(row);
                 replayed += 1;
             }
-            if rows.len() < PAGE {
+            if !full {
                 return Ok(replayed);
             }
         }
@@ -316,10 +354,11 @@ impl Session {
         Ok(())
     }
 
-    /// Reads the newest fence (one query) and reloads when another process took the lease
-    /// since this session took it: its state may be stale, and nothing should be decided on a
-    /// stale state (the store would refuse the writes, but a payload composed without writing
-    /// would go out as it is). Returns whether it reloaded. Every operation does this first,
+    /// Reads the newest fence and reloads when another process took the lease since this
+    /// session took it (one query, which takes the lease back when it was taken:
+    /// [`acquire_if_overtaken`](crate::store::ArchiveStore::acquire_if_overtaken)): its state
+    /// may be stale, and nothing should be decided on a stale state (the store would refuse
+    /// the writes, but a payload composed without writing would go out as it is). Returns whether it reloaded. Every operation does this first,
     /// unless [`redo_when_overtaken`](Self::redo_when_overtaken) is off: then the caller does,
     /// at the start of its unit of work. Nothing on a store without leases.
     ///
@@ -343,12 +382,41 @@ impl Session {
             return Ok(false);
         }
         let Some(archive) = self.stores.archive.clone() else { return Ok(false) };
-        if archive.current_fence(&self.scope)? > self.stores.lease.fence {
-            tracing::debug!(scope = %self.scope, "session: another process took the lease; reloading");
-            self.reload()?;
-            return Ok(true);
-        }
-        Ok(false)
+        // Reading the fence and taking the lease back are one round trip where the store can.
+        let Some(fence) = archive.acquire_if_overtaken(&self.scope, self.stores.lease.fence)?
+        else {
+            return Ok(false);
+        };
+        tracing::debug!(scope = %self.scope, "session: another process took the lease; reloading");
+        self.reload_under(fence)?;
+        self.counters.reloads += 1;
+        Ok(true)
+    }
+
+    /// The rows the last [`reload`](Self::reload) (or [`catch_up`](Self::catch_up), or the
+    /// build that restored the session under a lease) replayed: the archived messages after
+    /// its checkpoint, in id order, as read then. Handed over once, and kept only until the
+    /// session's next operation: a caller that rebuilds a record of its own from the same
+    /// rows (a proxy's) takes them here instead of reading them again.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store.clone() };
+    /// let build = || SessionBuilder::new("chat").ports(ports.clone()).restore_latest(true).build();
+    /// let (mut first, mut second) = (build()?, build()?);
+    /// first.push(&ChatMessage::text(Role::User, "one"))?;
+    /// assert!(second.catch_up()?);
+    /// let rows = second.take_replayed();
+    /// assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), [1]);
+    /// assert!(second.take_replayed().is_empty(), "handed over once");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_replayed(&mut self) -> Vec<ArchivedMessage> {
+        std::mem::take(&mut self.stores.lease.replayed)
     }
 
     /// The fence the session writes under: the lease it took last ([`Fence::NONE`] on a
@@ -412,6 +480,7 @@ impl Session {
         mut op: impl FnMut(&mut Self) -> Result<T, SessionError>,
     ) -> Result<T, SessionError> {
         let mut attempt = 1;
+        self.stores.lease.replayed = Vec::new();
         loop {
             if self.stores.lease.redo {
                 self.catch_up()?;
@@ -543,6 +612,33 @@ mod tests {
         };
         assert_eq!(texts(&other), texts(&session));
         assert_eq!(other.push(&ChatMessage::text(Role::User, "five")).unwrap().id, 5);
+    }
+
+    #[test]
+    fn a_reload_replays_under_the_writers_configuration_and_keeps_its_own() {
+        let store = Arc::new(MemoryStore::new());
+        let scope = Scope::local("s");
+        let writer = Config { reserved_for_reply: 2_000, ..Config::DEFAULT };
+        let build = |config: Config| {
+            let builder = SessionBuilder::new("s").ports(ports(&store)).config(config);
+            builder.restore_latest(true).build().unwrap()
+        };
+        let mut first = build(writer);
+        first.push(&ChatMessage::text(Role::User, "one")).unwrap();
+        first.checkpoint().unwrap();
+        first.push(&ChatMessage::text(Role::User, "two")).unwrap();
+        let mut second = build(Config::DEFAULT);
+        assert_eq!(second.configured(), &Config::DEFAULT, "its own configuration");
+        assert_eq!(second.checkpoint_configured(), Some(&writer), "the rows' configuration");
+        // Configured as the writer was, it changes nothing a replay would miss.
+        second.reconfigure(|config| *config = writer).unwrap();
+        second.push(&ChatMessage::text(Role::User, "three")).unwrap();
+        assert_eq!(store.ids(&scope).unwrap().len(), 1, "no checkpoint of its own");
+        // Configured otherwise, its next row is written on a checkpoint of its configuration.
+        let mut third = build(Config::DEFAULT);
+        third.push(&ChatMessage::text(Role::User, "four")).unwrap();
+        assert_eq!(store.ids(&scope).unwrap().len(), 2);
+        assert_eq!(third.checkpoint_configured(), Some(&Config::DEFAULT));
     }
 
     #[test]

@@ -10,13 +10,13 @@
 //! | 4 | length `n` of the core snapshot, little-endian |
 //! | `n` | the core snapshot (`core/SNAPSHOT.md`) |
 //! | 4 | length `m` of the session state, little-endian (version 2) |
-//! | `m` | the session state as JSON: name, id tracking, calibrator, counters, archive binding |
+//! | `m` | the session state as JSON: name, id tracking, calibrator, counters, archive binding, configuration |
 //! | rest | the caller's state ([`Session::set_caller_state`]), opaque (version 2) |
 //!
 //! Version 1 (older builds) has no state length and no caller's state: the JSON runs to the
 //! end.
 
-use ctxwin_core::SnapshotError;
+use ctxwin_core::{Config, SnapshotError};
 use serde::{Deserialize, Serialize};
 
 use super::core::SessionManager;
@@ -57,6 +57,11 @@ struct SessionState {
     /// of sessions without an archive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     archive: Option<ArchiveBinding>,
+    /// The configuration the session was configured with (before calibration) when it wrote
+    /// the checkpoint (absent in checkpoints of older builds): under a lease, the rows after
+    /// the checkpoint were pushed under it, and a reload replays them under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    configured: Option<Config>,
 }
 
 /// What a checkpoint knows of its archive: which one it is, and the highest message id the
@@ -171,6 +176,7 @@ impl Session {
                 ..self.counters.clone()
             },
             archive: self.archive_binding()?,
+            configured: Some(self.calibration.configured),
         };
         let payload = encode(&core, &state, &self.checkpointing.caller_state)?;
         let id = self.save(&payload)?;
@@ -178,6 +184,7 @@ impl Session {
         self.counters.checkpoints_written += 1;
         self.checkpointing.periodic.checkpointed();
         self.checkpointing.last = Some(id.clone());
+        self.checkpointing.configured = Some(self.calibration.configured);
         self.note_reproducible();
         Ok(id)
     }
@@ -190,8 +197,9 @@ impl Session {
             .checkpoints
             .as_deref()
             .ok_or(SessionError::NoCheckpoints { operation: "checkpoint" })?;
-        let id = sink.save(&self.scope, self.stores.lease.fence, payload)?;
-        if let Err(error) = sink.prune(&self.scope, self.stores.lease.fence, self.stores.keep) {
+        let fence = self.stores.lease.fence;
+        let (id, pruned) = sink.save_and_prune(&self.scope, fence, payload, self.stores.keep)?;
+        if let Err(error) = pruned {
             tracing::warn!(%error, scope = %self.scope, "session: pruning old checkpoints failed");
         }
         Ok(id)
@@ -228,15 +236,38 @@ impl Session {
         Ok(Some(ArchiveBinding { identity: archive.identity()?, covered }))
     }
 
-    /// Checks the archive is the one checkpoint `id` was written with and holds what it
-    /// covers.
+    /// The configuration the newest checkpoint this session wrote or restored was written
+    /// under (before calibration); `None` before any, or after restoring one of an older
+    /// build. Under a lease (PostgreSQL), the configuration a reload replays the rows after
+    /// the checkpoint under ([`reload`](Self::reload)): a caller whose settings follow the
+    /// conversation (a proxy's reply reserve) continues from it.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let dir = tempfile::tempdir()?;
+    /// let mut session = SessionBuilder::new("s").checkpoints(dir.path()).build()?;
+    /// assert_eq!(session.checkpoint_configured(), None);
+    /// session.reconfigure(|config| config.reserved_for_reply = 2_000)?;
+    /// session.checkpoint()?;
+    /// assert_eq!(session.checkpoint_configured().unwrap().reserved_for_reply, 2_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn checkpoint_configured(&self) -> Option<&Config> {
+        self.checkpointing.configured.as_ref()
+    }
+
+    /// Checks the archive is the one checkpoint `id` was written with and, unless `defer`,
+    /// that it holds what the checkpoint covers; with `defer` the highest id it covers is
+    /// returned for [`verify_covered`](Self::verify_covered) instead (a reload finds the
+    /// rows after it anyway: any proves them there).
     fn verify_archive(
         &self,
         id: &CheckpointId,
         binding: Option<&ArchiveBinding>,
-    ) -> Result<(), SessionError> {
+        defer: bool,
+    ) -> Result<Option<u64>, SessionError> {
         let (Some(archive), Some(binding)) = (self.stores.archive.as_deref(), binding) else {
-            return Ok(());
+            return Ok(None);
         };
         let identity = archive.identity()?;
         if identity != binding.identity {
@@ -248,12 +279,27 @@ impl Session {
             }
             .into());
         }
+        if defer {
+            return Ok(Some(binding.covered));
+        }
+        self.verify_covered(id, binding.covered)?;
+        Ok(None)
+    }
+
+    /// Checks the archive holds the session's messages up to id `covered`, which checkpoint
+    /// `id` covers.
+    pub(super) fn verify_covered(
+        &self,
+        id: &CheckpointId,
+        covered: u64,
+    ) -> Result<(), SessionError> {
+        let Some(archive) = self.stores.archive.as_deref() else { return Ok(()) };
         let newest = archive.max_id(&self.scope)?.unwrap_or(0);
-        if newest < binding.covered {
+        if newest < covered {
             return Err(StoreError::Mismatch {
                 detail: format!(
-                    "the archive holds messages of session {:?} up to id {newest}, but checkpoint {id} covers up to {}: messages are missing",
-                    self.scope.conversation, binding.covered
+                    "the archive holds messages of session {:?} up to id {newest}, but checkpoint {id} covers up to {covered}: messages are missing",
+                    self.scope.conversation
                 ),
             }
             .into());
@@ -323,7 +369,7 @@ impl Session {
         self.sync_archive()?;
         let (id, restored, skipped) =
             self.load_point(point)?.ok_or(SessionError::NoCheckpoints { operation: "restore" })?;
-        self.adopt(&id, restored)?;
+        self.adopt(&id, restored, false)?;
         self.counters.restores += 1;
         // The state is an older checkpoint's, not the newest one's plus the rows after it.
         self.stores.lease.changed();
@@ -379,14 +425,17 @@ impl Session {
 
     /// Takes the session's state from checkpoint `id`, restored into the manager: id
     /// tracking, calibration, counters, the caller's state, after checking the archive is the
-    /// checkpoint's.
+    /// checkpoint's. With `defer`, whether the archive holds what the checkpoint covers is
+    /// left to the caller: the highest id it covers is returned
+    /// ([`verify_covered`](Self::verify_covered)).
     pub(super) fn adopt(
         &mut self,
         id: &CheckpointId,
         restored: Restored,
-    ) -> Result<(), SessionError> {
+        defer: bool,
+    ) -> Result<Option<u64>, SessionError> {
         let Restored { state, caller } = restored;
-        self.verify_archive(id, state.archive.as_ref())?;
+        let covered = self.verify_archive(id, state.archive.as_ref(), defer)?;
         self.tracker = state.tracker;
         self.tracker.next_id = self.manager.next_id();
         #[cfg(feature = "http")]
@@ -397,7 +446,9 @@ impl Session {
         self.checkpointing.periodic = super::PeriodicCheckpointer::new(policy);
         self.checkpointing.last = Some(id.clone());
         self.checkpointing.caller_state = caller;
-        self.apply_calibration()
+        self.checkpointing.configured = state.configured;
+        self.apply_calibration()?;
+        Ok(covered)
     }
 
     /// Copies archived messages with ids the restored core will hand out again to a side
@@ -492,6 +543,7 @@ mod tests {
             calibrator: Calibrator::new(),
             counters: SessionCounters::default(),
             archive: None,
+            configured: Some(Config::DEFAULT),
         };
         let payload = encode(b"core bytes", &state, b"caller").unwrap();
         let decoded = decode(&payload).unwrap();

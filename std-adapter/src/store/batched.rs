@@ -239,6 +239,14 @@ impl<S: ArchiveStore> ArchiveStore for Batched<S> {
         self.inner.current_fence(scope)
     }
 
+    fn acquire_if_overtaken(
+        &self,
+        scope: &Scope,
+        held: Fence,
+    ) -> Result<Option<Fence>, StoreError> {
+        self.inner.acquire_if_overtaken(scope, held)
+    }
+
     fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
         self.push(scope)?;
         self.inner.flush(scope)

@@ -192,6 +192,14 @@ impl<S: ArchiveStore + ?Sized> ArchiveStore for Adapter<'_, S> {
     fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
         self.0.current_fence(scope)
     }
+
+    fn acquire_if_overtaken(
+        &self,
+        scope: &Scope,
+        held: Fence,
+    ) -> Result<Option<Fence>, StoreError> {
+        self.0.acquire_if_overtaken(scope, held)
+    }
     fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
         self.0.flush(scope)
     }
@@ -209,6 +217,15 @@ impl<S: CheckpointSink + ?Sized> CheckpointSink for Sink<'_, S> {
         payload: &[u8],
     ) -> Result<CheckpointId, StoreError> {
         self.0.save(scope, fence, payload)
+    }
+    fn save_and_prune(
+        &self,
+        scope: &Scope,
+        fence: Fence,
+        payload: &[u8],
+        keep: usize,
+    ) -> Result<(CheckpointId, Result<Vec<CheckpointId>, StoreError>), StoreError> {
+        self.0.save_and_prune(scope, fence, payload, keep)
     }
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError> {
         self.0.ids(scope)
@@ -557,6 +574,19 @@ fn fences(store: &dyn ArchiveStore) {
     store.put(&s, second, &[text(1, Role::User, "new holder")]).unwrap();
     store.flush(&s).unwrap();
     assert_eq!(store.get(&s, 1).unwrap().unwrap().message.content, "new holder");
+    // Taken over only when overtaken; names any text may be (quotes, backslashes).
+    assert_eq!(store.acquire_if_overtaken(&s, second).unwrap(), None, "still the newest");
+    assert_eq!(store.current_fence(&s).unwrap(), second, "nothing taken");
+    let third = store.acquire_if_overtaken(&s, first).unwrap().expect("overtaken: taken");
+    assert!(third > second);
+    assert_eq!(store.current_fence(&s).unwrap(), third);
+    let odd = Scope::new("o'neil \\ ", "it's 'quoted' \\' -- ;");
+    assert_eq!(store.acquire_if_overtaken(&odd, first).unwrap(), None, "never leased");
+    let (taken, newer) = (store.acquire(&odd).unwrap(), store.acquire(&odd).unwrap());
+    assert_eq!(store.current_fence(&odd).unwrap(), newer);
+    let retaken = store.acquire_if_overtaken(&odd, taken).unwrap().expect("overtaken: taken");
+    assert!(retaken > newer);
+    assert_eq!(store.current_fence(&s).unwrap(), third, "another scope's lease is its own");
 }
 
 fn paging(store: &dyn ArchiveStore) {
@@ -651,6 +681,16 @@ fn prune(sink: &dyn CheckpointSink) {
     assert!(pruned.iter().all(|id| ids[..4].contains(id)));
     assert_eq!(sink.ids(&s).unwrap(), [ids[5].clone(), ids[4].clone()]);
     assert!(sink.prune(&s, Fence::NONE, 2).unwrap().is_empty());
+    // Saved and pruned at once: the new one is among those kept.
+    let (newest, pruned) = sink.save_and_prune(&s, Fence::NONE, &[6], 2).unwrap();
+    assert_eq!(pruned.unwrap(), [ids[4].clone()]);
+    assert_eq!(sink.ids(&s).unwrap(), [newest.clone(), ids[5].clone()]);
+    assert_eq!(sink.load(&s, &newest).unwrap(), [6]);
+    let (only, pruned) = sink.save_and_prune(&s, Fence::NONE, &[7], 1).unwrap();
+    let mut pruned = pruned.unwrap();
+    pruned.sort();
+    assert_eq!(pruned, [ids[5].clone(), newest], "in any order");
+    assert_eq!(sink.ids(&s).unwrap(), [only]);
 }
 
 fn load_latest(sink: &dyn CheckpointSink) {

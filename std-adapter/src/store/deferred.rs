@@ -728,6 +728,14 @@ impl<S: ArchiveStore + 'static> ArchiveStore for Deferred<S> {
         self.inner.current_fence(scope)
     }
 
+    fn acquire_if_overtaken(
+        &self,
+        scope: &Scope,
+        held: Fence,
+    ) -> Result<Option<Fence>, StoreError> {
+        self.inner.acquire_if_overtaken(scope, held)
+    }
+
     fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
         self.settle(scope)?;
         self.inner.flush(scope)

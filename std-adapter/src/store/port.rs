@@ -371,6 +371,37 @@ pub trait ArchiveStore: Send + Sync + fmt::Debug {
         Ok(Fence::NONE)
     }
 
+    /// Takes the write lease of `scope` when a fence newer than `held` was handed out since
+    /// (another process took the conversation): the new fence; `None` when `held` is still
+    /// the newest, and nothing is taken. What a holder does before each unit of work: one
+    /// round trip where the adapter can (PostgreSQL), [`current_fence`](Self::current_fence)
+    /// then [`acquire`](Self::acquire) by default.
+    ///
+    /// ```
+    /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Scope};
+    /// let store = MemoryStore::new();
+    /// let scope = Scope::local("chat");
+    /// let held = store.acquire(&scope)?;
+    /// assert_eq!(store.acquire_if_overtaken(&scope, held)?, None);
+    /// let other = store.acquire(&scope)?; // another process takes the conversation
+    /// let taken = store.acquire_if_overtaken(&scope, held)?.unwrap();
+    /// assert!(taken > other);
+    /// # Ok::<(), ctxwin_std::store::StoreError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Backend errors.
+    fn acquire_if_overtaken(
+        &self,
+        scope: &Scope,
+        held: Fence,
+    ) -> Result<Option<Fence>, StoreError> {
+        if self.current_fence(scope)? > held {
+            return self.acquire(scope).map(Some);
+        }
+        Ok(None)
+    }
+
     /// Waits until every write of `scope` handed over so far is durable (wrappers that hold
     /// or queue writes); nothing to do for adapters that commit in [`write`](Self::write).
     ///
@@ -427,6 +458,36 @@ pub trait CheckpointSink: Send + Sync + fmt::Debug {
         fence: Fence,
         keep: usize,
     ) -> Result<Vec<CheckpointId>, StoreError>;
+
+    /// [`save`](Self::save)s `payload`, then [`prune`](Self::prune)s to the newest `keep`
+    /// (the new one among them); an adapter may do both in one transaction (PostgreSQL).
+    /// The new checkpoint's id, with what the prune did: the checkpoint is saved even when
+    /// the prune failed.
+    ///
+    /// ```
+    /// use ctxwin_std::store::{CheckpointSink, Fence, MemoryStore, Scope};
+    /// let store = MemoryStore::new();
+    /// let scope = Scope::local("chat");
+    /// let first = store.save(&scope, Fence::NONE, b"one")?;
+    /// let (second, pruned) = store.save_and_prune(&scope, Fence::NONE, b"two", 1)?;
+    /// assert_eq!(pruned?, vec![first]);
+    /// assert_eq!(store.ids(&scope)?, vec![second]);
+    /// # Ok::<(), ctxwin_std::store::StoreError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`save`](Self::save) (nothing was saved).
+    #[allow(clippy::type_complexity)]
+    fn save_and_prune(
+        &self,
+        scope: &Scope,
+        fence: Fence,
+        payload: &[u8],
+        keep: usize,
+    ) -> Result<(CheckpointId, Result<Vec<CheckpointId>, StoreError>), StoreError> {
+        let id = self.save(scope, fence, payload)?;
+        Ok((id, self.prune(scope, fence, keep)))
+    }
 
     /// Rewrites every checkpoint of `scope` through `mask` (forgetting text): `mask` gets a
     /// checkpoint's bytes (the payload of an intact one, everything stored of a damaged one,
@@ -553,6 +614,9 @@ macro_rules! forward_archive {
             fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
                 (**self).current_fence(scope)
             }
+            fn acquire_if_overtaken(&self, scope: &Scope, held: Fence) -> Result<Option<Fence>, StoreError> {
+                (**self).acquire_if_overtaken(scope, held)
+            }
             fn flush(&self, scope: &Scope) -> Result<(), StoreError> {
                 (**self).flush(scope)
             }
@@ -571,6 +635,16 @@ impl<T: CheckpointSink + ?Sized> CheckpointSink for Arc<T> {
         payload: &[u8],
     ) -> Result<CheckpointId, StoreError> {
         (**self).save(scope, fence, payload)
+    }
+    #[allow(clippy::type_complexity)]
+    fn save_and_prune(
+        &self,
+        scope: &Scope,
+        fence: Fence,
+        payload: &[u8],
+        keep: usize,
+    ) -> Result<(CheckpointId, Result<Vec<CheckpointId>, StoreError>), StoreError> {
+        (**self).save_and_prune(scope, fence, payload, keep)
     }
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError> {
         (**self).ids(scope)

@@ -148,6 +148,54 @@ fn next_sequence(
     Ok((conversation, sequence, floor))
 }
 
+/// Saves `payload` as `scope`'s newest checkpoint inside `tx`; with `keep`, deletes in the
+/// same statement all but the newest `keep` (the new one among them): the new id and the
+/// ids deleted, oldest first.
+fn save_in(
+    tx: &mut Tx<'_>,
+    scope: &Scope,
+    fence: Fence,
+    payload: &[u8],
+    keep: Option<usize>,
+) -> Pg<(CheckpointId, Vec<CheckpointId>)> {
+    let (conversation, sequence, floor) = next_sequence(tx, scope, fence)?;
+    let now = clock::now();
+    let id = CheckpointId::next_after(now, floor.as_ref()).ok_or_else(|| {
+        StoreError::invalid(format!("the clock reads {now:?}, outside 1970..=9999"))
+    })?;
+    let framed = frame::sequenced(u64::try_from(sequence).unwrap_or(0), payload);
+    let key = id.as_str();
+    let insert =
+        "INSERT INTO checkpoints (conversation_id, seq, id, frame) VALUES ($1, $2, $3, $4)";
+    let params: [(&(dyn postgres::types::ToSql + Sync), Type); 4] = [
+        (&conversation, Type::INT8),
+        (&sequence, Type::INT8),
+        (&key, Type::TEXT),
+        (&framed, Type::BYTEA),
+    ];
+    let Some(keep) = keep else {
+        tx.query(insert, &params)?;
+        return Ok((id, Vec::new()));
+    };
+    // The statement's snapshot does not see the row it inserts: the older ones kept are
+    // `keep - 1`.
+    let older = i64::try_from(keep.saturating_sub(1)).unwrap_or(i64::MAX);
+    let sql = format!(
+        "WITH saved AS ({insert} RETURNING seq)
+         DELETE FROM checkpoints WHERE conversation_id = $1 AND seq NOT IN (
+             SELECT seq FROM checkpoints WHERE conversation_id = $1 ORDER BY seq DESC LIMIT $5)
+         RETURNING id, seq"
+    );
+    let [a, b, c, d] = params;
+    let rows = tx.query(&sql, &[a, b, c, d, (&older, Type::INT8)])?;
+    let mut pruned = rows
+        .iter()
+        .map(|row| Ok((get::<i64>(row, 1)?, parse_id(row, 0)?)))
+        .collect::<Pg<Vec<_>>>()?;
+    pruned.sort();
+    Ok((id, pruned.into_iter().map(|(_, id)| id).collect()))
+}
+
 impl CheckpointSink for PgStore {
     fn save(
         &self,
@@ -155,27 +203,26 @@ impl CheckpointSink for PgStore {
         fence: Fence,
         payload: &[u8],
     ) -> Result<CheckpointId, StoreError> {
-        let id = self.transaction(|tx| {
-            let (conversation, sequence, floor) = next_sequence(tx, scope, fence)?;
-            let now = clock::now();
-            let id = CheckpointId::next_after(now, floor.as_ref()).ok_or_else(|| {
-                StoreError::invalid(format!("the clock reads {now:?}, outside 1970..=9999"))
-            })?;
-            let framed = frame::sequenced(u64::try_from(sequence).unwrap_or(0), payload);
-            let key = id.as_str();
-            tx.query(
-                "INSERT INTO checkpoints (conversation_id, seq, id, frame) VALUES ($1, $2, $3, $4)",
-                &[
-                    (&conversation, Type::INT8),
-                    (&sequence, Type::INT8),
-                    (&key, Type::TEXT),
-                    (&framed, Type::BYTEA),
-                ],
-            )?;
-            Ok(id)
-        })?;
+        let (id, _) = self.transaction(|tx| save_in(tx, scope, fence, payload, None))?;
         tracing::debug!(%id, %scope, bytes = payload.len(), "postgres store: checkpoint saved");
         Ok(id)
+    }
+
+    /// One transaction, the prune in the insert's statement.
+    fn save_and_prune(
+        &self,
+        scope: &Scope,
+        fence: Fence,
+        payload: &[u8],
+        keep: usize,
+    ) -> Result<(CheckpointId, Result<Vec<CheckpointId>, StoreError>), StoreError> {
+        if keep == 0 {
+            let id = self.save(scope, fence, payload)?;
+            return Ok((id, self.prune(scope, fence, keep)));
+        }
+        let (id, pruned) = self.transaction(|tx| save_in(tx, scope, fence, payload, Some(keep)))?;
+        tracing::debug!(%id, %scope, bytes = payload.len(), pruned = pruned.len(), "postgres store: checkpoint saved");
+        Ok((id, Ok(pruned)))
     }
 
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError> {

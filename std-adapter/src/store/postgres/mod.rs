@@ -511,20 +511,69 @@ fn check_fence(scope: &Scope, fence: Fence, current: i64) -> Pg<()> {
     Ok(())
 }
 
-/// Raises `scope`'s fence and returns it (the row is created on its first lease).
-fn acquire(tx: &mut Tx<'_>, scope: &Scope) -> Pg<Fence> {
-    let (tenant, name) = (escape(&scope.tenant), escape(&scope.conversation));
-    let rows = tx.query(
-        "INSERT INTO conversations (tenant, name, fence) VALUES ($1, $2, 1)
-         ON CONFLICT (tenant, name) DO UPDATE SET fence = conversations.fence + 1
-         RETURNING fence",
-        &[(&tenant, Type::TEXT), (&name, Type::TEXT)],
-    )?;
-    let fence: i64 = match rows.first() {
-        Some(row) => get(row, 0)?,
-        None => return Err(Failure(StoreError::Backend { detail: "no fence returned".into() })),
-    };
-    Ok(Fence(error::from_sql_int("fence", fence)?))
+/// `text` (escaped: no U+0000) as an SQL string literal, in escape-string syntax so that it
+/// reads the same whatever the server's `standard_conforming_strings`.
+fn literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 3);
+    out.push_str("E'");
+    for c in text.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+impl PgStore {
+    /// Raises `scope`'s fence and returns it (the row is created on its first lease); with
+    /// `held`, only when a newer fence than it was handed out (`None` otherwise: nothing
+    /// changes). One round trip: the transaction, its lock timeout, the statement and the
+    /// commit go as one simple query, the scope's names as literals (the statement waits for
+    /// a write of the conversation in flight, at most the lock timeout).
+    fn raise_fence(&self, scope: &Scope, held: Option<Fence>) -> Result<Option<Fence>, StoreError> {
+        let (tenant, name) =
+            (literal(&escape(&scope.tenant)), literal(&escape(&scope.conversation)));
+        let statement = match held {
+            None => format!(
+                "INSERT INTO conversations (tenant, name, fence) VALUES ({tenant}, {name}, 1)
+                 ON CONFLICT (tenant, name) DO UPDATE SET fence = conversations.fence + 1
+                 RETURNING fence"
+            ),
+            Some(held) => format!(
+                "UPDATE conversations SET fence = fence + 1
+                 WHERE tenant = {tenant} AND name = {name} AND fence > {}
+                 RETURNING fence",
+                i64::try_from(held.0).unwrap_or(i64::MAX)
+            ),
+        };
+        let timeout = self.inner.options.lock_timeout.as_millis().max(1);
+        let sql = format!("BEGIN; SET LOCAL lock_timeout = {timeout}; {statement}; COMMIT");
+        self.run(|client| {
+            let messages = match client.simple_query(&sql) {
+                Ok(messages) => messages,
+                Err(error) => {
+                    // The transaction the query began stays open, failed: closed before the
+                    // connection goes back to the pool.
+                    if client.batch_execute("ROLLBACK").is_err() {
+                        tracing::debug!("postgres store: rollback failed (the connection is gone)");
+                    }
+                    return Err(error.into());
+                }
+            };
+            let value = messages.iter().find_map(|message| match message {
+                postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or_default()),
+                _ => None,
+            });
+            let Some(value) = value else { return Ok(None) };
+            let fence: i64 = value.parse().map_err(|_| {
+                Failure(StoreError::Backend { detail: format!("fence {value:?} returned") })
+            })?;
+            Ok(Some(Fence(error::from_sql_int("fence", fence)?)))
+        })
+    }
 }
 
 /// The name of row `id` of `scope` in errors.

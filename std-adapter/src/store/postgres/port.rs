@@ -2,9 +2,9 @@
 
 use postgres::types::Type;
 
+use super::PgStore;
 use super::error::{from_sql_int, get};
 use super::escape::scope_params;
-use super::{PgStore, acquire};
 use crate::store::{
     ArchiveStore, ArchivedMessage, Fence, Forget, Forgotten, MetricsSummary, Scope, SearchHit,
     SearchQuery, StoreError, SummaryHit, SummaryRecord, Usage, VectorRow, Write,
@@ -105,9 +105,24 @@ impl ArchiveStore for PgStore {
     /// with an older fence is refused. Waits (at most the lock timeout) for a write of the
     /// conversation in flight.
     fn acquire(&self, scope: &Scope) -> Result<Fence, StoreError> {
-        let fence = self.transaction(|tx| acquire(tx, scope))?;
+        let fence = self.raise_fence(scope, None)?.ok_or_else(|| StoreError::Backend {
+            detail: format!("no fence returned for {scope}"),
+        })?;
         tracing::debug!(%scope, fence = fence.0, "postgres store: lease taken");
         Ok(fence)
+    }
+
+    /// One round trip: raises the fence only where it is newer than `held`.
+    fn acquire_if_overtaken(
+        &self,
+        scope: &Scope,
+        held: Fence,
+    ) -> Result<Option<Fence>, StoreError> {
+        let taken = self.raise_fence(scope, Some(held))?;
+        if let Some(fence) = taken {
+            tracing::debug!(%scope, fence = fence.0, "postgres store: lease taken over");
+        }
+        Ok(taken)
     }
 
     fn current_fence(&self, scope: &Scope) -> Result<Fence, StoreError> {
