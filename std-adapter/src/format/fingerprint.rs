@@ -1,9 +1,10 @@
 //! Stable hashes and canonical JSON: fingerprints that survive restarts and re-serialization.
 //!
-//! The one home of 64-bit FNV-1a in ctxwin-std: message fingerprints, raw-byte hashes,
-//! conversation keys and anything else that must hash the same in every build and on every
-//! machine (unlike `std`'s `DefaultHasher`, whose seed and algorithm may change). FNV-1a is
-//! not a cryptographic hash and not a checksum against deliberate tampering.
+//! The one home of 64-bit FNV-1a in ctxwin-std: message fingerprints, conversation keys and
+//! anything else that must hash the same in every build and on every machine (unlike `std`'s
+//! `DefaultHasher`, whose seed and algorithm may change); and of [`raw_hash`], the hash of a
+//! message's raw bytes, read a word at a time because every request hashes all of them. Neither
+//! is a cryptographic hash nor a checksum against deliberate tampering.
 //!
 //! A message's *fingerprint* hashes what it means, not how it was serialized: its role
 //! (`developer` counts as `system`) and a list of normalized blocks (text, tool calls with
@@ -51,6 +52,39 @@ pub fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
 /// ```
 pub fn hash_str(text: &str) -> u64 {
     fnv1a(FNV_SEED, text.as_bytes())
+}
+
+/// A stable 64-bit hash of `bytes`, 8 bytes at a time (a folded 64×64→128-bit multiply per
+/// word, the mix of wyhash and foldhash): what tells a message sent with the same bytes as
+/// last time without reading it. Byte-wise FNV-1a costs about 4 cycles a byte, ~3 ms for a
+/// 2 MB request on every request; this is several times cheaper, and the same on every
+/// machine and in every build (little-endian words, constants fixed here).
+///
+/// ```
+/// use ctxwin_std::format::fingerprint::raw_hash;
+/// assert_eq!(raw_hash(b"hello world"), raw_hash(b"hello world"));
+/// assert_ne!(raw_hash(b"hello world"), raw_hash(b"hello worle"));
+/// // The length is hashed: trailing zero bytes make another hash.
+/// assert_ne!(raw_hash(b"a"), raw_hash(b"a\0"));
+/// ```
+pub fn raw_hash(bytes: &[u8]) -> u64 {
+    const SEED: u64 = 0x243f_6a88_85a3_08d3;
+    const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+    let fold = |state: u64, word: u64| {
+        let product = u128::from(state ^ word) * u128::from(MUL);
+        (product as u64) ^ ((product >> 64) as u64)
+    };
+    let mut state = SEED ^ (bytes.len() as u64);
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        state = fold(state, u64::from_le_bytes(<[u8; 8]>::try_from(word).unwrap_or_default()));
+    }
+    let mut tail = [0u8; 8];
+    for (slot, byte) in tail.iter_mut().zip(words.remainder()) {
+        *slot = *byte;
+    }
+    state = fold(state, u64::from_le_bytes(tail));
+    fold(state, SEED)
 }
 
 /// `value` as canonical JSON: object keys sorted, `null` members and `cache_control` marks

@@ -11,7 +11,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::Provider;
-use super::fingerprint::hash_str;
+use super::fingerprint::raw_hash;
 
 /// A request body that did not parse, saying where.
 ///
@@ -170,7 +170,8 @@ impl Request {
     }
 }
 
-/// The hash of each item's raw bytes: equal bytes are the same message, without reading it.
+/// The hash of each item's raw bytes ([`raw_hash`]): equal bytes are the same message, without
+/// reading it.
 ///
 /// ```
 /// use ctxwin_std::format::{raw_hashes, Provider, Request};
@@ -180,7 +181,7 @@ impl Request {
 /// # Ok::<(), ctxwin_std::format::BadRequest>(())
 /// ```
 pub fn raw_hashes(request: &Request) -> Vec<u64> {
-    request.items.iter().map(|raw| hash_str(raw.get())).collect()
+    request.items.iter().map(|raw| raw_hash(raw.get().as_bytes())).collect()
 }
 
 #[cfg(test)]
