@@ -3,6 +3,7 @@
 //! the managed body composed from what the payload keeps. Re-exported here, where the proxy's
 //! modules and its callers find them; nothing of the formats is the proxy's own.
 
+pub use ctxwin_std::format::fingerprint::raw_hash;
 pub use ctxwin_std::format::{
     Analyzed, BadRequest, KeptPart, ManagedBody, Opaque, Part, Provider, Request, analyze_item,
     analyze_message, raw_hashes,

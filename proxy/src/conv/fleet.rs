@@ -26,7 +26,7 @@ use super::state::{Entry, Recorded};
 use super::validate::{level_of, pins};
 use super::{Conv, ConvError, ConvSettings, stores};
 use crate::hash::{canonical, hash_str};
-use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, analyze_message};
+use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, analyze_message, raw_hash};
 
 /// Rows read at once while rebuilding.
 const PAGE: usize = 500;
@@ -264,7 +264,7 @@ impl Rebuild {
         let leading = self.recorded.entries.last().is_none_or(|e| e.pinned);
         let entry = Entry {
             fp: message.fp,
-            raw_hash: hash_str(raw),
+            raw_hash: raw_hash(raw.as_bytes()),
             pinned: pins(&message, leading),
             calls: calls_hash(&message),
             ids: vec![row.id],
