@@ -66,3 +66,32 @@ class ItemLog:
     def items(self, conversation: str) -> list[str]: ...
     def pop(self, conversation: str) -> Optional[str]: ...
     def clear(self, conversation: str) -> None: ...
+
+class Records:
+    """Keyed records of a tenant's namespaces through the record port of a store (a state
+    directory's ``archive.db``, a ``postgres://`` URL, or ``":memory:"``). A record is
+    ``(key, value, fields)``: ``fields`` the JSON text of an object, or ``None``."""
+
+    def __init__(self, store: str, *, tenant: str = "") -> None: ...
+    def apply(
+        self,
+        namespace: str,
+        writes: list[tuple[str, str, str, Optional[bytes], Optional[str]]],
+    ) -> None: ...
+    def get(
+        self, namespace: str, collection: str, keys: list[str]
+    ) -> list[tuple[str, bytes, Optional[str]]]: ...
+    def list(
+        self,
+        namespace: str,
+        collection: str,
+        *,
+        limit: int,
+        prefix: str = "",
+        after: Optional[str] = None,
+        before: Optional[str] = None,
+        descending: bool = False,
+        fields: Optional[str] = None,
+    ) -> list[tuple[str, bytes, Optional[str]]]: ...
+    def delete_namespace(self, namespace: str) -> int: ...
+    def namespaces(self, *, limit: int, after: Optional[str] = None) -> list[str]: ...

@@ -1,5 +1,6 @@
 """Drop-in for LangGraph: :class:`CtxwinSaver`, a checkpoint saver (``BaseCheckpointSaver``)
-in SQLite that stores each element of a list channel (``messages``) once per thread.
+that keeps LangGraph's checkpoints in ctxwin's store and each element of a list channel
+(``messages``) once per thread.
 
 LangGraph writes a new version of the ``messages`` channel at every step, the whole list each
 time: a stock saver stores the history again with every checkpoint, so a 500-turn thread
@@ -8,17 +9,30 @@ its elements' content hashes and each distinct element once, so the thread grows
 messages, not with messages × steps. Everything else is stored as LangGraph gives it; the
 saver passes ``langgraph-checkpoint-conformance``, every capability.
 
-Unlike :class:`ctxwin.Context` and :class:`ctxwin.agents.CtxwinSession`, the saver keeps its
-own SQLite file (``langgraph.db``) rather than going through ctxwin's storage ports, because
-LangGraph's data model is not what those ports hold. The checkpoint port stores opaque
-snapshots under ids it assigns, newest first, and deletes only "all but the newest N";
-LangGraph addresses checkpoints by its own ids (``get_tuple`` of any past ``checkpoint_id``
-would read every newer snapshot of the thread), deletes single checkpoints
-(``delete_for_runs``), and lists and filters by metadata across every thread (the port
-cannot enumerate threads). Pending writes (upserted by checkpoint, task and index),
-channel values by version and the content-addressed message elements are keyed records the
-archive port, whose rows are chat messages indexed for search, has no place for. Holding them
-there would mean a new port with SQLite and PostgreSQL adapters, not a thin layer.
+The saver stores through ctxwin's record port (``ctxwin._native.Records``): keyed records of
+a tenant's namespaces, one namespace per LangGraph thread, in the store a
+:class:`ctxwin.Context` would use for the same ``store`` argument — table ``records`` of a
+state directory's ``archive.db`` (SQLite), of a PostgreSQL database (``postgres://…``, shared
+by processes; ``tenant`` scopes every record), or memory. Every lookup (a checkpoint by
+LangGraph's id, the newest of a thread, a listing before an id, a metadata filter, the
+pending writes of a checkpoint) is a keyed or ranged query of the store scoped to the thread,
+metadata filters included (the JSON-serializable top-level metadata values are matched in the
+store; a filter on any other value matches nothing). The records of a thread:
+
+==============  ===================================  ==========================================
+collection      key                                  value
+==============  ===================================  ==========================================
+``checkpoint``  ns ␟ checkpoint id                   checkpoint and metadata (serde), parent id
+``namespace``   ns                                   (empty) the thread's checkpoint namespaces
+``channel``     ns ␟ channel ␟ version               the channel's value, or element hashes
+``element``     content hash                         one element of a list channel
+``write``       ns ␟ checkpoint id ␟ task ␟ index    a pending write
+==============  ===================================  ==========================================
+
+(␟ is U+001F, which a checkpoint namespace may therefore not hold.) Earlier versions of the
+saver kept a ``langgraph.db`` of their own in the state directory; it is not read (its
+threads are not carried over) and the saver warns once when it finds one: delete it when its
+threads are no longer needed.
 
 >>> from langgraph.graph import START, MessagesState, StateGraph
 >>> from langchain_core.messages import AIMessage
@@ -39,10 +53,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import random
-import sqlite3
-import threading
+import warnings
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,32 +75,58 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .errors import StorageError
+from ._native import Records
+from .errors import UsageError
 
 __all__ = ["CtxwinSaver"]
 
+# Collections of a thread's namespace (see the module docs).
+_CHECKPOINT = "checkpoint"
+_NAMESPACE = "namespace"
+_CHANNEL = "channel"
+_ELEMENT = "element"
+_WRITE = "write"
+_SEP = "\x1f"
+# Records read per call while paging.
+_PAGE = 500
 # A list channel's version stored as the hashes of its elements (see the module docs).
 _ELEMENTS = "ctxwin.elements"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS checkpoints (
-    thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL,
-    parent_id TEXT, checkpoint_type TEXT NOT NULL, checkpoint BLOB NOT NULL,
-    metadata_type TEXT NOT NULL, metadata BLOB NOT NULL,
-    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id));
-CREATE TABLE IF NOT EXISTS channel_values (
-    thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, channel TEXT NOT NULL,
-    version TEXT NOT NULL, value_type TEXT NOT NULL, value BLOB NOT NULL,
-    PRIMARY KEY (thread_id, checkpoint_ns, channel, version));
-CREATE TABLE IF NOT EXISTS elements (
-    thread_id TEXT NOT NULL, hash TEXT NOT NULL, value_type TEXT NOT NULL, value BLOB NOT NULL,
-    PRIMARY KEY (thread_id, hash));
-CREATE TABLE IF NOT EXISTS writes (
-    thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL,
-    task_id TEXT NOT NULL, idx INTEGER NOT NULL, channel TEXT NOT NULL,
-    value_type TEXT NOT NULL, value BLOB NOT NULL, task_path TEXT NOT NULL,
-    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx));
-"""
+
+def _key(*parts: str) -> str:
+    return _SEP.join(parts)
+
+
+def _pack(header: dict[str, Any], *blobs: bytes) -> bytes:
+    """A record's value: a JSON header line (with the blobs' sizes), then the blobs."""
+    header = {**header, "sizes": [len(blob) for blob in blobs]}
+    return json.dumps(header).encode() + b"\n" + b"".join(blobs)
+
+
+def _unpack(value: bytes) -> tuple[dict[str, Any], list[bytes]]:
+    line, _, rest = value.partition(b"\n")
+    header = json.loads(line)
+    blobs, start = [], 0
+    for size in header["sizes"]:
+        blobs.append(rest[start : start + size])
+        start += size
+    return header, blobs
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str, allow_nan=False, sort_keys=True)
+
+
+def _fields(metadata: dict[str, Any]) -> str | None:
+    """The metadata values the store can match: those that are JSON (others as their text)."""
+    fields = {}
+    for name, value in metadata.items():
+        try:
+            _json(value)
+        except (TypeError, ValueError):
+            continue
+        fields[name] = value
+    return _json(fields) if fields else None
 
 
 def _hash(value_type: str, value: bytes) -> str:
@@ -94,136 +134,133 @@ def _hash(value_type: str, value: bytes) -> str:
 
 
 class CtxwinSaver(BaseCheckpointSaver[str]):
-    """A LangGraph checkpoint saver in SQLite: ``store`` is a state directory (the saver
-    uses ``langgraph.db`` in it; created if missing) or ``":memory:"``. Every query is
-    scoped to its thread in SQL. Safe to share between threads; the async methods run the
-    same work in a worker thread."""
+    """A LangGraph checkpoint saver in ctxwin's store: ``store`` as :class:`ctxwin.Context`
+    takes it — a state directory (created if missing; the records go in its ``archive.db``), a
+    ``postgres://`` or ``postgresql://`` URL, or ``":memory:"``. ``tenant`` scopes every
+    record (threads of two tenants never meet). Safe to share between threads; the async
+    methods run the same work in a worker thread."""
 
-    def __init__(self, store: str | os.PathLike[str] = ".ctxwin", *, serde: SerializerProtocol | None = None) -> None:
+    def __init__(
+        self,
+        store: str | os.PathLike[str] = ".ctxwin",
+        *,
+        tenant: str = "",
+        serde: SerializerProtocol | None = None,
+    ) -> None:
         super().__init__(serde=serde)
         store = os.fspath(store)
-        if store == ":memory:":
-            path = store
-        else:
-            Path(store).mkdir(parents=True, exist_ok=True)
-            path = str(Path(store) / "langgraph.db")
-        try:
-            self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            if path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.executescript(_SCHEMA)
-        except sqlite3.Error as error:
-            raise StorageError(f"cannot open the checkpoint database {path}: {error}") from error
-        self._lock = threading.RLock()
+        if store != ":memory:" and "://" not in store and (Path(store) / "langgraph.db").exists():
+            warnings.warn(
+                f"{Path(store) / 'langgraph.db'} was written by an earlier ctxwin saver and is not"
+                " read: its threads are not carried over (delete it once they are not needed)",
+                stacklevel=2,
+            )
+        self._records = Records(store, tenant=tenant)
 
     # -- storage -----------------------------------------------------------------------------
 
-    def _transaction(self, work: Any) -> Any:
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                result = work(self._conn)
-                self._conn.execute("COMMIT")
-                return result
-            except BaseException as error:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                if isinstance(error, sqlite3.Error):
-                    raise StorageError(f"checkpoint database: {error}") from error
-                raise
+    def _all(self, thread: str, collection: str, prefix: str = "", fields: str | None = None) -> Iterator[tuple]:
+        """Every record of ``collection`` under ``prefix``, in key order, a page per call."""
+        after = None
+        while True:
+            page = self._records.list(thread, collection, limit=_PAGE, prefix=prefix, after=after, fields=fields)
+            yield from page
+            if len(page) < _PAGE:
+                return
+            after = page[-1][0]
 
-    def _read(self, work: Any) -> Any:
-        with self._lock:
-            try:
-                return work(self._conn)
-            except sqlite3.Error as error:
-                raise StorageError(f"checkpoint database: {error}") from error
+    def _threads(self) -> Iterator[str]:
+        after = None
+        while True:
+            page = self._records.namespaces(limit=_PAGE, after=after)
+            yield from page
+            if len(page) < _PAGE:
+                return
+            after = page[-1]
 
-    def _dump_value(self, conn: sqlite3.Connection, thread_id: str, value: Any) -> tuple[str, bytes]:
+    def _namespaces(self, thread: str) -> list[str]:
+        return [key for key, _, _ in self._all(thread, _NAMESPACE)]
+
+    def _dump_value(self, value: Any, writes: list[tuple]) -> tuple[str, bytes]:
         if type(value) is list and value:
             hashes = []
             for element in value:
                 element_type, element_bytes = self.serde.dumps_typed(element)
                 digest = _hash(element_type, element_bytes)
-                conn.execute(
-                    "INSERT OR IGNORE INTO elements VALUES (?, ?, ?, ?)",
-                    (thread_id, digest, element_type, element_bytes),
-                )
+                writes.append(("insert", _ELEMENT, digest, _pack({"type": element_type}, element_bytes), None))
                 hashes.append(digest)
             return _ELEMENTS, "\n".join(hashes).encode()
         return self.serde.dumps_typed(value)
 
-    def _load_value(self, conn: sqlite3.Connection, thread_id: str, value_type: str, value: bytes) -> Any:
-        if value_type != _ELEMENTS:
-            return self.serde.loads_typed((value_type, value))
-        hashes = value.decode().split("\n")
-        rows = {}
-        for start in range(0, len(hashes), 500):
-            chunk = hashes[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for digest, element_type, element_bytes in conn.execute(
-                f"SELECT hash, value_type, value FROM elements WHERE thread_id = ? AND hash IN ({marks})",
-                (thread_id, *chunk),
-            ):
-                rows[digest] = (element_type, element_bytes)
-        return [self.serde.loads_typed(rows[digest]) for digest in hashes]
-
-    def _tuple(self, conn: sqlite3.Connection, row: tuple) -> CheckpointTuple:
-        thread_id, ns, checkpoint_id, parent_id, ctype, cbytes, mtype, mbytes = row
-        checkpoint: Checkpoint = self.serde.loads_typed((ctype, cbytes))
+    def _tuple(self, thread: str, ns: str, record: tuple) -> CheckpointTuple:
+        key, value, _ = record
+        checkpoint_id = key[len(ns) + 1 :]
+        header, (cbytes, mbytes) = _unpack(value)
+        checkpoint: Checkpoint = self.serde.loads_typed((header["checkpoint_type"], cbytes))
+        versions = checkpoint["channel_versions"]
+        wanted = {_key(ns, channel, str(version)): channel for channel, version in versions.items()}
+        stored = {}
+        for found_key, found_value, _ in self._records.get(thread, _CHANNEL, list(wanted)):
+            found_header, (data,) = _unpack(found_value)
+            if found_header["type"] != "empty":
+                stored[wanted[found_key]] = (found_header["type"], data)
+        hashes = {
+            digest
+            for value_type, data in stored.values()
+            if value_type == _ELEMENTS
+            for digest in data.decode().split("\n")
+        }
+        elements = {}
+        if hashes:
+            for digest, element_value, _ in self._records.get(thread, _ELEMENT, sorted(hashes)):
+                element_header, (element_bytes,) = _unpack(element_value)
+                elements[digest] = (element_header["type"], element_bytes)
         values = {}
-        for channel, version in checkpoint["channel_versions"].items():
-            found = conn.execute(
-                "SELECT value_type, value FROM channel_values WHERE thread_id = ? AND"
-                " checkpoint_ns = ? AND channel = ? AND version = ?",
-                (thread_id, ns, channel, str(version)),
-            ).fetchone()
-            if found is None or found[0] == "empty":
-                continue
-            values[channel] = self._load_value(conn, thread_id, found[0], found[1])
-        writes = conn.execute(
-            "SELECT task_id, idx, channel, value_type, value, task_path FROM writes WHERE"
-            " thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-            (thread_id, ns, checkpoint_id),
-        ).fetchall()
-        writes.sort(key=lambda w: writes_sort_key(w[5], w[0], w[1]))
-        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+        for channel, (value_type, data) in stored.items():
+            if value_type == _ELEMENTS:
+                values[channel] = [self.serde.loads_typed(elements[d]) for d in data.decode().split("\n")]
+            else:
+                values[channel] = self.serde.loads_typed((value_type, data))
+        writes_prefix = _key(ns, checkpoint_id) + _SEP
+        writes = []
+        for write_key, write_value, _ in self._all(thread, _WRITE, writes_prefix):
+            task_id, idx = write_key[len(writes_prefix) :].rsplit(_SEP, 1)
+            write_header, (data,) = _unpack(write_value)
+            writes.append((write_header["task_path"], task_id, int(idx), write_header, data))
+        writes.sort(key=lambda w: writes_sort_key(w[0], w[1], w[2]))
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+        parent_id = header.get("parent")
         parent = (
-            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id}}
+            {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": parent_id}}
             if parent_id
             else None
         )
         return CheckpointTuple(
             config=config,
             checkpoint={**checkpoint, "channel_values": values},
-            metadata=self.serde.loads_typed((mtype, mbytes)),
+            metadata=self.serde.loads_typed((header["metadata_type"], mbytes)),
             parent_config=parent,
-            pending_writes=[(w[0], w[2], self.serde.loads_typed((w[3], w[4]))) for w in writes],
+            pending_writes=[(w[1], w[3]["channel"], self.serde.loads_typed((w[3]["type"], w[4]))) for w in writes],
         )
+
+    @staticmethod
+    def _where(config: RunnableConfig) -> tuple[str, str]:
+        configurable = config["configurable"]
+        ns = configurable.get("checkpoint_ns", "") or ""
+        if _SEP in ns:
+            raise UsageError(f"a checkpoint namespace may not hold U+001F: {ns!r}")
+        return str(configurable["thread_id"]), ns
 
     # -- BaseCheckpointSaver -------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        configurable = config["configurable"]
-        thread_id = configurable["thread_id"]
-        ns = configurable.get("checkpoint_ns", "")
+        thread, ns = self._where(config)
         checkpoint_id = get_checkpoint_id(config)
-
-        def work(conn: sqlite3.Connection) -> CheckpointTuple | None:
-            if checkpoint_id:
-                row = conn.execute(
-                    "SELECT * FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-                    (thread_id, ns, checkpoint_id),
-                ).fetchone()
-            else:
-                row = conn.execute(
-                    "SELECT * FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ?"
-                    " ORDER BY checkpoint_id DESC LIMIT 1",
-                    (thread_id, ns),
-                ).fetchone()
-            return None if row is None else self._tuple(conn, row)
-
-        return self._read(work)
+        if checkpoint_id:
+            found = self._records.get(thread, _CHECKPOINT, [_key(ns, checkpoint_id)])
+        else:
+            found = self._records.list(thread, _CHECKPOINT, limit=1, prefix=ns + _SEP, descending=True)
+        return self._tuple(thread, ns, found[0]) if found else None
 
     def list(
         self,
@@ -233,44 +270,51 @@ class CtxwinSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        yield from self._list(config, filter, before, limit)
-
-    def _list(self, config: Any, filter: Any, before: Any, limit: Any) -> list[CheckpointTuple]:
-        clauses, params = [], []
+        """Checkpoints by thread, then namespace, newest first within a namespace; every
+        condition is part of the store's query."""
+        if limit is not None and limit <= 0:
+            return
+        try:
+            fields = _json(filter) if filter else None
+        except (TypeError, ValueError):
+            return  # a value that is not JSON matches no stored metadata
+        before_id = get_checkpoint_id(before) if before else None
+        checkpoint_id = get_checkpoint_id(config) if config else None
         if config:
-            configurable = config["configurable"]
-            clauses.append("thread_id = ?")
-            params.append(configurable["thread_id"])
-            if configurable.get("checkpoint_ns") is not None:
-                clauses.append("checkpoint_ns = ?")
-                params.append(configurable["checkpoint_ns"])
-            if checkpoint_id := get_checkpoint_id(config):
-                clauses.append("checkpoint_id = ?")
-                params.append(checkpoint_id)
-        if before and (before_id := get_checkpoint_id(before)):
-            clauses.append("checkpoint_id < ?")
-            params.append(before_id)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-
-        def work(conn: sqlite3.Connection) -> list[CheckpointTuple]:
-            out: list[CheckpointTuple] = []
-            if limit is not None and limit <= 0:
-                return out
-            rows = conn.execute(
-                f"SELECT * FROM checkpoints {where} ORDER BY thread_id, checkpoint_ns, checkpoint_id DESC",
-                params,
-            )
-            for row in rows.fetchall():
-                if filter:
-                    metadata = self.serde.loads_typed((row[6], row[7]))
-                    if not all(metadata.get(k) == v for k, v in filter.items()):
+            threads: Iterator[str] = iter([str(config["configurable"]["thread_id"])])
+        else:
+            threads = self._threads()
+        given_ns = config["configurable"].get("checkpoint_ns") if config else None
+        left = limit
+        for thread in threads:
+            namespaces = [self._where(config)[1]] if given_ns is not None else self._namespaces(thread)
+            for ns in namespaces:
+                if checkpoint_id:
+                    if before_id is not None and checkpoint_id >= before_id:
                         continue
-                out.append(self._tuple(conn, row))
-                if limit is not None and len(out) >= limit:
-                    break
-            return out
+                    exact = _key(ns, checkpoint_id)
+                    found = self._records.list(thread, _CHECKPOINT, limit=1, prefix=exact, fields=fields)
+                    pages: Iterator[list] = iter([[r for r in found if r[0] == exact]])
+                else:
+                    pages = self._newest(thread, ns, before_id, fields)
+                for page in pages:
+                    for record in page:
+                        yield self._tuple(thread, ns, record)
+                        if left is not None:
+                            left -= 1
+                            if left == 0:
+                                return
 
-        return self._read(work)
+    def _newest(self, thread: str, ns: str, before_id: str | None, fields: str | None) -> Iterator[list]:
+        bound = _key(ns, before_id) if before_id else None
+        while True:
+            page = self._records.list(
+                thread, _CHECKPOINT, limit=_PAGE, prefix=ns + _SEP, before=bound, descending=True, fields=fields
+            )
+            yield page
+            if len(page) < _PAGE:
+                return
+            bound = page[-1][0]
 
     def put(
         self,
@@ -279,31 +323,24 @@ class CtxwinSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        configurable = config["configurable"]
-        thread_id = configurable["thread_id"]
-        ns = configurable.get("checkpoint_ns", "")
+        thread, ns = self._where(config)
         stored = checkpoint.copy()
         values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
-
-        def work(conn: sqlite3.Connection) -> None:
-            for channel, version in new_versions.items():
-                if channel in values:
-                    value_type, value = self._dump_value(conn, thread_id, values[channel])
-                else:
-                    value_type, value = "empty", b""
-                conn.execute(
-                    "INSERT OR REPLACE INTO channel_values VALUES (?, ?, ?, ?, ?, ?)",
-                    (thread_id, ns, channel, str(version), value_type, value),
-                )
-            ctype, cbytes = self.serde.dumps_typed(stored)
-            mtype, mbytes = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
-            conn.execute(
-                "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (thread_id, ns, checkpoint["id"], configurable.get("checkpoint_id"), ctype, cbytes, mtype, mbytes),
-            )
-
-        self._transaction(work)
-        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+        writes: list[tuple] = []
+        for channel, version in new_versions.items():
+            if channel in values:
+                value_type, value = self._dump_value(values[channel], writes)
+            else:
+                value_type, value = "empty", b""
+            writes.append(("put", _CHANNEL, _key(ns, channel, str(version)), _pack({"type": value_type}, value), None))
+        ctype, cbytes = self.serde.dumps_typed(stored)
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        mtype, mbytes = self.serde.dumps_typed(full_metadata)
+        header = {"parent": config["configurable"].get("checkpoint_id"), "checkpoint_type": ctype, "metadata_type": mtype}
+        writes.append(("put", _CHECKPOINT, _key(ns, checkpoint["id"]), _pack(header, cbytes, mbytes), _fields(full_metadata)))
+        writes.append(("put", _NAMESPACE, ns, b"", None))
+        self._records.apply(thread, writes)
+        return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     def put_writes(
         self,
@@ -312,117 +349,77 @@ class CtxwinSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        configurable = config["configurable"]
-        key = (configurable["thread_id"], configurable.get("checkpoint_ns", ""), configurable["checkpoint_id"])
-
-        def work(conn: sqlite3.Connection) -> None:
-            for position, (channel, value) in enumerate(writes):
-                idx = WRITES_IDX_MAP.get(channel, position)
-                value_type, data = self.serde.dumps_typed(value)
-                # Special channels (negative index) replace; others keep their first write.
-                verb = "INSERT OR REPLACE" if idx < 0 else "INSERT OR IGNORE"
-                conn.execute(
-                    f"{verb} INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*key, task_id, idx, channel, value_type, data, task_path),
-                )
-
-        self._transaction(work)
+        thread, ns = self._where(config)
+        checkpoint_id = config["configurable"]["checkpoint_id"]
+        records = []
+        for position, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, position)
+            value_type, data = self.serde.dumps_typed(value)
+            # Special channels (negative index) replace; others keep their first write.
+            op = "put" if idx < 0 else "insert"
+            header = {"channel": channel, "type": value_type, "task_path": task_path}
+            records.append((op, _WRITE, _key(ns, checkpoint_id, task_id, str(idx)), _pack(header, data), None))
+        self._records.apply(thread, records)
 
     def delete_thread(self, thread_id: str) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            for table in ("checkpoints", "channel_values", "elements", "writes"):
-                conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
-
-        self._transaction(work)
+        self._records.delete_namespace(str(thread_id))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            for table in ("checkpoints", "channel_values", "elements", "writes"):
-                columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
-                rest = ", ".join(c for c in columns if c != "thread_id")
-                conn.execute(
-                    f"INSERT OR REPLACE INTO {table} (thread_id, {rest})"
-                    f" SELECT ?, {rest} FROM {table} WHERE thread_id = ?",
-                    (target_thread_id, source_thread_id),
-                )
-
-        self._transaction(work)
+        source = str(source_thread_id)
+        writes = [
+            ("put", collection, key, value, fields)
+            for collection in (_NAMESPACE, _CHECKPOINT, _CHANNEL, _ELEMENT, _WRITE)
+            for key, value, fields in self._all(source, collection)
+        ]
+        self._records.apply(str(target_thread_id), writes)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
-
-        def work(conn: sqlite3.Connection) -> None:
-            for thread_id in thread_ids:
-                if strategy == "delete":
-                    for table in ("checkpoints", "channel_values", "elements", "writes"):
-                        conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+        for thread_id in thread_ids:
+            thread = str(thread_id)
+            if strategy == "delete":
+                self._records.delete_namespace(thread)
+                continue
+            writes: list[tuple] = []
+            keep: set[str] = set()
+            for ns in self._namespaces(thread):
+                latest = self._records.list(thread, _CHECKPOINT, limit=1, prefix=ns + _SEP, descending=True)
+                if not latest:
                     continue
-                latest = conn.execute(
-                    "SELECT checkpoint_ns, MAX(checkpoint_id) FROM checkpoints WHERE thread_id = ?"
-                    " GROUP BY checkpoint_ns",
-                    (thread_id,),
-                ).fetchall()
-                keep_versions: set[tuple[str, str, str]] = set()
-                for ns, checkpoint_id in latest:
-                    conn.execute(
-                        "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id != ?",
-                        (thread_id, ns, checkpoint_id),
-                    )
-                    conn.execute(
-                        "DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id != ?",
-                        (thread_id, ns, checkpoint_id),
-                    )
-                    row = conn.execute(
-                        "SELECT checkpoint_type, checkpoint FROM checkpoints WHERE thread_id = ?"
-                        " AND checkpoint_ns = ? AND checkpoint_id = ?",
-                        (thread_id, ns, checkpoint_id),
-                    ).fetchone()
-                    versions = self.serde.loads_typed((row[0], row[1]))["channel_versions"]
-                    keep_versions.update((ns, ch, str(v)) for ch, v in versions.items())
-                for ns, channel, version in conn.execute(
-                    "SELECT checkpoint_ns, channel, version FROM channel_values WHERE thread_id = ?",
-                    (thread_id,),
-                ).fetchall():
-                    if (ns, channel, version) not in keep_versions:
-                        conn.execute(
-                            "DELETE FROM channel_values WHERE thread_id = ? AND checkpoint_ns = ?"
-                            " AND channel = ? AND version = ?",
-                            (thread_id, ns, channel, version),
-                        )
-                used: set[str] = set()
-                for value_type, value in conn.execute(
-                    "SELECT value_type, value FROM channel_values WHERE thread_id = ?", (thread_id,)
-                ):
-                    if value_type == _ELEMENTS:
-                        used.update(value.decode().split("\n"))
-                for (digest,) in conn.execute(
-                    "SELECT hash FROM elements WHERE thread_id = ?", (thread_id,)
-                ).fetchall():
-                    if digest not in used:
-                        conn.execute("DELETE FROM elements WHERE thread_id = ? AND hash = ?", (thread_id, digest))
-
-        self._transaction(work)
+                for key, _, _ in self._all(thread, _CHECKPOINT, ns + _SEP):
+                    if key != latest[0][0]:
+                        writes.append(("delete", _CHECKPOINT, key, None, None))
+                        writes.append(("delete_prefix", _WRITE, key + _SEP, None, None))
+                header, (cbytes, _) = _unpack(latest[0][1])
+                versions = self.serde.loads_typed((header["checkpoint_type"], cbytes))["channel_versions"]
+                keep.update(_key(ns, channel, str(version)) for channel, version in versions.items())
+            used: set[str] = set()
+            for key, value, _ in self._all(thread, _CHANNEL):
+                if key not in keep:
+                    writes.append(("delete", _CHANNEL, key, None, None))
+                    continue
+                header, (data,) = _unpack(value)
+                if header["type"] == _ELEMENTS:
+                    used.update(data.decode().split("\n"))
+            for key, _, _ in self._all(thread, _ELEMENT):
+                if key not in used:
+                    writes.append(("delete", _ELEMENT, key, None, None))
+            self._records.apply(thread, writes)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        runs = set(run_ids)
+        runs = list(dict.fromkeys(run_ids))
         if not runs:
             return
-
-        def work(conn: sqlite3.Connection) -> None:
-            rows = conn.execute(
-                "SELECT thread_id, checkpoint_ns, checkpoint_id, metadata_type, metadata FROM checkpoints"
-            ).fetchall()
-            for thread_id, ns, checkpoint_id, mtype, mbytes in rows:
-                if self.serde.loads_typed((mtype, mbytes)).get("run_id") not in runs:
-                    continue
-                for table in ("checkpoints", "writes"):
-                    conn.execute(
-                        f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-                        (thread_id, ns, checkpoint_id),
-                    )
-
-        self._transaction(work)
+        for thread in list(self._threads()):
+            writes = []
+            for ns in self._namespaces(thread):
+                for run in runs:
+                    for key, _, _ in self._all(thread, _CHECKPOINT, ns + _SEP, _json({"run_id": run})):
+                        writes.append(("delete", _CHECKPOINT, key, None, None))
+                        writes.append(("delete_prefix", _WRITE, key + _SEP, None, None))
+            if writes:
+                self._records.apply(thread, writes)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         if current is None:
@@ -446,7 +443,8 @@ class CtxwinSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        for item in await asyncio.to_thread(self._list, config, filter, before, limit):
+        found = await asyncio.to_thread(lambda: [*self.list(config, filter=filter, before=before, limit=limit)])
+        for item in found:
             yield item
 
     async def aput(
@@ -478,8 +476,3 @@ class CtxwinSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
-
-    def close(self) -> None:
-        """Closes the database."""
-        with self._lock:
-            self._conn.close()

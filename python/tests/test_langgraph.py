@@ -1,10 +1,13 @@
-"""ctxwin.langgraph.CtxwinSaver: the langgraph-checkpoint-conformance suite, file and memory
-stores, and what the element store saves on a long thread."""
+"""ctxwin.langgraph.CtxwinSaver: the langgraph-checkpoint-conformance suite on memory, a state
+directory (SQLite) and PostgreSQL, and what the element store saves on a long thread."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
+import tempfile
+import warnings
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -20,22 +23,13 @@ async def memory_saver():
     yield CtxwinSaver(":memory:")
 
 
-_file_dirs: list[str] = []
-
-
 @checkpointer_test(name="CtxwinSaver(directory)")
 async def file_saver():
-    import tempfile
-
-    directory = tempfile.mkdtemp(prefix="ctxwin-saver-")
-    _file_dirs.append(directory)
-    saver = CtxwinSaver(directory)
-    yield saver
-    saver.close()
+    with tempfile.TemporaryDirectory(prefix="ctxwin-saver-") as directory:
+        yield CtxwinSaver(directory)
 
 
-@pytest.mark.parametrize("registered", [memory_saver, file_saver], ids=["memory", "directory"])
-async def test_the_conformance_suite_passes(registered):
+async def _passes(registered):
     report = await validate(registered, progress=ProgressCallbacks.verbose())
     report.print_report()
     failures = {
@@ -45,6 +39,31 @@ async def test_the_conformance_suite_passes(registered):
     }
     assert report.passed_all(), failures
     assert report.conformance_level() != "NONE"
+
+
+@pytest.mark.parametrize("registered", [memory_saver, file_saver], ids=["memory", "directory"])
+async def test_the_conformance_suite_passes(registered):
+    await _passes(registered)
+
+
+async def test_the_conformance_suite_passes_on_postgresql(pg_url):
+    tenants = itertools.count()
+
+    @checkpointer_test(name="CtxwinSaver(postgresql)")
+    async def postgres_saver():
+        # One schema for the run: each saver the suite makes a tenant of its own.
+        yield CtxwinSaver(pg_url, tenant=f"suite-{next(tenants)}")
+
+    await _passes(postgres_saver)
+
+
+def test_tenants_of_one_postgresql_store_never_meet(pg_url):
+    config = {"configurable": {"thread_id": "t"}}
+    acme, other = CtxwinSaver(pg_url, tenant="acme"), CtxwinSaver(pg_url, tenant="other")
+    _graph(acme).invoke({"messages": [HumanMessage("for acme only")]}, config)
+    assert _graph(other).get_state(config).values == {}
+    assert list(other.list(None)) == []
+    assert len(list(acme.list(None))) >= 2
 
 
 def _graph(saver):
@@ -65,6 +84,18 @@ def test_a_thread_survives_a_new_saver_on_the_same_directory(tmp_path):
     graph.invoke({"messages": [HumanMessage("two")]}, config)
     contents = [m.content.split(" x")[0] for m in graph.get_state(config).values["messages"]]
     assert contents == ["one", "reply to one", "two", "reply to two"]
+    assert (tmp_path / "archive.db").exists() and not (tmp_path / "langgraph.db").exists()
+
+
+def test_an_old_langgraph_db_is_left_alone_and_named_in_a_warning(tmp_path):
+    old = tmp_path / "langgraph.db"
+    old.write_bytes(b"an earlier saver's file")
+    with pytest.warns(UserWarning, match="not carried over"):
+        CtxwinSaver(tmp_path)
+    assert old.read_bytes() == b"an earlier saver's file"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CtxwinSaver(tmp_path / "fresh")
 
 
 def test_each_message_is_stored_once_however_many_checkpoints_hold_it(tmp_path):
@@ -73,14 +104,21 @@ def test_each_message_is_stored_once_however_many_checkpoints_hold_it(tmp_path):
     graph = _graph(CtxwinSaver(tmp_path))
     for turn in range(turns):
         graph.invoke({"messages": [HumanMessage(f"turn {turn}")]}, config)
-    db = sqlite3.connect(tmp_path / "langgraph.db")
-    elements = db.execute("SELECT COUNT(*) FROM elements").fetchone()[0]
-    checkpoints = db.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
-    stored = db.execute("SELECT SUM(LENGTH(value)) FROM elements").fetchone()[0]
+    # Read behind the store's back: the records table of the state directory's archive.
+    db = sqlite3.connect(tmp_path / "archive.db")
+
+    def count(collection):
+        return db.execute(
+            "SELECT COUNT(*), SUM(LENGTH(value)) FROM records WHERE namespace = ? AND collection = ?",
+            (b"long", collection.encode()),
+        ).fetchone()
+
+    elements, stored = count("element")
+    checkpoints, _ = count("checkpoint")
     assert elements == 2 * turns, elements
     assert checkpoints >= 3 * turns
     # The whole history once: about 2 × 60 messages of ~450 bytes, not 60 × that.
     assert stored < 2 * turns * 2_000, stored
     assert len(graph.get_state(config).values["messages"]) == 2 * turns
-    size = os.path.getsize(tmp_path / "langgraph.db")
-    print(f"{turns} turns, {checkpoints} checkpoints: {elements} elements, {stored} bytes of them, db {size} bytes")
+    size = os.path.getsize(tmp_path / "archive.db")
+    print(f"{turns} turns, {checkpoints} checkpoints: {elements} elements, {stored} bytes of them, archive.db {size} bytes")

@@ -145,6 +145,39 @@ pub fn vector(scope: &Scope, id: u64, model: &str, vector: &[f32]) -> u64 {
     u64::from(fields.finish())
 }
 
+/// The checksum of `record` of `scope`: its collection, key, value and fields (as their
+/// JSON text).
+///
+/// ```
+/// use ctxwin_std::store::{Record, Scope, checksum};
+/// let a = Record::new("c", "k", b"value".to_vec());
+/// let s = Scope::new("t", "n");
+/// assert_ne!(checksum::record(&s, &a), checksum::record(&Scope::new("t", "m"), &a));
+/// assert_ne!(checksum::record(&s, &a), checksum::record(&s, &Record::new("c", "k", b"valud".to_vec())));
+/// ```
+pub fn record(scope: &Scope, record: &super::Record) -> u64 {
+    record_parts(
+        scope,
+        &record.collection,
+        &record.key,
+        &record.value,
+        record.fields_text().as_deref(),
+    )
+}
+
+/// [`record`] of a record's parts as stored (`fields`: the JSON text stored).
+pub(crate) fn record_parts(
+    scope: &Scope,
+    collection: &str,
+    key: &str,
+    value: &[u8],
+    fields: Option<&str>,
+) -> u64 {
+    let mut sum = Fields::new(b"record", scope);
+    sum.text(collection).text(key).bytes(value).optional(fields);
+    u64::from(sum.finish())
+}
+
 /// The [`StoreError::Damaged`](super::StoreError::Damaged) of a checksum mismatch of `what`.
 pub(crate) fn mismatch(what: String, stored: u64, computed: u64) -> super::StoreError {
     super::StoreError::damaged(

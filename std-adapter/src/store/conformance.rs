@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+pub use super::records::conformance::{damaged_record, records};
 use super::{
     ArchiveStore, ArchivedMessage, CheckpointId, CheckpointSink, CheckpointStatus,
     CompressionRecord, ErrorKind, FORGOTTEN, Fence, Forget, PendingOp, PendingWrite, Scope,

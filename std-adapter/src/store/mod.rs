@@ -1,19 +1,24 @@
-//! Storage as ports: what a session keeps, behind two object-safe traits, with adapters and
+//! Storage as ports: what a session keeps, behind object-safe traits, with adapters and
 //! wrappers stacked on them.
 //!
 //! * [`ArchiveStore`]: every message a session pushed (full text, the client's raw JSON),
 //!   summaries with their sources, vectors, compression events; read back by id, by
 //!   full-text search (normalised scores), from a summary down to its sources.
 //! * [`CheckpointSink`]: opaque snapshot bytes of a conversation, crash-safe, newest first.
+//! * [`RecordStore`]: keyed records of a tenant's namespace, under the caller's own keys,
+//!   listed in key order and filtered on JSON fields (the Python package's LangGraph
+//!   checkpoint saver keeps LangGraph's checkpoints there; see [`records`]).
 //!
 //! Every call names a [`Scope`] (tenant and conversation) and adapters put it into the query
 //! or key; every write carries a [`Fence`]; every stored row and checkpoint carries a
 //! [checksum] verified on every read (damage is [`StoreError::Damaged`], never text served).
 //! [`StoreError`] is the one error type: no backend's type appears in a signature here.
 //!
-//! **Adapters:** [`sqlite::SqliteArchive`] (an SQLite file; cargo feature `sqlite`, on by
-//! default), [`CheckpointDir`] (a directory of framed files), [`MemoryStore`] (both ports, in
-//! memory: tests, short runs, a model of the contract).
+//! **Adapters:** [`sqlite::SqliteArchive`] (an SQLite file, archive and records; cargo
+//! feature `sqlite`, on by default), [`CheckpointDir`] (a directory of framed files),
+//! [`MemoryStore`] (archive and checkpoints in memory: tests, short runs, a model of the
+//! contract), [`MemoryRecords`] (records in memory), and `postgres::PgStore` (all three on
+//! PostgreSQL; feature `postgres`).
 //!
 //! **Wrappers** implement the same trait around an inner one, and stack:
 //! [`Batched`] (writes held until a read or [`flush`](ArchiveStore::flush)),
@@ -53,6 +58,7 @@ mod open;
 mod port;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod records;
 mod retrying;
 mod scope;
 #[cfg(feature = "sqlite")]
@@ -67,8 +73,11 @@ pub use dir::{CheckpointDir, STALE_TEMP_AGE};
 pub use error::{ErrorKind, StoreError};
 pub use faulty::{Faults, Faulty};
 pub use memory::MemoryStore;
-pub use open::{Deleted, Location, Ports, STORE_URL_VAR, open, open_bound, open_checkpoints};
+pub use open::{
+    Deleted, Location, Ports, STORE_URL_VAR, open, open_bound, open_checkpoints, open_records,
+};
 pub use port::{ArchiveStore, CheckpointSink, PendingOp, PendingWrite, Unwritten, Write, WriteOp};
+pub use records::{MemoryRecords, Record, RecordQuery, RecordStore, RecordWrite};
 pub use retrying::Retrying;
 pub use scope::{Fence, Scope};
 pub use text::{BM25_B, BM25_K1};

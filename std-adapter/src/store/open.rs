@@ -7,7 +7,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{ArchiveStore, CheckpointDir, CheckpointId, CheckpointSink, Fence, Scope, StoreError};
+use super::{
+    ArchiveStore, CheckpointDir, CheckpointId, CheckpointSink, Fence, RecordStore, Scope,
+    StoreError,
+};
 
 /// The environment variable naming the store; it wins over `[store] url`.
 pub const STORE_URL_VAR: &str = "CTXWIN_STORE_URL";
@@ -195,6 +198,54 @@ pub fn open_checkpoints(
         }
         Location::Postgres(url) => Ok(open_postgres(url)?.checkpoints),
     }
+}
+
+/// The record port of the store at `location`: table `records` of a directory's
+/// `archive.db` (SQLite), or of the PostgreSQL database. The directory must exist.
+///
+/// ```
+/// use ctxwin_std::store::{Location, Record, RecordStore, RecordWrite, Scope, open_records};
+/// let dir = tempfile::tempdir()?;
+/// let records = open_records(&Location::Directory(dir.path().to_path_buf()))?;
+/// let record = Record::new("checkpoint", "0001", b"state".to_vec());
+/// records.apply(&Scope::local("thread"), &[RecordWrite::Put(&record)])?;
+/// assert!(dir.path().join("archive.db").exists());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// As [`open`].
+pub fn open_records(location: &Location) -> Result<Arc<dyn RecordStore>, StoreError> {
+    match location {
+        Location::Directory(dir) => open_records_file(dir),
+        Location::Postgres(url) => open_postgres_records(url),
+    }
+}
+
+#[cfg(feature = "sqlite")]
+fn open_records_file(dir: &Path) -> Result<Arc<dyn RecordStore>, StoreError> {
+    Ok(Arc::new(super::sqlite::SqliteArchive::open(dir.join("archive.db"))?))
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn open_records_file(dir: &Path) -> Result<Arc<dyn RecordStore>, StoreError> {
+    Err(StoreError::invalid(format!(
+        "{} is a state directory, and this build has no SQLite store (cargo feature `sqlite`)",
+        dir.display()
+    )))
+}
+
+#[cfg(feature = "postgres")]
+fn open_postgres_records(url: &str) -> Result<Arc<dyn RecordStore>, StoreError> {
+    Ok(Arc::new(super::postgres::PgStore::open(url)?))
+}
+
+#[cfg(not(feature = "postgres"))]
+fn open_postgres_records(url: &str) -> Result<Arc<dyn RecordStore>, StoreError> {
+    Err(StoreError::invalid(format!(
+        "{} is a PostgreSQL store, and this build has no PostgreSQL adapter (cargo feature `postgres`)",
+        redact(url)
+    )))
 }
 
 #[cfg(feature = "sqlite")]

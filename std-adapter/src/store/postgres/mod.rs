@@ -89,6 +89,7 @@ mod escape;
 mod forget;
 mod metrics;
 mod port;
+mod records;
 mod rows;
 pub mod schema;
 mod search;

@@ -25,12 +25,13 @@ pub struct Migration {
 }
 
 /// The migrations, oldest first: entry `i` is version `i + 1`. Never edit a published one.
-pub const MIGRATIONS: &[Migration] = &[Migration { name: "fleet store", sql: V1 }];
+pub const MIGRATIONS: &[Migration] =
+    &[Migration { name: "fleet store", sql: V1 }, Migration { name: "records", sql: V2 }];
 
 /// The schema version this build writes.
 ///
 /// ```
-/// assert_eq!(ctxwin_std::store::postgres::schema::SCHEMA_VERSION, 1);
+/// assert_eq!(ctxwin_std::store::postgres::schema::SCHEMA_VERSION, 2);
 /// ```
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -272,6 +273,25 @@ CREATE TRIGGER summaries_count_update AFTER UPDATE ON summaries
     REFERENCING OLD TABLE AS removed NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION ctxwin_count_summaries();
 CREATE TRIGGER summaries_count_delete AFTER DELETE ON summaries
     REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION ctxwin_count_summaries();
+"#;
+
+/// Version 2: the record port ([`RecordStore`](crate::store::RecordStore)): keyed records of
+/// a tenant's namespace with their checksums, names and keys escaped as every text (see the
+/// `escape` module) and compared byte by byte (`COLLATE "C"`), so a key prefix is a range of
+/// the primary key. `fields` is the JSON text of the record's fields, matched as `jsonb`
+/// (numbers by value). Records have no row in `conversations`: they are not conversations of
+/// the archive, and take no fence.
+const V2: &str = r#"
+CREATE TABLE records (
+    tenant     text COLLATE "C" NOT NULL,
+    namespace  text COLLATE "C" NOT NULL,
+    collection text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    value      bytea NOT NULL,
+    fields     text,
+    checksum   bigint NOT NULL,
+    PRIMARY KEY (tenant, namespace, collection, key)
+);
 "#;
 
 /// Applies what [`MIGRATIONS`] holds beyond the store's version, in one transaction under

@@ -33,6 +33,22 @@ fn passes_the_checkpoint_conformance_suite() {
 }
 
 #[test]
+fn passes_the_record_conformance_suite() {
+    with_stores("record conformance", |open| conformance::records(open));
+}
+
+#[test]
+fn a_damaged_record_is_reported_not_served() {
+    with_stores("record damage", |open| {
+        let store = open();
+        let damage = |scope: &Scope, collection: &str, key: &str| {
+            store.damage_record_for_tests(scope, collection, key).unwrap()
+        };
+        conformance::damaged_record(store.as_ref(), &damage);
+    });
+}
+
+#[test]
 fn damage_is_reported_not_served() {
     with_stores("damage", |open| {
         let store = open();

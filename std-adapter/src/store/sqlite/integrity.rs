@@ -72,10 +72,13 @@ fn check_header(header: &[u8; 100]) -> Result<(), String> {
     if header[21..24] != [64, 32, 32] {
         return Err(format!("payload fractions {:?}", &header[21..24]));
     }
-    if !(1..=4).contains(&u32_at(44)) {
+    // 0 (schema format, text encoding) is an empty database: the main file of a new database
+    // in WAL mode says so until the WAL's pages (the tables) are checkpointed into it, while
+    // another handle has it open.
+    if u32_at(44) > 4 {
         return Err(format!("schema format {}", u32_at(44)));
     }
-    if u32_at(56) != 1 {
+    if u32_at(56) > 1 {
         return Err(format!("text encoding {} (ctxwin writes UTF-8)", u32_at(56)));
     }
     if u32_at(52) != 0 || u32_at(64) != 0 {
@@ -169,6 +172,18 @@ pub(super) fn backfill_checksums(conn: &Connection) -> Sql<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_file_opens_again_before_its_wal_is_checkpointed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("archive.db");
+        let first = crate::store::sqlite::SqliteArchive::open(&path).unwrap();
+        let mut header = [0u8; 100];
+        std::io::Read::read_exact(&mut std::fs::File::open(&path).unwrap(), &mut header).unwrap();
+        assert_eq!(header[44..48], [0, 0, 0, 0], "the tables are still in the WAL");
+        let second = crate::store::sqlite::SqliteArchive::open(&path).unwrap();
+        assert_eq!(second.schema_version().unwrap(), first.schema_version().unwrap());
+    }
 
     #[test]
     fn a_file_keeps_its_identity_and_damage_is_caught() {

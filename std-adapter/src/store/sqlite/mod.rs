@@ -44,6 +44,7 @@ mod forget;
 mod integrity;
 mod metrics;
 mod port;
+mod records;
 mod rows;
 pub mod schema;
 mod search;

@@ -10,12 +10,12 @@ use super::error::{Failure, Sql};
 use crate::store::StoreError;
 
 /// Migration scripts, oldest first. Never edit a published entry: append a new one.
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The schema version this build writes.
 ///
 /// ```
-/// assert_eq!(ctxwin_std::store::sqlite::schema::SCHEMA_VERSION, 5);
+/// assert_eq!(ctxwin_std::store::sqlite::schema::SCHEMA_VERSION, 6);
 /// ```
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -226,6 +226,23 @@ CREATE TRIGGER summaries_fts_update AFTER UPDATE ON summaries BEGIN
     INSERT INTO summaries_fts(rowid, text, session_id) VALUES (new.pk, new.text, new.session_id);
 END;
 INSERT INTO summaries_fts(summaries_fts) VALUES ('rebuild');
+"#;
+
+/// Version 6: the record port ([`RecordStore`](crate::store::RecordStore)): keyed records of
+/// a tenant's namespace, each with its checksum (`crate::store::checksum::record`). Names and
+/// keys are their UTF-8 bytes as BLOBs: compared byte by byte (as every adapter orders keys),
+/// NUL included, and a key prefix is a range of the primary key. Nothing older changes.
+const V6: &str = r#"
+CREATE TABLE records (
+    tenant     BLOB NOT NULL,
+    namespace  BLOB NOT NULL,
+    collection BLOB NOT NULL,
+    key        BLOB NOT NULL,
+    value      BLOB NOT NULL,
+    fields     TEXT,
+    checksum   INTEGER NOT NULL,
+    PRIMARY KEY (tenant, namespace, collection, key)
+) WITHOUT ROWID;
 "#;
 
 /// Applies the connection settings: foreign keys, a busy timeout, and for files WAL with
