@@ -101,6 +101,32 @@ pub(crate) enum Command {
     /// Run the OpenAI/Anthropic proxy: any agent gets a managed context window by pointing its
     /// base URL here. Runs until Ctrl-C or SIGTERM (then checkpoints every conversation).
     Proxy(ProxyArgs),
+    /// Start a task (`task start "goal"`), finish the running one (`task done [OUTCOME]`) or
+    /// list them: a finished task leaves one structured summary and its messages leave first.
+    Task(TaskArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TaskArgs {
+    #[command(subcommand)]
+    pub action: TaskAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TaskAction {
+    /// Start a task with this goal (the running one is finished first, and the switch
+    /// compacts the window once).
+    Start {
+        /// What the task is for (64 bytes are kept).
+        goal: String,
+    },
+    /// Finish the running task.
+    Done {
+        /// How it ended (the summary takes the last answer's first sentence when left out).
+        outcome: Option<String>,
+    },
+    /// List the tasks kept, with their compression.
+    List,
 }
 
 #[derive(Debug, Args)]

@@ -2,7 +2,7 @@
 //!
 //! Sections: top-level `session` (the archive key), `[context]` (every
 //! [`ctxwin_core::Config`] field, by its name, and `checkpoint_interval_messages`),
-//! `[checkpoints]`, `[store]`, `[tokenizer]`, `[llm]`, `[retrieval]`, `[limits]`, `[proxy]`. Every key is
+//! `[checkpoints]`, `[store]`, `[tokenizer]`, `[llm]`, `[retrieval]`, `[limits]`, `[tasks]`, `[proxy]`. Every key is
 //! optional; unknown keys are refused so a typo never goes unnoticed.
 
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ctxwin_core::{Config, OutboxMode, StrategyKind, UnansweredCalls};
 use ctxwin_std::session::CheckpointPolicy;
-use ctxwin_std::session::{RetrievalSection, RetrievalSettings};
+use ctxwin_std::session::{RetrievalSection, RetrievalSettings, TaskDetection};
 use serde::Deserialize;
 
 use super::error::CliError;
@@ -56,6 +56,27 @@ pub(crate) struct FileConfig {
     pub retrieval: RetrievalSettings,
     /// `[retrieval] embeddings_url` and `embeddings_model`.
     pub embeddings: EmbeddingsSection,
+    /// `[tasks] detect`: how task boundaries nobody announces are found.
+    pub task_detection: TaskDetection,
+}
+
+/// `[tasks]`: task boundaries (`ctxwin task start` / `done` set them explicitly).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TasksSection {
+    detect: Option<String>,
+}
+
+impl TasksSection {
+    /// `detect`, checked (off when left out).
+    fn detection(&self) -> Result<TaskDetection, String> {
+        match self.detect.as_deref() {
+            None => Ok(TaskDetection::Off),
+            Some(name) => TaskDetection::parse(name).ok_or_else(|| {
+                format!("[tasks] detect must be \"off\" or \"new-request\", not {name:?}")
+            }),
+        }
+    }
 }
 
 /// The embeddings server of hybrid recall (`[retrieval] embeddings_url`, `embeddings_model`).
@@ -150,6 +171,8 @@ struct Sections {
     limits: LimitsSection,
     #[serde(default)]
     retrieval: RetrievalSection,
+    #[serde(default)]
+    tasks: TasksSection,
     /// `ctxwin proxy`'s settings: accepted here, checked by `ctxwin-proxy` when the proxy
     /// starts.
     #[serde(default, rename = "proxy")]
@@ -169,6 +192,7 @@ impl Default for FileConfig {
             limits: Limits::default(),
             retrieval: RetrievalSettings::DEFAULT,
             embeddings: EmbeddingsSection::default(),
+            task_detection: TaskDetection::Off,
         }
     }
 }
@@ -253,6 +277,7 @@ impl FileConfig {
         if limits.max_input_bytes == 0 {
             return Err(bad("[limits] max_input_bytes must be at least 1".into()));
         }
+        let task_detection = sections.tasks.detection().map_err(bad)?;
         Ok(FileConfig {
             session,
             context,
@@ -267,6 +292,7 @@ impl FileConfig {
                 url: sections.retrieval.embeddings_url,
                 model: sections.retrieval.embeddings_model,
             },
+            task_detection,
         })
     }
 
@@ -579,6 +605,13 @@ pub(crate) fn default_toml() -> String {
          # CTXWIN_EMBED_URL override the URL, --embeddings-model and CTXWIN_EMBED_MODEL the model).\n\
          # embeddings_url = \"http://127.0.0.1:8090\"\n\
          # embeddings_model = \"all-MiniLM-L6-v2\"\n\
+         \n\
+         [tasks]\n\
+         # `ctxwin task start \"goal\"` and `ctxwin task done` mark tasks; a finished task leaves\n\
+         # one structured summary and its messages leave first. \"new-request\" also starts a\n\
+         # task at a user message after a finished tool loop (the agent answered without calls)\n\
+         # that is not a reply to the agent's question; `ctxwin stats` says which is on.\n\
+         # detect = \"off\"\n\
          {PROXY_SECTION}",
         max_input = statefs::DEFAULT_MAX_INPUT_BYTES,
         lock_wait = statefs::DEFAULT_LOCK_WAIT.as_secs(),

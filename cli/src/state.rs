@@ -301,6 +301,7 @@ impl Workspace {
             .checkpoint_interval_messages(self.config.checkpoint_interval_messages)
             .keep_checkpoints(self.config.keep_checkpoints)
             .retrieval(self.config.retrieval)
+            .task_detection(self.config.task_detection)
             .restore_latest(true);
         let builder = match &self.embedder {
             Some(embedder) => builder.embedder(embedder.clone()),

@@ -712,3 +712,64 @@ fn entity_update_and_delete_leave_no_byte_of_the_old_value() {
     assert_eq!(work.json(&["entity"])["card"], serde_json::Value::Null);
     work.fails(&["entity", "nope", "x"], 2, "no entity key \"nope\"");
 }
+
+#[test]
+fn task_start_and_done_mark_tasks_and_stats_report_their_compression() {
+    let work = Workdir::init();
+    let started = work.json(&["task", "start", "make the parser test pass"]);
+    assert_eq!(started["started"], 1);
+    work.ok(&["add", "user", "tests/parser.rs fails on tabs; fix src/lexer.rs"]);
+    let calls = r#"[{"id":"c1","type":"function","function":{"name":"run","arguments":"{\"cmd\":\"cargo test\"}"}}]"#;
+    work.ok(&["add", "assistant", "", "--tool-calls", calls]);
+    work.ok(&[
+        "add",
+        "tool",
+        "error[E0308]: mismatched types in src/lexer.rs",
+        "--tool-call-id",
+        "c1",
+    ]);
+    work.ok(&[
+        "add",
+        "assistant",
+        "Decided to treat tabs as whitespace in src/lexer.rs. The test passes.",
+    ]);
+    let done = work.json(&["task", "done", "parser test passes"]);
+    let finished = &done["finished"];
+    assert_eq!(finished["number"], 1);
+    assert!(finished["summary_tokens"].as_u64().unwrap() > 0);
+    assert!(finished["ratio"].as_f64().is_some());
+    let stats = work.json(&["stats"]);
+    assert_eq!(stats["tasks"]["detection"], "off");
+    assert_eq!(stats["tasks"]["tasks"][0]["goal"], "make the parser test pass");
+    let text = work.ok(&["stats"]).stdout;
+    assert!(text.contains("task 1"), "{text}");
+    assert!(text.contains("tasks start only when asked"), "{text}");
+    // The summary is in the payload, and a second task starts after it.
+    let body = work.ok(&["build", "--format", "text"]).stdout;
+    assert!(body.contains("Task 1: make the parser test pass"), "{body}");
+    assert!(body.contains("Files: tests/parser.rs, src/lexer.rs"), "{body}");
+    assert_eq!(work.json(&["task", "start", "write the changelog"])["started"], 2);
+    let list = work.ok(&["task", "list"]).stdout;
+    assert!(list.contains("task 2: \"write the changelog\", running"), "{list}");
+    // Finishing twice is refused with the core's error.
+    work.ok(&["task", "done"]);
+    let refused = work.run(&["task", "done"]);
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("no task is running"), "{}", refused.stderr);
+}
+
+#[test]
+fn tasks_detect_in_the_config_turns_detection_on() {
+    let work = Workdir::init();
+    let config = work.state().join("ctxwin.toml");
+    let text = fs::read_to_string(&config).unwrap();
+    assert!(text.contains("[tasks]\n"), "the template documents [tasks]");
+    let detect = |value: &str| text.replace("# detect = \"off\"", &format!("detect = \"{value}\""));
+    fs::write(&config, detect("new-request")).unwrap();
+    work.ok(&["add", "user", "List the crates"]);
+    let stats = work.json(&["stats"]);
+    assert_eq!(stats["tasks"]["detection"], "new-request");
+    assert_eq!(stats["tasks"]["tasks"].as_array().unwrap().len(), 1);
+    fs::write(&config, detect("always")).unwrap();
+    work.fails(&["stats"], CONFIG, "[tasks] detect");
+}

@@ -82,6 +82,9 @@ pub enum Error {
         /// Id of the oldest stored message.
         oldest: u64,
     },
+    /// [`finish_task`](crate::manager::ContextManager::finish_task) without a task running.
+    #[cfg(feature = "tasks")]
+    NoOpenTask,
 }
 
 /// What a payload cannot leave out, in tokens, when it alone is over the budget
@@ -218,6 +221,8 @@ impl core::fmt::Display for Error {
             Error::IdSpan { oldest } => {
                 write!(f, "message {oldest} is too many ids (2^31 or more) older than the next one")
             }
+            #[cfg(feature = "tasks")]
+            Error::NoOpenTask => f.write_str("no task is running"),
         }
     }
 }

@@ -60,6 +60,8 @@ pub mod snapshot;
 pub mod stats;
 pub mod strategy;
 pub mod summarize;
+#[cfg(feature = "tasks")]
+pub mod task;
 pub mod terms;
 pub mod trim;
 pub mod view;

@@ -20,7 +20,10 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     ("base", &["fmt", "small", "role", "level"]),
     ("storage", &["ring", "header", "record", "capacity", "entities"]),
-    ("model", &["message", "config", "error", "counter", "view", "json", "payload", "stats"]),
+    (
+        "model",
+        &["message", "config", "error", "counter", "view", "json", "payload", "stats", "task"],
+    ),
     ("policy", &["terms", "estimator", "reduce", "summarize", "strategy"]),
     ("engine", &["manager", "trim"]),
     ("snapshot", &["snapshot"]),

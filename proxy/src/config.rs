@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ctxwin_std::session::{RetrievalSection, RetrievalSettings};
+use ctxwin_std::session::{RetrievalSection, RetrievalSettings, TaskDetection};
 use serde::Deserialize;
 
 /// The fewest tokens the reply reserve (a request's `max_tokens`) must leave the prompt.
@@ -75,6 +75,10 @@ pub struct ProxyConfig {
     /// Retrieval of archived turns once a conversation's oldest turns left the window (the
     /// `[retrieval]` section the CLI shares; `auto = false` turns it off).
     pub retrieval: RetrievalSettings,
+    /// How a conversation's task boundaries are found (the `[tasks] detect` the CLI shares):
+    /// with `new-request`, a user request after a finished tool loop starts a task, whose
+    /// summary then stands for the previous one.
+    pub task_detection: TaskDetection,
     /// Where the settings above came from, for the log at start.
     pub origins: Origins,
 }
@@ -115,6 +119,7 @@ impl Default for ProxyConfig {
             observation_limit: None,
             never_cut: Vec::new(),
             retrieval: RETRIEVAL,
+            task_detection: TaskDetection::Off,
             origins: Origins::default(),
         }
     }
@@ -183,6 +188,15 @@ struct File {
     context: Option<ContextSection>,
     #[serde(default)]
     retrieval: Option<RetrievalSection>,
+    #[serde(default)]
+    tasks: Option<TasksSection>,
+}
+
+/// `[tasks]`, shared with the CLI.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TasksSection {
+    detect: Option<String>,
 }
 
 impl ProxyConfig {
@@ -232,6 +246,13 @@ impl ProxyConfig {
         }
         if let Some(retrieval) = file.retrieval {
             self.apply_retrieval(&retrieval)?;
+        }
+        if let Some(detect) = file.tasks.and_then(|tasks| tasks.detect) {
+            self.task_detection = TaskDetection::parse(&detect).ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "[tasks] detect must be \"off\" or \"new-request\", not {detect:?}"
+                ))
+            })?;
         }
         let Some(section) = file.proxy else { return Ok(()) };
         self.apply_connection_limits(&section);
@@ -461,6 +482,11 @@ impl ProxyConfig {
                 if self.never_cut.is_empty() { String::new() } else { format!(", never for {}", self.never_cut.join(", ")) }
             ),
         });
+        notes.push(format!(
+            "tasks ([tasks] detect = \"{}\"): {}",
+            self.task_detection.as_str(),
+            self.task_detection.explain()
+        ));
         notes.push(if self.retrieval.auto {
             format!(
                 "retrieval: after a conversation's first compaction, archived turns matching the live request, at most {}% of the budget, frozen until the next compaction ([retrieval] auto = false turns it off)",
@@ -506,6 +532,25 @@ fn parse_listen(text: &str) -> Result<SocketAddr, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tasks_detect_is_shared_with_the_cli_and_checked() {
+        let mut config = ProxyConfig::default();
+        assert_eq!(config.task_detection, TaskDetection::Off);
+        config.apply_toml("[tasks]\ndetect = \"new-request\"").unwrap();
+        assert_eq!(config.task_detection, TaskDetection::NewRequest);
+        let settings = crate::conv::ConvSettings::for_model(&config, "any");
+        assert_eq!(settings.task_detection, TaskDetection::NewRequest);
+        assert!(
+            config
+                .notes()
+                .iter()
+                .any(|note| note.starts_with("tasks ([tasks] detect = \"new-request\")"))
+        );
+        let bad = config.apply_toml("[tasks]\ndetect = \"always\"").unwrap_err();
+        assert!(bad.to_string().contains("[tasks] detect"), "{bad}");
+        assert!(config.apply_toml("[tasks]\ndetecting = \"off\"").is_err());
+    }
 
     #[test]
     fn toml_env_and_checks() {

@@ -48,12 +48,27 @@ pub struct Metrics {
     pub billed_cache_write: AtomicU64,
     /// Prompt tokens the upstream read from its prompt cache.
     pub billed_cache_read: AtomicU64,
+    /// Tasks finished with a summary.
+    pub tasks_finished: AtomicU64,
+    /// Of those, summaries under 2x smaller than their task (too detailed).
+    pub tasks_under_2x: AtomicU64,
+    /// Sum of the finished tasks' compression ratios, in thousandths.
+    tasks_ratio_milli: AtomicU64,
     latency: [AtomicU64; BUCKETS.len() + 1],
     latency_sum_ns: AtomicU64,
     samples: Mutex<Option<Vec<u32>>>,
 }
 
 impl Metrics {
+    /// Counts a task finished with a summary `ratio` times smaller than its messages.
+    pub fn task_finished(&self, ratio: f64) {
+        self.tasks_finished.fetch_add(1, Relaxed);
+        if ratio < 2.0 {
+            self.tasks_under_2x.fetch_add(1, Relaxed);
+        }
+        self.tasks_ratio_milli.fetch_add((ratio * 1000.0).round() as u64, Relaxed);
+    }
+
     /// Counts a request answered with `status` on `endpoint`.
     pub fn request(&self, endpoint: &'static str, status: u16) {
         let mut map = self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -164,9 +179,30 @@ impl Metrics {
             "# HELP ctxwin_proxy_connections Client connections open.\n# TYPE ctxwin_proxy_connections gauge\nctxwin_proxy_connections {}",
             self.connections.load(Relaxed)
         );
+        self.render_tasks(&mut out);
         self.render_billed(&mut out);
         self.render_latency(&mut out);
         out
+    }
+
+    /// Finished tasks and how much their summaries compressed them.
+    fn render_tasks(&self, out: &mut String) {
+        let (finished, under) =
+            (self.tasks_finished.load(Relaxed), self.tasks_under_2x.load(Relaxed));
+        let sum = self.tasks_ratio_milli.load(Relaxed) as f64 / 1000.0;
+        let _ = writeln!(
+            out,
+            "# HELP ctxwin_proxy_task_compression_ratio Finished tasks' messages over their summary, in tokens.
+# TYPE ctxwin_proxy_task_compression_ratio summary
+ctxwin_proxy_task_compression_ratio_sum {sum}
+ctxwin_proxy_task_compression_ratio_count {finished}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP ctxwin_proxy_task_summaries_under_2x_total Task summaries less than 2x smaller than their task (too detailed).
+# TYPE ctxwin_proxy_task_summaries_under_2x_total counter
+ctxwin_proxy_task_summaries_under_2x_total {under}"
+        );
     }
 
     /// The upstream's billed prompt tokens by price, in the Prometheus text exposition.
@@ -218,11 +254,16 @@ mod tests {
         let m = Metrics::default();
         m.request("openai", 200);
         m.added_latency(Duration::from_micros(300));
+        m.task_finished(12.5);
+        m.task_finished(1.5);
         let text = m.render();
         assert!(
             text.contains("ctxwin_proxy_requests_total{endpoint=\"openai\",status=\"200\"} 1"),
             "{text}"
         );
+        assert!(text.contains("ctxwin_proxy_task_compression_ratio_sum 14\n"), "{text}");
+        assert!(text.contains("ctxwin_proxy_task_compression_ratio_count 2\n"), "{text}");
+        assert!(text.contains("ctxwin_proxy_task_summaries_under_2x_total 1\n"), "{text}");
         assert!(
             text.contains("ctxwin_proxy_added_latency_seconds_bucket{le=\"0.0005\"} 1"),
             "{text}"

@@ -87,6 +87,9 @@ fn count(app: &App, composed: &Composed) {
     if composed.cache_stable {
         app.metrics.cache_stable.fetch_add(1, Relaxed);
     }
+    for &ratio in &composed.tasks_finished {
+        app.metrics.task_finished(ratio);
+    }
 }
 
 /// Takes the request into conversation `key` and composes its payload; a history that

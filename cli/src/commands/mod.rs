@@ -13,6 +13,7 @@ mod proxy;
 mod prune;
 mod search;
 mod stats;
+mod task;
 mod trim;
 
 use ctxwin_core::Config;
@@ -97,6 +98,11 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
             // An update checkpoints itself (the forgotten value's checkpoints are rewritten).
             on_session(&globals, "entity", same, Checkpointing::Never, |s, _| entity::run(s, args))
         }
+        Command::Task(args) => {
+            on_session(&globals, "task", same, Checkpointing::WhenChanged, |s, _| {
+                task::run(s, args)
+            })
+        }
     }
 }
 
@@ -120,6 +126,7 @@ fn name(command: &Command) -> &'static str {
         Command::Forget(_) => "forget",
         Command::Entity(_) => "entity",
         Command::Proxy(_) => "proxy",
+        Command::Task(_) => "task",
     }
 }
 

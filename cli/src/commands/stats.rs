@@ -95,6 +95,7 @@ fn report(stats: &SessionStats, workspace: &Workspace) -> Value {
         "retrieved_items": notes.retrieved_items,
         "checkpoints": {"kept": stats.checkpoints_kept.unwrap_or(0), "last": stats.last_checkpoint},
         "llm": workspace.llm.as_ref().map(llm::base_url),
+        "tasks": stats.tasks,
         "detail": stats,
     })
 }

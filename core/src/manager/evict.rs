@@ -231,7 +231,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// Ends an eviction pass: counts a compaction if it went over a mark and evicted
     /// something, and frees what it discarded.
-    fn end_eviction(&mut self, over: bool, units_before: u64) {
+    pub(super) fn end_eviction(&mut self, over: bool, units_before: u64) {
         let counters = &mut self.state.counters;
         if over && counters.units_evicted > units_before {
             bump(&mut counters.compactions, 1);

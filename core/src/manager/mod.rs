@@ -9,6 +9,8 @@ mod plan;
 mod push;
 mod replace;
 mod summary;
+#[cfg(feature = "tasks")]
+mod task;
 mod victim;
 mod views;
 
@@ -169,6 +171,8 @@ pub struct ContextManager<
     strategy: S,
     scratch: C::Scratch,
     entities: C::Entities,
+    #[cfg(feature = "tasks")]
+    tasks: crate::task::Tasks,
 }
 
 impl<C: Capacities> ContextManager<C, Estimator, Builtin> {
@@ -283,6 +287,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             strategy,
             scratch: C::Scratch::EMPTY,
             entities: C::Entities::EMPTY,
+            #[cfg(feature = "tasks")]
+            tasks: crate::task::Tasks::EMPTY,
         }
     }
 
@@ -604,6 +610,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         for level in Level::ALL {
             self.ring_mut(level).retain(|_| false);
         }
+        #[cfg(feature = "tasks")]
+        self.tasks.clear();
         self.config = *config;
     }
 

@@ -17,6 +17,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if level == Level::Session {
             return Some(oldest);
         }
+        // While tasks run, a finished task's units and the open task's dead ends go first.
+        #[cfg(feature = "tasks")]
+        if !self.tasks.is_empty() {
+            if let Some(unit) = self.task_victim(level, lock) {
+                return Some(unit);
+            }
+        }
         let needs = self.strategy.needs(&self.config);
         let parts = self.parts();
         let env = parts.env();

@@ -53,6 +53,9 @@ pub(crate) trait Sink<'a> {
     /// without the trailer the manager keeps after them.
     fn record(&mut self, level: Level, header: &Header, trailer: Trailer, bytes: &'a [u8]);
     fn entity(&mut self, index: usize, value: Option<&'a [u8]>);
+    /// One task of the table, oldest first (version 3 on).
+    #[cfg(feature = "tasks")]
+    fn task(&mut self, task: &crate::task::Task);
     fn end(&mut self);
 }
 
@@ -64,6 +67,8 @@ impl<'a> Sink<'a> for Validate {
     fn state(&mut self, _: &State) {}
     fn record(&mut self, _: Level, _: &Header, _: Trailer, _: &'a [u8]) {}
     fn entity(&mut self, _: usize, _: Option<&'a [u8]>) {}
+    #[cfg(feature = "tasks")]
+    fn task(&mut self, _: &crate::task::Task) {}
     fn end(&mut self) {}
 }
 
@@ -545,18 +550,18 @@ pub(crate) fn decode<'a>(
     body: &'a [u8],
     capacities: [(usize, usize); 4],
     entities: (usize, usize),
-    fingerprint: u32,
+    format: (u32, u16),
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'a>,
 ) -> Result<(), SnapshotError> {
-    decode_body(body, capacities, entities, fingerprint, runs, sink).map_err(SnapshotError::from)
+    decode_body(body, capacities, entities, format, runs, sink).map_err(SnapshotError::from)
 }
 
 fn decode_body<'a>(
     body: &'a [u8],
     capacities: [(usize, usize); 4],
     (entity_keys, value_bytes): (usize, usize),
-    fingerprint: u32,
+    (fingerprint, version): (u32, u16),
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'a>,
 ) -> Result<(), Refusal> {
@@ -601,11 +606,75 @@ fn decode_body<'a>(
         }
         sink.entity(index, value);
     }
+    if version >= super::wire::TASKS_SINCE {
+        read_tasks(&mut r, head.next_id, sink)?;
+    }
     if !r.is_done() {
         return Err(Refusal::Malformed);
     }
     sink.end();
     Ok(())
+}
+
+/// Decodes and checks the task table (version 3 on) and hands each task to `sink`: at most
+/// [`MAX_TASKS`](crate::task::MAX_TASKS), numbered and placed in increasing order without
+/// overlapping, only the newest open, ids below `next_id`, goals of UTF-8 within
+/// [`GOAL_BYTES`](crate::task::GOAL_BYTES). Without the `tasks` feature only an empty table
+/// restores (a manager that cannot run tasks does not silently drop them).
+#[inline(never)]
+fn read_tasks(r: &mut Reader<'_>, next_id: u64, sink: &mut dyn Sink<'_>) -> Result<(), Refusal> {
+    let count = r.u32();
+    r.check()?;
+    #[cfg(not(feature = "tasks"))]
+    {
+        let _ = (next_id, sink);
+        match count {
+            0 => Ok(()),
+            _ => Err(Refusal::Invalid(Invariant::Tasks)),
+        }
+    }
+    #[cfg(feature = "tasks")]
+    {
+        use crate::task::{GOAL_BYTES, MAX_TASKS, Task};
+        if count as usize > MAX_TASKS {
+            return Err(Refusal::Invalid(Invariant::Tasks));
+        }
+        let mut previous: Option<Task> = None;
+        for index in 0..count {
+            let mut task = Task::EMPTY;
+            task.number = r.u32();
+            task.first_id = r.u64();
+            task.last_id = r.u64();
+            task.started = r.u64();
+            task.finished = r.u64();
+            task.source_tokens = r.u32();
+            task.summary_tokens = r.u32();
+            task.summary_id = r.u64();
+            task.ingested = r.u64();
+            let open = r.u8();
+            let goal = r.bytes();
+            r.check()?;
+            task.open = open == 1;
+            task.set_goal(goal);
+            let newest = index + 1 == count;
+            let ordered = previous
+                .is_none_or(|p| p.number < task.number && !p.open && p.last_id < task.first_id);
+            let valid = open <= 1
+                && (newest || !task.open)
+                && goal.len() <= GOAL_BYTES
+                && usize::from(task.goal_len) == goal.len()
+                && task.first_id <= next_id
+                && (task.open || task.last_id.saturating_add(1) >= task.first_id)
+                && (task.open || task.last_id < next_id)
+                && ordered;
+            if !valid {
+                return Err(Refusal::Invalid(Invariant::Tasks));
+            }
+            sink.task(&task);
+            previous = Some(task);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -659,6 +728,8 @@ mod tests {
                 put(record);
             }
         }
+        put(&0u32);
+        // No tasks.
         put(&0u32);
         body.truncate(len);
         let capacities = crate::capacity::capacities_of::<TinyCapacities>();
@@ -912,6 +983,15 @@ mod tests {
         for index in 0..keys {
             put(&values.value(index).map(str::as_bytes));
         }
+        #[cfg(feature = "tasks")]
+        {
+            put(&(manager.tasks().len() as u32));
+            for task in manager.tasks() {
+                put(&super::super::wire::TaskWire::from(task));
+            }
+        }
+        #[cfg(not(feature = "tasks"))]
+        put(&0u32);
         body.truncate(len);
         body
     }

@@ -139,6 +139,10 @@ pub enum Invariant {
     ToolDefinition,
     /// Entity values that do not fit the table or the schema, or are not UTF-8.
     Entities,
+    /// A task table that does not fit the manager: too many tasks, out of order, overlapping,
+    /// more than the newest one open, ids not yet issued, a goal too long or not UTF-8, or any
+    /// task at all in a build without the `tasks` feature.
+    Tasks,
 }
 
 impl core::fmt::Display for Invariant {
@@ -173,6 +177,7 @@ impl core::fmt::Display for Invariant {
             }
             Invariant::ToolDefinition => f.write_str("a tool definition that is not a JSON object"),
             Invariant::Entities => f.write_str("entity values that do not fit the table or schema"),
+            Invariant::Tasks => f.write_str("a task table that does not fit the manager"),
         }
     }
 }

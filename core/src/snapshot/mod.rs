@@ -38,7 +38,7 @@ use crate::strategy::Strategy;
 use crc::Crc32;
 use decode::{Sink, Validate, decode};
 use flavor::{Count, Fill, Out, Stream};
-use wire::{FORMAT_VERSION, HEADER_LEN, MAGIC, TRAILER_LEN};
+use wire::{FORMAT_VERSION, HEADER_LEN, MAGIC, OLDEST_READ, TRAILER_LEN};
 
 /// Loads decoded records into a manager.
 struct Load<'m, C: Capacities, K: TokenCounter, S: Strategy>(&'m mut ContextManager<C, K, S>);
@@ -63,6 +63,11 @@ impl<'a, C: Capacities, K: TokenCounter, S: Strategy> Sink<'a> for Load<'_, C, K
 
     fn entity(&mut self, index: usize, value: Option<&'a [u8]>) {
         self.0.load_entity(index, value);
+    }
+
+    #[cfg(feature = "tasks")]
+    fn task(&mut self, task: &crate::task::Task) {
+        self.0.load_task(task);
     }
 
     fn end(&mut self) {
@@ -92,8 +97,17 @@ fn le_u32(bytes: &[u8], at: usize) -> u32 {
     bytes.get(at..at + 4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes)
 }
 
-/// Checks the header, length and CRC of `bytes`; returns the body and the header fingerprint.
-fn open(bytes: &[u8], capacities: [(usize, usize); 4]) -> Result<(&[u8], u32), SnapshotError> {
+/// The parts of a snapshot `open` checked: its body, its configuration fingerprint and its
+/// format version.
+struct Opened<'a> {
+    body: &'a [u8],
+    fingerprint: u32,
+    version: u16,
+}
+
+/// Checks the header, length and CRC of `bytes`; returns the body, the header fingerprint and
+/// the version.
+fn open(bytes: &[u8], capacities: [(usize, usize); 4]) -> Result<Opened<'_>, SnapshotError> {
     let minimum = HEADER_LEN + TRAILER_LEN;
     if bytes.len() < minimum {
         return Err(SnapshotError::Truncated { needed: minimum, got: bytes.len() });
@@ -102,7 +116,7 @@ fn open(bytes: &[u8], capacities: [(usize, usize); 4]) -> Result<(&[u8], u32), S
         return Err(SnapshotError::BadMagic);
     }
     let version = le_u16(bytes, 4);
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READ..=FORMAT_VERSION).contains(&version) {
         return Err(SnapshotError::UnsupportedVersion { found: version });
     }
     if le_u16(bytes, 6) != 0 {
@@ -132,7 +146,7 @@ fn open(bytes: &[u8], capacities: [(usize, usize); 4]) -> Result<(&[u8], u32), S
         }
     }
     let body = covered.get(HEADER_LEN..).unwrap_or_default();
-    Ok((body, le_u32(bytes, 8)))
+    Ok(Opened { body, fingerprint: le_u32(bytes, 8), version })
 }
 
 impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
@@ -151,7 +165,20 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     fn encode_body(&self, out: &mut dyn Out) -> bool {
         let rings = Level::ALL.map(|level| self.ring(level));
         let keys = C::Entities::KEYS;
-        wire::encode_body(out, self.config(), self.state(), &rings, self.entity_values(), keys)
+        let entities = self.entity_values();
+        #[cfg(feature = "tasks")]
+        let written = wire::encode_body(
+            out,
+            self.config(),
+            self.state(),
+            &rings,
+            entities,
+            keys,
+            self.tasks(),
+        );
+        #[cfg(not(feature = "tasks"))]
+        let written = wire::encode_body(out, self.config(), self.state(), &rings, entities, keys);
+        written
     }
 
     fn body_len(&self) -> usize {
@@ -244,12 +271,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// ```
     pub fn restore_from(&mut self, bytes: &[u8]) -> Result<(), SnapshotError> {
         let capacities = capacities_of::<C>();
-        let (body, fingerprint) = open(bytes, capacities)?;
+        let Opened { body, fingerprint, version } = open(bytes, capacities)?;
         let entities = (C::Entities::KEYS, C::Entities::VALUE_BYTES);
         let runs = self.strategy().kind();
-        decode(body, capacities, entities, fingerprint, runs, &mut Validate)?;
+        let format = (fingerprint, version);
+        decode(body, capacities, entities, format, runs, &mut Validate)?;
         // Decoding is deterministic, so the load pass cannot fail where validation passed.
-        decode(body, capacities, entities, fingerprint, runs, &mut Load(self))
+        decode(body, capacities, entities, format, runs, &mut Load(self))
     }
 
     /// Reads a snapshot from `input` into `scratch`, then restores it. A restore that leaves

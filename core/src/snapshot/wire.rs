@@ -32,11 +32,16 @@ use crate::stats::Counters;
 
 /// `"CWSN"`: ctxwin snapshot.
 pub(crate) const MAGIC: [u8; 4] = *b"CWSN";
-/// The one format version this build reads and writes. Version 2 added the water marks,
-/// `fit_budgets`, `dynamic_placement`, `tool_call_overhead` and `lock_newest_user` at the end of
-/// the configuration and the cache counters; version-1 bytes are refused with
-/// `SnapshotError::UnsupportedVersion { found: 1 }`.
-pub(crate) const FORMAT_VERSION: u16 = 2;
+/// The format version this build writes. Version 3 appended the task table to the body;
+/// version 2 (no task table) is still read, as a manager without tasks. Version 2 added the
+/// water marks, `fit_budgets`, `dynamic_placement`, `tool_call_overhead` and
+/// `lock_newest_user` at the end of the configuration and the cache counters; version-1 bytes
+/// are refused with `SnapshotError::UnsupportedVersion { found: 1 }`.
+pub(crate) const FORMAT_VERSION: u16 = 3;
+/// The oldest version this build reads.
+pub(crate) const OLDEST_READ: u16 = 2;
+/// The first version with a task table at the end of the body.
+pub(crate) const TASKS_SINCE: u16 = 3;
 /// Bytes before the body: magic, version, flags, fingerprint, 4 × capacities, body length.
 pub(crate) const HEADER_LEN: usize = 4 + 2 + 2 + 4 + 4 * 8 + 4;
 /// Bytes after the body: the CRC.
@@ -446,6 +451,7 @@ pub(crate) const fn max_size(
     let [(m0, b0), (m1, b1), (m2, b2), (m3, b3)] = capacities;
     let entity_table = V32 + entities * (1 + V32 + value_bytes);
     HEADER_LEN
+        + TASKS_MAX
         + TRAILER_LEN
         + CONFIG_MAX
         + STATE_MAX
@@ -454,6 +460,70 @@ pub(crate) const fn max_size(
         + level(m2, b2)
         + level(m3, b3)
         + entity_table
+}
+
+/// Most bytes of the task table: a count, then per task four `u32` and five `u64` varints, the
+/// open flag and the goal as a byte string.
+#[cfg(feature = "tasks")]
+const TASKS_MAX: usize =
+    V32 + crate::task::MAX_TASKS * (3 * V32 + 6 * V64 + 1 + V32 + crate::task::GOAL_BYTES);
+/// Without the `tasks` feature the table is always empty: its count alone.
+#[cfg(not(feature = "tasks"))]
+const TASKS_MAX: usize = V32;
+
+/// A task on the wire, in order (tests only: the hand-written encoder writes the same bytes).
+#[cfg(all(test, feature = "tasks"))]
+#[derive(Serialize, Deserialize)]
+pub(crate) struct TaskWire<'a> {
+    pub number: u32,
+    pub first_id: u64,
+    pub last_id: u64,
+    pub started: u64,
+    pub finished: u64,
+    pub source_tokens: u32,
+    pub summary_tokens: u32,
+    pub summary_id: u64,
+    pub ingested: u64,
+    pub open: bool,
+    pub goal: &'a [u8],
+}
+
+#[cfg(all(test, feature = "tasks"))]
+impl<'a> From<&'a crate::task::Task> for TaskWire<'a> {
+    fn from(t: &'a crate::task::Task) -> Self {
+        TaskWire {
+            number: t.number,
+            first_id: t.first_id,
+            last_id: t.last_id,
+            started: t.started,
+            finished: t.finished,
+            source_tokens: t.source_tokens,
+            summary_tokens: t.summary_tokens,
+            summary_id: t.summary_id,
+            ingested: t.ingested,
+            open: t.open,
+            goal: t.goal().as_bytes(),
+        }
+    }
+}
+
+/// The task table, in `TaskWire` order.
+#[cfg(feature = "tasks")]
+fn encode_tasks(e: &mut Enc<'_>, tasks: &[crate::task::Task]) {
+    e.varint(tasks.len() as u64);
+    for t in tasks {
+        e.varint(t.number.into());
+        e.varint(t.first_id);
+        e.varint(t.last_id);
+        e.varint(t.started);
+        e.varint(t.finished);
+        e.varint(t.source_tokens.into());
+        e.varint(t.summary_tokens.into());
+        e.varint(t.summary_id);
+        e.varint(t.ingested);
+        e.u8(u8::from(t.open));
+        e.bytes(t.goal().as_bytes());
+    }
 }
 
 /// Writes postcard's encoding of each field into an [`Out`]; stops writing at the first
@@ -652,6 +722,7 @@ pub(crate) fn encode_body(
     rings: &[RingRef<'_>; 4],
     entities: Entities<'_>,
     keys: usize,
+    #[cfg(feature = "tasks")] tasks: &[crate::task::Task],
 ) -> bool {
     let mut e = Enc::new(out);
     encode_config(&mut e, config);
@@ -672,5 +743,9 @@ pub(crate) fn encode_body(
             }
         }
     }
+    #[cfg(feature = "tasks")]
+    encode_tasks(&mut e, tasks);
+    #[cfg(not(feature = "tasks"))]
+    e.varint(0);
     e.finish()
 }

@@ -2,9 +2,13 @@
 //! deterministic one the core ships (no model).
 
 mod extractive;
+#[cfg(feature = "tasks")]
+mod task;
 mod text;
 
 pub use extractive::{Extractive, line_source};
+#[cfg(feature = "tasks")]
+pub use task::{TaskRequest, task_summary};
 pub use text::TextBuffer;
 
 use crate::counter::TokenCounter;
@@ -194,6 +198,19 @@ pub trait Summarizer {
         request: &SummaryRequest<'_>,
         out: &mut TextBuffer<'_>,
     ) -> Result<(), SummarizeError>;
+
+    /// Writes the structured summary of a finished task into `out` (goal, outcome, files,
+    /// errors and their resolutions, decisions), within `request.budget` tokens. The default
+    /// is the core's extractive [`task_summary`]; a model-backed summarizer overrides it and
+    /// falls back to it.
+    #[cfg(feature = "tasks")]
+    fn summarize_task(
+        &mut self,
+        request: &TaskRequest<'_>,
+        out: &mut TextBuffer<'_>,
+    ) -> Result<(), SummarizeError> {
+        task_summary(request, out)
+    }
 }
 
 impl<T: Summarizer + ?Sized> Summarizer for &mut T {
@@ -203,5 +220,14 @@ impl<T: Summarizer + ?Sized> Summarizer for &mut T {
         out: &mut TextBuffer<'_>,
     ) -> Result<(), SummarizeError> {
         (**self).summarize(request, out)
+    }
+
+    #[cfg(feature = "tasks")]
+    fn summarize_task(
+        &mut self,
+        request: &TaskRequest<'_>,
+        out: &mut TextBuffer<'_>,
+    ) -> Result<(), SummarizeError> {
+        (**self).summarize_task(request, out)
     }
 }

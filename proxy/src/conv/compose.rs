@@ -74,7 +74,25 @@ impl Conv {
             !self.last_emitted.is_empty() && plan.emitted.starts_with(&self.last_emitted);
         self.last_emitted = plan.emitted;
         self.dirty = true;
-        Ok(Composed { body, tokens: payload.tokens, evicted: payload.evicted_units, cache_stable })
+        let tasks_finished = self.tasks_finished();
+        Ok(Composed {
+            body,
+            tokens: payload.tokens,
+            evicted: payload.evicted_units,
+            cache_stable,
+            tasks_finished,
+        })
+    }
+
+    /// The compression ratios of tasks finished since the last call (with a summary).
+    fn tasks_finished(&mut self) -> Vec<f64> {
+        let reported = self.tasks_reported;
+        let finished =
+            self.session.tasks().iter().filter(|t| !t.is_open() && t.number() > reported);
+        let ratios =
+            finished.clone().filter_map(|t| t.compression_ratio().map(f64::from)).collect();
+        self.tasks_reported = finished.map(|t| t.number()).max().unwrap_or(reported);
+        ratios
     }
 
     /// The session's payload, with the retrieved block frozen between compactions.

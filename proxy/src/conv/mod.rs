@@ -113,6 +113,9 @@ pub struct Composed {
     pub evicted: usize,
     /// The emitted message prefix is the same as last time (the provider's prompt cache holds).
     pub cache_stable: bool,
+    /// Compression ratios of the tasks that finished since the previous payload (their
+    /// messages' tokens over their summary's).
+    pub tasks_finished: Vec<f64>,
 }
 
 /// One conversation, resident.
@@ -141,6 +144,8 @@ pub struct Conv {
     reserve: Option<u32>,
     /// Session ids of the messages the last payload emitted.
     last_emitted: Vec<u64>,
+    /// The newest task number counted in the metrics.
+    tasks_reported: u32,
     /// Some message of this conversation has left the core (evicted or summarized): only then
     /// can retrieval find anything the payload does not hold already.
     evicted_any: bool,
@@ -208,7 +213,8 @@ impl Conv {
         let dir = conv_dir(state_dir, key);
         for generation in 0..MAX_GENERATIONS {
             let (name, checkpoints) = paths::generation(key, &dir, generation);
-            let builder = stores::session_builder(local, &name, checkpoints);
+            let builder = stores::session_builder(local, &name, checkpoints)
+                .task_detection(settings.task_detection);
             let stored = builder.stored_caller_state()?;
             let window = match stored.as_deref() {
                 Some([]) => {
@@ -285,6 +291,7 @@ impl Conv {
         };
         let checkpoints = conv_dir(state_dir, key).join("checkpoints");
         let session = stores::session_builder(local, key, checkpoints)
+            .task_detection(settings.task_detection)
             .config(settings.session_config(settings.window, settings.reserve, 0))
             .assume_new(true)
             .build()?;
@@ -303,6 +310,9 @@ impl Conv {
     ) -> Self {
         let sample = " ~".repeat(1_000);
         let filler_rate = f64::from(session.manager().counter().count(&sample)).max(1.0) / 1_000.0;
+        // Tasks a restored conversation finished before were counted then.
+        let tasks_reported =
+            session.tasks().iter().filter(|t| !t.is_open()).map(|t| t.number()).max().unwrap_or(0);
         Self {
             key: key.to_string(),
             provider,
@@ -319,6 +329,7 @@ impl Conv {
             settings,
             reserve: None,
             last_emitted: Vec::new(),
+            tasks_reported,
             evicted_any: false,
             recalled: None,
             recall_stale: false,

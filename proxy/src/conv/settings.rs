@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use ctxwin_std::core::{Config, Level, Role};
-use ctxwin_std::session::RetrievalSettings;
+use ctxwin_std::session::{RetrievalSettings, TaskDetection};
 
 use super::{Conv, ConvError};
 use crate::config::{MIN_PROMPT, ProxyConfig, RETRIEVAL};
@@ -35,6 +35,8 @@ pub struct ConvSettings {
     pub recall: bool,
     /// How retrieval ranks and how much it brings (`[retrieval]`).
     pub retrieval: RetrievalSettings,
+    /// How task boundaries are found (`[tasks] detect`).
+    pub task_detection: TaskDetection,
 }
 
 impl ConvSettings {
@@ -48,6 +50,7 @@ impl ConvSettings {
             never_cut: Arc::from([]),
             recall: true,
             retrieval: RETRIEVAL,
+            task_detection: TaskDetection::Off,
         }
     }
 
@@ -58,6 +61,7 @@ impl ConvSettings {
             never_cut: config.never_cut.clone().into(),
             recall: config.retrieval.auto,
             retrieval: config.retrieval,
+            task_detection: config.task_detection,
             ..Self::new(config.window_for(model), config.reserve)
         }
     }

@@ -205,3 +205,32 @@ fn retrieval_starts_with_the_first_eviction() {
             .unwrap();
     assert!(conv.evicted_any);
 }
+
+#[test]
+fn detected_tasks_are_summarized_and_reported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let settings = ConvSettings {
+        task_detection: ctxwin_std::session::TaskDetection::NewRequest,
+        ..ConvSettings::new(32_768, 1_024)
+    };
+    let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, &settings).unwrap();
+    let mut messages = vec![
+        json!({"role": "user", "content": "Fix the failing test in tests/io.rs"}),
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "run", "arguments": "{\"cmd\":\"cargo test\"}"}}]}),
+        json!({"role": "tool", "tool_call_id": "c1", "content": "error[E0425]: cannot find value `x` in src/reader.rs"}),
+        json!({"role": "assistant", "content": "Decided to declare x in src/reader.rs; the test passes."}),
+    ];
+    turn(&mut conv, &messages);
+    assert_eq!(conv.session.tasks().len(), 1);
+    messages.push(json!({"role": "user", "content": "Now bump the version to 1.4.2"}));
+    let request = request(&messages);
+    let hashes = crate::wire::raw_hashes(&request);
+    conv.ingest(&request, &hashes).unwrap();
+    let composed = conv.compose(&request).unwrap();
+    assert_eq!(composed.tasks_finished.len(), 1, "the first task finished when the second began");
+    assert!(composed.tasks_finished[0] > 0.0);
+    let body = String::from_utf8(composed.body).unwrap();
+    assert!(body.contains("Task 1: Fix the failing test in tests/io.rs"), "{body}");
+    assert!(conv.compose(&request).unwrap().tasks_finished.is_empty(), "reported once");
+}

@@ -4,8 +4,9 @@
 use std::time::Instant;
 
 use ctxwin_core::{
-    Role, summarize::Extractive, summarize::SummarizeError, summarize::Summarizer,
-    summarize::SummaryRequest, summarize::TextBuffer,
+    Role, summarize::Detail, summarize::Extractive, summarize::SummarizeError,
+    summarize::Summarizer, summarize::SummaryRequest, summarize::TaskRequest,
+    summarize::TextBuffer, summarize::task_summary,
 };
 
 use super::{CallTally, FallbackReason, LlmClient};
@@ -120,6 +121,43 @@ impl Summarizer for LlmSummarizer {
         }
         result
     }
+
+    /// The core's structured task summary first (the fallback, and the structure the model
+    /// is asked to keep: it is sent as the summary so far), then the model's update of it
+    /// with the task's messages, kept when it fits the budget and still names the task.
+    fn summarize_task(
+        &mut self,
+        request: &TaskRequest<'_>,
+        out: &mut TextBuffer<'_>,
+    ) -> Result<(), SummarizeError> {
+        task_summary(request, out)?;
+        let structured = out.as_str().to_string();
+        let asked = SummaryRequest {
+            previous: &structured,
+            messages: request.messages.clone(),
+            budget: request.budget,
+            detail: Detail::Paragraph,
+            counter: request.counter,
+        };
+        let header = format!("Task {}:", request.number);
+        let reason = match self.ask(&asked) {
+            Ok(text) if text.trim_start().starts_with(&header) => {
+                out.clear();
+                out.push_str(text.trim());
+                if !out.is_truncated() {
+                    self.tally.accept();
+                    return Ok(());
+                }
+                FallbackReason::TooLong
+            }
+            Ok(_) => FallbackReason::NotASummary,
+            Err(reason) => reason,
+        };
+        self.tally.fall_back(reason);
+        out.clear();
+        out.push_str(&structured);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -203,5 +241,48 @@ mod tests {
         assert_eq!(result, Ok(()));
         assert!(!text.is_empty());
         assert_eq!(summarizer.tally().fallbacks().server_down, 1);
+    }
+
+    fn summarize_task(summarizer: &mut LlmSummarizer) -> (Result<(), SummarizeError>, String) {
+        let mut manager = ContextManager::<TinyCapacities>::new();
+        let first = manager.push(Message::user("Fix the failing test in tests/io.rs")).unwrap();
+        let last = manager
+            .push(Message::assistant("Decided to fix src/reader.rs: it dropped the last record."))
+            .unwrap();
+        let counter = Estimator::new();
+        let request = TaskRequest {
+            number: 3,
+            goal: "fix tests/io.rs",
+            outcome: "fixed",
+            messages: manager.summary_source(first, last),
+            budget: 200,
+            counter: &counter,
+        };
+        let mut bytes = [0u8; 2048];
+        let mut out = TextBuffer::new(&mut bytes);
+        let result = summarizer.summarize_task(&request, &mut out);
+        (result, out.as_str().to_owned())
+    }
+
+    #[test]
+    fn a_task_summary_is_the_models_when_it_names_the_task_else_the_structured_one() {
+        let url = server(vec![
+            "Task 3: fix tests/io.rs\nOutcome: fixed; src/reader.rs dropped the last record".into(),
+            "Fixed the reader.".into(),
+        ]);
+        let client = LlmClientBuilder::new(url).max_retries(0).build().unwrap();
+        let mut summarizer = LlmSummarizer::new(client);
+        let (result, text) = summarize_task(&mut summarizer);
+        assert_eq!(result, Ok(()));
+        assert!(text.ends_with("src/reader.rs dropped the last record"), "{text}");
+        let (result, text) = summarize_task(&mut summarizer);
+        assert_eq!(result, Ok(()));
+        assert!(
+            text.starts_with(
+                "Task 3: fix tests/io.rs\nOutcome: fixed\nFiles: tests/io.rs, src/reader.rs"
+            ),
+            "{text}"
+        );
+        assert_eq!(summarizer.tally().fallbacks().not_a_summary, 1);
     }
 }

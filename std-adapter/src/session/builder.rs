@@ -14,6 +14,7 @@ use super::semantic::{EmbedderSlot, SemanticIndex};
 use super::stats::SessionCounters;
 use super::stores::Stores;
 use super::sync::Tracker;
+use super::tasks::{TaskDetection, TaskState};
 use super::{
     Calibration, Counter, Hybrid, Journal, RetrievalSettings, Session, SessionError, SessionManager,
 };
@@ -143,6 +144,8 @@ pub struct SessionBuilder {
     retrieval: RetrievalSettings,
     embedder: Option<EmbedderSlot>,
     hybrid: Hybrid,
+    task_detection: TaskDetection,
+    error_memory: Option<bool>,
 }
 
 impl SessionBuilder {
@@ -175,7 +178,39 @@ impl SessionBuilder {
             retrieval: RetrievalSettings::DEFAULT,
             embedder: None,
             hybrid: Hybrid::DEFAULT,
+            task_detection: TaskDetection::Off,
+            error_memory: None,
         }
+    }
+
+    /// Error memory on or off: a tool error whose signature matches an earlier archived one
+    /// brings that error's resolution back into the payload's free room
+    /// ([`Session::error_memory`]). By default it is on while the session uses tasks (task
+    /// detection on, or a task started), so a session without tasks is unchanged.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let session = SessionBuilder::new("s").error_memory(true).build()?;
+    /// assert!(session.error_memory_enabled());
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn error_memory(mut self, on: bool) -> Self {
+        self.error_memory = Some(on);
+        self
+    }
+
+    /// How the session finds task boundaries nobody announces ([`TaskDetection::Off`] by
+    /// default: only [`Session::start_task`] starts tasks).
+    ///
+    /// ```
+    /// use ctxwin_std::session::{SessionBuilder, TaskDetection};
+    /// let session = SessionBuilder::new("s").task_detection(TaskDetection::NewRequest).build()?;
+    /// assert_eq!(session.task_detection(), TaskDetection::NewRequest);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn task_detection(mut self, detection: TaskDetection) -> Self {
+        self.task_detection = detection;
+        self
     }
 
     /// The tenant the session belongs to: its [`Scope`] in the stores is `(tenant, name)`
@@ -525,6 +560,11 @@ impl SessionBuilder {
             recall: Retrieval {
                 settings: self.retrieval,
                 semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
+            },
+            task_state: TaskState {
+                detection: self.task_detection,
+                error_memory_setting: self.error_memory,
+                ..TaskState::default()
             },
         };
         let restored = if self.assume_new {

@@ -238,8 +238,10 @@ impl Session {
     ) -> Result<ComposedPayload, SessionError> {
         #[cfg(feature = "http")]
         self.poll_llm();
-        let recall = self.recall_for(options)?;
+        let memory = self.with_error_memory(options.dynamic);
         let mut all: Vec<&str> = options.dynamic.to_vec();
+        all.extend(memory.as_deref());
+        let recall = self.recall_for(&ComposeOptions { dynamic: &all, ..*options })?;
         if !recall.block.is_empty() {
             all.push(&recall.block);
         }
@@ -313,8 +315,10 @@ impl Session {
     ) -> Result<(String, u32), SessionError> {
         #[cfg(feature = "http")]
         self.poll_llm();
-        let recall = self.recall_for(options)?;
+        let memory = self.with_error_memory(options.dynamic);
         let mut all: Vec<&str> = options.dynamic.to_vec();
+        all.extend(memory.as_deref());
+        let recall = self.recall_for(&ComposeOptions { dynamic: &all, ..*options })?;
         if !recall.block.is_empty() {
             all.push(&recall.block);
         }

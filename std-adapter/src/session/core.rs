@@ -9,6 +9,7 @@ use ctxwin_core::entities::{Entities, EntityError};
 use ctxwin_core::manager::{EvictedUnit, Outbox, ReplaceError};
 use ctxwin_core::strategy::Builtin;
 use ctxwin_core::summarize::SummarySource;
+use ctxwin_core::task::Task;
 use ctxwin_core::view::{History, LevelMessages};
 use ctxwin_core::{
     Capacities, Config, ContextManager, Error, Level, Message, MessageRef, Payload, SnapshotError,
@@ -64,6 +65,10 @@ pub trait SessionCore: Send {
     fn level_tokens(&self, level: Level) -> u32;
     fn next_id(&self) -> u64;
     fn unanswered_calls(&self) -> u8;
+    fn start_task(&mut self, goal: &str, timestamp: u64) -> Result<u32, Error>;
+    fn finish_task(&mut self, outcome: &str, timestamp: u64) -> Result<Task, Error>;
+    fn tasks(&self) -> &[Task];
+    fn current_task(&self) -> Option<&Task>;
 }
 
 impl<C: Capacities + Send> SessionCore for ContextManager<C, Counter>
@@ -167,6 +172,18 @@ where
     }
     fn unanswered_calls(&self) -> u8 {
         ContextManager::unanswered_calls(self)
+    }
+    fn start_task(&mut self, goal: &str, timestamp: u64) -> Result<u32, Error> {
+        ContextManager::start_task(self, goal, timestamp)
+    }
+    fn finish_task(&mut self, outcome: &str, timestamp: u64) -> Result<Task, Error> {
+        ContextManager::finish_task(self, outcome, timestamp)
+    }
+    fn tasks(&self) -> &[Task] {
+        ContextManager::tasks(self)
+    }
+    fn current_task(&self) -> Option<&Task> {
+        ContextManager::current_task(self)
     }
 }
 

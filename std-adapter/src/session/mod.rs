@@ -107,6 +107,7 @@ mod semantic;
 mod stats;
 mod stores;
 mod sync;
+mod tasks;
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -136,7 +137,11 @@ pub use report::{ImportReport, PushReport, Reduction, ReloadReport, RestoreRepor
 pub use retrieval_section::RetrievalSection;
 pub use retrieve::{RETRIEVED_HEADER, Recall, RetrievalSettings};
 pub use semantic::{EMBEDDER_COOLDOWN, SemanticStats};
-pub use stats::{ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, thousands};
+pub use stats::{
+    ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TASK_RATIO_WARNING, TaskRatio,
+    TaskStats, thousands,
+};
+pub use tasks::{ERROR_MEMORY_HEADER, ErrorMemory, TaskDetection};
 
 mod builder;
 
@@ -195,6 +200,8 @@ pub struct Session {
     llm: Option<llm::LlmState>,
     /// How recall retrieves, and the vectors of hybrid recall.
     recall: Retrieval,
+    /// Task detection and error memory (the task table itself is the core's).
+    task_state: tasks::TaskState,
 }
 
 impl Session {

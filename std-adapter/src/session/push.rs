@@ -125,6 +125,7 @@ impl Session {
         self.ensure_reproducible()?;
         let timestamp = options.timestamp.unwrap_or_else(now_ms);
         self.check_at(message, &options, timestamp)?;
+        self.detect_task(message)?;
         let head = (message.role == Role::Tool).then(|| self.pending_head().map(|h| h.id()));
         let since = self.manager.next_id();
         let id = match self.push_core(message, &options, timestamp) {
@@ -140,6 +141,7 @@ impl Session {
             .finish_push(message, &options, id, unit, since)
             .map_err(|source| SessionError::AfterStore { id, source: Box::new(source) })?;
         self.note_reproducible();
+        self.note_for_error_memory(message, id);
         Ok(report)
     }
 

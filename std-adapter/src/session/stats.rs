@@ -109,6 +109,114 @@ pub struct SessionStats {
     /// LLM summaries and extraction, when the session has an LLM (cargo feature `http`).
     #[cfg(feature = "http")]
     pub llm: Option<LlmStats>,
+    /// The tasks the core keeps (the newest four) and how task boundaries are found.
+    pub tasks: TaskStats,
+}
+
+/// A summary's compression ratio below which it keeps too much detail.
+pub const TASK_RATIO_WARNING: f64 = 2.0;
+
+/// The tasks of a session: how boundaries are found, and per task how much its summary
+/// compressed it.
+///
+/// ```
+/// use ctxwin_std::session::SessionBuilder;
+/// use ctxwin_std::{ChatMessage, core::Role};
+/// let mut session = SessionBuilder::new("s").build()?;
+/// session.start_task("rename the config key")?;
+/// session.push(&ChatMessage::text(Role::User, "Rename `trigger` to `trigger_percent` in src/config.rs and every test that reads it, then run the suite"))?;
+/// session.push(&ChatMessage::text(Role::Assistant, "Renamed it in src/config.rs, tests/config.rs and tests/cli.rs; the suite passes."))?;
+/// session.finish_task("renamed")?;
+/// let stats = session.stats()?;
+/// assert_eq!(stats.tasks.tasks.len(), 1);
+/// assert!(stats.tasks.tasks[0].ratio.is_some());
+/// assert!(stats.overview().iter().any(|(key, _)| key == "  task 1"));
+/// # Ok::<(), ctxwin_std::session::SessionError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TaskStats {
+    /// How boundaries are found ([`TaskDetection::as_str`](super::TaskDetection::as_str)).
+    pub detection: &'static str,
+    /// What detection does, in a sentence.
+    pub detection_explained: &'static str,
+    /// Tasks detection started in this process.
+    pub detected: u64,
+    /// The tasks kept, oldest first.
+    pub tasks: Vec<TaskRatio>,
+}
+
+/// One task's compression.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TaskRatio {
+    /// Its number.
+    pub number: u32,
+    /// Its goal.
+    pub goal: String,
+    /// Whether it is still running.
+    pub open: bool,
+    /// Tokens of its messages.
+    pub source_tokens: u32,
+    /// Tokens of its summary (0 without one).
+    pub summary_tokens: u32,
+    /// `source_tokens / summary_tokens`, once summarized.
+    pub ratio: Option<f64>,
+    /// Whether the ratio is under [`TASK_RATIO_WARNING`]: the summary keeps too much detail.
+    pub warning: bool,
+}
+
+impl TaskStats {
+    fn of(session: &Session) -> TaskStats {
+        let detection = session.task_detection();
+        let tasks = session
+            .tasks()
+            .iter()
+            .map(|task| {
+                let ratio = task.compression_ratio().map(f64::from);
+                TaskRatio {
+                    number: task.number(),
+                    goal: task.goal().to_string(),
+                    open: task.is_open(),
+                    source_tokens: task.source_tokens(),
+                    summary_tokens: task.summary_tokens(),
+                    ratio,
+                    warning: ratio.is_some_and(|r| r < TASK_RATIO_WARNING),
+                }
+            })
+            .collect();
+        TaskStats {
+            detection: detection.as_str(),
+            detection_explained: detection.explain(),
+            detected: session.task_state.detected,
+            tasks,
+        }
+    }
+
+    /// Overview rows: how tasks are found, then one row per task.
+    fn rows(&self) -> Vec<(String, String)> {
+        let mut rows = vec![(
+            "tasks".to_string(),
+            format!("{}: {}", self.detection, self.detection_explained),
+        )];
+        for task in &self.tasks {
+            let value = match (task.open, task.ratio) {
+                (true, _) => format!("{:?}: running", task.goal),
+                (false, None) => format!("{:?}: done, no summary", task.goal),
+                (false, Some(ratio)) => format!(
+                    "{:?}: {} -> {} tokens ({ratio:.1}x){}",
+                    task.goal,
+                    thousands(task.source_tokens),
+                    thousands(task.summary_tokens),
+                    if task.warning {
+                        "; warning: under 2x, the summary keeps too much detail"
+                    } else {
+                        ""
+                    }
+                ),
+            };
+            rows.push((format!("  task {}", task.number), value));
+        }
+        rows
+    }
 }
 
 impl Session {
@@ -173,6 +281,7 @@ impl Session {
             checkpoints_kept,
             #[cfg(feature = "http")]
             llm: self.llm_stats(),
+            tasks: TaskStats::of(self),
         })
     }
 }
@@ -234,6 +343,7 @@ impl SessionStats {
         rows.extend(self.level_rows());
         rows.extend(self.content_rows().map(|(key, value)| (key.to_string(), value)));
         rows.extend(self.activity_rows().map(|(key, value)| (key.to_string(), value)));
+        rows.extend(self.tasks.rows());
         rows
     }
 
