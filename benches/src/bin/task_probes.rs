@@ -43,14 +43,12 @@ struct Answer {
 }
 
 /// A task boundary, as the generator knows it.
-// The tasks are read by the tasks row only, which waits for the task API.
-#[allow(dead_code)]
 #[derive(Clone, Copy, Debug)]
 enum Boundary<'a> {
     /// Before the task's first message (the developer's request) is pushed.
     Start(&'a Task),
     /// After the task's last message is pushed.
-    Done(&'a Task),
+    Done,
 }
 
 /// ctxwin's configuration for a payload budget: the history gets half of it as its working
@@ -122,8 +120,8 @@ fn replay(
         }
         let options = PushOptions { timestamp: Some(message.timestamp), ..PushOptions::default() };
         session.push_with(&chat(message), options).expect("push");
-        if let Some(task) = history.tasks.iter().find(|t| t.end == i + 1) {
-            boundary(&mut session, Boundary::Done(task));
+        if history.tasks.iter().any(|t| t.end == i + 1) {
+            boundary(&mut session, Boundary::Done);
         }
         while let Some(probe) = probes.next_if(|p| p.at == i + 1) {
             let quiet = ComposeOptions::new(&[]).recall(RecallFor::Nothing);
@@ -151,25 +149,18 @@ fn ctxwin_without_tasks(
     replay(history, budget, strategy, |_, _| {})
 }
 
-// ---------------------------------------------------------------------------------------------
-// ctxwin WITH tasks (issue 30, items 1-7): NOT WIRED YET. The task API is being built on branch
-// r9-30 and had not landed when this bench was written. Once `Session` can be told where tasks
-// start and end, this function is the row, e.g.:
-//
-//     Some(replay(history, budget, StrategyKind::Hierarchical, |session, boundary| {
-//         match boundary {
-//             Boundary::Start(task) => session.task_start(&task.title).expect("task start"),
-//             Boundary::Done(_) => session.task_done().expect("task done"),
-//         }
-//     }))
-//
-// (Pass `|_, _| {}` instead to measure the API's own task detection.) Until then the row prints
-// "not wired" rather than a number.
-// ---------------------------------------------------------------------------------------------
-/// ctxwin with task boundaries: `None` until the task API exists (see the comment above).
+/// ctxwin with task boundaries (issue 30): the generator's boundaries passed through
+/// `Session::start_task` (the task's request as its goal) and `Session::finish_task` (outcome
+/// left to the summary), under the hierarchical strategy.
 fn ctxwin_with_tasks(history: &TaskHistory, budget: u32) -> Option<(Vec<Answer>, Vec<Answer>)> {
-    let _ = (history, budget);
-    None
+    Some(replay(history, budget, StrategyKind::Hierarchical, |session, boundary| match boundary {
+        Boundary::Start(task) => {
+            session.start_task(&task.title).expect("start task");
+        }
+        Boundary::Done => {
+            session.finish_task("").expect("finish task");
+        }
+    }))
 }
 
 /// Answers of a contender built outside ctxwin, probe by probe.
