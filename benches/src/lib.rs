@@ -1,6 +1,7 @@
 //! Shared helpers for the ctxwin benches: the recorded agent session they replay
 //! ([`replay`]), the per-turn workload and managers at given history lengths ([`workload`]),
-//! and the estimator's accuracy corpus and statistics ([`corpus`], [`accuracy`]).
+//! the estimator's accuracy corpus and statistics ([`corpus`], [`accuracy`]), and the
+//! generated histories the quality benches score ([`longchat`], [`taskprobes`]).
 //!
 //! Everything here runs outside the timed regions: loading, decompressing, converting
 //! `ChatMessage`s to core `Message`s, building long histories.
@@ -28,6 +29,7 @@ pub mod embedcache;
 mod error;
 pub mod longchat;
 pub mod replay;
+pub mod taskprobes;
 pub mod workload;
 
 pub use error::{DataError, WorkloadError};

@@ -393,9 +393,10 @@ fn each_candidate<'a>(request: &SummaryRequest<'a>, mut visit: impl FnMut(Candid
             } else {
                 id
             };
-            // A digest of merged summaries spends its room on facts: no source tags (its
-            // ranges still name the messages it stands for).
-            let (id, piece) = if request.detail == Detail::Digest {
+            // A digest of merged summaries and a one-line summary spend their room on facts:
+            // no source tags (their ranges still name the messages they stand for). A tag
+            // costs a few of a line's 40 tokens, enough to push a second fact out.
+            let (id, piece) = if request.detail != Detail::Paragraph {
                 (0, line_source(piece).map_or(piece, |(_, rest)| rest))
             } else {
                 (id, piece)
@@ -761,6 +762,20 @@ mod tests {
         let line = summarize_texts(&two, Detail::Line, 40, 512).unwrap();
         assert!(line.contains("4738") && line.contains("Ngozi Adeyemi"), "{line}");
         assert!(!line.contains('\n') && !line.contains("Thanks"), "{line}");
+    }
+
+    #[test]
+    fn a_line_spends_its_room_on_facts_not_source_tags() {
+        // Two planted facts in one answer, as the memory-quality bench writes them: a
+        // one-line summary (40 tokens) has room for both only without `#ID` tags (its
+        // ranges name the source; the importance strategy kept 13 fewer facts of 1,200 with
+        // the tags).
+        let answer = [
+            "Sure, I can help with that. We measured it again: the worker count is 4738. Alright, moving on. For the record, Ngozi Adeyemi owns the billing service from now on. Thanks.",
+        ];
+        let line = summarize_texts(&answer, Detail::Line, 40, 512).unwrap();
+        assert!(line_source(&line).is_none(), "{line}");
+        assert!(line.contains("4738") && line.contains("Ngozi Adeyemi"), "{line}");
     }
 
     #[test]
