@@ -80,6 +80,7 @@ class Context:
         config: dict[str, Any] | None = None,
         checkpoint_every: int | None = None,
         tenant: str | None = None,
+        task_detection: str = "off",
     ) -> None:
         settings = dict(config or {})
         if window is not None:
@@ -96,6 +97,7 @@ class Context:
             tokenizer=native_tokenizer,
             checkpoint_every=checkpoint_every,
             tenant=tenant,
+            task_detection=task_detection,
         )
 
     @property
@@ -166,6 +168,50 @@ class Context:
             raise UsageError("forget takes a message id or text=, one of them")
         messages, in_window, rewritten = self._native.forget(id, text)
         return {"messages": messages, "in_window": in_window, "checkpoints_rewritten": rewritten}
+
+    def start_task(self, goal: str) -> int:
+        """Starts a task with a short ``goal`` (64 bytes kept); returns its number. A task
+        still running is finished first, and finished tasks' messages leave the window for
+        the archive (the locked tail stays). Raises :class:`InvalidInputError` while tool
+        calls wait for results.
+
+        >>> import ctxwin
+        >>> ctx = ctxwin.Context("tasks", store=":memory:")
+        >>> ctx.start_task("fix the flaky net test")
+        1
+        >>> ctx.push([{"role": "user", "content": "tests/net.rs fails once in ten runs"},
+        ...           {"role": "assistant", "content": "Decided to retry the bind in tests/net.rs."}])
+        [1, 2]
+        >>> ctx.current_task()["goal"]
+        'fix the flaky net test'
+        >>> done = ctx.finish_task("fixed")
+        >>> done["number"], done["open"], "flaky net test" in done["summary"]
+        (1, False, True)
+        >>> ctx.start_task("write the changelog")
+        2
+        >>> [task["number"] for task in ctx.tasks()]
+        [1, 2]
+        """
+        return self._native.start_task(goal)
+
+    def finish_task(self, outcome: str | None = None) -> dict[str, Any]:
+        """Finishes the running task with ``outcome`` (by default the summary takes the last
+        answer's first sentence) and returns it as :meth:`tasks` does. Raises
+        :class:`UsageError` when no task is running, :class:`InvalidInputError` while tool
+        calls wait for results."""
+        return self._native.finish_task(outcome)
+
+    def tasks(self) -> list[dict[str, Any]]:
+        """The tasks kept (the newest four), oldest first: dicts with ``number``, ``goal``,
+        ``open``, ``first_id``, ``last_id`` (``None`` while open), ``summary_id`` and
+        ``summary`` (its text while the window holds it, else ``None``), ``source_tokens``,
+        ``summary_tokens`` and ``ratio`` (how many times smaller the summary is; ``None``
+        without one)."""
+        return self._native.tasks()
+
+    def current_task(self) -> dict[str, Any] | None:
+        """The task running now, as :meth:`tasks` gives it, or ``None``."""
+        return self._native.current_task()
 
     def __repr__(self) -> str:
         return f"Context({self.name!r})"

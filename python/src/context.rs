@@ -3,13 +3,17 @@
 //! [`SessionBuilder`] (`new`, `config`, `counter`, `archive`, `archive_in_memory`,
 //! `checkpoints`, `restore_latest`) and [`Session`]'s `push`, `add_tool`, `compose_with`,
 //! `stats`, `checkpoint`, `checkpoints`, `restore`, `forget`, `forget_matching`,
-//! `abort_pending_calls` and `archive().search` (the archive port).
+//! `abort_pending_calls`, `start_task`, `finish_task`, `tasks`, `current_task` (with
+//! `SessionBuilder::task_detection`) and `archive().search` (the archive port).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use ctxwin_core::Config;
+use ctxwin_core::task::Task;
 use ctxwin_std::format::Format;
-use ctxwin_std::session::{ComposeOptions, RecallFor, RestorePoint, Session, SessionBuilder};
+use ctxwin_std::session::{
+    ComposeOptions, RecallFor, RestorePoint, Session, SessionBuilder, TaskDetection,
+};
 use ctxwin_std::store::SearchQuery;
 use ctxwin_std::store::{CheckpointId, Location};
 use ctxwin_std::{ChatMessage, ToolDefinition};
@@ -54,6 +58,57 @@ impl Context {
     }
 }
 
+/// One task as the package shows it, read while the session is locked.
+struct TaskInfo {
+    number: u32,
+    goal: String,
+    open: bool,
+    first_id: u64,
+    last_id: Option<u64>,
+    summary_id: Option<u64>,
+    summary: Option<String>,
+    source_tokens: u32,
+    summary_tokens: u32,
+    ratio: Option<f32>,
+}
+
+impl TaskInfo {
+    /// `task` with its summary's text, when the session level still holds it.
+    fn of(session: &Session, task: &Task) -> TaskInfo {
+        let summary_id = task.summary_id();
+        let summary = summary_id
+            .and_then(|id| session.manager().core().get(id))
+            .map(|message| message.content().to_string());
+        TaskInfo {
+            number: task.number(),
+            goal: task.goal().to_string(),
+            open: task.is_open(),
+            first_id: task.first_id(),
+            last_id: task.last_id(),
+            summary_id,
+            summary,
+            source_tokens: task.source_tokens(),
+            summary_tokens: task.summary_tokens(),
+            ratio: task.compression_ratio(),
+        }
+    }
+
+    fn into_dict(self, py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+        let dict = PyDict::new(py);
+        dict.set_item("number", self.number)?;
+        dict.set_item("goal", self.goal)?;
+        dict.set_item("open", self.open)?;
+        dict.set_item("first_id", self.first_id)?;
+        dict.set_item("last_id", self.last_id)?;
+        dict.set_item("summary_id", self.summary_id)?;
+        dict.set_item("summary", self.summary)?;
+        dict.set_item("source_tokens", self.source_tokens)?;
+        dict.set_item("summary_tokens", self.summary_tokens)?;
+        dict.set_item("ratio", self.ratio.map(f64::from))?;
+        Ok(dict)
+    }
+}
+
 fn to_json<T: serde::Serialize>(value: &T) -> PyResult<String> {
     serde_json::to_string(value).map_err(|e| errors::error(Kind::Internal, e.to_string()))
 }
@@ -61,7 +116,8 @@ fn to_json<T: serde::Serialize>(value: &T) -> PyResult<String> {
 #[pymethods]
 impl Context {
     #[new]
-    #[pyo3(signature = (name, store, *, config=None, tokenizer=None, checkpoint_every=None, tenant=None))]
+    #[pyo3(signature = (name, store, *, config=None, tokenizer=None, checkpoint_every=None, tenant=None, task_detection=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         name: String,
@@ -70,7 +126,17 @@ impl Context {
         tokenizer: Option<PyRef<'_, Tokenizer>>,
         checkpoint_every: Option<u32>,
         tenant: Option<String>,
+        task_detection: Option<&str>,
     ) -> PyResult<Context> {
+        let detection = match task_detection {
+            None => TaskDetection::Off,
+            Some(name) => TaskDetection::parse(name).ok_or_else(|| {
+                errors::error(
+                    Kind::Usage,
+                    format!("unknown task_detection {name:?}: use \"off\" or \"new-request\""),
+                )
+            })?,
+        };
         let config: Config = match config {
             Some(json) => serde_json::from_str(json)
                 .map_err(|e| errors::error(Kind::Config, format!("config: {e}")))?,
@@ -80,7 +146,10 @@ impl Context {
         let store = Store::parse(store);
         let session_name = name.clone();
         let session = py.detach(move || {
-            let builder = SessionBuilder::new(session_name).config(config).counter(counter);
+            let builder = SessionBuilder::new(session_name)
+                .config(config)
+                .counter(counter)
+                .task_detection(detection);
             let builder = match tenant {
                 Some(tenant) => builder.tenant(tenant),
                 None => builder,
@@ -265,5 +334,44 @@ impl Context {
             .map_err(errors::session)?;
             Ok((report.archive.messages, report.in_window, report.checkpoints_rewritten))
         })
+    }
+
+    /// Starts a task with `goal`, finishing the running one; returns its number.
+    fn start_task(&self, py: Python<'_>, goal: String) -> PyResult<u32> {
+        py.detach(|| self.session().start_task(&goal).map_err(errors::session))
+    }
+
+    /// Finishes the running task with `outcome` ("" lets the summary take the last answer).
+    #[pyo3(signature = (outcome=None))]
+    fn finish_task<'py>(
+        &self,
+        py: Python<'py>,
+        outcome: Option<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let info = py.detach(|| {
+            let mut session = self.session();
+            let task =
+                session.finish_task(outcome.as_deref().unwrap_or("")).map_err(errors::session)?;
+            Ok::<_, PyErr>(TaskInfo::of(&session, &task))
+        })?;
+        info.into_dict(py)
+    }
+
+    /// The tasks kept (the newest four), oldest first.
+    fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let infos = py.detach(|| {
+            let session = self.session();
+            session.tasks().iter().map(|task| TaskInfo::of(&session, task)).collect::<Vec<_>>()
+        });
+        infos.into_iter().map(|info| info.into_dict(py)).collect()
+    }
+
+    /// The task running now.
+    fn current_task<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let info = py.detach(|| {
+            let session = self.session();
+            session.current_task().map(|task| TaskInfo::of(&session, task))
+        });
+        info.map(|info| info.into_dict(py)).transpose()
     }
 }

@@ -93,6 +93,7 @@ pub(crate) fn core_kind(err: CoreError) -> Kind {
         | CoreError::LevelFull { .. }
         | CoreError::PinnedOverBudget { .. } => Kind::Budget,
         CoreError::InvalidConfig(_) => Kind::Config,
+        CoreError::NoOpenTask => Kind::Usage,
         _ => Kind::Internal,
     }
 }
