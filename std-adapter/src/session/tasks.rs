@@ -361,6 +361,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sqlite")] // archive_in_memory is SQLite in memory
     fn a_repeated_error_brings_back_its_resolution_from_the_archive() {
         let config = ctxwin_core::Config { max_messages: 6, locked_tail: 2, ..Default::default() };
         let mut session =
@@ -430,6 +431,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sqlite")] // archive_in_memory is SQLite in memory
     fn detection_starts_a_task_at_a_new_request_after_a_tool_loop_not_at_a_reply() {
         let mut session = SessionBuilder::new("s")
             .archive_in_memory()
