@@ -140,11 +140,11 @@ pub fn task_summary(
         fits(out, &|out| files.write(out));
     }
     let errors = Errors::of(request.messages.clone());
-    if errors.len > 0 {
+    if !errors.items.is_empty() {
         fits(out, &|out| errors.write(out));
     }
     let decisions = Decisions::of(request.messages.clone());
-    if decisions.len > 0 {
+    if !decisions.items.is_empty() {
         fits(out, &|out| decisions.write(out));
     }
     Ok(())
@@ -204,13 +204,12 @@ fn is_file(token: &str) -> bool {
 
 /// Distinct file names, in order of first mention.
 struct Files<'a> {
-    names: [&'a str; MAX_FILES],
-    len: usize,
+    names: heapless::Vec<&'a str, MAX_FILES>,
 }
 
 impl<'a> Files<'a> {
     fn of(messages: SummarySource<'a>) -> Self {
-        let mut files = Files { names: [""; MAX_FILES], len: 0 };
+        let mut files = Files { names: heapless::Vec::new() };
         for message in messages {
             for call in message.tool_calls() {
                 files.scan(call.arguments);
@@ -226,25 +225,22 @@ impl<'a> Files<'a> {
         for token in crate::terms::tokens(text) {
             // A location (`src/main.rs:12:5`) names its file.
             let name = token.split(':').next().unwrap_or(token);
-            if self.len == MAX_FILES {
+            if self.names.is_full() {
                 return;
             }
             if is_file(name) && !self.names.contains(&name) {
-                if let Some(slot) = self.names.get_mut(self.len) {
-                    *slot = name;
-                    self.len += 1;
-                }
+                let _ = self.names.push(name);
             }
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.len == 0
+        self.names.is_empty()
     }
 
     fn write(&self, out: &mut TextBuffer<'_>) {
         out.push_line("Files: ");
-        for (i, name) in self.names.iter().take(self.len).enumerate() {
+        for (i, name) in self.names.iter().enumerate() {
             if i > 0 {
                 out.push_str(", ");
             }
@@ -254,7 +250,6 @@ impl<'a> Files<'a> {
 }
 
 /// An error and what ended it: the next call that did not fail.
-#[derive(Clone, Copy)]
 struct Resolved<'a> {
     line: &'a str,
     signature: u32,
@@ -262,37 +257,33 @@ struct Resolved<'a> {
 }
 
 struct Errors<'a> {
-    items: [Option<Resolved<'a>>; MAX_ERRORS],
-    len: usize,
+    items: heapless::Vec<Resolved<'a>, MAX_ERRORS>,
 }
 
 impl<'a> Errors<'a> {
     fn of(messages: SummarySource<'a>) -> Self {
-        let mut errors = Errors { items: [None; MAX_ERRORS], len: 0 };
+        let mut errors = Errors { items: heapless::Vec::new() };
         let mut rest = messages;
-        while errors.len < MAX_ERRORS {
+        while !errors.items.is_full() {
             let Some(message) = rest.next() else { break };
             if message.role() != Role::Tool || !looks_like_error(message.content()) {
                 continue;
             }
             let Some(signature) = error_signature(message.content()) else { continue };
-            let seen = errors.items.iter().flatten().any(|e| e.signature == signature);
+            let seen = errors.items.iter().any(|e| e.signature == signature);
             if seen {
                 continue;
             }
             let line = error_text(message.content());
             let fix = next_success(rest.clone());
-            if let Some(slot) = errors.items.get_mut(errors.len) {
-                *slot = Some(Resolved { line, signature, fix });
-                errors.len += 1;
-            }
+            let _ = errors.items.push(Resolved { line, signature, fix });
         }
         errors
     }
 
     fn write(&self, out: &mut TextBuffer<'_>) {
         out.push_line("Errors: ");
-        for (i, error) in self.items.iter().flatten().enumerate() {
+        for (i, error) in self.items.iter().enumerate() {
             if i > 0 {
                 out.push_str("; ");
             }
@@ -344,28 +335,24 @@ fn next_success<'a>(messages: SummarySource<'a>) -> Option<(&'a str, &'a str)> {
 
 /// Statements that record a decision, in order.
 struct Decisions<'a> {
-    items: [&'a str; MAX_DECISIONS],
-    len: usize,
+    items: heapless::Vec<&'a str, MAX_DECISIONS>,
 }
 
 impl<'a> Decisions<'a> {
     fn of(messages: SummarySource<'a>) -> Self {
-        let mut decisions = Decisions { items: [""; MAX_DECISIONS], len: 0 };
+        let mut decisions = Decisions { items: heapless::Vec::new() };
         for message in messages {
             if !matches!(message.role(), Role::User | Role::Assistant) {
                 continue;
             }
             for line in message.content().lines() {
                 for sentence in line.split(". ") {
-                    if decisions.len == MAX_DECISIONS {
+                    if decisions.items.is_full() {
                         return decisions;
                     }
                     let sentence = sentence.trim();
                     if DECISION_CUES.iter().any(|cue| contains_ignore_case(sentence, cue)) {
-                        if let Some(slot) = decisions.items.get_mut(decisions.len) {
-                            *slot = clip(sentence, STATEMENT);
-                            decisions.len += 1;
-                        }
+                        let _ = decisions.items.push(clip(sentence, STATEMENT));
                     }
                 }
             }
@@ -375,7 +362,7 @@ impl<'a> Decisions<'a> {
 
     fn write(&self, out: &mut TextBuffer<'_>) {
         out.push_line("Decisions: ");
-        for (i, decision) in self.items.iter().take(self.len).enumerate() {
+        for (i, decision) in self.items.iter().enumerate() {
             if i > 0 {
                 out.push_str("; ");
             }
