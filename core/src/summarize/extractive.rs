@@ -24,7 +24,9 @@ const TOP_SCORE: usize = 47;
 /// error, a command, a call): what a one-line summary needs, else there is nothing to keep.
 const SPECIFIC: u16 = 5;
 
-const DECISION_CUES: [&str; 17] = [
+/// Cues of a statement that records a decision (extractive summaries score by them; task
+/// summaries quote the statements that hold one).
+pub(super) const DECISION_CUES: [&str; 17] = [
     "decided",
     "decision",
     "we will",

@@ -3,6 +3,7 @@
 
 use core::fmt::Write as _;
 
+use super::extractive::DECISION_CUES;
 use super::{SummarizeError, SummarySource, TextBuffer};
 use crate::counter::TokenCounter;
 use crate::message::MessageRef;
@@ -20,22 +21,6 @@ const MAX_ERRORS: usize = 3;
 const STATEMENT: usize = 160;
 /// Bytes of a call's arguments quoted as an error's resolution, at most.
 const ARGUMENTS: usize = 80;
-
-/// Cues of a statement that records a decision.
-const DECISION_CUES: [&str; 12] = [
-    "decided",
-    "decision",
-    "we will",
-    "we'll",
-    "chose",
-    "agreed",
-    "going with",
-    "instead",
-    "switch to",
-    "settled",
-    "from now on",
-    "will use",
-];
 
 /// What a task summary is written from.
 ///
