@@ -24,9 +24,9 @@ const TOP_SCORE: usize = 47;
 /// error, a command, a call): what a one-line summary needs, else there is nothing to keep.
 const SPECIFIC: u16 = 5;
 
-/// Cues of a statement that records a decision (extractive summaries score by them; task
-/// summaries quote the statements that hold one).
-pub(super) const DECISION_CUES: [&str; 17] = [
+/// Cues of a statement that records a decision: extractive summaries score by them, task
+/// summaries quote the statements that hold one.
+pub(super) const DECISION_CUES: [&str; 12] = [
     "decided",
     "decision",
     "we will",
@@ -34,17 +34,14 @@ pub(super) const DECISION_CUES: [&str; 17] = [
     "chose",
     "agreed",
     "going with",
-    "go with",
-    "must ",
-    "always ",
-    "never ",
     "instead",
     "switch to",
     "settled",
-    "prefer",
     "from now on",
-    "from here on",
+    "will use",
 ];
+/// Cues of a rule or preference the conversation sets: scored as decisions are.
+const RULE_CUES: [&str; 6] = ["go with", "must ", "always ", "never ", "prefer", "from here on"];
 /// Facts that are stated once and asked for later: who owns what, secrets, settings.
 const FACT_CUES: [&str; 14] = [
     "owns ",
@@ -266,7 +263,7 @@ fn score(text: &str, role: Role, part: Part) -> u16 {
     let mut score = term_points.min(12) + 2 * names.min(3) + 2 * full_names.min(1);
     let cue = |cues: &[&str]| cues.iter().any(|cue| crate::small::contains_ignore_case(text, cue));
     let error = cue(&ERROR_CUES);
-    if cue(&DECISION_CUES) {
+    if cue(&DECISION_CUES) || cue(&RULE_CUES) {
         score += 6;
     }
     if cue(&FACT_CUES) {
