@@ -308,9 +308,12 @@ impl Session {
         }
         let mut message: ChatMessage = row.message.clone();
         message.content = row.full_text().to_string();
+        // A tool result its writer stored whole is replayed whole: it may have been pushed
+        // as one the observation limit does not cut (`PushOptions::whole`).
         let options = PushOptions {
             timestamp: Some(row.timestamp),
             level: Some(row.level),
+            whole: row.original.is_none(),
             ..Default::default()
         };
         self.make_tier_room(&message, &options)?;
