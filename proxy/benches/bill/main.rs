@@ -172,7 +172,7 @@ fn print_hidden(o: &Outcome, wire: &Wire, window: Option<u32>) {
         for (id, cut) in &r.hidden_reads {
             let from = read_step(id).map_or("?".to_string(), |s| s.to_string());
             let fits = window
-                .map_or(true, |w| wire.full_tokens(r.step) + u64::from(MAX_TOKENS) <= u64::from(w));
+                .is_none_or(|w| wire.full_tokens(r.step) + u64::from(MAX_TOKENS) <= u64::from(w));
             println!(
                 "{:<22} hidden at request {:>3}: Read from request {from:>3}, {}, the whole history {}",
                 "",
