@@ -41,6 +41,11 @@ pub struct Message<'a> {
     pub important: bool,
     /// Where to store it; `None` picks the role's default ([`Message::default_level`]).
     pub level: Option<Level>,
+    /// For [`Role::Tool`]: kept whole, not reduced to
+    /// [`Config::observation_limit`](crate::config::Config::observation_limit) (a caller's
+    /// per-tool policy, such as file reads the model quotes back); reduced only when it alone
+    /// is more than its unit may hold.
+    pub whole: bool,
 }
 
 impl<'a> Message<'a> {
@@ -59,6 +64,7 @@ impl<'a> Message<'a> {
             timestamp: 0,
             important: false,
             level: None,
+            whole: false,
         }
     }
 
@@ -130,6 +136,16 @@ impl<'a> Message<'a> {
     /// ```
     pub const fn important(mut self) -> Self {
         self.important = true;
+        self
+    }
+
+    /// The same message, kept whole (see [`Message::whole`]).
+    ///
+    /// ```
+    /// assert!(ctxwin_core::Message::tool_result("c1", "file contents").whole().whole);
+    /// ```
+    pub const fn whole(mut self) -> Self {
+        self.whole = true;
         self
     }
 

@@ -565,7 +565,8 @@ fn result<'m, K: TokenCounter>(
     let room = level_budget.saturating_sub(unit.tokens.saturating_add(framing));
     let waiting = u32::from(unit.calls.saturating_sub(unit.answered.count_ones() as u8 + 1));
     let reserve = MIN_REDUCED_TOKENS.saturating_add(framing);
-    let limit = reduce::result_limit(rules.config.observation_limit, room, waiting, reserve);
+    let observation_limit = if message.whole { u32::MAX } else { rules.config.observation_limit };
+    let limit = reduce::result_limit(observation_limit, room, waiting, reserve);
     let raw = rules.counter.count(message.content);
     let (stored, tokens) = if raw <= limit {
         (Stored::Plain(message.content), rules.framed(raw, [], Some(call_id)))

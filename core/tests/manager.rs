@@ -141,6 +141,38 @@ fn huge_tool_output_is_reduced_not_allowed_to_empty_the_window() {
 }
 
 #[test]
+fn a_tool_output_pushed_whole_is_not_reduced_to_the_observation_limit() {
+    struct Roomy;
+    impl Capacities for Roomy {
+        type Permanent = Ring<4, 2048>;
+        type Session = Ring<4, 1024>;
+        type Working = Ring<32, 65_536>;
+        type Volatile = Ring<8, 2048>;
+        type Scratch = ctxwin_core::capacity::Scratch<512>;
+        type Entities = ctxwin_core::entities::EntityTable<4, 32>;
+    }
+    let mut m = ContextManager::<Roomy>::new();
+    m.push(Message::user("read it and run the tests")).unwrap();
+    let calls = [ToolCall::new("r", "read", "{\"path\":\"a.rs\"}"), ToolCall::new("t", "sh", "{}")];
+    m.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+    let file: String = (0..300).map(|i| format!("{i:>6}\tlet x{i} = {i};\n")).collect();
+    let log: String = (0..300).map(|i| format!("test case_{i} ... ok\n")).collect();
+    let read = m.push(Message::tool_result("r", &file).whole()).unwrap();
+    let test = m.push(Message::tool_result("t", &log)).unwrap();
+    let (read, test) = (m.get(read).unwrap(), m.get(test).unwrap());
+    assert!(read.tokens() > m.config().observation_limit, "{}", read.tokens());
+    assert!(!read.was_reduced() && read.content() == file);
+    assert!(test.was_reduced(), "the same size, not whole: reduced");
+    // Whole is not unbounded: an output over what its unit may hold is still reduced.
+    m.push(Message::user("and the big one")).unwrap();
+    m.push(Message::assistant("").with_tool_calls(&calls[..1])).unwrap();
+    let huge = file.repeat(40);
+    let id = m.push(Message::tool_result("r", &huge).whole()).unwrap();
+    let stored = m.get(id).unwrap();
+    assert!(stored.was_reduced() && stored.tokens() <= m.config().level_budget(Level::Working));
+}
+
+#[test]
 fn the_newest_messages_and_the_live_user_message_stay() {
     let mut m = manager(3, 600);
     m.push(Message::user("THE TASK")).unwrap();

@@ -387,3 +387,29 @@ fn a_lone_newest_request_is_kept_before_the_suffix() {
     let kept = trim(&conversation, &[], &unlocked, &counter).unwrap();
     assert_eq!(kept.indices().collect::<Vec<_>>(), [0, 3]);
 }
+
+#[test]
+fn a_result_marked_whole_is_not_reduced_to_the_observation_limit() {
+    let calls = [ToolCall::new("r", "read", "{}")];
+    let file = "let x = 1;\n".repeat(400);
+    let conversation = |whole: bool| {
+        let result = Message::tool_result("r", &file);
+        [
+            Message::system("sys"),
+            Message::user("read it"),
+            Message::assistant("").with_tool_calls(&calls),
+            if whole { result.whole() } else { result },
+        ]
+    };
+    let config = Config { context_window: 32_768, observation_limit: 200, ..Config::DEFAULT };
+    let counter = Counter::Up;
+    let sent = |conversation: &[Message<'_>]| {
+        let kept = trim(conversation, &[], &config, &counter).unwrap();
+        let reduced = kept.items().any(|item| {
+            matches!(item, TrimmedItem::Message { content: TrimmedContent::Reduced(_), .. })
+        });
+        (kept.indices().count(), reduced)
+    };
+    assert_eq!(sent(&conversation(false)), (4, true));
+    assert_eq!(sent(&conversation(true)), (4, false));
+}

@@ -121,7 +121,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     ///   [`Message::level`] says otherwise; a tool result always joins its call's unit.
     /// - A tool result must answer a call that is waiting in the window
     ///   ([`Error::OrphanToolResult`] otherwise); one over
-    ///   [`Config::observation_limit`](crate::config::Config::observation_limit) tokens is stored reduced.
+    ///   [`Config::observation_limit`](crate::config::Config::observation_limit) tokens is stored
+    ///   reduced, unless it is [`Message::whole`] (then only one over its unit's room is).
     /// - A history message arriving while calls still wait closes them first: each gets a
     ///   synthetic "aborted" result, or is dropped from its message
     ///   ([`Config::unanswered_calls`](crate::config::Config::unanswered_calls)).
@@ -409,7 +410,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             self.config.level_budget(level).saturating_sub(unit_tokens.saturating_add(framing));
         let waiting = u32::from(pending.unanswered().saturating_sub(1));
         let reserve = MIN_REDUCED_TOKENS.saturating_add(framing);
-        let limit = reduce::result_limit(self.config.observation_limit, room, waiting, reserve);
+        let observation_limit =
+            if message.whole { u32::MAX } else { self.config.observation_limit };
+        let limit = reduce::result_limit(observation_limit, room, waiting, reserve);
         let raw_tokens = self.counter.count(message.content);
         let reduction;
         let content = if raw_tokens <= limit {

@@ -161,6 +161,29 @@ async fn run(spec: Spec, wire: &Wire, http: &reqwest::Client, extra: &str) -> Ou
     }
 }
 
+/// One line per hidden `Edit` target (`BILL_HIDDEN=1`): the request, the request whose
+/// tool results brought its `Read`, whether that result was in the body reduced or gone, and
+/// whether the whole history would have fit the window at that request.
+fn print_hidden(o: &Outcome, wire: &Wire, window: Option<u32>) {
+    let steps = &wire.conversation.steps;
+    let read_step =
+        |id: &str| steps.iter().position(|s| s.user.iter().any(|m| m.to_string().contains(id)));
+    for r in o.records.iter().filter(|r| r.status == 200) {
+        for (id, cut) in &r.hidden_reads {
+            let from = read_step(id).map_or("?".to_string(), |s| s.to_string());
+            let fits = window
+                .is_none_or(|w| wire.full_tokens(r.step) + u64::from(MAX_TOKENS) <= u64::from(w));
+            println!(
+                "{:<22} hidden at request {:>3}: Read from request {from:>3}, {}, the whole history {}",
+                "",
+                r.step,
+                if *cut { "reduced" } else { "gone" },
+                if fits { "fit" } else { "did not fit" }
+            );
+        }
+    }
+}
+
 fn print_table(outcomes: &[Outcome], wires: &HashMap<&'static str, &Wire>, openai_cached: f64) {
     println!(
         "\n{:<22} {:>6} {:>7} {:>8} {:>5} {:>5} {:>9} {:>9} {:>9} {:>6} {:>13} {:>11}",
@@ -243,6 +266,9 @@ fn print_table(outcomes: &[Outcome], wires: &HashMap<&'static str, &Wire>, opena
                 "",
                 hidden - cut
             );
+        }
+        if std::env::var_os("BILL_HIDDEN").is_some() {
+            print_hidden(o, wire, window);
         }
         let answers_bad = o.sent.iter().filter(|s| s.status == 200 && !s.answer_ok).count();
         if answers_bad > 0 {

@@ -21,14 +21,15 @@ impl ProxyProcess {
     pub fn start(upstream: SocketAddr, windows: &[(&str, u32)], extra: &str) -> ProxyProcess {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let state = dir.path().join("state");
+        // The windows are an inline table so that `extra`'s keys before any table header are
+        // `[proxy]`'s (`observation_limit = 2000`), and its tables come after.
+        let windows: Vec<String> =
+            windows.iter().map(|(model, window)| format!("{model:?} = {window}")).collect();
         let mut toml = format!(
-            "[proxy]\nupstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\nstate_dir = {:?}\n\n[proxy.windows]\n",
-            state.display().to_string()
+            "[proxy]\nupstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\nstate_dir = {:?}\nwindows = {{ {} }}\n",
+            state.display().to_string(),
+            windows.join(", ")
         );
-        for (model, window) in windows {
-            toml.push_str(&format!("{model:?} = {window}\n"));
-        }
-        toml.push('\n');
         toml.push_str(extra);
         let config = dir.path().join("ctxwin.toml");
         std::fs::write(&config, toml).expect("write the proxy's configuration");

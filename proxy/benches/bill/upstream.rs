@@ -45,6 +45,9 @@ pub struct Record {
     pub hidden: usize,
     /// Of the hidden, those whose source `Read` result was in the request (reduced), not gone.
     pub hidden_cut: usize,
+    /// The hidden ones' source `Read` call ids, each with whether its result was in the
+    /// request (reduced) rather than gone.
+    pub hidden_reads: Vec<(String, bool)>,
     /// Its own time, from the request read to the response ready, µs.
     pub upstream_us: u64,
     /// The request body's size.
@@ -162,7 +165,9 @@ impl Upstream {
                 record.edits += 1;
                 if !texts.iter().any(|t| t.contains(&edit.old_string)) {
                     record.hidden += 1;
-                    record.hidden_cut += usize::from(results.contains(&edit.read_id));
+                    let cut = results.contains(&edit.read_id);
+                    record.hidden_cut += usize::from(cut);
+                    record.hidden_reads.push((edit.read_id.clone(), cut));
                 }
             }
         }

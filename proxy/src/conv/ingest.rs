@@ -169,9 +169,10 @@ impl Conv {
         for part in &message.parts {
             let level = level_of(&part.chat, pinned);
             let raw = entry.ids.is_empty().then_some(raw);
-            let options = PushOptions { level, raw, ..PushOptions::default() };
+            let whole = self.keeps_whole(part);
+            let options = PushOptions { level, raw, whole, ..PushOptions::default() };
             let rendering = self.rendering(part);
-            match self.uncut(part, |conv| Ok(conv.session.push_with(&rendering, options)?)) {
+            match self.session.push_with(&rendering, options) {
                 Ok(report) => {
                     evicted += report.evicted_units.len();
                     entry.tokens = entry.tokens.saturating_add(
@@ -181,7 +182,7 @@ impl Conv {
                     entry.blocks.push(part.blocks.clone());
                 }
                 Err(error) => {
-                    failure = Some(error);
+                    failure = Some(ConvError::from(error));
                     break;
                 }
             }

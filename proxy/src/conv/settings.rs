@@ -142,27 +142,17 @@ impl Conv {
         Ok(())
     }
 
-    /// Pushes tool output `part` with no observation limit when its tool is one the settings
-    /// never cut; `push` does the pushing.
-    pub(super) fn uncut<R>(
-        &mut self,
-        part: &Part,
-        push: impl FnOnce(&mut Self) -> Result<R, ConvError>,
-    ) -> Result<R, ConvError> {
-        let whole = part.chat.role == Role::Tool
+    /// Whether tool output `part` is pushed whole ([`PushOptions::whole`]): its tool is one
+    /// the settings never cut.
+    ///
+    /// [`PushOptions::whole`]: ctxwin_std::session::PushOptions::whole
+    pub(super) fn keeps_whole(&self, part: &Part) -> bool {
+        part.chat.role == Role::Tool
             && self.settings.observation_limit.is_some()
             && !self.settings.never_cut.is_empty()
             && self
                 .tool_of(part.chat.tool_call_id.as_deref().unwrap_or_default())
-                .is_some_and(|tool| self.settings.never_cuts(&tool));
-        if !whole {
-            return push(self);
-        }
-        let limit = self.session.configured().observation_limit;
-        self.session.reconfigure(|c| c.observation_limit = WHOLE)?;
-        let pushed = push(self);
-        self.session.reconfigure(|c| c.observation_limit = limit)?;
-        pushed
+                .is_some_and(|tool| self.settings.never_cuts(&tool))
     }
 
     /// The name of the tool call `call_id` answers: one of the newest recorded message's

@@ -308,9 +308,12 @@ impl Session {
         }
         let mut message: ChatMessage = row.message.clone();
         message.content = row.full_text().to_string();
+        // A tool result its writer stored whole is replayed whole: it may have been pushed
+        // as one the observation limit does not cut (`PushOptions::whole`).
         let options = PushOptions {
             timestamp: Some(row.timestamp),
             level: Some(row.level),
+            whole: row.original.is_none(),
             ..Default::default()
         };
         self.make_tier_room(&message, &options)?;
@@ -586,6 +589,34 @@ mod tests {
             Err(StoreError::Fenced { scope: scope.clone(), fence: Fence(1), current }.into())
         });
         assert_eq!(once, 1, "not redone without retry");
+    }
+
+    #[test]
+    fn a_tool_output_pushed_whole_is_replayed_whole() {
+        use crate::message::{ChatMessage, ToolCall};
+        use crate::session::PushOptions;
+        let store = Arc::new(MemoryStore::new());
+        let config = ctxwin_core::Config { observation_limit: 64, ..ctxwin_core::Config::DEFAULT };
+        let build = || {
+            SessionBuilder::new("s").ports(ports(&store)).config(config).assume_new(true).build()
+        };
+        let (mut writer, mut reader) = (build().unwrap(), build().unwrap());
+        writer.push(&ChatMessage::text(Role::User, "read a.rs and run the tests")).unwrap();
+        writer.checkpoint().unwrap();
+        let calls = vec![ToolCall::new("r", "Read", "{}"), ToolCall::new("t", "Bash", "{}")];
+        writer.push(&ChatMessage::assistant_calls("", calls)).unwrap();
+        let file: String = (0..80).map(|i| format!("{i:>6}\tlet x{i} = {i};\n")).collect();
+        let whole = PushOptions { whole: true, ..PushOptions::default() };
+        let read = writer.push_with(&ChatMessage::tool_result("r", file.clone()), whole).unwrap();
+        let log = writer.push(&ChatMessage::tool_result("t", file.clone())).unwrap();
+        let contents = |session: &Session| {
+            [read.id, log.id].map(|id| session.manager().get(id).unwrap().content().to_string())
+        };
+        let written = contents(&writer);
+        assert_eq!(written[0], file);
+        assert!(written[1].contains("[Data Truncated]"), "the other one is reduced");
+        assert_eq!(reader.reload().unwrap().replayed, 3);
+        assert_eq!(contents(&reader), written, "replayed as it was pushed");
     }
 
     #[test]

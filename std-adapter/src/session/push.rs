@@ -21,6 +21,7 @@ fn core_message<'a>(
     core.tool_call_id = message.tool_call_id.as_deref();
     core.important = options.important;
     core.level = options.level;
+    core.whole = options.whole;
     core
 }
 
@@ -51,6 +52,10 @@ pub struct PushOptions<'a> {
     /// The message exactly as the client sent it (its provider JSON), kept in its archive row
     /// ([`ArchivedMessage::raw`]): a proxy writes the message back from it byte for byte.
     pub raw: Option<&'a str>,
+    /// For a tool result: kept whole, not reduced to the configured observation limit (a
+    /// per-tool policy such as "never cut file reads"); reduced only when it alone is more
+    /// than its unit may hold of the history ([`ctxwin_core::Message::whole`]).
+    pub whole: bool,
 }
 
 impl Session {
