@@ -8,7 +8,8 @@
 //! it also reads the newest fence ([`current_fence`](crate::store::ArchiveStore::current_fence),
 //! one query) and reloads first when another process took the lease meanwhile, so it never
 //! decides on a stale state (a payload composed without writing is not checked by any
-//! fence). Two sessions serving one conversation therefore serialize: each write lands on
+//! fence). A session taken back whose state the store still reproduces (another process only
+//! pushed rows since) resumes on it: only the rows after its own are replayed. Two sessions serving one conversation therefore serialize: each write lands on
 //! everything the other wrote, never between its writes.
 //!
 //! **What a reload reproduces.** Pushing a conversation's rows again into the core restored
@@ -164,6 +165,12 @@ impl Session {
     /// message written after it, pushed into the core again in id order (the ids it gets
     /// are checked against the rows'). What a refused write left in the journal is dropped:
     /// the store refused it, and the operation that made it is redone on the new state.
+    ///
+    /// When the session's own state is what that checkpoint and the rows up to its own
+    /// reproduce (it left nothing unwritten and changed nothing but by pushes since), the
+    /// newest checkpoint is still the one it continues from and its last row is archived, it
+    /// is what this rebuild would give: the session keeps it and replays only the rows after
+    /// its own ([`ReloadReport::resumed`]), reading and decoding no checkpoint.
     ///
     /// A leased session (its archive hands out leases: PostgreSQL) does this by itself when
     /// a write is refused as stale, and redoes the operation; call it to pick up what another
