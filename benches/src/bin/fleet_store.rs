@@ -26,8 +26,10 @@
 //!    compose on the instance that served the previous request (it reads the fence and
 //!    composes). Composes recall nothing: recall's full-text query costs both the same, and
 //!    its spread would hide the difference. p50 / p99 of each over `FLEET_LOADS` pairs; the
-//!    extra p50 is the target's "≤ 5 ms over a resident one". Taking the lease is a durable
-//!    commit: one WAL flush of the server's disk (`pg_test_fsync` measures it).
+//!    extra p50 is the target's "≤ 5 ms over a resident one". Taking the lease does not wait
+//!    for the server's disk (see `PgStore`'s `raise_fence`), and a takeover whose newest
+//!    checkpoint is still the one the session's state continues from resumes on that state
+//!    instead of restoring it (`ReloadReport::resumed`).
 //!
 //! `cargo run --release -p ctxwin-benches --bin fleet_store` (`FLEET_TURNS`, `FLEET_KEEP`,
 //! `FLEET_LOADS` change the sizes).

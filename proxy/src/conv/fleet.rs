@@ -98,9 +98,32 @@ impl Conv {
     /// Rebuilds what the conversation recorded when its session reloaded since the last
     /// rebuild (another instance served it; the session found out by itself).
     pub(super) fn resync(&mut self) -> Result<(), ConvError> {
-        if self.session.counters().reloads != self.seen_reloads {
-            self.rebuild()?;
+        let reloads = self.session.counters().reloads;
+        if reloads == self.seen_reloads {
+            return Ok(());
         }
+        let resumed = self.session.last_reload().is_some_and(|report| report.resumed);
+        if resumed && reloads == self.seen_reloads + 1 { self.resume() } else { self.rebuild() }
+    }
+
+    /// What the conversation recorded, after its session resumed on its own state (one
+    /// reload since the record was last made, which kept the session's state and replayed
+    /// only the rows other instances wrote after its own:
+    /// [`ReloadReport::resumed`](ctxwin_std::session::ReloadReport::resumed)): the record held,
+    /// then those rows read into entries as [`rebuild`](Self::rebuild) reads them. The record
+    /// matches the session's rows up to its own (the session resumes only with nothing left
+    /// unwritten), so this is the record a rebuild makes, without decoding the checkpoint's
+    /// nor reading again the rows since it.
+    fn resume(&mut self) -> Result<(), ConvError> {
+        let replayed = self.session.take_replayed();
+        let recorded = std::mem::take(&mut self.recorded);
+        let mut rebuild = Rebuild { recorded, pending: None, provider: self.provider };
+        for row in &replayed {
+            rebuild.adopt(row, |part| self.rendering(part).content);
+        }
+        let stored_next = self.stored_next;
+        self.rebuilt(rebuild, stored_next)?;
+        tracing::debug!(session = %self.key, rows = replayed.len(), "proxy: conversation resumed with the rows other instances wrote");
         Ok(())
     }
 
@@ -143,12 +166,21 @@ impl Conv {
         for row in replayed.iter().filter(|row| row.id > named) {
             rebuild.adopt(row, |part| self.rendering(part).content);
         }
+        self.rebuilt(rebuild, named + 1)?;
+        tracing::debug!(session = %self.key, messages = self.recorded.entries.len(), "proxy: conversation rebuilt from the store");
+        Ok(())
+    }
+
+    /// Takes what `rebuild` read as the conversation's record, the checkpoint's record
+    /// naming the messages before `stored_next`; completes a message whose writer stopped
+    /// between its parts.
+    fn rebuilt(&mut self, rebuild: Rebuild, stored_next: u64) -> Result<(), ConvError> {
         let (recorded, unfinished) = rebuild.finish();
         self.recorded = recorded;
         if let Some((message, next)) = unfinished {
             self.finish_message(&message, next)?;
         }
-        self.stored_next = named + 1;
+        self.stored_next = stored_next;
         self.pending_answer = None;
         self.last_emitted.clear();
         self.dirty = false;
@@ -166,7 +198,6 @@ impl Conv {
         if let Some(stored) = self.session.checkpoint_configured() {
             self.reserve = Some(stored.reserved_for_reply);
         }
-        tracing::debug!(session = %self.key, messages = self.recorded.entries.len(), "proxy: conversation rebuilt from the store");
         Ok(())
     }
 }
@@ -349,11 +380,19 @@ mod tests {
         }
         assert!(a.session().counters().reloads > 0 && b.session().counters().reloads > 0);
         assert_eq!(rows(&shared), rows(&alone), "each message once, in order");
+
         // The instance that served last is current; the other catches up with it.
         assert_ne!(a.len(), b.len());
         a.catch_up().unwrap();
         b.catch_up().unwrap();
         assert_eq!((a.len(), b.len()), (single.len(), single.len()));
+        // Taking the conversation back, `b` resumed on its own state and record (nobody
+        // checkpointed since): its record is the one a rebuild from the store makes.
+        assert!(b.session().last_reload().unwrap().resumed);
+        let rebuilt = open(&shared);
+        assert_eq!(b.recorded.entries, rebuilt.recorded.entries);
+        assert_eq!(b.recorded.placeholders, rebuilt.recorded.placeholders);
+        assert_eq!(b.recorded.tools_fp, rebuilt.recorded.tools_fp);
     }
 
     /// Checkpoints written over the conversation's life, as of its newest: each records its

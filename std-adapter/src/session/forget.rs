@@ -218,6 +218,13 @@ impl Session {
             reseal_snapshot(&mut core);
             self.manager.restore_from(&core).map_err(SessionError::Snapshot)?;
         }
+        // Under a lease the masked window is checkpointed before the archive changes: the
+        // newest checkpoint is then not the one another instance's state continues from, so
+        // that instance restores it instead of resuming on a state holding the text
+        // ([`Session::reload`]). A failed checkpoint forgets nothing.
+        if self.leased() && self.stores.checkpoints.is_some() {
+            self.checkpoint_once()?;
+        }
         let strs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let fence = self.stores.lease.fence;
         let archive = match self.stores.archive.as_deref() {

@@ -8,7 +8,8 @@
 //! it also reads the newest fence ([`current_fence`](crate::store::ArchiveStore::current_fence),
 //! one query) and reloads first when another process took the lease meanwhile, so it never
 //! decides on a stale state (a payload composed without writing is not checked by any
-//! fence). Two sessions serving one conversation therefore serialize: each write lands on
+//! fence). A session taken back whose state the store still reproduces (another process only
+//! pushed rows since) resumes on it: only the rows after its own are replayed. Two sessions serving one conversation therefore serialize: each write lands on
 //! everything the other wrote, never between its writes.
 //!
 //! **What a reload reproduces.** Pushing a conversation's rows again into the core restored
@@ -59,11 +60,13 @@ pub(crate) struct Lease {
     /// The rows the last reload replayed, until the next operation
     /// ([`Session::take_replayed`]).
     replayed: Vec<ArchivedMessage>,
+    /// What the last reload did ([`Session::last_reload`]).
+    last: Option<ReloadReport>,
 }
 
 impl Lease {
     pub(crate) fn new(fence: Fence) -> Self {
-        Self { fence, reproducible: None, redo: true, replayed: Vec::new() }
+        Self { fence, reproducible: None, redo: true, replayed: Vec::new(), last: None }
     }
 
     /// Whether the store hands out leases.
@@ -163,6 +166,12 @@ impl Session {
     /// are checked against the rows'). What a refused write left in the journal is dropped:
     /// the store refused it, and the operation that made it is redone on the new state.
     ///
+    /// When the session's own state is what that checkpoint and the rows up to its own
+    /// reproduce (it left nothing unwritten and changed nothing but by pushes since), the
+    /// newest checkpoint is still the one it continues from and its last row is archived, it
+    /// is what this rebuild would give: the session keeps it and replays only the rows after
+    /// its own ([`ReloadReport::resumed`]), reading and decoding no checkpoint.
+    ///
     /// A leased session (its archive hands out leases: PostgreSQL) does this by itself when
     /// a write is refused as stale, and redoes the operation; call it to pick up what another
     /// process wrote before reading (a search, stats) without writing. On a store without
@@ -202,11 +211,22 @@ impl Session {
 
     /// [`reload`](Self::reload) under `fence`, a lease just taken.
     pub(super) fn reload_under(&mut self, fence: Fence) -> Result<ReloadReport, SessionError> {
+        let reproducible =
+            self.journal.len() == 0 && self.stores.lease.reproducible == Some(ReplayMark::of(self));
         let dropped = self.journal.clear();
         if dropped > 0 {
             tracing::warn!(scope = %self.scope, dropped, "session: reload drops writes the store refused");
         }
         self.stores.lease.fence = fence;
+        self.stores.lease.replayed.clear();
+        if reproducible && let Some(replayed) = self.resume()? {
+            self.stores.lease.reproducible = Some(ReplayMark::of(self));
+            let checkpoint = self.checkpointing.last.clone();
+            tracing::info!(scope = %self.scope, fence = fence.0, ?checkpoint, replayed, "session: resumed");
+            let report = ReloadReport { fence, checkpoint, replayed, dropped, resumed: true };
+            self.stores.lease.last = Some(report.clone());
+            return Ok(report);
+        }
         self.stores.lease.changed();
         self.stores.lease.replayed.clear();
         let own = self.calibration.configured;
@@ -217,7 +237,59 @@ impl Session {
         let (checkpoint, replayed) = replay?;
         self.apply_calibration()?;
         tracing::info!(scope = %self.scope, fence = fence.0, ?checkpoint, replayed, "session: reloaded");
-        Ok(ReloadReport { fence, checkpoint, replayed, dropped })
+        let report = ReloadReport { fence, checkpoint, replayed, dropped, resumed: false };
+        self.stores.lease.last = Some(report.clone());
+        Ok(report)
+    }
+
+    /// The cheap reload: when the session's state is what the newest checkpoint and the rows
+    /// up to its own reproduce, it is what a restore of that checkpoint and a replay of those
+    /// rows would rebuild, so only the rows written after its own are replayed on it (no
+    /// checkpoint read, nothing decoded). Checked first, in two queries: the newest
+    /// checkpoint is still the one the session continues from (a holder that changed the
+    /// state otherwise than by pushes — a compose that evicted, a calibration, a restore, a
+    /// forget — wrote a newer one before writing on it), and the session's last row is still
+    /// archived (a rewind or a delete since would have removed it). The number of rows
+    /// replayed; `None` when the state cannot continue (the caller restores the checkpoint).
+    /// The caller checked that the state is reproducible and the journal empty.
+    fn resume(&mut self) -> Result<Option<usize>, SessionError> {
+        let (Some(last), Some(sink), Some(archive)) = (
+            self.checkpointing.last.clone(),
+            self.stores.checkpoints.clone(),
+            self.stores.archive.clone(),
+        ) else {
+            return Ok(None);
+        };
+        let own = self.manager.next_id().saturating_sub(1);
+        if own == 0 || sink.ids(&self.scope)?.first() != Some(&last) {
+            return Ok(None);
+        }
+        let rows = archive.rows_after(&self.scope, own - 1, PAGE)?;
+        if rows.first().is_none_or(|row| row.id != own) {
+            return Ok(None);
+        }
+        let full = rows.len() == PAGE;
+        let mut replayed = 0;
+        for row in rows.into_iter().skip(1) {
+            if let Err(error) = self.replay_row(&row) {
+                // Not what pushes on this state give: the checkpoint is restored instead.
+                tracing::warn!(scope = %self.scope, %error, "session: the rows after its own do not replay on its state; restoring the checkpoint");
+                return Ok(None);
+            }
+            self.stores.lease.replayed.push(row);
+            replayed += 1;
+        }
+        if full {
+            replayed += self.replay_rows()?;
+        }
+        #[cfg(feature = "http")]
+        self.forget_llm_texts();
+        if let Some(index) = self.recall.semantic.as_mut() {
+            index.reset();
+        }
+        self.checkpointing.periodic.on_messages(u32::try_from(replayed).unwrap_or(u32::MAX));
+        self.apply_calibration()?;
+        Ok(Some(replayed))
     }
 
     /// Restores the newest checkpoint and replays the rows after it under the configuration
@@ -420,6 +492,34 @@ impl Session {
     /// ```
     pub fn take_replayed(&mut self) -> Vec<ArchivedMessage> {
         std::mem::take(&mut self.stores.lease.replayed)
+    }
+
+    /// What the session's last reload did ([`reload`](Self::reload), a
+    /// [`catch_up`](Self::catch_up) that found the lease taken, an operation redone after
+    /// one): whether it restored a checkpoint or [resumed](ReloadReport::resumed) on its own
+    /// state, and the rows it replayed. `None` before the first.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxwin_std::store::{ArchiveStore, MemoryStore, Ports};
+    /// use ctxwin_std::session::SessionBuilder;
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let ports = Ports { archive: store.clone(), checkpoints: store.clone() };
+    /// let build = || SessionBuilder::new("chat").ports(ports.clone()).restore_latest(true).build();
+    /// let mut first = build()?;
+    /// first.push(&ChatMessage::text(Role::User, "one"))?;
+    /// first.checkpoint()?;
+    /// let mut second = build()?;
+    /// second.push(&ChatMessage::text(Role::User, "two"))?;
+    /// assert!(first.catch_up()?);
+    /// let report = first.last_reload().unwrap();
+    /// assert!(report.resumed, "its state continues the newest checkpoint: row 2 replayed on it");
+    /// assert_eq!(report.replayed, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn last_reload(&self) -> Option<&ReloadReport> {
+        self.stores.lease.last.as_ref()
     }
 
     /// The fence the session writes under: the lease it took last ([`Fence::NONE`] on a
@@ -670,6 +770,94 @@ mod tests {
         third.push(&ChatMessage::text(Role::User, "four")).unwrap();
         assert_eq!(store.ids(&scope).unwrap().len(), 2);
         assert_eq!(third.checkpoint_configured(), Some(&Config::DEFAULT));
+    }
+
+    /// The core's state of `session` as a snapshot.
+    fn snapshot(session: &Session) -> Vec<u8> {
+        let mut bytes = vec![0u8; session.manager().snapshot_len()];
+        let len = session.manager().snapshot_into(&mut bytes).unwrap().len();
+        bytes.truncate(len);
+        bytes
+    }
+
+    #[test]
+    fn a_session_taken_back_resumes_on_its_state_as_a_restore_would_rebuild_it() {
+        let store = Arc::new(MemoryStore::new());
+        let build = || {
+            let builder = SessionBuilder::new("s").ports(ports(&store));
+            builder.restore_latest(true).checkpoint_interval_messages(0).build().unwrap()
+        };
+        let (mut a, mut b) = (build(), build());
+        a.push(&ChatMessage::text(Role::User, "one")).unwrap();
+        a.checkpoint().unwrap();
+        for n in 0..6 {
+            let (writer, reader) = if n % 2 == 0 { (&mut b, &mut a) } else { (&mut a, &mut b) };
+            writer.push(&ChatMessage::text(Role::User, format!("message {n}"))).unwrap();
+            writer.push(&ChatMessage::text(Role::Assistant, format!("answer {n}"))).unwrap();
+            assert!(reader.catch_up().unwrap());
+            let report = reader.last_reload().unwrap().clone();
+            // Each continues the checkpoint `a` wrote, on the session's own state.
+            assert!(report.resumed, "takeover {n}: {report:?}");
+            assert_eq!(report.replayed, 2, "only the other's two rows");
+            assert_eq!(reader.take_replayed().len(), 2);
+            // What a restore of the checkpoint and a replay of every row after it gives.
+            let fresh = build();
+            assert_eq!(snapshot(reader), snapshot(&fresh), "takeover {n}");
+            assert_eq!(ReplayMark::of(reader), ReplayMark::of(&fresh), "takeover {n}");
+            assert!(reader.catch_up().unwrap(), "the fresh session took the lease");
+            assert!(reader.last_reload().unwrap().resumed, "it wrote nothing: resumed");
+        }
+        assert_eq!(a.push(&ChatMessage::text(Role::User, "last")).unwrap().id, 14);
+    }
+
+    #[test]
+    fn a_session_restores_when_its_state_is_not_the_newest_checkpoints() {
+        let store = Arc::new(MemoryStore::new());
+        let build = || {
+            let builder = SessionBuilder::new("s").ports(ports(&store));
+            builder.restore_latest(true).checkpoint_interval_messages(0).build().unwrap()
+        };
+        let (mut a, mut b) = (build(), build());
+        a.push(&ChatMessage::text(Role::User, "one")).unwrap();
+        a.checkpoint().unwrap();
+        assert!(b.catch_up().unwrap());
+        b.push(&ChatMessage::text(Role::User, "two")).unwrap();
+        // A newer checkpoint: the other's state may hold what pushes do not reproduce.
+        b.checkpoint().unwrap();
+        assert!(a.catch_up().unwrap());
+        assert!(!a.last_reload().unwrap().resumed, "restored the newer checkpoint");
+        // A state changed since its checkpoint (new caller state) is not resumed on either.
+        a.set_caller_state(b"changed".to_vec());
+        assert!(b.catch_up().unwrap());
+        b.push(&ChatMessage::text(Role::User, "three")).unwrap();
+        assert!(a.catch_up().unwrap());
+        assert!(!a.last_reload().unwrap().resumed);
+        assert_eq!(a.caller_state(), b"", "the checkpoint's, not its own");
+        // Its last row gone (a rewind by another holder): restored, never resumed past it.
+        assert!(b.catch_up().unwrap());
+        let scope = Scope::local("s");
+        store.delete_from(&scope, Fence::NONE, 3).unwrap();
+        assert!(a.catch_up().unwrap());
+        assert!(!a.last_reload().unwrap().resumed);
+        assert_eq!(a.manager().next_id(), 3);
+    }
+
+    #[test]
+    fn a_forget_under_a_lease_makes_the_other_holders_restore() {
+        let store = Arc::new(MemoryStore::new());
+        let build = || {
+            let builder = SessionBuilder::new("s").ports(ports(&store));
+            builder.restore_latest(true).checkpoint_interval_messages(0).build().unwrap()
+        };
+        let (mut a, mut b) = (build(), build());
+        a.push(&ChatMessage::text(Role::User, "my PIN is 4417")).unwrap();
+        a.push(&ChatMessage::text(Role::User, "deploy")).unwrap();
+        a.checkpoint().unwrap();
+        assert!(b.catch_up().unwrap());
+        b.forget_matching("4417").unwrap();
+        assert!(a.catch_up().unwrap());
+        assert!(!a.last_reload().unwrap().resumed, "the forget wrote a newer checkpoint");
+        assert!(a.manager().history().all(|m| !m.content().contains("4417")));
     }
 
     #[test]

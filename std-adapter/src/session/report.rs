@@ -24,6 +24,10 @@ pub struct ReloadReport {
     pub replayed: usize,
     /// Writes held in the journal that the store had refused, dropped.
     pub dropped: usize,
+    /// Whether the session kept its state and replayed only the rows written after its own
+    /// (it was what the newest checkpoint and the rows up to its own reproduce): nothing was
+    /// restored, `checkpoint` is the one it continued from.
+    pub resumed: bool,
 }
 
 /// A message the core stored shorter than it arrived (a tool output cut to head and tail).

@@ -177,6 +177,9 @@ pub struct PgStore {
 struct Inner {
     pool: Pool,
     identity: String,
+    /// This handle as a lease holder (`conversations.holder`): random, nonzero, drawn when
+    /// the handle is opened.
+    holder: i64,
     /// The server and database, without credentials, for messages.
     place: String,
     options: PgOptions,
@@ -299,7 +302,8 @@ impl PgStore {
         )?;
         drop(conn);
         tracing::debug!(%place, version, "postgres store: opened");
-        Ok(Self { inner: Arc::new(Inner { pool, identity, place, options }) })
+        let holder = new_holder();
+        Ok(Self { inner: Arc::new(Inner { pool, identity, holder, place, options }) })
     }
 
     /// The server and database this store is on, without credentials.
@@ -380,9 +384,9 @@ impl PgStore {
 
     /// Runs `work` in a transaction (committed when it returns `Ok`, rolled back otherwise).
     fn transaction<T>(&self, work: impl FnOnce(&mut Tx<'_>) -> Pg<T>) -> Result<T, StoreError> {
-        let lock_timeout = self.inner.options.lock_timeout;
+        let (lock_timeout, holder) = (self.inner.options.lock_timeout, self.inner.holder);
         self.run(|client| {
-            let mut tx = Tx::begin(client, lock_timeout)?;
+            let mut tx = Tx::begin(client, lock_timeout, holder)?;
             let out = work(&mut tx)?;
             tx.commit()?;
             Ok(out)
@@ -435,20 +439,35 @@ fn place_of(config: &postgres::Config) -> String {
     format!("postgres://{}/{}", hosts.join(","), config.get_dbname().unwrap_or(""))
 }
 
+/// A random, nonzero number naming a store handle as a lease holder: the process's hash
+/// keys (random), its id, the handles opened before in it and the time, hashed.
+fn new_holder() -> i64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static OPENED: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u64(OPENED.fetch_add(1, Ordering::Relaxed));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    hasher.write_u128(now.map_or(0, |elapsed| elapsed.as_nanos()));
+    i64::try_from(hasher.finish() >> 1).unwrap_or(i64::MAX).max(1)
+}
+
 /// A transaction on a pooled connection: `BEGIN` and its `SET LOCAL`s in one round trip,
-/// rolled back when dropped uncommitted.
+/// rolled back when dropped uncommitted. Its fenced writes are this handle's: `holder`.
 struct Tx<'a> {
     client: &'a mut Client,
     open: bool,
+    holder: i64,
 }
 
 impl<'a> Tx<'a> {
-    fn begin(client: &'a mut Client, lock_timeout: Duration) -> Pg<Self> {
+    fn begin(client: &'a mut Client, lock_timeout: Duration, holder: i64) -> Pg<Self> {
         client.batch_execute(&format!(
             "BEGIN; SET LOCAL lock_timeout = {}",
             lock_timeout.as_millis().max(1)
         ))?;
-        Ok(Self { client, open: true })
+        Ok(Self { client, open: true, holder })
     }
 
     fn commit(mut self) -> Pg<()> {
@@ -471,19 +490,19 @@ impl Drop for Tx<'_> {
 }
 
 /// The `conversations` row of `scope` inside `tx`, locked until the transaction ends, after
-/// checking `fence` against the newest handed out. Created on a scope's first write when
-/// `create`; `None` when it does not exist and is not to be created.
+/// checking `fence` against the newest handed out and its holder. Created on a scope's
+/// first write when `create`; `None` when it does not exist and is not to be created.
 fn lock_scope(tx: &mut Tx<'_>, scope: &Scope, fence: Fence, create: bool) -> Pg<Option<i64>> {
     let (tenant, name) = (escape(&scope.tenant), escape(&scope.conversation));
     for attempt in 0..2 {
         let found = tx.query(
-            "SELECT id, fence FROM conversations WHERE tenant = $1 AND name = $2
+            "SELECT id, fence, holder FROM conversations WHERE tenant = $1 AND name = $2
              FOR NO KEY UPDATE",
             &[(&tenant, Type::TEXT), (&name, Type::TEXT)],
         )?;
         if let Some(row) = found.first() {
-            let (id, current): (i64, i64) = (get(row, 0)?, get(row, 1)?);
-            check_fence(scope, fence, current)?;
+            let (id, current, holder): (i64, i64, i64) = (get(row, 0)?, get(row, 1)?, get(row, 2)?);
+            check_fence(scope, fence, current, holder == tx.holder)?;
             return Ok(Some(id));
         }
         if !create || attempt > 0 {
@@ -503,10 +522,15 @@ fn lock_scope(tx: &mut Tx<'_>, scope: &Scope, fence: Fence, create: bool) -> Pg<
     Ok(None)
 }
 
-/// Refuses `fence` when a newer one (`current`) was handed out for `scope`.
-fn check_fence(scope: &Scope, fence: Fence, current: i64) -> Pg<()> {
+/// Refuses `fence` for a conversation whose lease was taken (`current`, its newest fence,
+/// is not 0) unless it is that newest fence and this handle took it (`own`): an older one
+/// is a stale holder's; the newest number taken by another handle, one a server crash let
+/// be handed out twice; a newer one than the newest, one whose lease the crash lost (see
+/// [`PgStore::raise_fence`]). A conversation nobody leased takes any fence (a session
+/// writing a side conversation of its own, as a rewind's, writes it with its lease's).
+fn check_fence(scope: &Scope, fence: Fence, current: i64, own: bool) -> Pg<()> {
     let current = Fence(u64::try_from(current).unwrap_or(0));
-    if !fence.is_none() && fence < current {
+    if !fence.is_none() && !current.is_none() && (fence != current || !own) {
         return Err(Failure(StoreError::Fenced { scope: scope.clone(), fence, current }));
     }
     Ok(())
@@ -529,29 +553,62 @@ fn literal(text: &str) -> String {
 }
 
 impl PgStore {
-    /// Raises `scope`'s fence and returns it (the row is created on its first lease); with
-    /// `held`, only when a newer fence than it was handed out (`None` otherwise: nothing
-    /// changes). One round trip: the transaction, its lock timeout, the statement and the
-    /// commit go as one simple query, the scope's names as literals (the statement waits for
-    /// a write of the conversation in flight, at most the lock timeout).
+    /// Raises `scope`'s fence, names this handle its holder and returns it (the row is
+    /// created on its first lease); with `held`, only when the newest fence is not `held`
+    /// taken by this handle (`None` otherwise: nothing changes). One round trip: the
+    /// transaction, its settings, the statement and the commit go as one simple query, the
+    /// scope's names as literals (the statement waits for a write of the conversation in
+    /// flight, at most the lock timeout).
+    ///
+    /// **The commit does not wait for the disk** (`synchronous_commit = off`): a durable
+    /// commit waits for a flush of the write-ahead log, the largest part of a takeover on a
+    /// busy server. What a server crash can lose, then, is the newest raises (WAL not yet
+    /// flushed: at most three `wal_writer_delay`s old), never one a write under it
+    /// followed: every fenced write commits durably, and flushing its commit flushes the
+    /// log before it, the raise included. A raise lost is therefore one nobody wrote under:
+    /// the database is as if that lease was never taken, and its previous holder may write
+    /// on (what the conversation holds is its). Two hazards remain, and the holder closes
+    /// both, since a write is taken only with the newest fence *and* from the handle that
+    /// took it ([`check_fence`]):
+    ///
+    /// 1. The crash rolled the fence back from `n` to `n − 1` while the instance that took
+    ///    `n` still holds it: its writes carry a fence newer than the newest and are
+    ///    refused; its next [`acquire_if_overtaken`](crate::store::ArchiveStore::acquire_if_overtaken)
+    ///    (the fence is not its `n` of its own) takes the lease again and reloads.
+    /// 2. After the crash the same `n` is handed out again, to another instance: the fence
+    ///    numbers are equal, the holders are not, so the first instance's writes are
+    ///    refused and its next `acquire_if_overtaken` finds itself overtaken and reloads —
+    ///    two writers on one fence never both write.
+    ///
+    /// Sessions on one handle (one process) are told apart by the fence alone: two sessions
+    /// of one conversation on one handle could share a fence after such a crash (the proxy
+    /// serves a conversation with one session per process). A failover to an asynchronous
+    /// standby can lose durable commits too, and is beyond any fence.
     fn raise_fence(&self, scope: &Scope, held: Option<Fence>) -> Result<Option<Fence>, StoreError> {
         let (tenant, name) =
             (literal(&escape(&scope.tenant)), literal(&escape(&scope.conversation)));
+        let holder = self.inner.holder;
         let statement = match held {
             None => format!(
-                "INSERT INTO conversations (tenant, name, fence) VALUES ({tenant}, {name}, 1)
-                 ON CONFLICT (tenant, name) DO UPDATE SET fence = conversations.fence + 1
+                "INSERT INTO conversations (tenant, name, fence, holder)
+                 VALUES ({tenant}, {name}, 1, {holder})
+                 ON CONFLICT (tenant, name) DO UPDATE
+                 SET fence = conversations.fence + 1, holder = {holder}
                  RETURNING fence"
             ),
             Some(held) => format!(
-                "UPDATE conversations SET fence = fence + 1
-                 WHERE tenant = {tenant} AND name = {name} AND fence > {}
+                "UPDATE conversations SET fence = fence + 1, holder = {holder}
+                 WHERE tenant = {tenant} AND name = {name}
+                   AND (fence <> {} OR holder <> {holder})
                  RETURNING fence",
                 i64::try_from(held.0).unwrap_or(i64::MAX)
             ),
         };
         let timeout = self.inner.options.lock_timeout.as_millis().max(1);
-        let sql = format!("BEGIN; SET LOCAL lock_timeout = {timeout}; {statement}; COMMIT");
+        let sql = format!(
+            "BEGIN; SET LOCAL lock_timeout = {timeout}; SET LOCAL synchronous_commit = off; \
+             {statement}; COMMIT"
+        );
         self.run(|client| {
             let messages = match client.simple_query(&sql) {
                 Ok(messages) => messages,

@@ -112,7 +112,9 @@ impl ArchiveStore for PgStore {
         Ok(fence)
     }
 
-    /// One round trip: raises the fence only where it is newer than `held`.
+    /// One round trip: raises the fence only where the newest is not `held` taken by this
+    /// handle (newer, or — after a server crash lost a lease's commit — the same number
+    /// handed out to another handle, or older: see `raise_fence`).
     fn acquire_if_overtaken(
         &self,
         scope: &Scope,

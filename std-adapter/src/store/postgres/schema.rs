@@ -25,13 +25,16 @@ pub struct Migration {
 }
 
 /// The migrations, oldest first: entry `i` is version `i + 1`. Never edit a published one.
-pub const MIGRATIONS: &[Migration] =
-    &[Migration { name: "fleet store", sql: V1 }, Migration { name: "records", sql: V2 }];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration { name: "fleet store", sql: V1 },
+    Migration { name: "records", sql: V2 },
+    Migration { name: "lease holders", sql: V3 },
+];
 
 /// The schema version this build writes.
 ///
 /// ```
-/// assert_eq!(ctxwin_std::store::postgres::schema::SCHEMA_VERSION, 2);
+/// assert_eq!(ctxwin_std::store::postgres::schema::SCHEMA_VERSION, 3);
 /// ```
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -292,6 +295,15 @@ CREATE TABLE records (
     checksum   bigint NOT NULL,
     PRIMARY KEY (tenant, namespace, collection, key)
 );
+"#;
+
+/// Version 3: the holder of each conversation's lease beside its fence: the
+/// [`PgStore`](super::PgStore) handle that took it (a random number each handle draws). A
+/// fenced write is taken only from the holder of the newest fence, so a lease whose commit a
+/// server crash lost (taken without waiting for the disk) cannot leave two writers on one
+/// fence: see `raise_fence`. 0: no holder recorded (leases taken before this version).
+const V3: &str = r#"
+ALTER TABLE conversations ADD COLUMN holder bigint NOT NULL DEFAULT 0;
 "#;
 
 /// Applies what [`MIGRATIONS`] holds beyond the store's version, in one transaction under

@@ -155,3 +155,64 @@ fn prune_and_delete_through_the_ports() {
     let location = crate::store::Location::parse(schema.url());
     crate::store::open::prune_and_delete(&crate::store::open(&location).unwrap());
 }
+
+/// A lease's commit does not wait for the disk (`raise_fence`): a server crash can lose it.
+/// Simulated here by putting the conversation's row back as it was before the raise, as
+/// recovery from a log without the raise would: the previous holder writes on, the one whose
+/// lease was lost is refused, and when the same fence number is handed out again to a third
+/// handle, the two holding that number are told apart by the holder.
+#[test]
+fn a_lease_lost_in_a_crash_leaves_no_two_writers_on_one_fence() {
+    let Some(schema) = TestSchema::new("lost lease") else { return };
+    let schema = schema.unwrap();
+    let (a, b, c) = (schema.open().unwrap(), schema.open().unwrap(), schema.open().unwrap());
+    let s = Scope::new("t", "c");
+    let row = |id: u64, text: &str| {
+        crate::store::ArchivedMessage::new(
+            id,
+            id,
+            crate::ChatMessage::text(ctxwin_core::Role::User, text),
+        )
+    };
+    let fenced = |result: Result<(), StoreError>| {
+        assert_eq!(result.unwrap_err().kind(), crate::store::ErrorKind::Fenced);
+    };
+    let first = a.acquire(&s).unwrap();
+    a.put(&s, first, &[row(1, "a holds it")]).unwrap();
+    // The crash loses `b`'s raise: the row is back to `a`'s fence and holder.
+    let lost = b.acquire(&s).unwrap();
+    assert!(lost > first);
+    let recover = |fence: Fence, holder: i64| {
+        a.run(|client| {
+            let fence = i64::try_from(fence.0).unwrap();
+            client.query_typed(
+                "UPDATE conversations SET fence = $1, holder = $2 WHERE tenant = 't' AND name = 'c'",
+                &[(&fence, Type::INT8), (&holder, Type::INT8)],
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    };
+    recover(first, a.inner.holder);
+    // 1. `b`'s fence is newer than the newest: refused; `a`, as far as the database knows
+    //    still the holder, writes on.
+    fenced(b.put(&s, lost, &[row(2, "b on a lost lease")]));
+    a.put(&s, first, &[row(2, "a writes on")]).unwrap();
+    assert_eq!(a.acquire_if_overtaken(&s, first).unwrap(), None, "a still holds it");
+    // 2. The same number handed out again, to `c`: `b` holds it too, but not as the holder.
+    let again = c.acquire(&s).unwrap();
+    assert_eq!(again, lost, "the crash let the number be handed out twice");
+    fenced(b.put(&s, lost, &[row(3, "b on c's number")]));
+    fenced(crate::store::CheckpointSink::save(&b, &s, lost, b"b's snapshot").map(drop));
+    fenced(a.put(&s, first, &[row(3, "a after c took it")]));
+    c.put(&s, again, &[row(3, "c holds it")]).unwrap();
+    assert_eq!(c.acquire_if_overtaken(&s, again).unwrap(), None, "c holds it");
+    // `b`'s catch-up finds itself overtaken (same number, another holder) and takes it back.
+    let retaken = b.acquire_if_overtaken(&s, lost).unwrap().expect("b was overtaken");
+    assert!(retaken > again);
+    fenced(c.put(&s, again, &[row(4, "c, overtaken")]));
+    b.put(&s, retaken, &[row(4, "b holds it now")]).unwrap();
+    let texts: Vec<String> =
+        a.rows_after(&s, 0, 10).unwrap().into_iter().map(|row| row.message.content).collect();
+    assert_eq!(texts, ["a holds it", "a writes on", "c holds it", "b holds it now"]);
+}
