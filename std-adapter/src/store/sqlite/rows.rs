@@ -170,12 +170,15 @@ impl SqliteArchive {
             ))?;
             return collect_messages(scope, &mut stmt, rusqlite::params![session_id, id]);
         }
-        let placeholders = list.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        // The ids go as one JSON array parameter, so every list runs the same cached statement:
+        // a statement text per list was prepared anew each time, and pushed the searches'
+        // statements out of the connection's cache.
+        let ids = format!("[{}]", list.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages m
-             WHERE m.session_id = ?1 AND m.id IN ({placeholders}) ORDER BY m.id"
+             WHERE m.session_id = ?1 AND m.id IN (SELECT value FROM json_each(?2)) ORDER BY m.id"
         ))?;
-        collect_messages(scope, &mut stmt, [session_id])
+        collect_messages(scope, &mut stmt, rusqlite::params![session_id, ids])
     }
 
     pub(super) fn rows_after_sql(
