@@ -32,6 +32,8 @@ pub(super) struct Parts<'a, S> {
     pub(super) counter: &'a dyn TokenCounter,
     pub(super) strategy: &'a mut S,
     pub(super) scratch: &'a mut [u8],
+    #[cfg(feature = "tasks")]
+    pub(super) tasks: &'a crate::task::Tasks,
 }
 
 impl<'a, S: Strategy> Parts<'a, S> {
@@ -49,7 +51,10 @@ impl<'a, S: Strategy> Parts<'a, S> {
     }
 
     pub(super) fn env(&self) -> Env<'a> {
-        Env::new(self.config, self.state.now, self.state.last_user_id, self.history())
+        let env = Env::new(self.config, self.state.now, self.state.last_user_id, self.history());
+        #[cfg(feature = "tasks")]
+        let env = env.with_tasks(self.tasks);
+        env
     }
 
     pub(super) fn unit(&self, level: Level, span: UnitSpan) -> Option<UnitView<'a>> {
@@ -208,6 +213,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             counter: &self.counter,
             strategy: &mut self.strategy,
             scratch: self.scratch.bytes_mut(),
+            #[cfg(feature = "tasks")]
+            tasks: &self.tasks,
         }
     }
 
@@ -498,9 +505,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             Level::Working,
             LevelMessages::range(ring, Level::Working, span.start, span.end),
         )?;
-        Some((
-            unit,
-            Env::new(&self.config, self.state.now, self.state.last_user_id, self.history()),
-        ))
+        let env = Env::new(&self.config, self.state.now, self.state.last_user_id, self.history());
+        #[cfg(feature = "tasks")]
+        let env = env.with_tasks(&self.tasks);
+        Some((unit, env))
     }
 }

@@ -22,7 +22,9 @@ pub struct ImportanceScore {
     pub recency: u32,
     /// Later messages mentioning one of its identifiers, paths or numbers (5 or more = 1000).
     pub references: u32,
-    /// Share of the task's content words and terms it contains.
+    /// Share of the current request's content words and terms it contains; while a task
+    /// runs, the best of that, the share of the task's goal, and a relevance the caller
+    /// supplied (`ContextManager::set_task_relevance`, `tasks` feature).
     pub task_relevance: u32,
     /// 1000 if the caller marked it important.
     pub explicit: u32,
@@ -50,17 +52,36 @@ pub fn importance(unit: &UnitView<'_>, env: &Env<'_>) -> ImportanceScore {
     let minutes = env.now().saturating_sub(unit.newest_timestamp()) / MINUTE;
     let recency = (1000 / minutes.saturating_add(1)) as u32;
     let references = env.references(unit).min(FULL_REFERENCES) * (1000 / FULL_REFERENCES);
-    let task = WordSet::of(env.task());
-    let task_relevance = if task.len() == 0 {
-        0
-    } else {
-        let found = task.found_in(unit.messages().flat_map(|m| {
-            core::iter::once(m.content()).chain(m.tool_calls().map(|c| c.arguments))
-        }));
-        (found * 1000 / task.len()) as u32
-    };
+    let task_relevance = task_relevance(unit, env);
     let explicit = if unit.is_important() { 1000 } else { 0 };
     ImportanceScore::combine(recency, references, task_relevance, explicit)
+}
+
+/// How relevant `unit` is to the current task, in thousandths: the share of the current
+/// request's (the newest user message's) content words and terms it contains. While a task
+/// runs, the best of that, the same share of the task's goal, and the relevance the caller
+/// supplied for the unit (an embedder's similarity to the goal).
+fn task_relevance(unit: &UnitView<'_>, env: &Env<'_>) -> u32 {
+    let texts = || {
+        unit.messages()
+            .flat_map(|m| core::iter::once(m.content()).chain(m.tool_calls().map(|c| c.arguments)))
+    };
+    let request = WordSet::of(env.task());
+    #[cfg(feature = "tasks")]
+    if let Some(goal) = env.task_goal() {
+        let goal = WordSet::of(goal);
+        let found = WordSet::found_in_each([&request, &goal], texts());
+        let by_request = share(found[0], request.len());
+        let by_goal = share(found[1], goal.len());
+        let supplied = env.supplied_relevance(unit).unwrap_or(0);
+        return by_request.max(by_goal).max(supplied);
+    }
+    share(request.found_in(texts()), request.len())
+}
+
+/// `found` of `of` in thousandths (0 of nothing).
+fn share(found: usize, of: usize) -> u32 {
+    (found * 1000).checked_div(of).map_or(0, |share| share as u32)
 }
 
 #[cfg(test)]
