@@ -58,30 +58,42 @@ pub fn importance(unit: &UnitView<'_>, env: &Env<'_>) -> ImportanceScore {
 }
 
 /// How relevant `unit` is to the current task, in thousandths: the share of the current
-/// request's (the newest user message's) content words and terms it contains. While a task
-/// runs, the best of that, the same share of the task's goal, and the relevance the caller
-/// supplied for the unit (an embedder's similarity to the goal).
+/// request's (the newest user message's) content words and terms it contains, or while a task
+/// runs [`running_task_relevance`].
 fn task_relevance(unit: &UnitView<'_>, env: &Env<'_>) -> u32 {
-    let texts = || {
-        unit.messages()
-            .flat_map(|m| core::iter::once(m.content()).chain(m.tool_calls().map(|c| c.arguments)))
-    };
     let request = WordSet::of(env.task());
     #[cfg(feature = "tasks")]
     if let Some(goal) = env.task_goal() {
-        let goal = WordSet::of(goal);
-        let found = WordSet::found_in_each([&request, &goal], texts());
-        let by_request = share(found[0], request.len());
-        let by_goal = share(found[1], goal.len());
-        let supplied = env.supplied_relevance(unit).unwrap_or(0);
-        return by_request.max(by_goal).max(supplied);
+        return running_task_relevance(unit, env, &request, goal);
     }
-    share(request.found_in(texts()), request.len())
+    if request.len() == 0 {
+        0
+    } else {
+        let found = request.found_in(unit.messages().flat_map(|m| {
+            core::iter::once(m.content()).chain(m.tool_calls().map(|c| c.arguments))
+        }));
+        (found * 1000 / request.len()) as u32
+    }
 }
 
-/// `found` of `of` in thousandths (0 of nothing).
-fn share(found: usize, of: usize) -> u32 {
-    (found * 1000).checked_div(of).map_or(0, |share| share as u32)
+/// While a task runs: the best of the unit's share of the current `request`'s words, its
+/// share of the task's `goal`'s, and the relevance the caller supplied for it (an embedder's
+/// similarity to the goal).
+#[cfg(feature = "tasks")]
+fn running_task_relevance(
+    unit: &UnitView<'_>,
+    env: &Env<'_>,
+    request: &WordSet,
+    goal: &str,
+) -> u32 {
+    let goal = WordSet::of(goal);
+    let texts = unit
+        .messages()
+        .flat_map(|m| core::iter::once(m.content()).chain(m.tool_calls().map(|c| c.arguments)));
+    let [by_request, by_goal] = WordSet::found_in_each([request, &goal], texts);
+    let share = |found: usize, of: usize| (found * 1000).checked_div(of).unwrap_or(0) as u32;
+    let lexical = share(by_request, request.len()).max(share(by_goal, goal.len()));
+    lexical.max(env.supplied_relevance(unit).unwrap_or(0))
 }
 
 #[cfg(test)]
