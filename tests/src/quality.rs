@@ -12,17 +12,12 @@ use ctxwin_core::{
     capacity::Scratch, counter::TokenCounter, entities::EntityTable, ring::Ring,
 };
 
-/// Capacities roomy enough that the token budget, not the rings, decides: the session arena
-/// holds the session level's budget (2/5 of a tenth of the session) up to 600 turns. With
-/// 32 KiB it did only up to about 300: at `QUALITY_TURNS=600` (a budget of 21,423 tokens,
-/// about 85 KB) the arena bound first, the digest the merges wrote (sized by tokens) left no
-/// room, every later summary failed with `OutboxFull` and the hierarchical strategy kept 0 of
-/// 40 facts.
+/// Capacities roomy enough that the token budget, not the rings, decides.
 pub struct QualityCapacities;
 
 impl Capacities for QualityCapacities {
     type Permanent = Ring<8, 8192>;
-    type Session = Ring<64, 131_072>;
+    type Session = Ring<64, 32_768>;
     type Working = Ring<512, 196_608>;
     type Volatile = Ring<64, 65_536>;
     type Scratch = Scratch<32_768>;
