@@ -85,6 +85,10 @@ pub enum Error {
     /// [`finish_task`](crate::manager::ContextManager::finish_task) without a task running.
     #[cfg(feature = "tasks")]
     NoOpenTask,
+    /// [`push_opening_task`](crate::manager::ContextManager::push_opening_task) with a tool
+    /// result: it belongs to its call's unit, which a task boundary cannot split.
+    #[cfg(feature = "tasks")]
+    TaskInsideUnit,
 }
 
 /// What a payload cannot leave out, in tokens, when it alone is over the budget
@@ -223,6 +227,8 @@ impl core::fmt::Display for Error {
             }
             #[cfg(feature = "tasks")]
             Error::NoOpenTask => f.write_str("no task is running"),
+            #[cfg(feature = "tasks")]
+            Error::TaskInsideUnit => f.write_str("a tool result cannot begin a task"),
         }
     }
 }

@@ -179,15 +179,79 @@ impl Task {
     }
 }
 
-/// The manager's task spans, oldest first, in a fixed table.
+/// Messages of the running task whose relevance to it a caller can supply
+/// ([`set_task_relevance`](crate::manager::ContextManager::set_task_relevance)): as many units
+/// as the importance strategy scores per eviction.
+pub const MAX_RELEVANCES: usize = 32;
+
+/// Thousandths of relevance per step of a stored value (a byte holds 0..=250 steps).
+const RELEVANCE_STEP: u16 = 4;
+
+/// Relevance to the running task that the caller supplied (an embedder's similarity of each
+/// message to the goal), by message: a fixed table of 161 bytes (ids as offsets from the
+/// task's first id, values in steps of 4 thousandths), not kept in snapshots (the caller
+/// supplies it again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Relevances {
+    offsets: [u32; MAX_RELEVANCES],
+    steps: [u8; MAX_RELEVANCES],
+    len: u8,
+}
+
+impl Relevances {
+    pub(crate) const EMPTY: Relevances =
+        Relevances { offsets: [0; MAX_RELEVANCES], steps: [0; MAX_RELEVANCES], len: 0 };
+
+    /// Replaces the table with the first [`MAX_RELEVANCES`] of `entries` (ids at or after
+    /// `first_id`, values in thousandths) that `keep` accepts, each value capped at 1000 and
+    /// rounded to 4 thousandths. Returns how many it holds.
+    pub(crate) fn replace(
+        &mut self,
+        entries: &[(u64, u16)],
+        first_id: u64,
+        keep: impl Fn(u64) -> bool,
+    ) -> usize {
+        *self = Relevances::EMPTY;
+        let offset = |id: u64| u32::try_from(id.checked_sub(first_id)?).ok();
+        let kept = entries
+            .iter()
+            .filter(|(id, _)| keep(*id))
+            .filter_map(|&(id, value)| Some((offset(id)?, value)))
+            .take(MAX_RELEVANCES);
+        for ((offset, value), (to_offset, to_step)) in
+            kept.zip(self.offsets.iter_mut().zip(self.steps.iter_mut()))
+        {
+            *to_offset = offset;
+            let steps = (value.min(1000) + RELEVANCE_STEP / 2) / RELEVANCE_STEP;
+            *to_step = u8::try_from(steps).unwrap_or(u8::MAX);
+            self.len += 1;
+        }
+        usize::from(self.len)
+    }
+
+    /// The relevance supplied for message `id` of the task beginning at `first_id`, in
+    /// thousandths.
+    pub(crate) fn of(&self, id: u64, first_id: u64) -> Option<u16> {
+        let offset = u32::try_from(id.checked_sub(first_id)?).ok()?;
+        let len = usize::from(self.len);
+        let offsets = self.offsets.get(..len).unwrap_or_default();
+        let at = offsets.iter().position(|&known| known == offset)?;
+        self.steps.get(at).map(|&steps| u16::from(steps) * RELEVANCE_STEP)
+    }
+}
+
+/// The manager's task spans, oldest first, in a fixed table, and the relevance to the running
+/// task its caller supplied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Tasks {
     spans: [Task; MAX_TASKS],
     len: u8,
+    relevances: Relevances,
 }
 
 impl Tasks {
-    pub(crate) const EMPTY: Tasks = Tasks { spans: [Task::EMPTY; MAX_TASKS], len: 0 };
+    pub(crate) const EMPTY: Tasks =
+        Tasks { spans: [Task::EMPTY; MAX_TASKS], len: 0, relevances: Relevances::EMPTY };
 
     /// The spans kept, oldest first.
     pub(crate) fn as_slice(&self) -> &[Task] {
@@ -214,8 +278,10 @@ impl Tasks {
         self.last().filter(|task| task.open)
     }
 
-    /// Adds `task` as the newest, forgetting the oldest when the table is full.
+    /// Adds `task` as the newest, forgetting the oldest when the table is full (and the
+    /// relevances supplied for the task before it).
     pub(crate) fn push(&mut self, task: Task) {
+        self.relevances = Relevances::EMPTY;
         if usize::from(self.len) == MAX_TASKS {
             self.spans.rotate_left(1);
             self.len -= 1;
@@ -234,6 +300,16 @@ impl Tasks {
     /// Forgets every span.
     pub(crate) fn clear(&mut self) {
         *self = Tasks::EMPTY;
+    }
+
+    /// The relevances supplied for the running task.
+    pub(crate) fn relevances(&self) -> &Relevances {
+        &self.relevances
+    }
+
+    /// The relevances supplied for the running task, mutable.
+    pub(crate) fn relevances_mut(&mut self) -> &mut Relevances {
+        &mut self.relevances
     }
 }
 

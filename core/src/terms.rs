@@ -340,6 +340,27 @@ impl WordSet {
         }
         seen.count_ones() as usize
     }
+
+    /// [`found_in`](Self::found_in) for two sets in one pass over `texts` (each token hashed
+    /// once).
+    #[cfg(feature = "tasks")]
+    pub(crate) fn found_in_each<'a>(
+        sets: [&WordSet; 2],
+        texts: impl IntoIterator<Item = &'a str>,
+    ) -> [usize; 2] {
+        let mut seen = [0u16; 2];
+        for token in texts.into_iter().flat_map(tokens) {
+            let h = hash(token);
+            for (set, seen) in sets.iter().zip(seen.iter_mut()) {
+                if let Some(at) =
+                    set.hashes.get(..set.len).and_then(|hs| hs.iter().position(|&x| x == h))
+                {
+                    *seen |= 1 << at;
+                }
+            }
+        }
+        seen.map(|s| s.count_ones() as usize)
+    }
 }
 
 #[cfg(test)]

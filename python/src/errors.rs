@@ -93,7 +93,7 @@ pub(crate) fn core_kind(err: CoreError) -> Kind {
         | CoreError::LevelFull { .. }
         | CoreError::PinnedOverBudget { .. } => Kind::Budget,
         CoreError::InvalidConfig(_) => Kind::Config,
-        CoreError::NoOpenTask => Kind::Usage,
+        CoreError::NoOpenTask | CoreError::TaskInsideUnit => Kind::Usage,
         _ => Kind::Internal,
     }
 }

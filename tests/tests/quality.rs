@@ -23,6 +23,15 @@ fn hierarchical_keeps_nine_in_ten_planted_facts_at_a_tenth_of_the_tokens() {
 }
 
 #[test]
+fn a_session_arena_smaller_than_the_session_budget_keeps_the_facts() {
+    // At 600 turns the session level's budget (21,423 tokens, about 85 KB) is larger than the
+    // 32 KiB arena of its ring: a digest sized by tokens alone filled the arena, every later
+    // summary failed and 0 of 40 facts were left.
+    let outcome = run(&generate(1, 600, 40), StrategyKind::Hierarchical, 10);
+    assert!(outcome.percent() >= 90.0, "{outcome:#?}");
+}
+
+#[test]
 fn importance_keeps_nine_in_ten_planted_facts_at_a_tenth_of_the_tokens() {
     let outcomes = outcomes(StrategyKind::Importance);
     assert!(kept_percent(&outcomes) >= 90.0, "{outcomes:#?}");

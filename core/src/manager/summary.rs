@@ -32,6 +32,8 @@ pub(super) struct Parts<'a, S> {
     pub(super) counter: &'a dyn TokenCounter,
     pub(super) strategy: &'a mut S,
     pub(super) scratch: &'a mut [u8],
+    #[cfg(feature = "tasks")]
+    pub(super) tasks: &'a crate::task::Tasks,
 }
 
 impl<'a, S: Strategy> Parts<'a, S> {
@@ -49,7 +51,10 @@ impl<'a, S: Strategy> Parts<'a, S> {
     }
 
     pub(super) fn env(&self) -> Env<'a> {
-        Env::new(self.config, self.state.now, self.state.last_user_id, self.history())
+        let env = Env::new(self.config, self.state.now, self.state.last_user_id, self.history());
+        #[cfg(feature = "tasks")]
+        let env = env.with_tasks(self.tasks);
+        env
     }
 
     pub(super) fn unit(&self, level: Level, span: UnitSpan) -> Option<UnitView<'a>> {
@@ -92,10 +97,24 @@ impl<'a, S: Strategy> Parts<'a, S> {
         detail: Detail,
         budget: u32,
     ) -> Result<usize, SummarizeError> {
+        self.summarize_within(previous, messages, detail, budget, usize::MAX)
+    }
+
+    /// [`summarize`](Self::summarize) into at most `max_bytes` of the scratch buffer (the
+    /// rest of the text is cut, as a full buffer cuts it).
+    pub(super) fn summarize_within(
+        &mut self,
+        previous: &str,
+        messages: SummarySource<'_>,
+        detail: Detail,
+        budget: u32,
+        max_bytes: usize,
+    ) -> Result<usize, SummarizeError> {
         if budget < MIN_SUMMARY_TOKENS {
             return Err(SummarizeError::Rejected);
         }
-        let mut out = TextBuffer::new(self.scratch);
+        let end = max_bytes.min(self.scratch.len());
+        let mut out = TextBuffer::new(self.scratch.get_mut(..end).unwrap_or_default());
         let request = SummaryRequest { previous, messages, budget, detail, counter: self.counter };
         self.strategy.summarizer().summarize(&request, &mut out)?;
         if out.is_empty() { Err(SummarizeError::Rejected) } else { Ok(out.len()) }
@@ -208,6 +227,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             counter: &self.counter,
             strategy: &mut self.strategy,
             scratch: self.scratch.bytes_mut(),
+            #[cfg(feature = "tasks")]
+            tasks: &self.tasks,
         }
     }
 
@@ -434,7 +455,12 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             let budget = parts.budget(Detail::Digest).min(limit.saturating_sub(overhead));
             let source =
                 SummarySource::unit(LevelMessages::new(session, Level::Session), 0, u64::MAX);
-            parts.summarize("", source, Detail::Digest, budget)
+            // The budget is in tokens; a ring smaller than it binds in bytes: the digest takes
+            // at most half the arena (with its range table), or storing it fails and the
+            // entries it replaces are lost.
+            let bytes = (session.arena_capacity() / 2)
+                .saturating_sub(MAX_SUMMARY_RANGES * record::RANGE_ENTRY);
+            parts.summarize_within("", source, Detail::Digest, budget, bytes)
         };
         if let Ok(written) = written {
             self.replace_session(written);
@@ -498,9 +524,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             Level::Working,
             LevelMessages::range(ring, Level::Working, span.start, span.end),
         )?;
-        Some((
-            unit,
-            Env::new(&self.config, self.state.now, self.state.last_user_id, self.history()),
-        ))
+        let env = Env::new(&self.config, self.state.now, self.state.last_user_id, self.history());
+        #[cfg(feature = "tasks")]
+        let env = env.with_tasks(&self.tasks);
+        Some((unit, env))
     }
 }

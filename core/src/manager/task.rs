@@ -9,7 +9,9 @@ use crate::capacity::Capacities;
 use crate::counter::TokenCounter;
 use crate::error::Error;
 use crate::level::Level;
+use crate::message::Message;
 use crate::record;
+use crate::role::Role;
 use crate::stats::bump;
 use crate::strategy::Strategy;
 use crate::summarize::{Detail, SummarizeError, SummarySource, TaskRequest, TextBuffer};
@@ -47,19 +49,57 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     pub fn start_task(&mut self, goal: &str, timestamp: u64) -> Result<u32, Error> {
         self.ensure_configured()?;
         self.refuse_pending()?;
+        let ingested = self.state.counters.tokens_ingested;
+        Ok(self.open_task(goal, None, ingested, timestamp))
+    }
+
+    /// Pushes `message` and, only if it is accepted, starts a task with `goal` that begins
+    /// at it (as [`start_task`](Self::start_task) would have just before it): for a caller
+    /// that finds task boundaries by itself (a new request after a finished tool loop), so
+    /// that a refused message starts nothing and changes nothing. Calls still waiting for
+    /// results are closed by the push first (their results belong to the task before).
+    /// Returns the message's id. A tool result belongs to its call's unit and cannot begin
+    /// a task: [`Error::TaskInsideUnit`], nothing pushed.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// let id = manager.push_opening_task(Message::user("Add a --json flag"), "add a --json flag")?;
+    /// assert_eq!(manager.current_task().map(|t| t.first_id()), Some(id));
+    /// let huge = "word ".repeat(50_000);
+    /// assert!(manager.push_opening_task(Message::user(&huge), "too big").is_err());
+    /// assert_eq!(manager.tasks().len(), 1, "a refused message starts no task");
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn push_opening_task(&mut self, message: Message<'_>, goal: &str) -> Result<u64, Error> {
+        if message.role == Role::Tool {
+            return Err(Error::TaskInsideUnit);
+        }
+        let id = self.push(message)?;
+        let ingested = self.state.counters.tokens_ingested;
+        let own = self.get(id).map_or(0, |m| u64::from(m.original_tokens()));
+        self.open_task(goal, Some(id), ingested.saturating_sub(own), message.timestamp);
+        Ok(id)
+    }
+
+    /// Finishes the running task (its span ending before message `first`, or at the newest
+    /// message), compacts, and opens a task beginning at `first` (else at the next id issued)
+    /// that started when `ingested` tokens had been ingested. Returns its number.
+    fn open_task(&mut self, goal: &str, first: Option<u64>, ingested: u64, timestamp: u64) -> u32 {
         self.state.now = self.state.now.max(timestamp);
         if self.tasks.open().is_some() {
-            self.close_task("", timestamp);
+            let last = first.map_or(self.state.issued, |id| id.saturating_sub(1));
+            self.close_task("", last, timestamp);
         }
         self.compact_for_task();
         // The summary may have put usage over the high-water mark, as a push can (what that
         // writes comes before the new task).
         self.collect();
         let number = self.tasks.last().map_or(0, |task| task.number).saturating_add(1);
-        let task = Task::open(number, self.state.next_id(), timestamp, goal)
-            .ingested_from(self.state.counters.tokens_ingested);
+        let first_id = first.unwrap_or_else(|| self.state.next_id());
+        let task = Task::open(number, first_id, timestamp, goal).ingested_from(ingested);
         self.tasks.push(task);
-        Ok(number)
+        number
     }
 
     /// Finishes the running task with an `outcome` ("" to let the summary take the last
@@ -94,7 +134,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         }
         self.refuse_pending()?;
         self.state.now = self.state.now.max(timestamp);
-        self.close_task(outcome, timestamp);
+        self.close_task(outcome, self.state.issued, timestamp);
         // The summary may have put usage over the high-water mark, as a push can.
         self.collect();
         self.tasks.last().copied().ok_or(Error::NoOpenTask)
@@ -138,6 +178,42 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.tasks.as_slice().iter().rev().find(|task| task.contains(id))
     }
 
+    /// Supplies how relevant messages of the running task are to it, in thousandths (1000
+    /// at most, kept to 4 thousandths): e.g. an embedder's cosine similarity of each message to the goal, computed by
+    /// a caller that has one. The importance strategy's task relevance of a unit is then the
+    /// best of its lexical share of the goal and of the newest request, and the highest value
+    /// supplied for its messages. Replaces what was supplied before; keeps the first
+    /// [`MAX_RELEVANCES`](crate::task::MAX_RELEVANCES) entries naming live messages of the
+    /// running task (supply the oldest first: they are the ones scored for eviction) and
+    /// returns how many it kept. Not kept in snapshots; a new task forgets them.
+    /// [`Error::NoOpenTask`] without a running task.
+    ///
+    /// ```
+    /// use ctxwin_core::{ContextManager, Message, TinyCapacities};
+    /// let mut manager = ContextManager::<TinyCapacities>::new();
+    /// manager.start_task("speed up the build", 0)?;
+    /// let id = manager.push(Message::assistant("sccache halves compile times").at(1))?;
+    /// assert_eq!(manager.set_task_relevance(&[(id, 800), (id + 99, 900)])?, 1);
+    /// assert_eq!(manager.task_relevance(id), Some(800));
+    /// # Ok::<(), ctxwin_core::Error>(())
+    /// ```
+    pub fn set_task_relevance(&mut self, relevances: &[(u64, u16)]) -> Result<usize, Error> {
+        let Some(open) = self.tasks.open().copied() else { return Err(Error::NoOpenTask) };
+        let live =
+            |id: u64| open.contains(id) && self.get(id).is_some_and(|m| m.level().is_history());
+        let mut table = *self.tasks.relevances();
+        let kept = table.replace(relevances, open.first_id, live);
+        *self.tasks.relevances_mut() = table;
+        Ok(kept)
+    }
+
+    /// The relevance to the running task supplied for message `id`
+    /// ([`set_task_relevance`](Self::set_task_relevance)).
+    pub fn task_relevance(&self, id: u64) -> Option<u16> {
+        let open = self.tasks.open()?;
+        self.tasks.relevances().of(id, open.first_id)
+    }
+
     /// [`Error::ToolCallsPending`] while calls wait for results: a task boundary between a
     /// call and its result would split a unit.
     fn refuse_pending(&self) -> Result<(), Error> {
@@ -147,10 +223,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         }
     }
 
-    /// Closes the running task at the newest id issued and writes its summary.
-    fn close_task(&mut self, outcome: &str, timestamp: u64) {
+    /// Closes the running task at message `last` and writes its summary.
+    fn close_task(&mut self, outcome: &str, last: u64, timestamp: u64) {
         let Some(open) = self.tasks.open().copied() else { return };
-        let last = self.state.issued;
         let mut task = Task {
             open: false,
             last_id: last,

@@ -22,7 +22,9 @@ pub struct ImportanceScore {
     pub recency: u32,
     /// Later messages mentioning one of its identifiers, paths or numbers (5 or more = 1000).
     pub references: u32,
-    /// Share of the task's content words and terms it contains.
+    /// Share of the current request's content words and terms it contains; while a task
+    /// runs, the best of that, the share of the task's goal, and a relevance the caller
+    /// supplied (`ContextManager::set_task_relevance`, `tasks` feature).
     pub task_relevance: u32,
     /// 1000 if the caller marked it important.
     pub explicit: u32,
@@ -50,17 +52,48 @@ pub fn importance(unit: &UnitView<'_>, env: &Env<'_>) -> ImportanceScore {
     let minutes = env.now().saturating_sub(unit.newest_timestamp()) / MINUTE;
     let recency = (1000 / minutes.saturating_add(1)) as u32;
     let references = env.references(unit).min(FULL_REFERENCES) * (1000 / FULL_REFERENCES);
-    let task = WordSet::of(env.task());
-    let task_relevance = if task.len() == 0 {
-        0
-    } else {
-        let found = task.found_in(unit.messages().flat_map(|m| {
-            core::iter::once(m.content()).chain(m.tool_calls().map(|c| c.arguments))
-        }));
-        (found * 1000 / task.len()) as u32
-    };
+    let task_relevance = task_relevance(unit, env);
     let explicit = if unit.is_important() { 1000 } else { 0 };
     ImportanceScore::combine(recency, references, task_relevance, explicit)
+}
+
+/// How relevant `unit` is to the current task, in thousandths: the share of the current
+/// request's (the newest user message's) content words and terms it contains, or while a task
+/// runs [`running_task_relevance`].
+fn task_relevance(unit: &UnitView<'_>, env: &Env<'_>) -> u32 {
+    let request = WordSet::of(env.task());
+    #[cfg(feature = "tasks")]
+    if let Some(goal) = env.task_goal() {
+        return running_task_relevance(unit, env, &request, goal);
+    }
+    if request.len() == 0 {
+        0
+    } else {
+        let found = request.found_in(unit.messages().flat_map(|m| {
+            core::iter::once(m.content()).chain(m.tool_calls().map(|c| c.arguments))
+        }));
+        (found * 1000 / request.len()) as u32
+    }
+}
+
+/// While a task runs: the best of the unit's share of the current `request`'s words, its
+/// share of the task's `goal`'s, and the relevance the caller supplied for it (an embedder's
+/// similarity to the goal).
+#[cfg(feature = "tasks")]
+fn running_task_relevance(
+    unit: &UnitView<'_>,
+    env: &Env<'_>,
+    request: &WordSet,
+    goal: &str,
+) -> u32 {
+    let goal = WordSet::of(goal);
+    let texts = unit
+        .messages()
+        .flat_map(|m| core::iter::once(m.content()).chain(m.tool_calls().map(|c| c.arguments)));
+    let [by_request, by_goal] = WordSet::found_in_each([request, &goal], texts);
+    let share = |found: usize, of: usize| (found * 1000).checked_div(of).unwrap_or(0) as u32;
+    let lexical = share(by_request, request.len()).max(share(by_goal, goal.len()));
+    lexical.max(env.supplied_relevance(unit).unwrap_or(0))
 }
 
 #[cfg(test)]

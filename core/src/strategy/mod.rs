@@ -161,6 +161,9 @@ pub struct Env<'a> {
     // A `Cell`, not a `OnceCell`: `get_or_init` has a panic path (re-entrant init).
     task: core::cell::Cell<Option<&'a str>>,
     history: History<'a>,
+    /// The manager's tasks, when it keeps any.
+    #[cfg(feature = "tasks")]
+    tasks: Option<&'a crate::task::Tasks>,
 }
 
 impl<'a> Env<'a> {
@@ -170,7 +173,22 @@ impl<'a> Env<'a> {
         task_id: Option<u64>,
         history: History<'a>,
     ) -> Self {
-        Self { config, now, task_id, task: core::cell::Cell::new(None), history }
+        Self {
+            config,
+            now,
+            task_id,
+            task: core::cell::Cell::new(None),
+            history,
+            #[cfg(feature = "tasks")]
+            tasks: None,
+        }
+    }
+
+    /// The same, seeing the manager's tasks.
+    #[cfg(feature = "tasks")]
+    pub(crate) fn with_tasks(mut self, tasks: &'a crate::task::Tasks) -> Self {
+        self.tasks = (!tasks.is_empty()).then_some(tasks);
+        self
     }
 
     /// The configuration.
@@ -183,7 +201,7 @@ impl<'a> Env<'a> {
         self.now
     }
 
-    /// The current task: the newest user message.
+    /// The current request: the newest user message.
     pub fn task(&self) -> &'a str {
         if let Some(task) = self.task.get() {
             return task;
@@ -193,6 +211,24 @@ impl<'a> Env<'a> {
         });
         self.task.set(Some(task));
         task
+    }
+
+    /// The goal of the task running now
+    /// ([`start_task`](crate::manager::ContextManager::start_task)), if one is.
+    #[cfg(feature = "tasks")]
+    pub fn task_goal(&self) -> Option<&'a str> {
+        self.tasks?.open().map(crate::task::Task::goal)
+    }
+
+    /// The relevance to the running task the caller supplied for `unit`
+    /// ([`set_task_relevance`](crate::manager::ContextManager::set_task_relevance), e.g. an
+    /// embedder's similarity to the goal), in thousandths: the highest of its messages'.
+    #[cfg(feature = "tasks")]
+    pub fn supplied_relevance(&self, unit: &UnitView<'_>) -> Option<u32> {
+        let tasks = self.tasks?;
+        let first_id = tasks.open()?.first_id();
+        let relevances = tasks.relevances();
+        unit.messages().filter_map(|m| relevances.of(m.id(), first_id)).max().map(u32::from)
     }
 
     /// The live history, oldest first.

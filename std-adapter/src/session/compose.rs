@@ -262,8 +262,10 @@ impl Session {
     }
 
     /// The recall `options` ask for (with an embedder, the messages archived since the last
-    /// build are embedded first).
+    /// build are embedded first, and while a task runs under the importance strategy their
+    /// similarity to its goal goes to the core).
     fn recall_for(&mut self, options: &ComposeOptions<'_>) -> Result<Recall, SessionError> {
+        self.supply_task_relevance()?;
         let settings = options.retrieval.unwrap_or(self.recall.settings);
         let query = match options.recall {
             RecallFor::Nothing => return Ok(Recall::default()),

@@ -66,6 +66,9 @@ pub trait SessionCore: Send {
     fn next_id(&self) -> u64;
     fn unanswered_calls(&self) -> u8;
     fn start_task(&mut self, goal: &str, timestamp: u64) -> Result<u32, Error>;
+    fn push_opening_task(&mut self, message: Message<'_>, goal: &str) -> Result<u64, Error>;
+    fn set_task_relevance(&mut self, relevances: &[(u64, u16)]) -> Result<usize, Error>;
+    fn task_relevance(&self, id: u64) -> Option<u16>;
     fn finish_task(&mut self, outcome: &str, timestamp: u64) -> Result<Task, Error>;
     fn tasks(&self) -> &[Task];
     fn current_task(&self) -> Option<&Task>;
@@ -175,6 +178,15 @@ where
     }
     fn start_task(&mut self, goal: &str, timestamp: u64) -> Result<u32, Error> {
         ContextManager::start_task(self, goal, timestamp)
+    }
+    fn push_opening_task(&mut self, message: Message<'_>, goal: &str) -> Result<u64, Error> {
+        ContextManager::push_opening_task(self, message, goal)
+    }
+    fn set_task_relevance(&mut self, relevances: &[(u64, u16)]) -> Result<usize, Error> {
+        ContextManager::set_task_relevance(self, relevances)
+    }
+    fn task_relevance(&self, id: u64) -> Option<u16> {
+        ContextManager::task_relevance(self, id)
     }
     fn finish_task(&mut self, outcome: &str, timestamp: u64) -> Result<Task, Error> {
         ContextManager::finish_task(self, outcome, timestamp)
@@ -293,7 +305,8 @@ impl SessionManager {
     }
 
     /// Moves a small manager to the server tier: its snapshot restored into a new server
-    /// manager with the same counter (the configuration travels in the snapshot). The small
+    /// manager with the same counter (the configuration travels in the snapshot), with the
+    /// task relevance supplied to it (which snapshots do not keep). The small
     /// manager stays in place if anything fails; nothing happens on the server tier.
     ///
     /// # Errors
@@ -317,6 +330,15 @@ impl SessionManager {
         let len = self.core.snapshot_into(&mut bytes).map_err(SessionError::Snapshot)?.len();
         let mut server = boxed_server(*self.core.config(), self.core.counter().clone())?;
         server.restore_from(&bytes[..len]).map_err(SessionError::Snapshot)?;
+        // Snapshots do not keep the task relevance a caller supplied: carried over here.
+        let relevances: Vec<(u64, u16)> = self
+            .core
+            .history()
+            .filter_map(|m| Some((m.id(), self.core.task_relevance(m.id())?)))
+            .collect();
+        if !relevances.is_empty() {
+            server.set_task_relevance(&relevances)?;
+        }
         tracing::info!(bytes = len, "session: manager moved to the server tier");
         *self = Self { core: server, small: false };
         Ok(())
@@ -373,6 +395,17 @@ mod tests {
         let small = core::mem::size_of::<SmallManager>();
         assert!(small < 200 * 1024, "{small}");
         assert!(small * 10 < core::mem::size_of::<ServerManager>());
+    }
+
+    #[test]
+    fn growth_keeps_the_task_relevance_supplied() {
+        let mut manager = SessionManager::small(Config::DEFAULT, Counter::default()).unwrap();
+        manager.start_task("speed up the build", 0).unwrap();
+        let id = manager.push(Message::assistant("sccache halves compile times")).unwrap();
+        manager.set_task_relevance(&[(id, 900)]).unwrap();
+        manager.grow().unwrap();
+        assert_eq!(manager.tier(), "server");
+        assert_eq!(manager.task_relevance(id), Some(900));
     }
 
     #[test]

@@ -130,21 +130,31 @@ impl Session {
         self.ensure_reproducible()?;
         let timestamp = options.timestamp.unwrap_or_else(now_ms);
         self.check_at(message, &options, timestamp)?;
-        self.detect_task(message)?;
+        // Decided on the history before the push; the core starts the task only if it takes
+        // the message, so a refused push starts nothing.
+        let opens = self.detected_goal(message);
         let head = (message.role == Role::Tool).then(|| self.pending_head().map(|h| h.id()));
         let since = self.manager.next_id();
-        let id = match self.push_core(message, &options, timestamp) {
+        let goal = opens.as_deref();
+        let id = match self.push_core_opening(message, &options, timestamp, goal) {
             Err(CoreError::OutboxFull { level }) => {
                 tracing::debug!(%level, "session: core needs drained space; writing and retrying");
                 self.after_op(since, &|_| false)?;
-                self.push_core(message, &options, timestamp)?
+                self.push_core_opening(message, &options, timestamp, goal)?
             }
             pushed => pushed?,
         };
+        if opens.is_some() {
+            self.task_state.detected += 1;
+        }
         let unit = head.flatten().unwrap_or(id);
-        let report = self
-            .finish_push(message, &options, id, unit, since)
-            .map_err(|source| SessionError::AfterStore { id, source: Box::new(source) })?;
+        let after_store = |source| SessionError::AfterStore { id, source: Box::new(source) };
+        let report = self.finish_push(message, &options, id, unit, since).map_err(after_store)?;
+        // A task boundary is no archive row a replay would see: a reload must find it in a
+        // checkpoint.
+        if opens.is_some() && self.stores.checkpoints.is_some() {
+            self.checkpoint_once().map_err(after_store)?;
+        }
         self.note_reproducible();
         self.note_for_error_memory(message, id);
         Ok(report)
@@ -347,7 +357,23 @@ impl Session {
         options: &PushOptions<'_>,
         timestamp: u64,
     ) -> Result<u64, CoreError> {
+        self.push_core_opening(message, options, timestamp, None)
+    }
+
+    /// [`push_core`](Self::push_core), starting a task with `goal` at the message when the
+    /// core takes it.
+    fn push_core_opening(
+        &mut self,
+        message: &ChatMessage,
+        options: &PushOptions<'_>,
+        timestamp: u64,
+        goal: Option<&str>,
+    ) -> Result<u64, CoreError> {
         let calls = core_calls(message);
-        self.manager.push(core_message(message, &calls, options, timestamp))
+        let core = core_message(message, &calls, options, timestamp);
+        match goal {
+            Some(goal) => self.manager.push_opening_task(core, goal),
+            None => self.manager.push(core),
+        }
     }
 }

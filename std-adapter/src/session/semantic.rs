@@ -14,6 +14,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ctxwin_core::StrategyKind;
+use ctxwin_core::task::MAX_RELEVANCES;
+
 use super::{Hybrid, Session, SessionError};
 use crate::embed::{EmbedError, Embedder, dot, normalized};
 
@@ -63,6 +66,9 @@ pub(crate) struct SemanticIndex {
     last_error: RefCell<Option<String>>,
     /// When the embedder last failed.
     failed_at: Cell<Option<Instant>>,
+    /// The running task's number and goal, and the goal's vector (normalized): embedded once
+    /// per task.
+    goal: Option<(u32, String, Vec<f32>)>,
 }
 
 impl SemanticIndex {
@@ -79,6 +85,7 @@ impl SemanticIndex {
             fallbacks: Cell::new(0),
             last_error: RefCell::new(None),
             failed_at: Cell::new(None),
+            goal: None,
         }
     }
 
@@ -132,6 +139,21 @@ impl SemanticIndex {
             return Err(EmbedError::Dimensions { expected: self.dims, found: vector.len() });
         }
         Ok(normalized(vector))
+    }
+
+    /// The normalized vector of task `number`'s `goal`, embedded on the first call for that
+    /// task.
+    fn goal_vector(&mut self, number: u32, goal: &str) -> Result<Vec<f32>, EmbedError> {
+        if let Some((known, text, vector)) = &self.goal
+            && *known == number
+            && text == goal
+        {
+            return Ok(vector.clone());
+        }
+        let vector = self.embed_query(goal)?;
+        self.embedded += 1;
+        self.goal = Some((number, goal.to_owned(), vector.clone()));
+        Ok(vector)
     }
 
     /// The `limit` messages closest to `query` (a normalized vector) among those `keep`
@@ -303,6 +325,45 @@ impl Session {
         Ok(added)
     }
 
+    /// While a task runs under the importance strategy, with an embedder: supplies the core
+    /// with the cosine similarity of the task's oldest live messages to its goal (negative
+    /// as 0, in thousandths), which the core weighs as their task relevance beside the
+    /// lexical one ([`set_task_relevance`](ctxwin_core::ContextManager::set_task_relevance)).
+    /// The goal is embedded once per task; the messages' vectors are the archive's
+    /// ([`sync_vectors`](Self::sync_vectors)). Nothing without a running task, and an
+    /// embedder failure leaves the lexical relevance alone (counted as a fallback).
+    ///
+    /// # Errors
+    /// Archive errors.
+    pub(super) fn supply_task_relevance(&mut self) -> Result<(), SessionError> {
+        let importance = self.manager.config().strategy == StrategyKind::Importance;
+        if !importance || self.recall.semantic.is_none() || self.stores.archive.is_none() {
+            return Ok(());
+        }
+        let Some(task) = self.manager.current_task().copied() else { return Ok(()) };
+        self.sync_vectors()?;
+        let Some(index) = self.recall.semantic.as_mut() else { return Ok(()) };
+        let goal = match index.goal_vector(task.number(), task.goal()) {
+            Ok(goal) => goal,
+            Err(error) => {
+                index.fell_back(&error);
+                return Ok(());
+            }
+        };
+        let relevances: Vec<(u64, u16)> = self
+            .manager
+            .history()
+            .filter(|m| task.contains(m.id()))
+            .filter_map(|m| {
+                let similarity = index.similarity(&goal, m.id())?;
+                Some((m.id(), (similarity.clamp(0.0, 1.0) * 1000.0).round() as u16))
+            })
+            .take(MAX_RELEVANCES)
+            .collect();
+        self.manager.set_task_relevance(&relevances)?;
+        Ok(())
+    }
+
     /// What semantic recall has done, when the session has an embedder.
     ///
     /// ```
@@ -345,6 +406,100 @@ mod tests {
         assert_eq!(near.iter().map(|n| n.0).collect::<Vec<_>>(), [3, 2]);
         index.remove(&[3]);
         assert_eq!(index.nearest(&[1.0, 0.0], 5, |_| true).len(), 2);
+    }
+
+    /// Build speed and anything else, on two dimensions: a toy model for tests.
+    struct BuildSpeed;
+    impl Embedder for BuildSpeed {
+        fn model(&self) -> &str {
+            "build-speed"
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            let words = ["build", "sccache", "compile", "faster"];
+            Ok(texts
+                .iter()
+                .map(|t| {
+                    let lower = t.to_lowercase();
+                    let hits = words.iter().filter(|w| lower.contains(*w)).count() as f32;
+                    vec![hits, if hits == 0.0 { 1.0 } else { 0.0 }]
+                })
+                .collect())
+        }
+    }
+
+    /// Pushes two equally old notes (the one about build speed first, sharing no word of
+    /// five letters or more with the goal), composes once, then pushes filler until one of
+    /// the two leaves; returns which left first (0: the build-speed note) and the session.
+    fn first_to_leave(embedder: Option<Arc<dyn Embedder>>, task: bool) -> (usize, Session) {
+        use crate::message::ChatMessage;
+        use crate::session::{PushOptions, SessionBuilder};
+        use ctxwin_core::{Config, Role};
+        let config = Config {
+            strategy: StrategyKind::Importance,
+            locked_tail: 1,
+            working_budget: 400,
+            trigger_percent: 80,
+            low_water_percent: 80,
+            ..Config::DEFAULT
+        };
+        let store = Arc::new(crate::store::MemoryStore::new());
+        let mut builder = SessionBuilder::new("s").config(config).archive_store(store);
+        if let Some(embedder) = embedder {
+            builder = builder.embedder(embedder);
+        }
+        let mut session = builder.build().unwrap();
+        if task {
+            session.start_task("speed up the build").unwrap();
+        }
+        // The task starts on the system clock: the notes are as old as that, the filler newer.
+        let base = super::super::now_ms();
+        let at = |minute: u64| PushOptions {
+            timestamp: Some(base + minute * 60_000),
+            ..Default::default()
+        };
+        let notes = ["Enabling sccache halves compile times", "The staging backups run nightly"];
+        let ids: Vec<u64> = notes
+            .iter()
+            .map(|n| session.push_with(&ChatMessage::text(Role::Assistant, *n), at(0)).unwrap().id)
+            .collect();
+        session.push_with(&ChatMessage::text(Role::User, "go on"), at(1)).unwrap();
+        session.compose(&[]).unwrap();
+        for i in 0..200u64 {
+            let gone: Vec<usize> =
+                (0..2).filter(|&k| session.manager().get(ids[k]).is_none()).collect();
+            if let [one] = gone.as_slice() {
+                return (*one, session);
+            }
+            assert!(gone.is_empty(), "both left at once");
+            let filler = ChatMessage::text(Role::Assistant, format!("step {i}: lorem ipsum dolor"));
+            session.push_with(&filler, at(2 + i)).unwrap();
+        }
+        panic!("neither left");
+    }
+
+    #[test]
+    fn the_goals_embedding_keeps_a_unit_about_the_task_that_shares_no_word_with_it() {
+        // Lexically the two notes tie (neither shares a word with the goal): the older leaves.
+        assert_eq!(first_to_leave(None, true).0, 0);
+        // With an embedder the note about build speed is relevant to the task and stays.
+        let (left, session) = first_to_leave(Some(Arc::new(BuildSpeed)), true);
+        assert_eq!(left, 1);
+        let stats = session.semantic_stats().unwrap();
+        assert_eq!(stats.fallbacks, 0);
+        // Without a task nothing is supplied: the older leaves first, as without an embedder.
+        let (left, session) = first_to_leave(Some(Arc::new(BuildSpeed)), false);
+        assert_eq!(left, 0);
+        assert!(session.manager().current_task().is_none());
+    }
+
+    #[test]
+    fn the_goal_is_embedded_once_per_task() {
+        let mut index = index();
+        index.goal_vector(1, "speed up the build").unwrap();
+        index.goal_vector(1, "speed up the build").unwrap();
+        assert_eq!(index.embedded, 1);
+        index.goal_vector(2, "write the changelog").unwrap();
+        assert_eq!(index.embedded, 2);
     }
 
     #[test]

@@ -164,20 +164,19 @@ impl Session {
         Ok(done)
     }
 
-    /// Before a user message is pushed: starts a task when detection says it is a new
-    /// request.
-    pub(super) fn detect_task(&mut self, message: &ChatMessage) -> Result<(), SessionError> {
+    /// Before a user message is pushed: the goal of the task it opens, when detection says
+    /// it is a new request (its first line). The push starts the task, only if the core
+    /// takes the message.
+    pub(super) fn detected_goal(&self, message: &ChatMessage) -> Option<String> {
         if message.role != Role::User || self.task_state.detection == TaskDetection::Off {
-            return Ok(());
+            return None;
         }
         let first = self.manager.tasks().is_empty();
         if !(first || self.after_finished_tool_loop()) {
-            return Ok(());
+            return None;
         }
         let goal = message.content.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-        self.task_op(&mut |core, now| core.start_task(goal, now))?;
-        self.task_state.detected += 1;
-        Ok(())
+        Some(goal.to_string())
     }
 
     /// Whether the agent's newest message is a final answer without calls that is not a
@@ -428,6 +427,71 @@ mod tests {
             round(&mut other, "c", "run", r#"{"cmd":"cargo build"}"#, failure);
             assert!(other.error_memory().is_none(), "{tenant}/{name} saw another's archive");
         }
+    }
+
+    /// A session detecting tasks whose archive fails when the test says so, after one
+    /// finished task: the next user message is a new request.
+    fn detecting_with_faults() -> (Session, std::sync::Arc<crate::store::Faults>) {
+        let store = crate::store::Faulty::new(crate::store::MemoryStore::new());
+        let faults = store.faults();
+        let mut session = SessionBuilder::new("s")
+            .archive_store(std::sync::Arc::new(store))
+            .task_detection(TaskDetection::NewRequest)
+            .build()
+            .unwrap();
+        session.push(&ChatMessage::text(Role::User, "List the crates")).unwrap();
+        round(&mut session, "a", "ls", "{}", "core cli proxy");
+        session.push(&ChatMessage::text(Role::Assistant, "Three crates.")).unwrap();
+        (session, faults)
+    }
+
+    #[test]
+    fn a_new_request_the_archive_cannot_take_opens_a_task_only_with_the_message() {
+        let (mut session, faults) = detecting_with_faults();
+        let next = session.manager().next_id();
+        faults.fail_writes("disk full");
+        let pushed = session.push(&ChatMessage::text(Role::User, "Now bump the version"));
+        match pushed {
+            // Taken by the core, its rows waiting in the journal: the task began with it.
+            Err(SessionError::AfterStore { id, .. }) => {
+                assert_eq!(
+                    session.current_task().map(|t| (t.number(), t.first_id())),
+                    Some((2, id))
+                );
+                assert!(session.manager().get(id).is_some());
+            }
+            // Refused: nothing changed, no task started.
+            Err(error) => {
+                assert_eq!(session.tasks().len(), 1, "refused ({error}), yet a task started");
+                assert_eq!(session.manager().next_id(), next);
+            }
+            Ok(report) => panic!("a failing archive took message {}", report.id),
+        }
+        faults.heal();
+        session.sync_archive().unwrap();
+        assert_eq!(session.tasks().len(), 2);
+        assert_eq!(session.current_task().unwrap().goal(), "Now bump the version");
+    }
+
+    #[test]
+    fn a_refused_new_request_starts_no_task() {
+        let (mut session, _faults) = detecting_with_faults();
+        let orphan = ChatMessage { role: Role::User, ..ChatMessage::tool_result("zz", "x") };
+        assert!(session.push(&orphan).is_err());
+        assert_eq!(session.tasks().len(), 1);
+        assert!(session.current_task().is_some_and(|t| t.number() == 1));
+    }
+
+    #[test]
+    fn detection_does_not_refuse_a_request_while_calls_wait() {
+        let mut session =
+            SessionBuilder::new("s").task_detection(TaskDetection::NewRequest).build().unwrap();
+        let calls = vec![ToolCall::new("a", "ls", "{}")];
+        session.push(&ChatMessage::assistant_calls("", calls)).unwrap();
+        // The push closes the waiting call, then the task begins at the request.
+        let id = session.push(&ChatMessage::text(Role::User, "Do this instead")).unwrap().id;
+        assert_eq!(session.current_task().map(|t| t.first_id()), Some(id));
+        assert_eq!(session.manager().unanswered_calls(), 0);
     }
 
     #[test]
