@@ -433,11 +433,26 @@ mod diagnose {
             session.push_with(&chat(message), options).expect("push");
             if history.tasks.iter().any(|t| t.end == i + 1) {
                 let task = session.finish_task("").expect("finish task");
+                // As recorded in the archive (the core may have merged it into a digest).
+                session.sync_archive().expect("sync");
                 let text = task
                     .summary_id()
-                    .and_then(|id| session.manager().core().get(id))
-                    .map(|m| m.content().to_string())
+                    .and_then(|id| {
+                        let archive = session.archive().expect("archive");
+                        archive.summary(session.scope(), id).expect("summary")
+                    })
+                    .map(|record| record.text)
                     .unwrap_or_default();
+                if env("TASK_DEBUG", 0) == 1 && text.is_empty() {
+                    let live =
+                        task.summary_id().map(|id| session.manager().core().get(id).is_some());
+                    println!(
+                        "no summary for task {}: id {:?} live {live:?} stats {:?}",
+                        task.number(),
+                        task.summary_id(),
+                        session.manager().core().stats().counters
+                    );
+                }
                 written.push(text);
             }
             while let Some(probe) = probes.next_if(|p| p.at == i + 1) {
@@ -464,6 +479,12 @@ mod diagnose {
                     continue;
                 }
                 let summary = written.get(probe.task).map_or("", String::as_str);
+                if env("TASK_DEBUG", 0) == 1 && !answered(&recalled, probe) {
+                    println!(
+                        "--- {:?} task {} {:?}\nsummary: {summary}\npayload with recall: {recalled}",
+                        probe.kind, probe.task, probe.evidence
+                    );
+                }
                 let facts = [
                     has_all(summary, &probe.evidence),
                     has_all(&level, &probe.evidence),
