@@ -224,7 +224,9 @@ mod tests {
         let task = session.tasks()[0];
         let id = task.summary_id().unwrap();
         let text = session.manager().core().get(id).unwrap().content().to_string();
-        assert!(session.manager().core().get(task.first_id()).is_none(), "the start left");
+        // The first edit and the error left (the request stays: the newest user message is
+        // locked).
+        assert!(session.manager().core().get(task.first_id() + 1).is_none(), "the edit left");
         assert!(text.starts_with("Task 1: stream the export\nOutcome: Done: stream the export."));
         assert!(text.contains("Files: src/part_1/writer.rs"), "{text}");
         assert!(text.contains("no method named `flush_1` found"), "{text}");
