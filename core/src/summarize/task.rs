@@ -570,7 +570,7 @@ impl<'a> Errors<'a> {
 
     /// Whether a sentence is quoted already as an error's resolution.
     fn quotes(&self, sentence: &str) -> bool {
-        self.items.iter().any(|e| e.said.iter().any(|s| *s == sentence))
+        self.items.iter().any(|e| e.said.contains(&sentence))
     }
 }
 
