@@ -347,15 +347,39 @@ pub fn looks_like_error(text: &str) -> bool {
     error_line(text).is_some()
 }
 
-/// The first line of `text` (within its first 512 bytes) holding an error cue that is not a
-/// count of none.
+/// The first line of `text` holding an error cue that is not a count of none, looking at its
+/// first 512 bytes, then at its last 512 (a test runner reports a failure deep in a long log
+/// and sums it up at the end). Lines of source code and bare labels (`failures:`) are passed
+/// over.
 fn error_line(text: &str) -> Option<&str> {
     let mut end = text.len().min(ERROR_SCAN);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
+    let mut start = text.len().saturating_sub(ERROR_SCAN).max(end);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
     let head = text.get(..end).unwrap_or_default();
-    head.lines().find(|line| ERROR_CUES.iter().any(|cue| has_real_cue(line, cue)))
+    let tail = text.get(start..).unwrap_or_default();
+    head.lines()
+        .chain(tail.lines())
+        .filter(|line| !is_code(line) && !is_label(line))
+        .find(|line| ERROR_CUES.iter().any(|cue| has_real_cue(line, cue)))
+}
+
+/// Whether a line reads as source code rather than a report: it ends a statement or opens or
+/// closes a block (`;`, `{`, `}`), as a listing or a grep match does
+/// (`fn parse() -> Result<(), Error> {`).
+fn is_code(line: &str) -> bool {
+    line.trim_end().ends_with([';', '{', '}'])
+}
+
+/// Whether a line is a bare label of at most two words ending with a colon (`failures:`): a
+/// heading over what it names, which says nothing of its own.
+fn is_label(line: &str) -> bool {
+    let line = line.trim();
+    line.ends_with(':') && line.split_whitespace().count() <= 2
 }
 
 /// Whether `cue` occurs in `line` (ASCII case-insensitive) as a word of its own (`error:`,
@@ -487,5 +511,33 @@ mod tests {
         assert!(looks_like_error("error: expected `;`"));
         assert!(looks_like_error("2 errors emitted"));
         assert!(looks_like_error("test parser::tabs ... FAILED"));
+        // Source code naming an error type is not an error report.
+        let listing = "use crate::error::Error;\n\npub struct Pool {\n    pub fn take(&mut self) -> Result<usize, Error> {\n        Err(Error::Empty)\n    }\n}";
+        assert!(!looks_like_error(listing));
+        assert!(!looks_like_error("src/pool.rs:12:    let e = Error::new(kind);"));
+        assert!(looks_like_error("test result: FAILED. 3 passed; 1 failed; 0 ignored"));
+    }
+
+    #[test]
+    fn a_failure_reported_at_the_end_of_a_long_log_is_an_error_named_by_its_line() {
+        let passing: String =
+            (0..40).map(|i| format!("test store::tests::case_{i} ... ok\n")).collect();
+        let log = |name: &str| {
+            format!(
+                "running 41 tests\n{passing}\nfailures:\n\n---- {name} stdout ----\nthread '{name}' panicked at src/store.rs:12:5:\nassertion failed\n\ntest result: FAILED. 40 passed; 1 failed\n"
+            )
+        };
+        let first = log("store::tests::keeps_order");
+        assert!(looks_like_error(&first));
+        let line = error_line(&first).unwrap();
+        assert!(line.starts_with("thread 'store::tests::keeps_order' panicked"), "{line}");
+        // Another test failing is another error; a passing log is none.
+        assert_ne!(
+            error_signature(&first),
+            error_signature(&log("store::tests::survives_restart"))
+        );
+        assert!(!looks_like_error(&format!(
+            "running 40 tests\n{passing}\ntest result: ok. 40 passed; 0 failed\n"
+        )));
     }
 }

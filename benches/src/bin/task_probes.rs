@@ -16,7 +16,9 @@
 //! is the earlier resolution in the payload?), and the mean tokens a payload spent.
 //!
 //! `cargo run --release -p ctxwin-benches --bin task_probes` (`TASK_SEED`, default 1;
-//! `TASK_SEEDS`, default 3; `TASK_COUNT`, tasks per history, default 40).
+//! `TASK_SEEDS`, default 3; `TASK_COUNT`, tasks per history, default 40). With
+//! `TASK_DIAGNOSE=1` it prints instead where ctxwin with tasks loses each probe's evidence
+//! (see [`diagnose`]).
 
 use ctxwin_benches::taskprobes::{
     Bm25, Message, ProbeKind, Speaker, Task, TaskHistory, answered, generate, recent_and_bm25,
@@ -208,6 +210,10 @@ fn share((found, of): (usize, usize)) -> f64 {
 }
 
 fn main() {
+    if env("TASK_DIAGNOSE", 0) == 1 {
+        diagnose::run();
+        return;
+    }
     let first = env("TASK_SEED", 1);
     let seeds: Vec<u64> = (first..first + env("TASK_SEEDS", 3)).collect();
     let count = env("TASK_COUNT", 40) as usize;
@@ -327,6 +333,170 @@ fn main() {
                 print!(" {:>9}", format!("{found}/{of}"));
             }
             println!();
+        }
+    }
+}
+
+/// Where ctxwin with tasks loses evidence (`TASK_DIAGNOSE=1`): per probe kind and per task
+/// age (tasks finished since the one asked about), whether the evidence was in the task's
+/// summary as written when it finished, in the session level when asked, in the payload
+/// without retrieval, and in the payload with recall for the question; for repeated errors,
+/// whether error memory found an earlier occurrence and whether its block holds the
+/// resolution.
+mod diagnose {
+    use super::*;
+
+    /// Task ages grouped: (label, first age, last age).
+    const AGES: [(&str, usize, usize); 4] =
+        [("1-4", 1, 4), ("5-10", 5, 10), ("11-20", 11, 20), ("21+", 21, usize::MAX)];
+
+    /// Counts of one group: asked, in the summary at finish, in the session level, in the
+    /// plain payload, in the recalled payload.
+    #[derive(Clone, Copy, Default)]
+    struct Tally([usize; 5]);
+
+    impl Tally {
+        fn add(&mut self, facts: [bool; 4]) {
+            self.0[0] += 1;
+            for (slot, fact) in self.0[1..].iter_mut().zip(facts) {
+                *slot += usize::from(fact);
+            }
+        }
+
+        fn cells(&self) -> String {
+            let [n, a, b, c, d] = self.0;
+            format!("{n:>6} {a:>8} {b:>8} {c:>8} {d:>8}")
+        }
+    }
+
+    fn has_all(text: &str, evidence: &[String]) -> bool {
+        evidence.iter().all(|e| text.contains(e.as_str()))
+    }
+
+    pub(super) fn run() {
+        let first = env("TASK_SEED", 1);
+        let seeds: Vec<u64> = (first..first + env("TASK_SEEDS", 3)).collect();
+        let count = env("TASK_COUNT", 40) as usize;
+        for &budget in &BUDGETS {
+            let mut kinds = [Tally::default(); 6];
+            let mut ages = [[Tally::default(); 4]; 6];
+            // Repeats: asked, error memory found one, its block holds the resolution, plain, recalled.
+            let mut repeats = Tally::default();
+            for &seed in &seeds {
+                let history = generate(seed, count);
+                one(&history, budget, &mut kinds, &mut ages, &mut repeats);
+            }
+            println!(
+                "\nbudget {budget}: where evidence is, per kind and task age (asked, in the summary at finish, in the session level when asked, in the payload, in the payload with recall)"
+            );
+            println!(
+                "{:<18} {:>6} {:>8} {:>8} {:>8} {:>8}",
+                "", "asked", "summary", "level", "plain", "recall"
+            );
+            for (k, kind) in ProbeKind::ALL.iter().enumerate() {
+                if *kind == ProbeKind::Repeat {
+                    continue;
+                }
+                println!("{:<18} {}", kind.label(), kinds[k].cells());
+                for (a, (label, _, _)) in AGES.iter().enumerate() {
+                    println!("{:<18} {}", format!("  age {label}"), ages[k][a].cells());
+                }
+            }
+            println!(
+                "repeats (asked, earlier error found, block holds the resolution, plain, recall): {}",
+                repeats.cells()
+            );
+        }
+    }
+
+    fn one(
+        history: &TaskHistory,
+        budget: u32,
+        kinds: &mut [Tally; 6],
+        ages: &mut [[Tally; 4]; 6],
+        repeats: &mut Tally,
+    ) {
+        let mut session = SessionBuilder::new("task-probes")
+            .config(config(budget, StrategyKind::Hierarchical))
+            .archive_in_memory()
+            .build()
+            .expect("session");
+        // The summary text each task got when it finished, by task index.
+        let mut written: Vec<String> = Vec::new();
+        let mut probes = history.probes.iter().peekable();
+        for (i, message) in history.messages.iter().enumerate() {
+            if let Some(task) = history.tasks.iter().find(|t| t.start == i) {
+                session.start_task(&task.title).expect("start task");
+            }
+            let options =
+                PushOptions { timestamp: Some(message.timestamp), ..PushOptions::default() };
+            session.push_with(&chat(message), options).expect("push");
+            if history.tasks.iter().any(|t| t.end == i + 1) {
+                let task = session.finish_task("").expect("finish task");
+                // As recorded in the archive (the core may have merged it into a digest).
+                session.sync_archive().expect("sync");
+                let text = task
+                    .summary_id()
+                    .and_then(|id| {
+                        let archive = session.archive().expect("archive");
+                        archive.summary(session.scope(), id).expect("summary")
+                    })
+                    .map(|record| record.text)
+                    .unwrap_or_default();
+                if env("TASK_DEBUG", 0) == 1 && text.is_empty() {
+                    let live =
+                        task.summary_id().map(|id| session.manager().core().get(id).is_some());
+                    println!(
+                        "no summary for task {}: id {:?} live {live:?} stats {:?}",
+                        task.number(),
+                        task.summary_id(),
+                        session.manager().core().stats().counters
+                    );
+                }
+                written.push(text);
+            }
+            while let Some(probe) = probes.next_if(|p| p.at == i + 1) {
+                let level: String = session
+                    .manager()
+                    .core()
+                    .session()
+                    .map(|m| m.content().to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let quiet = ComposeOptions::new(&[]).recall(RecallFor::Nothing);
+                let plain = payload_text(&session.compose_with(quiet).expect("compose"));
+                let asked = ComposeOptions::new(&[]).recall(RecallFor::Query(&probe.question));
+                let recalled = payload_text(&session.compose_with(asked).expect("compose"));
+                let k = ProbeKind::ALL.iter().position(|&k| k == probe.kind).unwrap_or(0);
+                if probe.kind == ProbeKind::Repeat {
+                    let memory = session.error_memory();
+                    repeats.add([
+                        memory.is_some(),
+                        memory.is_some_and(|m| has_all(&m.block, &probe.evidence)),
+                        answered(&plain, probe),
+                        answered(&recalled, probe),
+                    ]);
+                    continue;
+                }
+                let summary = written.get(probe.task).map_or("", String::as_str);
+                if env("TASK_DEBUG", 0) == 1 && !answered(&recalled, probe) {
+                    println!(
+                        "--- {:?} task {} {:?}\nsummary: {summary}\npayload with recall: {recalled}",
+                        probe.kind, probe.task, probe.evidence
+                    );
+                }
+                let facts = [
+                    has_all(summary, &probe.evidence),
+                    has_all(&level, &probe.evidence),
+                    answered(&plain, probe),
+                    answered(&recalled, probe),
+                ];
+                kinds[k].add(facts);
+                let age = history.tasks.len() - 1 - probe.task;
+                if let Some(a) = AGES.iter().position(|&(_, lo, hi)| lo <= age && age <= hi) {
+                    ages[k][a].add(facts);
+                }
+            }
         }
     }
 }

@@ -8,7 +8,9 @@ mod text;
 
 pub use extractive::{Extractive, line_source};
 #[cfg(feature = "tasks")]
-pub use task::{TaskRequest, task_summary};
+pub use task::{
+    TaskHead, TaskMessage, TaskRequest, task_summary, task_summary_number, task_summary_of,
+};
 pub use text::TextBuffer;
 
 use crate::counter::TokenCounter;

@@ -107,6 +107,7 @@ mod semantic;
 mod stats;
 mod stores;
 mod sync;
+mod task_summary;
 mod tasks;
 
 use std::sync::{Arc, Mutex};

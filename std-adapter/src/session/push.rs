@@ -1,6 +1,7 @@
 //! Pushing one message: the core's check and push, then the rows the core produced journaled
 //! and written, and a periodic checkpoint.
 
+use ctxwin_core::task::Task;
 use ctxwin_core::{Error as CoreError, Level, Message, Role};
 
 use super::convert::{core_calls, row_from_ref, tool_definition_json};
@@ -133,6 +134,7 @@ impl Session {
         // Decided on the history before the push; the core starts the task only if it takes
         // the message, so a refused push starts nothing.
         let opens = self.detected_goal(message);
+        let finishing = opens.as_ref().and_then(|_| self.manager.current_task().map(Task::number));
         let head = (message.role == Role::Tool).then(|| self.pending_head().map(|h| h.id()));
         let since = self.manager.next_id();
         let goal = opens.as_deref();
@@ -149,7 +151,9 @@ impl Session {
         }
         let unit = head.flatten().unwrap_or(id);
         let after_store = |source| SessionError::AfterStore { id, source: Box::new(source) };
+        let whole = self.whole_task_summary(finishing, "");
         let report = self.finish_push(message, &options, id, unit, since).map_err(after_store)?;
+        self.record_whole_task_summary(whole).map_err(after_store)?;
         // A task boundary is no archive row a replay would see: a reload must find it in a
         // checkpoint.
         if opens.is_some() && self.stores.checkpoints.is_some() {

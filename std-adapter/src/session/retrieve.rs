@@ -191,8 +191,9 @@ impl Session {
         if room <= packer.spent || settings.max_items == 0 {
             return Ok(Recall::default());
         }
+        self.pack_task_summaries(archive, &mut packer, query)?;
         let Some(found) = self.candidates(archive, query, settings)? else {
-            return Ok(Recall::default());
+            return Ok(self.finish(packer.chosen, room));
         };
         let Candidates { hits, extra, nearest, query_vector, neighbours } = found;
         let mut ranked = rank(hits, &neighbours, settings);
@@ -456,7 +457,7 @@ fn rank(
 }
 
 /// The lines chosen for a block, and what they cost.
-struct Packer<'a> {
+pub(super) struct Packer<'a> {
     counter: &'a super::Counter,
     chosen: Vec<(u64, String)>,
     /// Tokens of the header and the lines chosen.
@@ -513,6 +514,24 @@ impl<'a> Packer<'a> {
         self.spent += cost;
         self.chosen.push((id, line));
         Taken::Yes
+    }
+}
+
+impl Packer<'_> {
+    /// Adds the line of the archived summary `id` (its text on one line) when it fits and is
+    /// not there yet.
+    pub(super) fn take_summary(&mut self, id: u64, text: &str) -> bool {
+        if self.full() || self.holds(id) || text.trim().is_empty() {
+            return false;
+        }
+        let line = format!("- (summary {id}) {text}");
+        let cost = self.cost(&line);
+        if self.spent.saturating_add(cost) > self.room {
+            return false;
+        }
+        self.spent += cost;
+        self.chosen.push((id, line));
+        true
     }
 }
 

@@ -9,7 +9,7 @@ use ctxwin_core::{Error as CoreError, Role};
 
 use super::{Session, SessionError, now_ms};
 use crate::message::ChatMessage;
-use crate::store::{ArchivedMessage, SearchQuery};
+use crate::store::{ArchivedMessage, SearchQuery, SummaryRecord};
 
 /// Archive hits an error's search looks through for an earlier occurrence.
 const ERROR_HITS: usize = 20;
@@ -68,13 +68,17 @@ impl TaskDetection {
 pub struct ErrorMemory {
     /// Id of the error result that repeated.
     pub repeat_id: u64,
-    /// Id of the earlier error result with the same signature.
+    /// Id of the earlier error result with the same signature whose resolution comes first
+    /// (the first occurrence the archive search found).
     pub earlier_id: u64,
     /// Ids of the archived turns that resolved it, in order.
     pub resolution_ids: Vec<u64>,
     /// The block sent as dynamic context while the error is being handled.
     pub block: String,
 }
+
+/// Where an error-memory block goes on from the first occurrence's resolution to the newest's.
+const AGAIN: &str = "\nIt happened again";
 
 /// Header of an error-memory block in a payload.
 pub const ERROR_MEMORY_HEADER: &str = "[Earlier resolution of this error]";
@@ -102,7 +106,9 @@ impl Session {
     /// # Ok::<(), ctxwin_std::session::SessionError>(())
     /// ```
     pub fn start_task(&mut self, goal: &str) -> Result<u32, SessionError> {
-        self.serving(true, |session| session.task_op(&mut |core, now| core.start_task(goal, now)))
+        self.serving(true, |session| {
+            session.task_op("", &mut |core, now| core.start_task(goal, now))
+        })
     }
 
     /// Finishes the running task with an `outcome` ("" lets the summary take the last
@@ -117,7 +123,7 @@ impl Session {
     /// archive and checkpoint errors.
     pub fn finish_task(&mut self, outcome: &str) -> Result<Task, SessionError> {
         self.serving(true, |session| {
-            session.task_op(&mut |core, now| core.finish_task(outcome, now))
+            session.task_op(outcome, &mut |core, now| core.finish_task(outcome, now))
         })
     }
 
@@ -144,11 +150,14 @@ impl Session {
         self.task_state.error_memory.as_ref()
     }
 
-    /// One task operation: the core decides, then the session archives what it evicted and
-    /// records the new summary (scheduling the model's rewrite), and checkpoints, so that a
-    /// reload finds the boundary (it is not an archive row that a replay would see).
+    /// One task operation: the core decides; when it finished a task (ended with `outcome`),
+    /// the session writes that task's summary again from all its archived messages
+    /// ([`summarize_whole_task`](Self::summarize_whole_task)); then it archives what the core
+    /// evicted and records the new summary (scheduling the model's rewrite), and checkpoints,
+    /// so that a reload finds the boundary (it is not an archive row that a replay would see).
     fn task_op<T>(
         &mut self,
+        outcome: &str,
         op: &mut dyn FnMut(&mut dyn super::SessionCore, u64) -> Result<T, CoreError>,
     ) -> Result<T, SessionError> {
         #[cfg(feature = "http")]
@@ -156,12 +165,45 @@ impl Session {
         self.commit()?;
         self.ensure_reproducible()?;
         let since = self.tracker.next_id;
+        let open = self.manager.current_task().map(Task::number);
         let done = op(&mut *self.manager, now_ms())?;
+        let whole = self.whole_task_summary(open, outcome);
         self.after_op(since, &|_| false)?;
+        self.record_whole_task_summary(whole)?;
         if self.stores.checkpoints.is_some() {
             self.checkpoint_once()?;
         }
         Ok(done)
+    }
+
+    /// The summary of task `open` written again from all its archived messages, once the core
+    /// has finished it; `None` when the core's own summary read the whole task, or when the
+    /// rewrite failed (the core's summary stays: a warning, not an error).
+    pub(super) fn whole_task_summary(
+        &mut self,
+        open: Option<u32>,
+        outcome: &str,
+    ) -> Option<SummaryRecord> {
+        match self.summarize_whole_task(open?, outcome) {
+            Ok(whole) => whole,
+            Err(error) => {
+                tracing::warn!(%error, "session: the task summary stays the core's");
+                None
+            }
+        }
+    }
+
+    /// Records [`whole_task_summary`](Self::whole_task_summary)'s summary in place of the
+    /// core's, after the core's outbox is written.
+    pub(super) fn record_whole_task_summary(
+        &mut self,
+        whole: Option<SummaryRecord>,
+    ) -> Result<(), SessionError> {
+        if let Some(record) = whole {
+            self.journal.add_summary(&self.scope, self.stores.lease.fence, record);
+            self.commit()?;
+        }
+        Ok(())
     }
 
     /// Before a user message is pushed: the goal of the task it opens, when detection says
@@ -230,18 +272,23 @@ impl Session {
         };
     }
 
-    /// `dynamic` with the error-memory block added when it fits in the room the payload has
-    /// left (it never makes anything leave).
+    /// The error-memory block when it fits in the room a payload with `dynamic` has left (it
+    /// never makes anything leave): whole, else only the first occurrence's resolution.
     pub(super) fn with_error_memory(&self, dynamic: &[&str]) -> Option<String> {
         let memory = self.task_state.error_memory.as_ref()?;
-        let fits = self.manager.dynamic_tokens(&memory.block) <= self.manager.dynamic_room(dynamic);
-        fits.then(|| memory.block.clone())
+        let room = self.manager.dynamic_room(dynamic);
+        let first = memory.block.split(AGAIN).next().unwrap_or_default();
+        [memory.block.as_str(), first]
+            .into_iter()
+            .find(|block| self.manager.dynamic_tokens(block) <= room)
+            .map(str::to_string)
     }
 
-    /// The newest earlier archived error with `signature` and the turns that resolved it:
-    /// the rows after it up to the first tool result that is not an error and the answer that
-    /// follows. Scoped inside the storage calls; `None` without an archive or a resolution,
-    /// or when the resolution is still in the window.
+    /// The earlier archived errors with `signature` and the turns that resolved them: the
+    /// first occurrence (where it was worked out) and the newest, when they differ; for each,
+    /// the rows after it up to the first tool result that is not an error and the answer
+    /// that follows. Scoped inside the storage calls; `None` without an archive or a
+    /// resolution, or when the resolution is still in the window.
     fn recall_resolution(
         &self,
         signature: u32,
@@ -251,21 +298,37 @@ impl Session {
         let Some(archive) = self.stores.archive.as_deref() else { return Ok(None) };
         let line = error_line(content);
         let hits = archive.search(&self.scope, &SearchQuery::new(line, ERROR_HITS))?;
-        let earlier = hits
+        let mut earlier: Vec<u64> = hits
             .iter()
             .filter(|hit| hit.role == Role::Tool && hit.id < repeat_id)
             .filter(|hit| error_signature(&hit.content) == Some(signature))
             .map(|hit| hit.id)
-            .max();
-        let Some(earlier_id) = earlier else { return Ok(None) };
-        let rows = archive.rows_after(&self.scope, earlier_id, RESOLUTION_ROWS)?;
-        let resolution = resolution(&rows, repeat_id);
-        if resolution.is_empty() || resolution.iter().all(|row| self.manager.get(row.id).is_some())
-        {
+            .collect();
+        earlier.sort_unstable();
+        earlier.dedup();
+        let occurrences: Vec<u64> = match (earlier.first(), earlier.last()) {
+            (Some(&first), Some(&newest)) if first != newest => vec![first, newest],
+            (Some(&first), _) => vec![first],
+            _ => return Ok(None),
+        };
+        let mut resolved: Vec<(u64, Vec<ArchivedMessage>)> = Vec::new();
+        for earlier_id in occurrences {
+            let rows = archive.rows_after(&self.scope, earlier_id, RESOLUTION_ROWS)?;
+            let rows: Vec<ArchivedMessage> =
+                resolution(&rows, repeat_id).into_iter().cloned().collect();
+            if !rows.is_empty() {
+                resolved.push((earlier_id, rows));
+            }
+        }
+        let in_window =
+            |rows: &Vec<ArchivedMessage>| rows.iter().all(|row| self.manager.get(row.id).is_some());
+        if resolved.is_empty() || resolved.iter().all(|(_, rows)| in_window(rows)) {
             return Ok(None);
         }
-        let block = resolution_block(line, earlier_id, &resolution);
-        let resolution_ids = resolution.iter().map(|row| row.id).collect();
+        let earlier_id = resolved.first().map_or(0, |(id, _)| *id);
+        let block = resolution_block(line, &resolved);
+        let resolution_ids =
+            resolved.iter().flat_map(|(_, rows)| rows.iter().map(|row| row.id)).collect();
         Ok(Some(ErrorMemory { repeat_id, earlier_id, resolution_ids, block }))
     }
 }
@@ -320,29 +383,36 @@ fn resolution(rows: &[ArchivedMessage], before: u64) -> Vec<&ArchivedMessage> {
     rows[..end].to_vec()
 }
 
-/// The resolution as one block of dynamic context.
-fn resolution_block(line: &str, earlier_id: u64, rows: &[&ArchivedMessage]) -> String {
-    let mut block = format!(
-        "{ERROR_MEMORY_HEADER}\nThe same error happened before (message {earlier_id}): {line}\n\
-         What resolved it then:"
-    );
-    for row in rows {
-        let message = &row.message;
-        for call in &message.tool_calls {
-            block.push_str(&format!("\n- call {} {}", call.name, clip(&call.arguments, QUOTE)));
+/// The resolutions as one block of dynamic context: the first occurrence's, then the
+/// newest's.
+fn resolution_block(line: &str, resolved: &[(u64, Vec<ArchivedMessage>)]) -> String {
+    let mut block = String::from(ERROR_MEMORY_HEADER);
+    for (i, (earlier_id, rows)) in resolved.iter().enumerate() {
+        if i == 0 {
+            block.push_str(&format!(
+                "\nThe same error happened before (message {earlier_id}): {line}\nWhat resolved it then:"
+            ));
+        } else {
+            block.push_str(&format!("{AGAIN} (message {earlier_id}); what ended it that time:"));
         }
-        let text = message.content.trim();
-        if text.is_empty() {
-            continue;
+        for row in rows {
+            let message = &row.message;
+            for call in &message.tool_calls {
+                block.push_str(&format!("\n- call {} {}", call.name, clip(&call.arguments, QUOTE)));
+            }
+            let text = message.content.trim();
+            if text.is_empty() {
+                continue;
+            }
+            let first = clip(text.lines().next().unwrap_or_default(), QUOTE);
+            let who = match message.role {
+                Role::Tool => "result",
+                Role::Assistant => "assistant",
+                Role::User => "user",
+                Role::System => "system",
+            };
+            block.push_str(&format!("\n- {who}: {first}"));
         }
-        let first = clip(text.lines().next().unwrap_or_default(), QUOTE);
-        let who = match message.role {
-            Role::Tool => "result",
-            Role::Assistant => "assistant",
-            Role::User => "user",
-            Role::System => "system",
-        };
-        block.push_str(&format!("\n- {who}: {first}"));
     }
     block
 }
@@ -395,6 +465,41 @@ mod tests {
         // Handled: the next successful result ends it.
         round(&mut session, "d", "run", r#"{"cmd":"cargo build"}"#, "Finished");
         assert!(session.error_memory().is_none());
+    }
+
+    #[test]
+    #[cfg(feature = "sqlite")] // archive_in_memory is SQLite in memory
+    fn an_error_seen_twice_brings_back_how_it_was_worked_out_the_first_time() {
+        let config = ctxwin_core::Config { max_messages: 6, locked_tail: 2, ..Default::default() };
+        let mut session =
+            SessionBuilder::new("s").config(config).archive_in_memory().build().unwrap();
+        session.start_task("build it").unwrap();
+        session.push(&ChatMessage::text(Role::User, "build it")).unwrap();
+        let failure = "error: linker `cc` not found";
+        round(&mut session, "a", "run", r#"{"cmd":"cargo build"}"#, failure);
+        round(&mut session, "b", "run", r#"{"cmd":"apt-get install -y gcc"}"#, "Setting up gcc");
+        session
+            .push(&ChatMessage::text(Role::Assistant, "Installed gcc: the linker was missing."))
+            .unwrap();
+        for turn in 0..6 {
+            session.push(&ChatMessage::text(Role::User, format!("unrelated {turn}"))).unwrap();
+        }
+        // The second time, the agent repeats what worked without saying it again.
+        round(&mut session, "c", "run", r#"{"cmd":"cargo build"}"#, failure);
+        session
+            .push(&ChatMessage::text(Role::Assistant, "This again; same as last time."))
+            .unwrap();
+        round(&mut session, "d", "run", r#"{"cmd":"cargo build"}"#, "Finished");
+        session.push(&ChatMessage::text(Role::Assistant, "Builds now.")).unwrap();
+        for turn in 0..6 {
+            session.push(&ChatMessage::text(Role::User, format!("more {turn}"))).unwrap();
+        }
+        round(&mut session, "e", "run", r#"{"cmd":"cargo build"}"#, failure);
+        let memory = session.error_memory().expect("the earlier resolutions");
+        assert_eq!(memory.earlier_id, 3, "the first occurrence comes first");
+        assert!(memory.block.contains("apt-get install -y gcc"), "{}", memory.block);
+        assert!(memory.block.contains("It happened again"), "{}", memory.block);
+        assert!(memory.block.contains("same as last time"), "{}", memory.block);
     }
 
     #[test]
