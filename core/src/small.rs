@@ -16,6 +16,15 @@ pub(crate) fn split_lines(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// `text.lines()`: [`split_lines`] without the line ends (`\n`, and a `\r` before it); the
+/// iterator of `str::lines` keeps a slice-index panic path.
+pub(crate) fn lines(text: &str) -> impl Iterator<Item = &str> {
+    split_lines(text).map(|line| {
+        let line = line.strip_suffix("\n").unwrap_or(line);
+        line.strip_suffix("\r").unwrap_or(line)
+    })
+}
+
 /// Index of the last `byte` in `text` (`text.rfind(byte as char)` for ASCII bytes).
 pub(crate) fn last_byte(text: &str, byte: u8) -> Option<usize> {
     text.bytes().rposition(|b| b == byte)

@@ -21,6 +21,8 @@
 //! # Ok::<(), ctxwin_core::Error>(())
 //! ```
 
+use crate::small::lines;
+
 /// Task spans a manager keeps (the oldest is forgotten when a new one needs its slot; its
 /// summary stays in the session level). A span matters while its units are in the rings, and
 /// a new task's compaction lets the previous ones' units go: four cover that, in 512 bytes.
@@ -362,8 +364,8 @@ fn error_line(text: &str) -> Option<&str> {
     }
     let head = text.get(..end).unwrap_or_default();
     let tail = text.get(start..).unwrap_or_default();
-    head.lines()
-        .chain(tail.lines())
+    lines(head)
+        .chain(lines(tail))
         .filter(|line| !is_code(line) && !is_label(line))
         .find(|line| ERROR_CUES.iter().any(|cue| has_real_cue(line, cue)))
 }

@@ -16,6 +16,7 @@ use crate::message::{Message, MessageRef};
 use crate::record::ToolCall;
 use crate::role::Role;
 use crate::small::contains_ignore_case;
+use crate::small::lines;
 use crate::task::{error_signature, looks_like_error};
 
 /// Files a summary names, at most.
@@ -367,7 +368,7 @@ impl Writer<'_, '_> {
 
 /// `text` cut to `max` bytes at a char boundary, first line only.
 fn clip(text: &str, max: usize) -> &str {
-    let line = text.trim().lines().next().unwrap_or_default().trim();
+    let line = lines(text.trim()).next().unwrap_or_default().trim();
     let mut end = line.len().min(max);
     while !line.is_char_boundary(end) {
         end -= 1;
@@ -394,7 +395,7 @@ fn has_word_cue(text: &str, cues: &[&str]) -> bool {
 
 /// The sentences of a statement (split at ". " and at line ends), trimmed, non-empty.
 fn sentences(text: &str) -> impl Iterator<Item = &str> {
-    text.lines().flat_map(|line| line.split(". ")).map(str::trim).filter(|s| !s.is_empty())
+    lines(text).flat_map(|line| line.split(". ")).map(str::trim).filter(|s| !s.is_empty())
 }
 
 /// The first sentence of the last answer without calls.
@@ -576,10 +577,9 @@ impl<'a> Errors<'a> {
 
 /// The error line of a tool result, clipped.
 fn error_text(content: &str) -> &str {
-    let line = content
-        .lines()
+    let line = lines(content)
         .find(|line| looks_like_error(line))
-        .unwrap_or_else(|| content.lines().next().unwrap_or_default());
+        .unwrap_or_else(|| lines(content).next().unwrap_or_default());
     clip(line, STATEMENT)
 }
 
@@ -670,9 +670,7 @@ impl<'a> Decisions<'a> {
             let reply = role == Role::User && asked && !content.trim_end().ends_with('?');
             asked = role == Role::Assistant
                 && message.call_count() == 0
-                && content
-                    .lines()
-                    .any(|line| line.trim_end().ends_with('?') || line.contains("? "));
+                && lines(content).any(|line| line.trim_end().ends_with('?') || line.contains("? "));
             for (i, sentence) in sentences(content).enumerate() {
                 if decisions.items.is_full() {
                     return decisions;
