@@ -247,7 +247,7 @@ pub fn task_summary(
 /// [`task_summary`] of any run of a task's `messages`, oldest first: how a caller that keeps
 /// the task's messages elsewhere (a session's archive) summarizes the whole task once part of
 /// it left the window. Reads the messages a bounded number of times (once per part, and at
-/// most [`RESOLUTION_WINDOW`] more per error).
+/// most `RESOLUTION_WINDOW` more per error).
 ///
 /// ```
 /// use ctxwin_core::{Message, Role, ToolCall, estimator::Estimator};
