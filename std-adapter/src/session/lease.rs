@@ -667,6 +667,12 @@ mod tests {
         Ports { archive: store.clone(), checkpoints: store.clone() }
     }
 
+    /// A session on `store` that restores the newest checkpoint and writes one only when asked.
+    fn restoring(store: &Arc<MemoryStore>) -> Session {
+        let builder = SessionBuilder::new("s").ports(ports(store));
+        builder.restore_latest(true).checkpoint_interval_messages(0).build().unwrap()
+    }
+
     #[test]
     fn a_write_refused_every_time_is_an_error_after_a_few_reloads() {
         let store = Arc::new(MemoryStore::new());
@@ -783,10 +789,7 @@ mod tests {
     #[test]
     fn a_session_taken_back_resumes_on_its_state_as_a_restore_would_rebuild_it() {
         let store = Arc::new(MemoryStore::new());
-        let build = || {
-            let builder = SessionBuilder::new("s").ports(ports(&store));
-            builder.restore_latest(true).checkpoint_interval_messages(0).build().unwrap()
-        };
+        let build = || restoring(&store);
         let (mut a, mut b) = (build(), build());
         a.push(&ChatMessage::text(Role::User, "one")).unwrap();
         a.checkpoint().unwrap();
@@ -813,10 +816,7 @@ mod tests {
     #[test]
     fn a_session_restores_when_its_state_is_not_the_newest_checkpoints() {
         let store = Arc::new(MemoryStore::new());
-        let build = || {
-            let builder = SessionBuilder::new("s").ports(ports(&store));
-            builder.restore_latest(true).checkpoint_interval_messages(0).build().unwrap()
-        };
+        let build = || restoring(&store);
         let (mut a, mut b) = (build(), build());
         a.push(&ChatMessage::text(Role::User, "one")).unwrap();
         a.checkpoint().unwrap();
@@ -845,10 +845,7 @@ mod tests {
     #[test]
     fn a_forget_under_a_lease_makes_the_other_holders_restore() {
         let store = Arc::new(MemoryStore::new());
-        let build = || {
-            let builder = SessionBuilder::new("s").ports(ports(&store));
-            builder.restore_latest(true).checkpoint_interval_messages(0).build().unwrap()
-        };
+        let build = || restoring(&store);
         let (mut a, mut b) = (build(), build());
         a.push(&ChatMessage::text(Role::User, "my PIN is 4417")).unwrap();
         a.push(&ChatMessage::text(Role::User, "deploy")).unwrap();

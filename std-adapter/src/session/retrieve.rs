@@ -506,25 +506,24 @@ impl<'a> Packer<'a> {
         if self.chosen.iter().any(|(seen, line)| *seen == id || line.ends_with(&flat)) {
             return Taken::Already;
         }
-        let line = format!("- (msg {id}, {role}) {flat}");
-        let cost = self.cost(&line);
-        if self.spent.saturating_add(cost) > self.room {
-            return Taken::No;
+        if self.push_line(id, format!("- (msg {id}, {role}) {flat}")) {
+            Taken::Yes
+        } else {
+            Taken::No
         }
-        self.spent += cost;
-        self.chosen.push((id, line));
-        Taken::Yes
     }
-}
 
-impl Packer<'_> {
     /// Adds the line of the archived summary `id` (its text on one line) when it fits and is
     /// not there yet.
     pub(super) fn take_summary(&mut self, id: u64, text: &str) -> bool {
         if self.full() || self.holds(id) || text.trim().is_empty() {
             return false;
         }
-        let line = format!("- (summary {id}) {text}");
+        self.push_line(id, format!("- (summary {id}) {text}"))
+    }
+
+    /// Adds `line` for `id` when it fits the room.
+    fn push_line(&mut self, id: u64, line: String) -> bool {
         let cost = self.cost(&line);
         if self.spent.saturating_add(cost) > self.room {
             return false;
