@@ -3,8 +3,9 @@
 
 use ctxwin_core::Config;
 
-use super::{Session, SessionError};
+use super::{Calibration, Session, SessionError};
 use crate::tokens::Calibrator;
+use crate::tokens::calibration::with_budget;
 
 impl Session {
     /// Records what a request cost: `estimated_tokens` as the composed payload reported them
@@ -72,18 +73,56 @@ impl Session {
         change(&mut config);
         config.validate()?;
         let before = std::mem::replace(&mut self.calibration.configured, config);
-        self.apply_calibration().inspect_err(|_| self.calibration.configured = before)
+        // The caller's change applies as asked: no raise of it is held back.
+        let effective = effective_config(&config, &self.calibration.calibrator);
+        if effective == *self.manager.config() {
+            return Ok(());
+        }
+        self.manager.set_config(effective).map_err(|error| {
+            self.calibration.configured = before;
+            SessionError::from(error)
+        })
     }
 
-    /// Gives the core the configured config with the calibrated window.
+    /// Gives the core the configured config with the calibrated window, unless that only
+    /// raises the window the core plans with now, by less than [`RAISE_STEP_PERMILLE`] of
+    /// its budget ([`holds_back`]): the lower window stays, as safe as it was.
     pub(super) fn apply_calibration(&mut self) -> Result<(), SessionError> {
-        let effective =
-            effective_config(&self.calibration.configured, &self.calibration.calibrator);
-        if effective != *self.manager.config() {
+        let Calibration { configured, calibrator } = &self.calibration;
+        let effective = effective_config(configured, calibrator);
+        let current = *self.manager.config();
+        if effective != current && !holds_back(configured, calibrator, &current, &effective) {
             self.manager.set_config(effective)?;
         }
         Ok(())
     }
+}
+
+/// The least raise of the calibrated budget applied, in thousandths of the budget the core
+/// plans with (1%). The calibrator's envelope releases toward lower ratios a little with
+/// every usage report, which would raise the window by a token or two per request; each
+/// change of the window is a state a replay of pushes does not reproduce, so a session under
+/// a lease checkpoints it, and whoever serves the conversation next restores that checkpoint
+/// instead of resuming on its own state. Held back until the raises add up to a step, the
+/// window moves seldom; a lower window is applied at once.
+pub(crate) const RAISE_STEP_PERMILLE: u64 = 10;
+
+/// Whether `effective` (what `calibrator` makes of `configured`) is to wait: it raises the
+/// budget of `current`, by less than [`RAISE_STEP_PERMILLE`] of it, and `current` is what
+/// `calibrator` would make of `configured` at that lower budget (a calibrated window held
+/// back, not a configuration changed since). Keeping `current` plans with less room than
+/// the calibrator allows, never more.
+fn holds_back(
+    configured: &Config,
+    calibrator: &Calibrator,
+    current: &Config,
+    effective: &Config,
+) -> bool {
+    let (now, raised) = (u64::from(current.budget()), u64::from(effective.budget()));
+    calibrator.observations() > 0
+        && raised > now
+        && (raised - now) * 1_000 < now * RAISE_STEP_PERMILLE
+        && u32::try_from(now).is_ok_and(|now| with_budget(configured, now) == *current)
 }
 
 /// `configured` with the budget `calibrator` recommends
@@ -135,7 +174,66 @@ mod tests {
         assert_eq!(effective.reserved_for_reply, 1_000);
     }
 
+    #[test]
+    fn small_raises_wait_until_they_add_up_to_a_step_and_a_lower_window_applies_at_once() {
+        let mut session = crate::session::SessionBuilder::new("s").build().unwrap();
+        // One report at par, then overestimates: once it leaves the recent window, the
+        // envelope releases toward 0.8 a little with every report.
+        session.record_usage(1_000, 1_000).unwrap();
+        let (mut exact_moves, mut applied) = (0, Vec::new());
+        let mut exact = effective_config(session.configured(), session.calibrator()).budget();
+        for _ in 0..120 {
+            let before = session.manager().budget();
+            session.record_usage(1_000, 800).unwrap();
+            let next = effective_config(session.configured(), session.calibrator()).budget();
+            exact_moves += usize::from(next != exact);
+            exact = next;
+            let now = session.manager().budget();
+            assert!(now <= next, "never more room than the calibrator allows");
+            assert!(
+                u64::from(next - now) * 1_000 < u64::from(now) * RAISE_STEP_PERMILLE,
+                "{now} held back too far below {next}"
+            );
+            if now != before {
+                assert!(now > before, "overestimates only raise it");
+                assert!(u64::from(now - before) * 1_000 >= u64::from(before) * RAISE_STEP_PERMILLE);
+                applied.push(now);
+            }
+        }
+        assert!(
+            !applied.is_empty() && applied.len() * 4 < exact_moves,
+            "{applied:?}, {exact_moves}"
+        );
+        // A higher ratio lowers the window at once, however little.
+        let before = session.manager().budget();
+        session.record_usage(1_000, 900).unwrap();
+        assert!(session.manager().budget() < before);
+        // A configuration changed by the caller applies, a slightly larger window too.
+        let window = session.configured().context_window;
+        session.reconfigure(|config| config.context_window = window + 16).unwrap();
+        let expected = effective_config(session.configured(), session.calibrator());
+        assert_eq!(*session.manager().config(), expected);
+    }
+
     proptest! {
+        #[test]
+        fn a_window_held_back_is_within_a_step_below_the_calibrated_one(
+            ratios in proptest::collection::vec(700u32..1_300, 1..80),
+        ) {
+            let mut session = crate::session::SessionBuilder::new("s").build().unwrap();
+            for actual in &ratios {
+                session.record_usage(1_000, *actual).unwrap();
+                let exact = effective_config(session.configured(), session.calibrator());
+                let now = session.manager().config();
+                prop_assert!(now.budget() <= exact.budget());
+                prop_assert!(
+                    u64::from(exact.budget() - now.budget()) * 1_000
+                        < u64::from(now.budget()) * RAISE_STEP_PERMILLE
+                );
+                prop_assert_eq!(now.reply_reserve(), exact.reply_reserve());
+            }
+        }
+
         #[test]
         fn real_cost_of_a_full_payload_fits(
             ratios in proptest::collection::vec(500u32..3_000, 1..10),

@@ -515,31 +515,7 @@ impl Calibrator {
             Ok(ceiling) => self.recommended_budget(real).min(ceiling),
             Err(_) => self.recommended_budget(real),
         };
-        if budget == real {
-            return *configured;
-        }
-        let reserve = configured.reply_reserve();
-        // What the core plans with (`fit_budgets` caps), taken as given from here on: the
-        // caps would otherwise move with the calibrated window.
-        let levels = [Level::Permanent, Level::Session, Level::Working]
-            .map(|level| configured.level_budget(level));
-        let sum: u64 = levels.iter().map(|&b| u64::from(b)).sum();
-        let scaled = |level: u32| {
-            u32::try_from(u64::from(level) * u64::from(budget) / u64::from(real))
-                .unwrap_or(u32::MAX)
-        };
-        let levels =
-            if budget > real || sum > u64::from(budget) { levels.map(scaled) } else { levels };
-        let [permanent_budget, session_budget, working_budget] = levels;
-        Config {
-            context_window: budget.saturating_add(reserve),
-            reserved_for_reply: reserve,
-            permanent_budget,
-            session_budget,
-            working_budget,
-            fit_budgets: false,
-            ..*configured
-        }
+        with_budget(configured, budget)
     }
 
     /// Forgets every observation (the configuration stays).
@@ -561,6 +537,38 @@ impl Calibrator {
 impl Default for Calibrator {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// `configured` planning with `budget` in place of its own, as
+/// [`Calibrator::calibrated_config`] gives it for the budget it recommends: the reply reserve
+/// kept, the level budgets (as [`Config::level_budget`] caps them, then taken as given:
+/// `fit_budgets` off) scaled with a raised budget and shrunk with a lowered one only when they
+/// would no longer fit; `configured` itself when `budget` is its own.
+pub(crate) fn with_budget(configured: &Config, budget: u32) -> Config {
+    let real = configured.budget();
+    if budget == real || real == 0 {
+        return *configured;
+    }
+    let reserve = configured.reply_reserve();
+    // What the core plans with (`fit_budgets` caps), taken as given from here on: the
+    // caps would otherwise move with the calibrated window.
+    let levels = [Level::Permanent, Level::Session, Level::Working]
+        .map(|level| configured.level_budget(level));
+    let sum: u64 = levels.iter().map(|&b| u64::from(b)).sum();
+    let scaled = |level: u32| {
+        u32::try_from(u64::from(level) * u64::from(budget) / u64::from(real)).unwrap_or(u32::MAX)
+    };
+    let levels = if budget > real || sum > u64::from(budget) { levels.map(scaled) } else { levels };
+    let [permanent_budget, session_budget, working_budget] = levels;
+    Config {
+        context_window: budget.saturating_add(reserve),
+        reserved_for_reply: reserve,
+        permanent_budget,
+        session_budget,
+        working_budget,
+        fit_budgets: false,
+        ..*configured
     }
 }
 

@@ -31,7 +31,7 @@
 // The count cache serves `ExactCounter`; `CacheStats` is the sessions' stats type either way.
 #[cfg_attr(not(feature = "tokenizers"), allow(dead_code))]
 mod cache;
-mod calibration;
+pub(crate) mod calibration;
 #[cfg(feature = "tokenizers")]
 mod exact;
 mod overhead;
