@@ -91,18 +91,25 @@ impl Connection {
     /// request in progress is finished and the connection closed.
     async fn serve(mut self, http: http1::Builder, router: Router, stream: TcpStream) {
         self.app.metrics.connections.fetch_add(1, Relaxed);
-        let service = TowerToHyperService::new(router);
-        let mut conn = pin!(http.serve_connection(TokioIo::new(stream), service));
-        tokio::select! {
-            _ = conn.as_mut() => {}
-            // Resolves when the sender is dropped: the proxy is shutting down.
-            _ = self.stopped.changed() => {
-                conn.as_mut().graceful_shutdown();
-                let _ = conn.await;
+        {
+            let service = TowerToHyperService::new(router);
+            let mut conn = pin!(http.serve_connection(TokioIo::new(stream), service));
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                // Resolves when the sender is dropped: the proxy is shutting down.
+                _ = self.stopped.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
             }
         }
         self.app.metrics.connections.fetch_sub(1, Relaxed);
-        drop(self.permit);
+        // The app (its router's copy went with the connection) before the place under the
+        // limit: once every place is back, the proxy's shutdown holds the last reference and
+        // closes the stores off the async threads.
+        let Connection { app, permit, .. } = self;
+        drop(app);
+        drop(permit);
     }
 }
 

@@ -219,3 +219,26 @@ pub(super) fn fleet_builder(ports: &Ports, name: &str) -> SessionBuilder {
         .keep_checkpoints(KEEP_CHECKPOINTS)
         .checkpoint_interval_messages(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use ctxwin_std::store::postgres::testing::TestSchema;
+
+    use super::*;
+
+    #[test]
+    fn a_fleet_store_whose_last_handle_goes_on_an_async_thread_closes_there() {
+        let Some(schema) = TestSchema::new("proxy_store_drop") else { return };
+        let schema = schema.unwrap();
+        let stores = open_fleet(schema.url()).unwrap();
+        let Stores::Fleet(ports) = &stores else { unreachable!() };
+        // A connection idle in the pool, as after serving a request.
+        ports.archive.current_fence(&Scope::local("c")).unwrap();
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+        // As a connection task holding the last reference to the app at shutdown.
+        let dropped =
+            runtime.block_on(async move { tokio::spawn(async move { drop(stores) }).await });
+        assert!(dropped.is_ok(), "{dropped:?}");
+    }
+}

@@ -175,7 +175,8 @@ pub struct PgStore {
 }
 
 struct Inner {
-    pool: Pool,
+    /// `None` once dropped ([`Inner::drop`]).
+    pool: Option<Pool>,
     identity: String,
     /// This handle as a lease holder (`conversations.holder`): random, nonzero, drawn when
     /// the handle is opened.
@@ -183,6 +184,22 @@ struct Inner {
     /// The server and database, without credentials, for messages.
     place: String,
     options: PgOptions,
+}
+
+impl Drop for Inner {
+    /// Closes the pool's connections on a thread of its own, and waits for it. The
+    /// synchronous client closes a connection by blocking on a runtime of its own, which
+    /// panics on a thread that runs an async runtime ("Cannot start a runtime from within a
+    /// runtime"): a proxy's last handle may go with a connection task, on such a thread.
+    fn drop(&mut self) {
+        let Some(pool) = self.pool.take() else { return };
+        let closing = std::thread::Builder::new()
+            .name("ctxwin-pg-close".to_string())
+            .spawn(move || drop(pool));
+        if closing.is_ok_and(|thread| thread.join().is_err()) {
+            tracing::debug!("postgres store: closing the pool's connections failed");
+        }
+    }
 }
 
 impl std::fmt::Debug for PgStore {
@@ -303,6 +320,7 @@ impl PgStore {
         drop(conn);
         tracing::debug!(%place, version, "postgres store: opened");
         let holder = new_holder();
+        let pool = Some(pool);
         Ok(Self { inner: Arc::new(Inner { pool, identity, holder, place, options }) })
     }
 
@@ -313,7 +331,8 @@ impl PgStore {
 
     /// Connections open and idle now.
     pub fn pool_state(&self) -> PoolState {
-        let state = self.inner.pool.state();
+        let Some(pool) = &self.inner.pool else { return PoolState { connections: 0, idle: 0 } };
+        let state = pool.state();
         PoolState { connections: state.connections, idle: state.idle_connections }
     }
 
@@ -378,7 +397,11 @@ impl PgStore {
 
     /// Runs `work` on a pooled connection.
     fn run<T>(&self, work: impl FnOnce(&mut Client) -> Pg<T>) -> Result<T, StoreError> {
-        let mut conn = checkout(&self.inner.pool, &self.inner.place)?;
+        let pool = self.inner.pool.as_ref().ok_or_else(|| StoreError::Io {
+            detail: format!("{}: the store is closed", self.inner.place),
+            source: None,
+        })?;
+        let mut conn = checkout(pool, &self.inner.place)?;
         Ok(work(&mut conn)?)
     }
 
