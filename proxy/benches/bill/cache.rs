@@ -175,3 +175,50 @@ impl OpenAiCache {
         }
     }
 }
+
+/// Why a request's cache read would not reach into the messages (a diagnosis for the CSV; it
+/// bills nothing), from the cache as it is before the request is billed: `previous` is the
+/// prefix hashes of the conversation's previous request. The caller keeps it only for
+/// requests whose read did not reach the messages.
+///
+/// `first` (no previous request), `system` (the prompt changed before the messages: tools or
+/// system, e.g. a retrieved block), `head` (the first message changed: a compaction),
+/// `expired` (the unchanged messages' prefix was cached but its entry expired), `lookback`
+/// (it is cached and live, but more than 20 blocks before every breakpoint: Anthropic),
+/// `unwritten` (the messages kept their prefix but no breakpoint cached any of it),
+/// `minimum` (OpenAI: under 1,024 tokens or one step).
+pub fn miss_cause(
+    anthropic: Option<&AnthropicCache>,
+    openai: Option<&OpenAiCache>,
+    previous: Option<&[u64]>,
+    layout: &Layout,
+    now_ms: u64,
+) -> &'static str {
+    let Some(previous) = previous else { return "first" };
+    let prefixes = prefix_hashes(&layout.units);
+    let same = prefixes.iter().zip(previous).take_while(|(a, b)| a == b).count();
+    if same < layout.messages_start {
+        return "system";
+    }
+    if same == layout.messages_start {
+        return "head";
+    }
+    let shared = layout.messages_start..same;
+    let expiry = |i: usize| match (anthropic, openai) {
+        (Some(cache), _) => cache.entries.get(&prefixes[i]).copied(),
+        (_, Some(cache)) => cache.entries.get(&prefixes[i]).map(|&(_, expires)| expires),
+        _ => None,
+    };
+    let cached: Vec<(usize, u64)> =
+        shared.clone().filter_map(|i| expiry(i).map(|expires| (i, expires))).collect();
+    if cached.is_empty() {
+        return "unwritten";
+    }
+    if cached.iter().all(|&(_, expires)| expires <= now_ms) {
+        return "expired";
+    }
+    if anthropic.is_some() {
+        return "lookback";
+    }
+    "minimum"
+}

@@ -309,12 +309,12 @@ fn print_table(outcomes: &[Outcome], wires: &HashMap<&'static str, &Wire>, opena
 fn write_csv(dir: &str, o: &Outcome) {
     let by_step = o.by_step();
     let mut csv = String::from(
-        "step,status,stream,stream_identical,full_tokens,prompt,input,cache_write,cache_read,reads_messages,edits,hidden,client_us,upstream_us,sent_bytes,forwarded_bytes\n",
+        "step,status,stream,stream_identical,full_tokens,prompt,input,cache_write,cache_read,reads_messages,edits,hidden,client_us,upstream_us,sent_bytes,forwarded_bytes,miss\n",
     );
     for s in &o.sent {
         let r = by_step.get(&s.step).copied().cloned().unwrap_or_default();
         csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             s.step,
             s.status,
             s.stream,
@@ -330,7 +330,8 @@ fn write_csv(dir: &str, o: &Outcome) {
             s.client_us,
             r.upstream_us,
             s.body_bytes,
-            r.body_bytes
+            r.body_bytes,
+            r.miss
         ));
     }
     let _ = std::fs::create_dir_all(dir);

@@ -48,6 +48,9 @@ pub struct Record {
     /// The hidden ones' source `Read` call ids, each with whether its result was in the
     /// request (reduced) rather than gone.
     pub hidden_reads: Vec<(String, bool)>,
+    /// Why its cache read did not reach the messages ([`crate::cache::miss_cause`]), `-`
+    /// when it did.
+    pub miss: &'static str,
     /// Its own time, from the request read to the response ready, µs.
     pub upstream_us: u64,
     /// The request body's size.
@@ -68,6 +71,8 @@ struct Ledger {
     openai: OpenAiCache,
     records: Vec<Record>,
     streams: HashMap<(usize, usize), Vec<u8>>,
+    /// Each conversation's last billed prompt, as prefix hashes (for [`Record::miss`]).
+    last_prefixes: HashMap<usize, Vec<u64>>,
     unscripted: usize,
 }
 
@@ -180,10 +185,21 @@ impl Upstream {
         };
         let usage = {
             let mut ledger = lock(&self.ledger);
-            match conversation.provider {
+            let anthropic = conversation.provider == Provider::Anthropic;
+            let miss = crate::cache::miss_cause(
+                anthropic.then_some(&ledger.anthropic),
+                (!anthropic).then_some(&ledger.openai),
+                ledger.last_prefixes.get(&conv).map(Vec::as_slice),
+                &layout,
+                scripted.at_ms,
+            );
+            let usage = match conversation.provider {
                 Provider::Anthropic => ledger.anthropic.bill(&layout, scripted.at_ms),
                 Provider::OpenAi => ledger.openai.bill(&layout, scripted.at_ms),
-            }
+            };
+            ledger.last_prefixes.insert(conv, crate::tokens::prefix_hashes(&layout.units));
+            record.miss = if usage.reads_messages { "-" } else { miss };
+            usage
         };
         record.usage = usage;
         record.status = 200;
