@@ -209,6 +209,32 @@ pub use app::App;
 pub use config::{ConfigError, ProxyConfig};
 pub use routes::router;
 
+/// Each stored conversation's key and bill ([`conv::bill`]), from the newest checkpoints
+/// where `config` keeps the conversations (its state directory, or its fleet's database),
+/// the proxy running or not: what `ctxwin stats --proxy` shows. A state directory without an
+/// archive holds none (nothing is created).
+///
+/// # Errors
+/// What failed, naming the directory or the database.
+pub fn stored_bills(config: &ProxyConfig) -> Result<Vec<(String, conv::bill::Bill)>, String> {
+    let dir = &config.state_dir;
+    let read = || -> Result<_, conv::ConvError> {
+        let stores = match &config.store_url {
+            Some(url) => conv::open_fleet(url)?,
+            None if !dir.join("archive.db").is_file() => return Ok(Vec::new()),
+            None => conv::prepare_state(dir)?,
+        };
+        conv::stored_bills(&stores, dir)
+    };
+    // The synchronous PostgreSQL client blocks on a runtime of its own: not on an async thread.
+    std::thread::scope(|scope| scope.spawn(read).join())
+        .map_err(|_| "reading the stored bills panicked".to_string())?
+        .map_err(|e| match &config.store_url {
+            Some(url) => format!("store {}: {e}", ctxwin_std::store::Location::parse(url)),
+            None => format!("state directory {}: {e}", dir.display()),
+        })
+}
+
 /// Why [`run`] stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
