@@ -141,8 +141,14 @@
 //!   hop-by-hop ones and `x-ctxwin-*`) is forwarded upstream; headers are never logged, and
 //!   only message bodies reach the archive. Listening off loopback needs a proxy key
 //!   (`[proxy] api_key` / `CTXWIN_PROXY_KEY`) that clients send as `x-ctxwin-key`. Bodies
-//!   above `body_limit` are refused with 413. With a proxy key, `/metrics` needs it too
-//!   (`x-ctxwin-key`, or `Authorization: Bearer KEY` as Prometheus sends it).
+//!   above `body_limit` are refused with 413. With a proxy key, `/metrics` and
+//!   `/metrics/conversations` need it too (`x-ctxwin-key`, or `Authorization: Bearer KEY` as
+//!   Prometheus sends it).
+//! * **What it costs** ([`conv::bill`], [`bills`]). Each conversation keeps its bill in its
+//!   checkpoints: the upstream's billed prompt tokens, against an estimate of sending the
+//!   client's body direct, and the stable share of its forwarded prompts' bytes; `/metrics`
+//!   has the totals and the ten largest bills, `/metrics/conversations` each conversation's,
+//!   [`stored_bills`] (`ctxwin stats --proxy`) reads them from the checkpoints.
 //! * **Slow clients** ([`connections`]). A connection has `header_timeout` to send a
 //!   request's headers (from when it opens or its previous answer ends: idle keep-alive
 //!   connections are reaped by it too) and a request `body_timeout` for its body (then 408);
@@ -188,6 +194,7 @@
 
 pub mod app;
 pub mod assemble;
+pub mod bills;
 pub mod config;
 pub mod connections;
 pub mod conv;

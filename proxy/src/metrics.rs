@@ -1,30 +1,11 @@
-//! Counters for `GET /metrics` (Prometheus text format), and the conversations' bills for
-//! `GET /metrics/conversations` (JSON).
-//!
-//! Per-conversation numbers are not Prometheus series for every conversation: a proxy serves
-//! thousands, and a label per conversation would make as many series, each kept by the
-//! server for its retention. `/metrics` carries the totals and the [`TOP_CONVERSATIONS`]
-//! conversations with the largest bills (a bounded set of series whose members change);
-//! `/metrics/conversations` lists the bill of each conversation answered since the proxy
-//! started (at most [`TRACKED_CONVERSATIONS`], the least recently answered dropped first),
-//! cumulative since the conversation began: the bills are kept in each conversation's
-//! checkpoints ([`crate::conv::bill`]).
+//! Counters for `GET /metrics` (Prometheus text format). The conversations' own bills, and
+//! the largest of them on `/metrics`, are `crate::bills`'.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
-
-use serde_json::{Value, json};
-
-use crate::conv::bill::Bill;
-
-/// Conversations with the largest bills on `/metrics`.
-pub const TOP_CONVERSATIONS: usize = 10;
-
-/// Conversations whose bills `/metrics/conversations` lists at most.
-pub const TRACKED_CONVERSATIONS: usize = 10_000;
 
 /// Upper bounds of the added-latency histogram, in seconds.
 const BUCKETS: [f64; 12] =
@@ -74,17 +55,14 @@ pub struct Metrics {
     pub tasks_under_2x: AtomicU64,
     /// Sum of the finished tasks' compression ratios, in thousandths.
     tasks_ratio_milli: AtomicU64,
-    /// The bills' cost, thousandths of a base-input token ([`Bill::billed_milli`]).
-    billed_milli: AtomicU64,
-    /// The direct estimates' cost, same unit ([`Bill::direct_milli`]).
-    direct_milli: AtomicU64,
-    /// Forwarded prompt bytes measured against the conversation's previous prompt.
-    prompt_bytes: AtomicU64,
+    /// The bills' cost, thousandths of a base-input token (`crate::conv::bill`).
+    pub billed_milli: AtomicU64,
+    /// The direct estimates' cost, same unit.
+    pub direct_milli: AtomicU64,
+    /// Forwarded prompt bytes measured against the conversation's previous forwarded prompt.
+    pub prompt_bytes: AtomicU64,
     /// Of those, the stable prefixes' bytes.
-    stable_bytes: AtomicU64,
-    /// Each conversation's bill, with when it was last updated (a count).
-    bills: Mutex<HashMap<String, (u64, Bill)>>,
-    bills_clock: AtomicU64,
+    pub stable_bytes: AtomicU64,
     latency: [AtomicU64; BUCKETS.len() + 1],
     latency_sum_ns: AtomicU64,
     samples: Mutex<Option<Vec<u32>>>,
@@ -98,53 +76,6 @@ impl Metrics {
             self.tasks_under_2x.fetch_add(1, Relaxed);
         }
         self.tasks_ratio_milli.fetch_add((ratio * 1000.0).round() as u64, Relaxed);
-    }
-
-    /// Takes conversation `key`'s bill after an answer (`before` it): the totals grow by the
-    /// difference, and the conversation's entry is replaced.
-    pub fn conversation_bill(&self, key: &str, before: &Bill, after: &Bill) {
-        let grow = |total: &AtomicU64, a: u64, b: u64| {
-            total.fetch_add(b.saturating_sub(a), Relaxed);
-        };
-        grow(&self.billed_milli, before.billed_milli, after.billed_milli);
-        grow(&self.direct_milli, before.direct_milli, after.direct_milli);
-        grow(&self.prompt_bytes, before.prompt_bytes, after.prompt_bytes);
-        grow(&self.stable_bytes, before.stable_bytes, after.stable_bytes);
-        let now = self.bills_clock.fetch_add(1, Relaxed);
-        let mut bills = self.bills.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if bills.len() >= TRACKED_CONVERSATIONS && !bills.contains_key(key) {
-            let oldest = bills.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                bills.remove(&oldest);
-            }
-        }
-        bills.insert(key.to_string(), (now, after.clone()));
-    }
-
-    /// The conversations' bills, largest first, and the totals, as JSON
-    /// (`GET /metrics/conversations`).
-    pub fn conversations_json(&self) -> Value {
-        let bills = self.bills.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut list: Vec<(&String, &Bill)> = bills.iter().map(|(k, (_, b))| (k, b)).collect();
-        list.sort_by(|a, b| b.1.billed_milli.cmp(&a.1.billed_milli).then(a.0.cmp(b.0)));
-        let conversations: Vec<Value> =
-            list.iter().map(|(key, bill)| bill_json(Some(key), bill)).collect();
-        let total = Bill {
-            billed_milli: self.billed_milli.load(Relaxed),
-            direct_milli: self.direct_milli.load(Relaxed),
-            prompt_bytes: self.prompt_bytes.load(Relaxed),
-            stable_bytes: self.stable_bytes.load(Relaxed),
-            uncached: self.billed_uncached.load(Relaxed),
-            cache_write: self.billed_cache_write.load(Relaxed),
-            cache_read: self.billed_cache_read.load(Relaxed),
-            requests: bills.values().map(|(_, b)| b.requests).sum(),
-            ..Bill::default()
-        };
-        json!({
-            "total": bill_json(None, &total),
-            "conversations": conversations,
-            "tracked_at_most": TRACKED_CONVERSATIONS,
-        })
     }
 
     /// Counts a request answered with `status` on `endpoint`.
@@ -296,8 +227,7 @@ ctxwin_proxy_task_summaries_under_2x_total {under}"
         }
     }
 
-    /// The bill against the direct estimate, the stable prefix's bytes, and the conversations
-    /// with the largest bills.
+    /// The bill against the direct estimate, and the stable prefix's bytes.
     fn render_bills(&self, out: &mut String) {
         let (billed, direct) = (self.billed_milli.load(Relaxed), self.direct_milli.load(Relaxed));
         let name = "ctxwin_proxy_upstream_cost_tokens_total";
@@ -319,25 +249,6 @@ ctxwin_proxy_task_summaries_under_2x_total {under}"
             self.prompt_bytes.load(Relaxed),
             self.stable_bytes.load(Relaxed)
         );
-        let bills = self.bills.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut top: Vec<(&String, &Bill)> = bills.iter().map(|(k, (_, b))| (k, b)).collect();
-        top.sort_by(|a, b| b.1.billed_milli.cmp(&a.1.billed_milli).then(a.0.cmp(b.0)));
-        let name = "ctxwin_proxy_conversation_cost_tokens";
-        let _ = writeln!(
-            out,
-            "# HELP {name} The {TOP_CONVERSATIONS} conversations with the largest bills: billed and direct-estimate cost in base-input tokens since each began (all of them: /metrics/conversations).\n# TYPE {name} gauge"
-        );
-        for (key, bill) in top.into_iter().take(TOP_CONVERSATIONS) {
-            for (kind, milli) in
-                [("billed", bill.billed_milli), ("direct_estimate", bill.direct_milli)]
-            {
-                let _ = writeln!(
-                    out,
-                    "{name}{{conversation=\"{key}\",kind=\"{kind}\"}} {}",
-                    milli as f64 / 1000.0
-                );
-            }
-        }
     }
 
     /// The added-latency histogram, in the Prometheus text exposition.
@@ -362,31 +273,6 @@ ctxwin_proxy_task_summaries_under_2x_total {under}"
         );
         let _ = writeln!(out, "ctxwin_proxy_added_latency_seconds_count {cumulative}");
     }
-}
-
-/// A bill as JSON: billed tokens, costs (in base-input tokens), ratios (`null` before there
-/// is anything to divide by); `key` names its conversation.
-///
-/// ```
-/// use ctxwin_proxy::conv::bill::Bill;
-/// let bill = Bill { requests: 1, billed_milli: 500, direct_milli: 1_000, ..Bill::default() };
-/// let json = ctxwin_proxy::metrics::bill_json(Some("t.c"), &bill);
-/// assert_eq!((json["bill_vs_direct"].as_f64(), json["conversation"].as_str()), (Some(0.5), Some("t.c")));
-/// assert!(json["stable_prefix_share"].is_null());
-/// ```
-pub fn bill_json(key: Option<&str>, bill: &Bill) -> Value {
-    json!({
-        "conversation": key,
-        "requests": bill.requests,
-        "billed_tokens": {"uncached": bill.uncached, "cache_write": bill.cache_write, "cache_read": bill.cache_read},
-        "cache_read_share": bill.cache_read_share(),
-        "billed_cost": bill.billed_milli as f64 / 1000.0,
-        "direct_estimate_cost": bill.direct_milli as f64 / 1000.0,
-        "bill_vs_direct": bill.vs_direct(),
-        "prompt_bytes_measured": bill.prompt_bytes,
-        "stable_prefix_bytes": bill.stable_bytes,
-        "stable_prefix_share": bill.stable_share(),
-    })
 }
 
 #[cfg(test)]
@@ -420,54 +306,5 @@ mod tests {
             text.contains("ctxwin_proxy_upstream_prompt_tokens_total{kind=\"cache_read\"} 900"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn conversation_bills_add_to_the_totals_and_the_top_is_bounded() {
-        let m = Metrics::default();
-        for n in 0..(TOP_CONVERSATIONS as u64 + 5) {
-            let after = Bill {
-                requests: 1,
-                billed_milli: 1_000 * (n + 1),
-                direct_milli: 2_000 * (n + 1),
-                prompt_bytes: 100,
-                stable_bytes: 90,
-                ..Bill::default()
-            };
-            m.conversation_bill(&format!("t.c{n:02}"), &Bill::default(), &after);
-        }
-        let text = m.render();
-        let series = text
-            .lines()
-            .filter(|l| l.starts_with("ctxwin_proxy_conversation_cost_tokens{"))
-            .count();
-        assert_eq!(series, 2 * TOP_CONVERSATIONS, "{text}");
-        assert!(
-            text.contains(
-                "ctxwin_proxy_conversation_cost_tokens{conversation=\"t.c14\",kind=\"billed\"} 15\n"
-            ),
-            "{text}"
-        );
-        assert!(!text.contains("conversation=\"t.c00\""), "{text}");
-        assert!(text.contains("ctxwin_proxy_bill_vs_direct 0.5\n"), "{text}");
-        assert!(text.contains("ctxwin_proxy_cache_stable_share 0.9\n"), "{text}");
-        // A conversation's next answer adds only what grew.
-        let before =
-            Bill { requests: 1, billed_milli: 1_000, direct_milli: 2_000, ..Bill::default() };
-        let after =
-            Bill { requests: 2, billed_milli: 1_500, direct_milli: 4_000, ..Bill::default() };
-        m.conversation_bill("t.c00", &before, &after);
-        let json = m.conversations_json();
-        assert_eq!(json["conversations"].as_array().unwrap().len(), TOP_CONVERSATIONS + 5);
-        assert_eq!(json["conversations"][0]["conversation"], "t.c14");
-        let total = &json["total"];
-        assert_eq!(total["billed_cost"].as_f64(), Some((1..=15).sum::<u64>() as f64 + 0.5));
-        let c00 = json["conversations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["conversation"] == "t.c00")
-            .unwrap();
-        assert_eq!(c00["bill_vs_direct"].as_f64(), Some(0.375));
     }
 }

@@ -136,7 +136,7 @@ async fn finish_answer(app: Arc<App>, mut guard: Guard, answer: Option<Answer>, 
                     tracing::warn!(session = conv.key(), %error, "proxy: answer not recorded")
                 }
             }
-            metrics_app.metrics.conversation_bill(conv.key(), &before, conv.bill());
+            metrics_app.bills.record(&metrics_app.metrics, conv.key(), &before, conv.bill());
             if conv.exchange_done(every)
                 && let Err(error) = conv.checkpoint()
             {

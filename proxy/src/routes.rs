@@ -92,7 +92,9 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if let Some(refused) = metrics_refused(&app, &headers) {
         return refused;
     }
-    let mut response = app.metrics.render().into_response();
+    let mut text = app.metrics.render();
+    app.bills.render_top(&mut text);
+    let mut response = text.into_response();
     response.headers_mut().insert(
         "content-type",
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -101,12 +103,12 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
 }
 
 /// `GET /metrics/conversations`: each conversation's bill as JSON
-/// ([`crate::metrics::Metrics::conversations_json`]), with the same key as `/metrics`.
+/// ([`crate::bills::Bills::json`]), with the same key as `/metrics`.
 async fn conversations(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if let Some(refused) = metrics_refused(&app, &headers) {
         return refused;
     }
-    let mut response = app.metrics.conversations_json().to_string().into_response();
+    let mut response = app.bills.json(&app.metrics).to_string().into_response();
     response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
     response
 }

@@ -4,8 +4,8 @@
 //! of the forwarded prompts' bytes. As a table, or with `--json` as the same numbers the
 //! proxy's `/metrics/conversations` serves.
 
+use ctxwin_proxy::bills::bill_json;
 use ctxwin_proxy::conv::bill::Bill;
-use ctxwin_proxy::metrics::bill_json;
 use serde_json::json;
 
 use crate::args::ProxyArgs;
