@@ -71,8 +71,9 @@ pub(crate) enum Command {
     Import(ImportArgs),
     /// Print the payload to send now (`ctxwin build > context.json`).
     Build(BuildArgs),
-    /// Show tokens used per level, messages, summaries and compression.
-    Stats,
+    /// Show tokens used per level, messages, summaries and compression; with `--proxy`, what
+    /// each conversation of `ctxwin proxy` cost.
+    Stats(StatsArgs),
     /// Force a compression pass now: the strategy evicts (and summarizes) down to a target.
     Compress(CompressArgs),
     /// Fold the oldest history into the rolling summary now.
@@ -104,6 +105,18 @@ pub(crate) enum Command {
     /// Start a task (`task start "goal"`), finish the running one (`task done [OUTCOME]`) or
     /// list them: a finished task leaves one structured summary and its messages leave first.
     Task(TaskArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatsArgs {
+    /// The proxy's conversations instead of the CLI's session (where `ctxwin proxy` keeps
+    /// them: its `[proxy]` settings): each one's billed prompt tokens (uncached, cache write,
+    /// cache read), its bill against an estimate of sending the client's body direct, and
+    /// the share of its forwarded prompts' bytes that the previous prompt began with. From
+    /// the conversations' newest checkpoints; the running proxy's live numbers are at
+    /// `/metrics` and `/metrics/conversations`.
+    #[arg(long)]
+    pub proxy: bool,
 }
 
 #[derive(Debug, Args)]
@@ -448,6 +461,10 @@ mod tests {
         let parsed = Cli::try_parse_from(["ctxwin", "stats", "--json", "--dir", "/tmp/x"]).unwrap();
         assert!(parsed.json);
         assert_eq!(parsed.dir, PathBuf::from("/tmp/x"));
+        let Command::Stats(stats) = parsed.command else { panic!("not stats") };
+        assert!(!stats.proxy);
+        let parsed = Cli::try_parse_from(["ctxwin", "stats", "--proxy"]).unwrap();
+        assert!(matches!(parsed.command, Command::Stats(StatsArgs { proxy: true })));
     }
 
     #[test]

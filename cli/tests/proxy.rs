@@ -138,6 +138,16 @@ fn the_proxy_forwards_a_managed_request_and_returns_the_answer() {
         assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
         let status = child.0.wait().unwrap();
         assert_eq!(status.code(), Some(0), "{status}");
+        // What the conversation cost, from its checkpoint, the proxy stopped.
+        let stats = Command::new(env!("CARGO_BIN_EXE_ctxwin"))
+            .env_remove("CTXWIN_DIR")
+            .args(["--dir", state.to_str().unwrap(), "stats", "--proxy", "--json"])
+            .output()
+            .unwrap();
+        assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
+        let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+        assert_eq!(stats["total"]["requests"], 1, "{stats}");
+        assert_eq!(stats["conversations"].as_array().map(Vec::len), Some(1), "{stats}");
     }
 }
 

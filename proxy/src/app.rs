@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
+use crate::bills::Bills;
 use crate::config::ProxyConfig;
 use crate::conv::{
     Conv, ConvError, ConvSettings, Stores, is_tenant_key, open_stores, persisted_keys,
@@ -40,6 +41,8 @@ pub struct App {
     pub config: ProxyConfig,
     /// The counters.
     pub metrics: Metrics,
+    /// Each conversation's bill after its latest answer.
+    pub bills: Bills,
     /// The upstream's HTTP client.
     pub client: reqwest::Client,
     /// Names tenants and conversations ([`crate::keys`]).
@@ -83,6 +86,7 @@ impl App {
         Ok(Arc::new(Self {
             config,
             metrics: Metrics::default(),
+            bills: Bills::default(),
             client,
             keys,
             pool: if stores.is_fleet() {

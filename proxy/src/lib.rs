@@ -141,8 +141,14 @@
 //!   hop-by-hop ones and `x-ctxwin-*`) is forwarded upstream; headers are never logged, and
 //!   only message bodies reach the archive. Listening off loopback needs a proxy key
 //!   (`[proxy] api_key` / `CTXWIN_PROXY_KEY`) that clients send as `x-ctxwin-key`. Bodies
-//!   above `body_limit` are refused with 413. With a proxy key, `/metrics` needs it too
-//!   (`x-ctxwin-key`, or `Authorization: Bearer KEY` as Prometheus sends it).
+//!   above `body_limit` are refused with 413. With a proxy key, `/metrics` and
+//!   `/metrics/conversations` need it too (`x-ctxwin-key`, or `Authorization: Bearer KEY` as
+//!   Prometheus sends it).
+//! * **What it costs** ([`conv::bill`], [`bills`]). Each conversation keeps its bill in its
+//!   checkpoints: the upstream's billed prompt tokens, against an estimate of sending the
+//!   client's body direct, and the stable share of its forwarded prompts' bytes; `/metrics`
+//!   has the totals and the ten largest bills, `/metrics/conversations` each conversation's,
+//!   [`stored_bills`] (`ctxwin stats --proxy`) reads them from the checkpoints.
 //! * **Slow clients** ([`connections`]). A connection has `header_timeout` to send a
 //!   request's headers (from when it opens or its previous answer ends: idle keep-alive
 //!   connections are reaped by it too) and a request `body_timeout` for its body (then 408);
@@ -188,6 +194,7 @@
 
 pub mod app;
 pub mod assemble;
+pub mod bills;
 pub mod config;
 pub mod connections;
 pub mod conv;
@@ -208,6 +215,32 @@ use std::sync::Arc;
 pub use app::App;
 pub use config::{ConfigError, ProxyConfig};
 pub use routes::router;
+
+/// Each stored conversation's key and bill ([`conv::bill`]), from the newest checkpoints
+/// where `config` keeps the conversations (its state directory, or its fleet's database),
+/// the proxy running or not: what `ctxwin stats --proxy` shows. A state directory without an
+/// archive holds none (nothing is created).
+///
+/// # Errors
+/// What failed, naming the directory or the database.
+pub fn stored_bills(config: &ProxyConfig) -> Result<Vec<(String, conv::bill::Bill)>, String> {
+    let dir = &config.state_dir;
+    let read = || -> Result<_, conv::ConvError> {
+        let stores = match &config.store_url {
+            Some(url) => conv::open_fleet(url)?,
+            None if !dir.join("archive.db").is_file() => return Ok(Vec::new()),
+            None => conv::prepare_state(dir)?,
+        };
+        conv::stored_bills(&stores, dir)
+    };
+    // The synchronous PostgreSQL client blocks on a runtime of its own: not on an async thread.
+    std::thread::scope(|scope| scope.spawn(read).join())
+        .map_err(|_| "reading the stored bills panicked".to_string())?
+        .map_err(|e| match &config.store_url {
+            Some(url) => format!("store {}: {e}", ctxwin_std::store::Location::parse(url)),
+            None => format!("state directory {}: {e}", dir.display()),
+        })
+}
 
 /// Why [`run`] stopped.
 #[derive(Debug, thiserror::Error)]

@@ -1,4 +1,5 @@
-//! Counters for `GET /metrics` (Prometheus text format).
+//! Counters for `GET /metrics` (Prometheus text format). The conversations' own bills, and
+//! the largest of them on `/metrics`, are `crate::bills`'.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -54,6 +55,14 @@ pub struct Metrics {
     pub tasks_under_2x: AtomicU64,
     /// Sum of the finished tasks' compression ratios, in thousandths.
     tasks_ratio_milli: AtomicU64,
+    /// The bills' cost, thousandths of a base-input token (`crate::conv::bill`).
+    pub billed_milli: AtomicU64,
+    /// The direct estimates' cost, same unit.
+    pub direct_milli: AtomicU64,
+    /// Forwarded prompt bytes measured against the conversation's previous forwarded prompt.
+    pub prompt_bytes: AtomicU64,
+    /// Of those, the stable prefixes' bytes.
+    pub stable_bytes: AtomicU64,
     latency: [AtomicU64; BUCKETS.len() + 1],
     latency_sum_ns: AtomicU64,
     samples: Mutex<Option<Vec<u32>>>,
@@ -135,7 +144,7 @@ impl Metrics {
             ("managed_requests_total", "Managed requests forwarded upstream.", &self.managed),
             (
                 "cache_stable_requests_total",
-                "Managed requests whose message prefix was unchanged since the conversation's previous request.",
+                "Managed requests whose emitted messages (by session id, not bytes) began with the conversation's previous request's: the prompt's bytes are ctxwin_proxy_cache_stable_share.",
                 &self.cache_stable,
             ),
             (
@@ -159,15 +168,11 @@ impl Metrics {
             let (name, value) = (format!("ctxwin_proxy_{name}"), value.load(Relaxed));
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
         }
-        let managed = self.managed.load(Relaxed);
-        let share = if managed == 0 {
-            0.0
-        } else {
-            self.cache_stable.load(Relaxed) as f64 / managed as f64
-        };
+        let (prompt, stable) = (self.prompt_bytes.load(Relaxed), self.stable_bytes.load(Relaxed));
+        let share = if prompt == 0 { 0.0 } else { stable as f64 / prompt as f64 };
         let _ = writeln!(
             out,
-            "# HELP ctxwin_proxy_cache_stable_share Share of managed requests with a stable prefix.\n# TYPE ctxwin_proxy_cache_stable_share gauge\nctxwin_proxy_cache_stable_share {share}"
+            "# HELP ctxwin_proxy_cache_stable_share Forwarded prompt bytes (tools, system, messages) in the common prefix with the conversation's previous forwarded prompt, over all forwarded prompt bytes measured.\n# TYPE ctxwin_proxy_cache_stable_share gauge\nctxwin_proxy_cache_stable_share {share}"
         );
         let _ = writeln!(
             out,
@@ -181,6 +186,7 @@ impl Metrics {
         );
         self.render_tasks(&mut out);
         self.render_billed(&mut out);
+        self.render_bills(&mut out);
         self.render_latency(&mut out);
         out
     }
@@ -219,6 +225,30 @@ ctxwin_proxy_task_summaries_under_2x_total {under}"
         ] {
             let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {}", value.load(Relaxed));
         }
+    }
+
+    /// The bill against the direct estimate, and the stable prefix's bytes.
+    fn render_bills(&self, out: &mut String) {
+        let (billed, direct) = (self.billed_milli.load(Relaxed), self.direct_milli.load(Relaxed));
+        let name = "ctxwin_proxy_upstream_cost_tokens_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Prompt cost in base-input tokens (cache writes and reads at their prices): the upstream's bill, and the estimate of sending the clients' bodies direct.\n# TYPE {name} counter\n{name}{{kind=\"billed\"}} {}\n{name}{{kind=\"direct_estimate\"}} {}",
+            billed as f64 / 1000.0,
+            direct as f64 / 1000.0
+        );
+        let ratio = if direct == 0 { 0.0 } else { billed as f64 / direct as f64 };
+        let _ = writeln!(
+            out,
+            "# HELP ctxwin_proxy_bill_vs_direct The upstream's bill over the estimate of sending the clients' bodies direct.\n# TYPE ctxwin_proxy_bill_vs_direct gauge\nctxwin_proxy_bill_vs_direct {ratio}"
+        );
+        let name = "ctxwin_proxy_forwarded_prompt_bytes_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Forwarded prompt bytes compared with the conversation's previous forwarded prompt, and of them the common prefix.\n# TYPE {name} counter\n{name}{{part=\"measured\"}} {}\n{name}{{part=\"stable_prefix\"}} {}",
+            self.prompt_bytes.load(Relaxed),
+            self.stable_bytes.load(Relaxed)
+        );
     }
 
     /// The added-latency histogram, in the Prometheus text exposition.
@@ -269,6 +299,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ctxwin_proxy_added_latency_seconds_count 1"), "{text}");
+        assert!(text.contains("ctxwin_proxy_bill_vs_direct 0\n"), "{text}");
         m.billed_cache_read.fetch_add(900, Relaxed);
         let text = m.render();
         assert!(

@@ -230,7 +230,8 @@ fn take_attempt(
     }
 }
 
-/// Composes the payload of a request whose messages were taken.
+/// Composes the payload of a request whose messages were taken, measured for the
+/// conversation's bill ([`Conv::measure`]).
 fn compose(
     guard: &mut Guard,
     request: &Request,
@@ -239,6 +240,7 @@ fn compose(
 ) -> Result<Step, ConvError> {
     let conv = guard.as_mut().ok_or(ConvError::Unloaded)?;
     let mut composed = conv.compose(request)?;
+    conv.measure(request, &composed);
     composed.evicted += evicted;
     Ok(Step::Composed(composed, tokens_in))
 }

@@ -123,17 +123,20 @@ async fn finish_answer(app: Arc<App>, mut guard: Guard, answer: Option<Answer>, 
         app.metrics.billed_cache_write.fetch_add(billed.cache_write, Relaxed);
         app.metrics.billed_cache_read.fetch_add(billed.cache_read, Relaxed);
     }
+    let metrics_app = app.clone();
     let finish = move || {
         let mut evicted = 0;
         if let Some(conv) = guard.as_mut()
             && let Some(answer) = answer
         {
+            let before = conv.bill().clone();
             match conv.record_answer(&answer, sent_tokens) {
                 Ok(n) => evicted = n,
                 Err(error) => {
                     tracing::warn!(session = conv.key(), %error, "proxy: answer not recorded")
                 }
             }
+            metrics_app.bills.record(&metrics_app.metrics, conv.key(), &before, conv.bill());
             if conv.exchange_done(every)
                 && let Err(error) = conv.checkpoint()
             {

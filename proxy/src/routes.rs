@@ -1,5 +1,5 @@
-//! The router: the two managed endpoints, `/metrics`, and every other path passed through,
-//! each a short handler inside the layers of [`crate::middleware`].
+//! The router: the two managed endpoints, `/metrics` and `/metrics/conversations`, and every
+//! other path passed through, each a short handler inside the layers of [`crate::middleware`].
 
 use std::sync::Arc;
 
@@ -35,6 +35,10 @@ pub fn router(app: Arc<App>) -> Router {
                 .fallback(wrong_method(anthropic, "POST")),
         )
         .route("/metrics", get(metrics).fallback(wrong_method(Endpoint::Passthrough, "GET, HEAD")))
+        .route(
+            "/metrics/conversations",
+            get(conversations).fallback(wrong_method(Endpoint::Passthrough, "GET, HEAD")),
+        )
         .fallback_service(other)
         // The body limit is the proxy's own ([`crate::middleware`]), in the provider's format.
         .layer(DefaultBodyLimit::disable())
@@ -85,24 +89,45 @@ fn wrong_method(
 /// `Authorization: Bearer KEY`, which Prometheus scrape configs send): the counts tell who
 /// uses the proxy how much.
 async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = metrics_refused(&app, &headers) {
+        return refused;
+    }
+    let mut text = app.metrics.render();
+    app.bills.render_top(&mut text);
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+/// `GET /metrics/conversations`: each conversation's bill as JSON
+/// ([`crate::bills::Bills::json`]), with the same key as `/metrics`.
+async fn conversations(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = metrics_refused(&app, &headers) {
+        return refused;
+    }
+    let mut response = app.bills.json(&app.metrics).to_string().into_response();
+    response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The 401 for a metrics request without the proxy key, when one is set.
+fn metrics_refused(app: &App, headers: &HeaderMap) -> Option<Response> {
     let bearer = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .zip(app.config.proxy_key.as_deref().filter(|k| !k.is_empty()))
         .is_some_and(|(given, key)| same_bytes(given.as_bytes(), key.as_bytes()));
-    if !authorized(&app, &headers) && !bearer {
-        app.metrics.request("metrics", 401);
-        let message =
-            format!("missing or wrong {KEY_HEADER} (or Authorization: Bearer with the proxy key)");
-        return Failure::new(StatusCode::UNAUTHORIZED, message).respond(None);
+    if authorized(app, headers) || bearer {
+        return None;
     }
-    let mut response = app.metrics.render().into_response();
-    response.headers_mut().insert(
-        "content-type",
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    response
+    app.metrics.request("metrics", 401);
+    let message =
+        format!("missing or wrong {KEY_HEADER} (or Authorization: Bearer with the proxy key)");
+    Some(Failure::new(StatusCode::UNAUTHORIZED, message).respond(None))
 }
 
 /// Any other path: forwarded as it is, the answer streamed back.

@@ -5,6 +5,6 @@
 
 pub use ctxwin_std::format::fingerprint::raw_hash;
 pub use ctxwin_std::format::{
-    Analyzed, BadRequest, KeptPart, ManagedBody, Opaque, Part, Provider, Request, analyze_item,
-    analyze_message, raw_hashes,
+    Analyzed, BadRequest, KeptPart, ManagedBody, Opaque, Part, PromptRanges, Provider, Request,
+    analyze_item, analyze_message, raw_hashes,
 };

@@ -548,6 +548,11 @@ async fn the_proxy_key_is_required_when_set() {
     let response =
         client.get(proxy.url("/metrics")).header("x-ctxwin-key", "pk-1").send().await.unwrap();
     assert_eq!(response.status(), 200);
+    // Each conversation's bill: the same key.
+    let conversations = proxy.url("/metrics/conversations");
+    assert_eq!(client.get(&conversations).send().await.unwrap().status(), 401);
+    let response = client.get(&conversations).bearer_auth("pk-1").send().await.unwrap();
+    assert_eq!(response.status(), 200);
     let response = client
         .post(proxy.url("/v1/chat/completions"))
         .header("x-ctxwin-key", "pk-1")

@@ -22,7 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("keys", &["keys"]),
     ("conversations", &["conv"]),
     ("edges", &["errors", "upstream"]),
-    ("registry", &["app"]),
+    ("registry", &["app", "bills"]),
     ("responses", &["respond"]),
     ("requests", &["pipeline", "middleware"]),
     ("routes", &["routes"]),

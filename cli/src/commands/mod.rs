@@ -13,6 +13,8 @@ mod proxy;
 mod prune;
 mod search;
 mod stats;
+#[cfg(feature = "proxy")]
+mod stats_proxy;
 mod task;
 mod trim;
 
@@ -65,7 +67,13 @@ pub(crate) fn dispatch(cli: &Cli) -> Result<Output, CliError> {
                 build::run(s, w, args)
             })
         }
-        Command::Stats => on_session(&globals, "stats", same, Checkpointing::Never, stats::run),
+        #[cfg(feature = "proxy")]
+        Command::Stats(args) if args.proxy => stats_proxy::run(&globals),
+        #[cfg(not(feature = "proxy"))]
+        Command::Stats(args) if args.proxy => {
+            Err(CliError::without_feature("proxy", "`ctxwin stats --proxy`"))
+        }
+        Command::Stats(_) => on_session(&globals, "stats", same, Checkpointing::Never, stats::run),
         Command::Compress(args) => on_session(
             &globals,
             "compress",
@@ -113,7 +121,7 @@ fn name(command: &Command) -> &'static str {
         Command::Add(_) => "add",
         Command::Import(_) => "import",
         Command::Build(_) => "build",
-        Command::Stats => "stats",
+        Command::Stats(_) => "stats",
         Command::Compress(_) => "compress",
         Command::Summarize(_) => "summarize",
         Command::Checkpoint => "checkpoint",

@@ -338,6 +338,10 @@ fn write_csv(dir: &str, o: &Outcome) {
     let _ = std::fs::write(format!("{dir}/{}.csv", o.spec.name), csv);
 }
 
+/// The body sizes the latency mode reports apart: the lower bound in bytes, and its label.
+const SIZE_BUCKETS: [(usize, &str); 3] =
+    [(0, "under 0.5 MB"), (500_000, "0.5–1 MB"), (1_000_000, "1 MB and over")];
+
 /// The latency mode's settings.
 struct LatencyPlan {
     seed: u64,
@@ -414,6 +418,7 @@ async fn latency(http: &reqwest::Client, plan: &LatencyPlan, conversations: usiz
         let cpu = proxy.as_ref().map(ProxyProcess::cpu_ms);
         let records = upstream.records();
         let (mut steady, mut catch_up) = (Vec::new(), Vec::new());
+        let mut by_size: Vec<Vec<f64>> = vec![Vec::new(); SIZE_BUCKETS.len()];
         let mut failures: HashMap<String, usize> = HashMap::new();
         let mut sizes = (usize::MAX, 0usize);
         for (conv, sent) in &all {
@@ -435,6 +440,13 @@ async fn latency(http: &reqwest::Client, plan: &LatencyPlan, conversations: usiz
             }
             let (a, b): (Vec<Sent>, Vec<Sent>) =
                 sent.iter().cloned().partition(|s| steady_steps.contains(&s.step));
+            for s in &a {
+                let ms = added_ms(std::slice::from_ref(s), &by_step);
+                let bucket = SIZE_BUCKETS.iter().rposition(|&(low, _)| s.body_bytes >= low);
+                if let (Some(&ms), Some(bucket)) = (ms.first(), bucket) {
+                    by_size[bucket].push(ms);
+                }
+            }
             steady.extend(added_ms(&a, &by_step));
             catch_up.extend(added_ms(&b, &by_step));
         }
@@ -458,6 +470,17 @@ async fn latency(http: &reqwest::Client, plan: &LatencyPlan, conversations: usiz
             percentile(&catch_up, 0.5),
             percentile(&catch_up, 0.99),
         );
+        for ((_, label), mut added) in SIZE_BUCKETS.iter().zip(by_size) {
+            added.sort_by(f64::total_cmp);
+            if !added.is_empty() {
+                println!(
+                    "      steady, bodies {label}: p50 {:.1} ms, p99 {:.1} ms ({} requests)",
+                    percentile(&added, 0.5),
+                    percentile(&added, 0.99),
+                    added.len()
+                );
+            }
+        }
         if let Some(cpu) = cpu {
             let requests: usize = all.iter().map(|(_, sent)| sent.len()).sum();
             println!("      proxy CPU {:.1} ms per request", cpu as f64 / requests.max(1) as f64);

@@ -9,7 +9,8 @@ use super::{Conv, ConvError, FLEET_CHECKPOINT_ROWS};
 use crate::assemble::Answer;
 
 impl Conv {
-    /// Keeps the upstream's answer for the next request, usage fed to the calibrator now. An
+    /// Keeps the upstream's answer for the next request, usage fed to the calibrator now and
+    /// added to the conversation's [`bill`](super::bill) with the request's measures. An
     /// answer still waiting is superseded: no request carried it. Returns the units evicted
     /// (none: nothing is pushed until a request carries the answer).
     ///
@@ -22,6 +23,8 @@ impl Conv {
         }
         self.pending_answer = Some(answer.message.clone());
         self.dirty = true;
+        let sent = self.forwarded.take().unwrap_or_default();
+        self.recorded.bill.answered(self.provider, &answer.billed, &sent);
         if let Some(prompt) = answer.prompt_tokens.filter(|p| *p > 0)
             && sent_tokens > 0
             && let Err(error) = self.session.record_usage(sent_tokens, prompt)

@@ -69,7 +69,7 @@ impl Conv {
                 Slot::Core(chat) => body.core_message(&chat),
             }
         }
-        let body = body.finish();
+        let (body, prompt) = body.finish_at();
         let cache_stable =
             !self.last_emitted.is_empty() && plan.emitted.starts_with(&self.last_emitted);
         self.last_emitted = plan.emitted;
@@ -81,6 +81,7 @@ impl Conv {
             evicted: payload.evicted_units,
             cache_stable,
             tasks_finished,
+            prompt,
         })
     }
 

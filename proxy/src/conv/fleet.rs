@@ -183,6 +183,9 @@ impl Conv {
         self.stored_next = stored_next;
         self.pending_answer = None;
         self.last_emitted.clear();
+        // Another instance forwarded since: its prompt, not this one's last, came before.
+        self.prompt_blocks.clear();
+        self.forwarded = None;
         self.dirty = false;
         self.exchanges = 0;
         self.evicted_any = self

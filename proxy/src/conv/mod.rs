@@ -7,12 +7,15 @@
 //! body to forward, [`Conv::record_answer`] keeps the upstream's answer for the next request.
 
 mod answer;
+pub mod bill;
 mod compose;
 mod fleet;
 mod ingest;
+mod measure;
 mod paths;
 mod settings;
 mod state;
+mod stored;
 mod stores;
 mod validate;
 
@@ -29,12 +32,14 @@ use serde_json::Value;
 
 pub use paths::{conv_dir, is_tenant_key};
 pub use settings::{ConvSettings, WHOLE};
+pub use stored::stored_bills;
 pub use stores::{
     ARCHIVE_CACHE_KIB, LEFTOVER_SIDE_STORE, LocalStores, Stores, fleet_secret, fleet_secret_scope,
     open_fleet, open_stores, persisted_keys, prepare_state,
 };
 
-use crate::wire::Provider;
+use crate::wire::{PromptRanges, Provider};
+use bill::{Bill, Forwarded};
 use state::Recorded;
 
 /// What went wrong in a conversation.
@@ -116,6 +121,8 @@ pub struct Composed {
     /// Compression ratios of the tasks that finished since the previous payload (their
     /// messages' tokens over their summary's).
     pub tasks_finished: Vec<f64>,
+    /// Where the prompt (`tools`, `system`, `messages`) is in `body`.
+    pub prompt: PromptRanges,
 }
 
 /// One conversation, resident.
@@ -147,6 +154,11 @@ pub struct Conv {
     reserve: Option<u32>,
     /// Session ids of the messages the last payload emitted.
     last_emitted: Vec<u64>,
+    /// Block hashes of the last forwarded prompt ([`bill::prompt_blocks`]; not kept in
+    /// checkpoints).
+    prompt_blocks: Vec<u64>,
+    /// The forwarded request waiting for its answer, measured ([`Conv::measure`]).
+    forwarded: Option<Forwarded>,
     /// The newest task number counted in the metrics.
     tasks_reported: u32,
     /// Some message of this conversation has left the core (evicted or summarized): only then
@@ -332,6 +344,8 @@ impl Conv {
             settings,
             reserve: None,
             last_emitted: Vec::new(),
+            prompt_blocks: Vec::new(),
+            forwarded: None,
             tasks_reported,
             evicted_any: false,
             recalled: None,
@@ -351,6 +365,11 @@ impl Conv {
     /// The session (for stats and tests).
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// What the conversation cost so far ([`bill`]).
+    pub fn bill(&self) -> &Bill {
+        &self.recorded.bill
     }
 
     /// Messages recorded.

@@ -3,9 +3,10 @@
 //! session, so the proxy keeps no store of its own. A message's raw JSON is in its archive row
 //! ([`ArchivedMessage::raw`]), once.
 //!
-//! The bytes: `CWPX`, a version byte (2), then [`Recorded`] in postcard's encoding (varints,
+//! The bytes: `CWPX`, a version byte (3), then [`Recorded`] in postcard's encoding (varints,
 //! compact: about 30 bytes a message), then the answer waiting for the client's next request
-//! (`Option<String>`, its JSON). Version 1, without the answer, still reads.
+//! (`Option<String>`, its JSON), then the conversation's [`Bill`]. Versions 1 (without the
+//! answer) and 2 (without the bill) still read.
 //!
 //! [`Session::set_caller_state`]: ctxwin_std::session::Session::set_caller_state
 //! [`ArchivedMessage::raw`]: ctxwin_std::store::ArchivedMessage::raw
@@ -14,10 +15,14 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::bill::Bill;
+
 const MAGIC: &[u8; 4] = b"CWPX";
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 /// The version before the waiting answer was kept (read, never written).
 const VERSION_1: u8 = 1;
+/// The version before the bill was kept (read, never written).
+const VERSION_2: u8 = 2;
 
 /// One message of the recorded sequence.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +63,10 @@ pub struct Recorded {
     /// regenerate: it is dropped). Encoded after the rest (version 2).
     #[serde(skip)]
     pub pending: Option<String>,
+    /// What the conversation cost so far ([`super::bill`]). Encoded after the waiting answer
+    /// (version 3).
+    #[serde(skip)]
+    pub bill: Bill,
     /// Session id → (entry, part): derived from `entries`.
     #[serde(skip)]
     by_id: HashMap<u64, (usize, usize)>,
@@ -75,7 +84,9 @@ impl Recorded {
         bytes.push(VERSION);
         let bytes =
             postcard::to_extend(self, bytes).map_err(|e| format!("recorded messages: {e}"))?;
-        postcard::to_extend(&self.pending, bytes).map_err(|e| format!("waiting answer: {e}"))
+        let bytes = postcard::to_extend(&self.pending, bytes)
+            .map_err(|e| format!("waiting answer: {e}"))?;
+        postcard::to_extend(&self.bill, bytes).map_err(|e| format!("bill: {e}"))
     }
 
     /// Reads what [`encode`](Self::encode) wrote.
@@ -87,12 +98,17 @@ impl Recorded {
             .strip_prefix(&MAGIC[..])
             .ok_or("not the proxy's recorded messages (no CWPX magic)")?;
         match body.split_first() {
-            Some((&version, body)) if version == VERSION || version == VERSION_1 => {
+            Some((&version, body)) if (VERSION_1..=VERSION).contains(&version) => {
                 let (mut recorded, rest): (Self, &[u8]) = postcard::take_from_bytes(body)
                     .map_err(|e| format!("recorded messages do not decode: {e}"))?;
-                if version == VERSION {
-                    recorded.pending = postcard::from_bytes(rest)
+                if version >= VERSION_2 {
+                    let (pending, rest) = postcard::take_from_bytes(rest)
                         .map_err(|e| format!("the waiting answer does not decode: {e}"))?;
+                    recorded.pending = pending;
+                    if version == VERSION {
+                        recorded.bill = postcard::from_bytes(rest)
+                            .map_err(|e| format!("the bill does not decode: {e}"))?;
+                    }
                 }
                 recorded.index();
                 Ok(recorded)
@@ -176,6 +192,21 @@ mod tests {
         assert!(bytes.len() < 80, "{} bytes", bytes.len());
         recorded.pending = Some(r#"{"role":"assistant","content":"Yes."}"#.into());
         assert_eq!(Recorded::decode(&recorded.encode().unwrap()).unwrap(), recorded);
+        recorded.bill.requests = 3;
+        recorded.bill.cache_read = 12_345;
+        assert_eq!(Recorded::decode(&recorded.encode().unwrap()).unwrap(), recorded);
+    }
+
+    #[test]
+    fn version_2_reads_without_a_bill() {
+        let mut recorded = Recorded::new(8_192);
+        recorded.pending = Some("{}".into());
+        let mut bytes = MAGIC.to_vec();
+        bytes.push(VERSION_2);
+        let bytes = postcard::to_extend(&recorded, bytes).unwrap();
+        let bytes = postcard::to_extend(&recorded.pending, bytes).unwrap();
+        let back = Recorded::decode(&bytes).unwrap();
+        assert_eq!((back.pending.as_deref(), back.bill), (Some("{}"), Bill::default()));
     }
 
     #[test]
@@ -195,8 +226,8 @@ mod tests {
         assert!(Recorded::decode(b"").unwrap_err().contains("magic"));
         assert!(Recorded::decode(b"CWPX").unwrap_err().contains("cut short"));
         let mut newer = bytes.clone();
-        newer[4] = 3;
-        assert!(Recorded::decode(&newer).unwrap_err().contains("version 3"));
+        newer[4] = 4;
+        assert!(Recorded::decode(&newer).unwrap_err().contains("version 4"));
         assert!(Recorded::decode(&bytes[..bytes.len() - 1]).unwrap_err().contains("decode"));
     }
 }

@@ -17,7 +17,7 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::request::Request;
+use super::request::{PromptRanges, Request};
 use super::{Provider, anthropic, openai};
 use crate::message::ChatMessage;
 
@@ -141,7 +141,13 @@ impl<'r> ManagedBody<'r> {
     /// opens with a user turn saying that earlier turns were moved out
     /// ([`MANAGED_OPENING_TEXT`](super::MANAGED_OPENING_TEXT)): the API refuses any other
     /// first turn.
-    pub fn finish(mut self) -> Vec<u8> {
+    pub fn finish(self) -> Vec<u8> {
+        self.finish_at().0
+    }
+
+    /// [`finish`](Self::finish), with where the prompt is in the body: what a byte-wise
+    /// measure of the prompt cache's prefix compares from one request to the next.
+    pub fn finish_at(mut self) -> (Vec<u8>, PromptRanges) {
         self.history_starts();
         let first = self.first.and_then(|(start, end)| self.list.get(start..end));
         if self.provider == Provider::Anthropic && first.is_some_and(anthropic::is_assistant_turn) {

@@ -123,7 +123,7 @@ pub use anthropic::{MANAGED_OPENING_TEXT, OPENING_USER_TEXT};
 pub use error::{FormatError, Problem, UnknownFormat};
 pub use jsonl::JsonlTail;
 pub use managed::{KeptPart, ManagedBody};
-pub use request::{BadRequest, Request, raw_hashes};
+pub use request::{BadRequest, PromptRanges, Request, raw_hashes};
 pub use timestamps::message_timestamps;
 
 use crate::message::Conversation;

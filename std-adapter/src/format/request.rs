@@ -66,14 +66,13 @@ impl Request {
     /// assert!(error.0.contains("line 2"), "{error}");
     /// ```
     pub fn parse(provider: Provider, body: &[u8]) -> Result<Self, BadRequest> {
-        let fields: IndexMap<String, Box<RawValue>> =
-            serde_json::from_slice(body).map_err(|e| {
-                BadRequest(format!(
-                    "request body is not a JSON object: {e} (line {}, column {})",
-                    e.line(),
-                    e.column()
-                ))
-            })?;
+        let Envelope { fields, messages } = serde_json::from_slice(body).map_err(|e| {
+            BadRequest(format!(
+                "request body is not a JSON object: {e} (line {}, column {})",
+                e.line(),
+                e.column()
+            ))
+        })?;
         let model = match fields.get("model") {
             Some(raw) => serde_json::from_str::<String>(raw.get())
                 .map_err(|_| BadRequest("`model` must be a string".into()))?,
@@ -82,9 +81,11 @@ impl Request {
         let stream = fields
             .get("stream")
             .is_some_and(|raw| serde_json::from_str::<bool>(raw.get()).unwrap_or(false));
-        let messages: Vec<Box<RawValue>> = match fields.get("messages") {
-            Some(raw) => serde_json::from_str(raw.get())
-                .map_err(|e| BadRequest(format!("`messages` must be an array: {e}")))?,
+        let messages = match messages {
+            Some(Messages::Array(messages)) => messages,
+            Some(Messages::Not(kind)) => {
+                return Err(BadRequest(format!("`messages` must be an array, not {kind}")));
+            }
             None => return Err(BadRequest("missing field `messages`".into())),
         };
         let mut items = Vec::with_capacity(messages.len().saturating_add(1));
@@ -123,6 +124,15 @@ impl Request {
     /// # Ok::<(), ctxwin_std::format::BadRequest>(())
     /// ```
     pub fn write_body<S: AsRef<str>>(&self, messages: &[S], system: Option<&str>) -> Vec<u8> {
+        self.write_body_at(messages, system).0
+    }
+
+    /// [`write_body`](Self::write_body), with where the prompt is in the body written.
+    pub fn write_body_at<S: AsRef<str>>(
+        &self,
+        messages: &[S],
+        system: Option<&str>,
+    ) -> (Vec<u8>, PromptRanges) {
         let size: usize = messages.iter().map(|m| m.as_ref().len() + 1).sum();
         let mut list = Vec::with_capacity(size + 2);
         list.push(b'[');
@@ -138,8 +148,13 @@ impl Request {
 
     /// [`write_body`](Self::write_body) with the message list already written as a JSON
     /// array.
-    pub(super) fn write_body_with_list(&self, list: &[u8], system: Option<&str>) -> Vec<u8> {
+    pub(super) fn write_body_with_list(
+        &self,
+        list: &[u8],
+        system: Option<&str>,
+    ) -> (Vec<u8>, PromptRanges) {
         let mut out = Vec::with_capacity(list.len() + 1024);
+        let mut ranges = PromptRanges::default();
         out.push(b'{');
         let field = |out: &mut Vec<u8>, key: &str, value: &[u8]| {
             if out.len() > 1 {
@@ -147,26 +162,154 @@ impl Request {
             }
             out.extend_from_slice(Value::from(key).to_string().as_bytes());
             out.push(b':');
+            let start = out.len();
             out.extend_from_slice(value);
+            start..out.len()
         };
         let mut system_written = false;
         for (key, value) in &self.fields {
             match key.as_str() {
-                "messages" => field(&mut out, key, list),
+                "messages" => ranges.messages = Some(field(&mut out, key, list)),
                 "system" => {
                     if let Some(system) = system {
-                        field(&mut out, key, system.as_bytes());
+                        ranges.system = Some(field(&mut out, key, system.as_bytes()));
                     }
                     system_written = true;
                 }
-                _ => field(&mut out, key, value.get().as_bytes()),
+                "tools" => ranges.tools = Some(field(&mut out, key, value.get().as_bytes())),
+                _ => drop(field(&mut out, key, value.get().as_bytes())),
             }
         }
         if !system_written && let Some(system) = system {
-            field(&mut out, "system", system.as_bytes());
+            ranges.system = Some(field(&mut out, "system", system.as_bytes()));
         }
         out.push(b'}');
-        out
+        (out, ranges)
+    }
+}
+
+/// Where a written body's prompt is: the byte ranges of the values of `tools`, `system` and
+/// `messages` (each `None` when the body has no such field). In a provider's cache order
+/// ([`in_cache_order`](Self::in_cache_order)) they are what its prompt cache keys on; the
+/// other fields (`model`, `max_tokens`, `stream`, …) are not part of the prompt.
+///
+/// ```
+/// use ctxwin_std::format::{Provider, Request};
+/// let request = Request::parse(Provider::Anthropic, br#"{"model":"m","messages":[],"tools":[1]}"#)?;
+/// let (body, ranges) = request.write_body_at::<&str>(&[], Some(r#""s""#));
+/// let parts: Vec<&[u8]> = ranges.in_cache_order().map(|r| &body[r]).collect();
+/// assert_eq!(parts, [&b"[1]"[..], b"\"s\"", b"[]"]);
+/// # Ok::<(), ctxwin_std::format::BadRequest>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PromptRanges {
+    /// The value of `tools`.
+    pub tools: Option<std::ops::Range<usize>>,
+    /// The value of `system` (Anthropic's top-level system prompt).
+    pub system: Option<std::ops::Range<usize>>,
+    /// The value of `messages`.
+    pub messages: Option<std::ops::Range<usize>>,
+}
+
+impl PromptRanges {
+    /// The ranges in the order providers cache a prompt: tools, system, messages (Anthropic's
+    /// documented order; OpenAI caches the messages' prefix, its tools with them).
+    pub fn in_cache_order(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        [&self.tools, &self.system, &self.messages].into_iter().flatten().cloned()
+    }
+}
+
+/// A request body read in one pass: every top-level field raw, in order, and `messages` read
+/// on the way as its raw items (its place in `fields` holds `[]`: the body written back puts
+/// the managed list there). Reading the envelope raw and then `messages` again from its raw
+/// copy scanned and copied a multi-megabyte history twice per request.
+struct Envelope {
+    fields: IndexMap<String, Box<RawValue>>,
+    messages: Option<Messages>,
+}
+
+/// The value of `messages`: its items raw, or what else it was (refused by [`Request::parse`]).
+enum Messages {
+    Array(Vec<Box<RawValue>>),
+    Not(&'static str),
+}
+
+impl<'de> serde::Deserialize<'de> for Envelope {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Envelope;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Envelope, A::Error> {
+                let mut fields = IndexMap::new();
+                let mut messages = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "messages" {
+                        messages = Some(map.next_value::<Messages>()?);
+                        let empty =
+                            RawValue::from_string("[]".into()).map_err(serde::de::Error::custom)?;
+                        fields.insert(key, empty);
+                    } else {
+                        fields.insert(key, map.next_value::<Box<RawValue>>()?);
+                    }
+                }
+                Ok(Envelope { fields, messages })
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Messages {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Items;
+        impl<'de> serde::de::Visitor<'de> for Items {
+            type Value = Messages;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Messages, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(item) = seq.next_element::<Box<RawValue>>()? {
+                    items.push(item);
+                }
+                Ok(Messages::Array(items))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Messages, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Messages::Not("an object"))
+            }
+            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Messages, E> {
+                Ok(Messages::Not("a string"))
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Messages, E> {
+                Ok(Messages::Not("a boolean"))
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Messages, E> {
+                Ok(Messages::Not("a number"))
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Messages, E> {
+                Ok(Messages::Not("a number"))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Messages, E> {
+                Ok(Messages::Not("a number"))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Messages, E> {
+                Ok(Messages::Not("null"))
+            }
+        }
+        deserializer.deserialize_any(Items)
     }
 }
 
