@@ -27,7 +27,7 @@
 //!   request after a load is not measured).
 //!
 //! The totals are kept in the conversation's checkpoints (with what it recorded,
-//! [`super::state`]): they survive restarts and unloads.
+//! `conv::state`): they survive restarts and unloads.
 
 use std::ops::Range;
 
