@@ -23,17 +23,10 @@ pub(crate) fn run(globals: &Globals<'_>) -> Result<Output, CliError> {
 
 /// The table and the JSON of `bills` (largest first), with their total.
 fn report(bills: &[(String, Bill)]) -> Output {
-    let total = bills.iter().fold(Bill::default(), |mut total, (_, bill)| {
-        total.requests += bill.requests;
-        total.uncached += bill.uncached;
-        total.cache_write += bill.cache_write;
-        total.cache_read += bill.cache_read;
-        total.billed_milli += bill.billed_milli;
-        total.direct_milli += bill.direct_milli;
-        total.prompt_bytes += bill.prompt_bytes;
-        total.stable_bytes += bill.stable_bytes;
-        total
-    });
+    let mut total = Bill::default();
+    for (_, bill) in bills {
+        total.add_counts(bill);
+    }
     let mut table = Table::new(&[
         ("conversation", false),
         ("requests", true),

@@ -245,6 +245,29 @@ pub struct Bill {
 }
 
 impl Bill {
+    /// Adds `other`'s counts to this bill (for a total over conversations); the client's
+    /// previous body (`client_items`, `client_at_ms`) is one conversation's and stays.
+    ///
+    /// ```
+    /// use ctxwin_proxy::conv::bill::Bill;
+    ///
+    /// let one = Bill { requests: 2, cache_read: 900, billed_milli: 90_000, ..Bill::default() };
+    /// let mut total = Bill::default();
+    /// total.add_counts(&one);
+    /// total.add_counts(&one);
+    /// assert_eq!((total.requests, total.cache_read, total.billed_milli), (4, 1_800, 180_000));
+    /// ```
+    pub fn add_counts(&mut self, other: &Bill) {
+        self.requests += other.requests;
+        self.uncached += other.uncached;
+        self.cache_write += other.cache_write;
+        self.cache_read += other.cache_read;
+        self.billed_milli += other.billed_milli;
+        self.direct_milli += other.direct_milli;
+        self.prompt_bytes += other.prompt_bytes;
+        self.stable_bytes += other.stable_bytes;
+    }
+
     /// Adds the answer to request `sent`, billed `billed` by `provider`'s upstream.
     pub fn answered(&mut self, provider: Provider, billed: &Billed, sent: &Forwarded) {
         let prompt = billed.uncached + billed.cache_write + billed.cache_read;
