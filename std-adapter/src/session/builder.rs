@@ -560,6 +560,7 @@ impl SessionBuilder {
             recall: Retrieval {
                 settings: self.retrieval,
                 semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
+                line_costs: crate::tokens::CountCache::new(super::retrieve::LINE_COSTS),
             },
             task_state: TaskState {
                 detection: self.task_detection,

@@ -38,6 +38,7 @@ use super::semantic::SemanticIndex;
 use super::{Session, SessionError};
 use crate::embed::EmbedError;
 use crate::store::{ArchiveStore, ArchivedMessage, BM25_B, BM25_K1, SearchHit, SearchQuery};
+use crate::tokens::CountCache;
 
 /// First line of a retrieved block.
 pub const RETRIEVED_HEADER: &str = "[Retrieved from archive]";
@@ -107,7 +108,18 @@ pub(crate) struct Retrieval {
     pub(crate) settings: RetrievalSettings,
     /// Vectors for hybrid recall, when built with [`SessionBuilder::embedder`](super::SessionBuilder::embedder).
     pub(crate) semantic: Option<SemanticIndex>,
+    /// The cost of each block line counted lately, by its text: a retrieval after every
+    /// compaction ranks mostly the candidates the last one ranked, and counting their lines
+    /// again (tool outputs of tens of kilobytes) was a tenth of a proxy's request.
+    pub(crate) line_costs: CountCache,
 }
+
+/// Lines [`Retrieval::line_costs`] holds the costs of (a few hundred kilobytes of keys).
+pub(crate) const LINE_COSTS: usize = 8_192;
+
+/// Lines shorter than this are counted each time: counting them costs about what hashing
+/// them for the cache does.
+const CACHED_LINE_BYTES: usize = 256;
 
 impl std::fmt::Debug for Retrieval {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -187,7 +199,8 @@ impl Session {
     ) -> Result<Recall, SessionError> {
         let Some(archive) = self.stores.archive.as_deref() else { return Ok(Recall::default()) };
         let room = self.recall_room(dynamic, settings);
-        let mut packer = Packer::new(self.manager.counter(), room, settings.max_items);
+        let mut packer = Packer::new(self.manager.counter(), room, settings.max_items)
+            .with_costs(&self.recall.line_costs);
         if room <= packer.spent || settings.max_items == 0 {
             return Ok(Recall::default());
         }
@@ -459,6 +472,8 @@ fn rank(
 /// The lines chosen for a block, and what they cost.
 pub(super) struct Packer<'a> {
     counter: &'a super::Counter,
+    /// Costs of long lines counted before ([`Retrieval::line_costs`]).
+    costs: Option<&'a CountCache>,
     chosen: Vec<(u64, String)>,
     /// Tokens of the header and the lines chosen.
     spent: u32,
@@ -471,12 +486,28 @@ pub(super) struct Packer<'a> {
 impl<'a> Packer<'a> {
     fn new(counter: &'a super::Counter, room: u32, max_items: usize) -> Self {
         let header = counter.count(RETRIEVED_HEADER).saturating_add(1);
-        Self { counter, chosen: Vec::new(), spent: header, header, room, max_items }
+        Self { counter, costs: None, chosen: Vec::new(), spent: header, header, room, max_items }
+    }
+
+    /// Takes the costs of long lines from `costs` and keeps those it counts there.
+    fn with_costs(self, costs: &'a CountCache) -> Self {
+        Self { costs: Some(costs), ..self }
     }
 
     /// A line's cost: its count and its newline.
     fn cost(&self, line: &str) -> u32 {
-        self.counter.count(line).saturating_add(1)
+        let count = match self.costs {
+            Some(costs) if line.len() >= CACHED_LINE_BYTES => {
+                let key = costs.key(line);
+                costs.get(key).unwrap_or_else(|| {
+                    let count = self.counter.count(line);
+                    costs.insert(key, count);
+                    count
+                })
+            }
+            _ => self.counter.count(line),
+        };
+        count.saturating_add(1)
     }
 
     fn full(&self) -> bool {
@@ -599,6 +630,31 @@ mod tests {
             session.push(&ChatMessage::text(role, text)).unwrap();
         }
         session
+    }
+
+    #[test]
+    fn a_long_line_is_counted_once_across_retrievals() {
+        let mut session = chat(2_000);
+        let long = format!("The kennel log for the dogs: {}", "walked, fed, brushed; ".repeat(14));
+        session.push(&ChatMessage::text(Role::User, long)).unwrap();
+        for turn in 0..200 {
+            let role = if turn % 2 == 0 { Role::Assistant } else { Role::User };
+            let text = format!("The weather on day {turn} was grey again.");
+            session.push(&ChatMessage::text(role, text)).unwrap();
+        }
+        let query = || {
+            crate::session::ComposeOptions::new(&[])
+                .recall(crate::session::RecallFor::Query("kennel brushed"))
+        };
+        let first = session.compose_with(query()).unwrap().recall;
+        assert!(first.block.contains("kennel log"), "{}", first.block);
+        let counted = session.recall.line_costs.stats();
+        assert!(counted.misses > 0 && counted.hits == 0, "{counted:?}");
+        let second = session.compose_with(query()).unwrap().recall;
+        assert_eq!(second, first);
+        let again = session.recall.line_costs.stats();
+        assert_eq!(again.misses, counted.misses, "a line was counted again");
+        assert!(again.hits >= counted.misses, "{again:?}");
     }
 
     fn history_ids(session: &Session) -> Vec<u64> {

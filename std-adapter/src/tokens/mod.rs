@@ -28,7 +28,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-// The count cache serves `ExactCounter`; `CacheStats` is the sessions' stats type either way.
+// The count cache serves `ExactCounter` and retrieval's line costs; `CacheStats` is the
+// sessions' stats type either way.
 #[cfg_attr(not(feature = "tokenizers"), allow(dead_code))]
 mod cache;
 pub(crate) mod calibration;
@@ -36,6 +37,7 @@ pub(crate) mod calibration;
 mod exact;
 mod overhead;
 
+pub(crate) use cache::CountCache;
 pub use cache::{CacheStats, DEFAULT_CACHE_CAPACITY};
 pub use calibration::{CalibrationError, Calibrator, CalibratorConfig, Observation};
 #[cfg(feature = "tokenizers")]
