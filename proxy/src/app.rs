@@ -18,6 +18,7 @@ use crate::conv::{
 use crate::errors::Failure;
 use crate::hash::KeyedHash;
 use crate::metrics::Metrics;
+use crate::parsed::Parsed;
 use crate::pool::Pool;
 use crate::upstream;
 use crate::wire::Provider;
@@ -49,6 +50,8 @@ pub struct App {
     pub keys: KeyedHash,
     /// The blocking pool session work runs on.
     pub pool: Pool,
+    /// The requests parsed last: a conversation's next one reads only what it adds.
+    pub parsed: Parsed,
     stores: Stores,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// The slots whose conversation is in memory (or being loaded): what the cap chooses
@@ -94,6 +97,7 @@ impl App {
             } else {
                 Pool::default()
             },
+            parsed: Parsed::default(),
             stores,
             slots: Mutex::default(),
             resident: Mutex::default(),

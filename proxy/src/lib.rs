@@ -203,6 +203,7 @@ pub mod hash;
 pub mod keys;
 pub mod metrics;
 pub mod middleware;
+pub mod parsed;
 pub mod pipeline;
 pub mod pool;
 pub mod respond;

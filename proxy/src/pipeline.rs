@@ -16,7 +16,7 @@ use bytes::Bytes;
 use crate::app::{App, Guard};
 use crate::conv::{Composed, Conv, ConvError, Ingest};
 use crate::errors::Failure;
-use crate::keys::{branch_key, conversation_key};
+use crate::keys::{branch_key, conversation_key, tenant};
 use crate::respond::{self, release};
 use crate::upstream;
 use crate::wire::{self, Provider, Request};
@@ -53,11 +53,14 @@ async fn handle(
     body: &[u8],
 ) -> Result<Response, Failure> {
     let bad_request = |e: wire::BadRequest| Failure::new(StatusCode::BAD_REQUEST, e.0);
-    let request = Request::parse(provider, body).map_err(bad_request)?;
     let tenant_header = app.config.tenant_header.as_deref();
+    let request = app
+        .parsed
+        .parse(&tenant(&app.keys, tenant_header, headers), provider, body)
+        .map_err(bad_request)?;
     let key = conversation_key(&app.keys, tenant_header, headers, &request, provider)
         .map_err(bad_request)?;
-    let (guard, composed) = take(app, key, provider, Arc::new(request)).await?;
+    let (guard, composed) = take(app, key, provider, request).await?;
     count(app, &composed);
     let path = match provider {
         Provider::OpenAi => "/v1/chat/completions",
@@ -102,7 +105,7 @@ async fn take(
     provider: Provider,
     request: Arc<Request>,
 ) -> Result<(Guard, Composed), Failure> {
-    let hashes: Arc<[u64]> = wire::raw_hashes(&request).into();
+    let hashes: Arc<[u64]> = request.item_hashes().into();
     let bad = |e: wire::BadRequest| Failure::new(StatusCode::BAD_REQUEST, e.0);
     for hop in 0..=MAX_HOPS {
         let guard = app.lock(&key, provider, &request.model).await?;
@@ -270,7 +273,7 @@ mod tests {
             assert!(guard.as_ref().unwrap().request_in_memory(), "turn {n}");
             let body = json!({"model": "m", "messages": messages}).to_string();
             let request = Request::parse(Provider::OpenAi, body.as_bytes()).unwrap();
-            let hashes = wire::raw_hashes(&request);
+            let hashes = request.item_hashes().to_vec();
             match take_request(&mut guard, &request, &hashes, true).unwrap() {
                 Progress::Done(Step::Composed(..)) => {}
                 Progress::Done(Step::Diverged(at)) => panic!("diverged at {at}"),

@@ -112,6 +112,7 @@ mod managed;
 mod node;
 mod openai;
 mod request;
+mod scan;
 mod timestamps;
 
 use std::fmt;

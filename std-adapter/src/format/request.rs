@@ -6,12 +6,15 @@
 //! byte for byte. The conversation is kept as raw JSON items too: Anthropic's top-level
 //! `system` (when present) and then each message.
 
+use std::sync::Arc;
+
 use indexmap::IndexMap;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::Provider;
 use super::fingerprint::raw_hash;
+use super::scan::{Scanned, scan};
 
 /// A request body that did not parse, saying where.
 ///
@@ -47,10 +50,47 @@ pub struct Request {
     /// `stream: true`.
     pub stream: bool,
     /// The conversation as a session sees it: Anthropic's `system` first (when present),
-    /// then every message. Raw JSON each.
-    pub items: Vec<Box<RawValue>>,
+    /// then every message. Raw JSON each, shared with the request it was taken from when the
+    /// body repeated it ([`parse_after`](Self::parse_after)).
+    pub items: Vec<Arc<RawValue>>,
     /// Whether `items[0]` is Anthropic's top-level `system`.
     pub has_system_item: bool,
+    /// Each item's [`raw_hash`].
+    hashes: Vec<u64>,
+    /// Where the messages were in the body (`None` when it had none, or was read whole).
+    pub(super) layout: Option<Layout>,
+    /// Messages taken from the earlier request.
+    reused: usize,
+}
+
+/// Where a body's messages were: what the next body of the conversation is compared with,
+/// byte for byte ([`Request::parse_after`]).
+#[derive(Debug)]
+pub(super) struct Layout {
+    pub(super) provider: Provider,
+    /// The body up to the end of the first message.
+    pub(super) opening: Box<[u8]>,
+    /// The bytes between one message and the next (a comma, and whitespace if any), one run
+    /// per message after the first, end to end; `gap_ends[k - 1]` is where message `k`'s ends.
+    pub(super) gaps: Vec<u8>,
+    pub(super) gap_ends: Vec<usize>,
+}
+
+impl Layout {
+    /// The bytes before message `k` (from 1).
+    pub(super) fn gap(&self, k: usize) -> Option<&[u8]> {
+        let end = *self.gap_ends.get(k.checked_sub(1)?)?;
+        let start = match k {
+            1 => 0,
+            _ => *self.gap_ends.get(k - 2)?,
+        };
+        self.gaps.get(start..end)
+    }
+
+    pub(super) fn push_gap(&mut self, gap: &[u8]) {
+        self.gaps.extend_from_slice(gap);
+        self.gap_ends.push(self.gaps.len());
+    }
 }
 
 impl Request {
@@ -66,6 +106,64 @@ impl Request {
     /// assert!(error.0.contains("line 2"), "{error}");
     /// ```
     pub fn parse(provider: Provider, body: &[u8]) -> Result<Self, BadRequest> {
+        Self::parse_after(provider, body, |_| None)
+    }
+
+    /// Parses `body` for `provider`, continuing an earlier request of the same conversation:
+    /// `previous` is called once with the body's opening (its bytes up to the end of the first
+    /// message: [`opening`](Self::opening)) and returns the earlier request the caller holds
+    /// for it, if any. Every later message that the body repeats byte for byte, at the same
+    /// place, is taken from it without being read or copied again; the first byte that
+    /// differs is where reading goes on. The result is the same as [`parse`](Self::parse)'s,
+    /// always: an earlier request with another opening, provider or messages gives nothing.
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxwin_std::format::{Provider, Request};
+    /// let first = br#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hello."}]}"#;
+    /// let earlier = Arc::new(Request::parse(Provider::OpenAi, first)?);
+    /// let next = br#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hello."},{"role":"user","content":"Bye."}]}"#;
+    /// let request = Request::parse_after(Provider::OpenAi, next, |opening| {
+    ///     (earlier.opening() == Some(opening)).then(|| earlier.clone())
+    /// })?;
+    /// assert_eq!(request.reused(), 1); // the assistant's message
+    /// assert!(Arc::ptr_eq(&request.items[1], &earlier.items[1]));
+    /// assert_eq!(request.items[2].get(), r#"{"role":"user","content":"Bye."}"#);
+    /// # Ok::<(), ctxwin_std::format::BadRequest>(())
+    /// ```
+    pub fn parse_after(
+        provider: Provider,
+        body: &[u8],
+        previous: impl FnOnce(&[u8]) -> Option<Arc<Request>>,
+    ) -> Result<Self, BadRequest> {
+        match scan(provider, body, previous) {
+            Some(scanned) => Self::from_parts(provider, scanned),
+            None => Self::parse_whole(provider, body),
+        }
+    }
+
+    /// The body's bytes up to the end of its first message (`None` without messages, or when
+    /// it was read whole): what finds the earlier request for
+    /// [`parse_after`](Self::parse_after).
+    pub fn opening(&self) -> Option<&[u8]> {
+        self.layout.as_ref().map(|layout| &*layout.opening)
+    }
+
+    /// Messages taken from the earlier request by [`parse_after`](Self::parse_after).
+    pub fn reused(&self) -> usize {
+        self.reused
+    }
+
+    /// Each item's [`raw_hash`], in order.
+    pub fn item_hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+
+    /// The whole read: serde_json's, which names what is wrong.
+    fn parse_whole(provider: Provider, body: &[u8]) -> Result<Self, BadRequest> {
         let Envelope { fields, messages } = serde_json::from_slice(body).map_err(|e| {
             BadRequest(format!(
                 "request body is not a JSON object: {e} (line {}, column {})",
@@ -73,31 +171,42 @@ impl Request {
                 e.column()
             ))
         })?;
-        let model = match fields.get("model") {
-            Some(raw) => serde_json::from_str::<String>(raw.get())
-                .map_err(|_| BadRequest("`model` must be a string".into()))?,
-            None => return Err(BadRequest("missing field `model`".into())),
-        };
-        let stream = fields
-            .get("stream")
-            .is_some_and(|raw| serde_json::from_str::<bool>(raw.get()).unwrap_or(false));
         let messages = match messages {
             Some(Messages::Array(messages)) => messages,
             Some(Messages::Not(kind)) => {
+                model_of(&fields)?;
                 return Err(BadRequest(format!("`messages` must be an array, not {kind}")));
             }
-            None => return Err(BadRequest("missing field `messages`".into())),
+            None => Vec::new(),
         };
+        let hashes = messages.iter().map(|m| raw_hash(m.get().as_bytes())).collect();
+        let messages = messages.into_iter().map(Arc::from).collect();
+        let scanned = Scanned { fields, messages, hashes, layout: None, reused: 0 };
+        Self::from_parts(provider, scanned)
+    }
+
+    fn from_parts(provider: Provider, scanned: Scanned) -> Result<Self, BadRequest> {
+        let Scanned { fields, messages, hashes: message_hashes, layout, reused } = scanned;
+        let model = model_of(&fields)?;
+        if !fields.contains_key("messages") {
+            return Err(BadRequest("missing field `messages`".into()));
+        }
+        let stream = fields
+            .get("stream")
+            .is_some_and(|raw| serde_json::from_str::<bool>(raw.get()).unwrap_or(false));
         let mut items = Vec::with_capacity(messages.len().saturating_add(1));
+        let mut hashes = Vec::with_capacity(items.capacity());
         let mut has_system_item = false;
         if provider == Provider::Anthropic
             && let Some(system) = fields.get("system")
         {
-            items.push(system.clone());
+            items.push(Arc::from(system.clone()));
+            hashes.push(raw_hash(system.get().as_bytes()));
             has_system_item = true;
         }
         items.extend(messages);
-        Ok(Self { fields, model, stream, items, has_system_item })
+        hashes.extend(message_hashes);
+        Ok(Self { fields, model, stream, items, has_system_item, hashes, layout, reused })
     }
 
     /// The index in `messages` of item `item`.
@@ -185,6 +294,15 @@ impl Request {
         }
         out.push(b'}');
         (out, ranges)
+    }
+}
+
+/// The `model` of a request's `fields`.
+fn model_of(fields: &IndexMap<String, Box<RawValue>>) -> Result<String, BadRequest> {
+    match fields.get("model") {
+        Some(raw) => serde_json::from_str::<String>(raw.get())
+            .map_err(|_| BadRequest("`model` must be a string".into())),
+        None => Err(BadRequest("missing field `model`".into())),
     }
 }
 
@@ -324,12 +442,205 @@ impl<'de> serde::Deserialize<'de> for Messages {
 /// # Ok::<(), ctxwin_std::format::BadRequest>(())
 /// ```
 pub fn raw_hashes(request: &Request) -> Vec<u64> {
-    request.items.iter().map(|raw| raw_hash(raw.get().as_bytes())).collect()
+    request.hashes.clone()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `body` parsed after `earlier` (offered whatever its opening: the parse decides), checked
+    /// against the whole read of `body`; returns it.
+    fn after(provider: Provider, earlier: &[u8], body: &[u8]) -> Result<Request, BadRequest> {
+        let earlier = Arc::new(Request::parse(provider, earlier).unwrap());
+        let continued = Request::parse_after(provider, body, |_| Some(earlier.clone()));
+        let whole = Request::parse(provider, body);
+        match (&continued, &whole) {
+            (Ok(a), Ok(b)) => {
+                let fields = |r: &Request| -> Vec<(String, String)> {
+                    r.fields.iter().map(|(k, v)| (k.clone(), v.get().to_string())).collect()
+                };
+                let items = |r: &Request| -> Vec<String> {
+                    r.items.iter().map(|i| i.get().to_string()).collect()
+                };
+                assert_eq!(fields(a), fields(b));
+                assert_eq!(items(a), items(b));
+                assert_eq!(a.item_hashes(), b.item_hashes());
+                assert_eq!(
+                    (&a.model, a.stream, a.has_system_item),
+                    (&b.model, b.stream, b.has_system_item)
+                );
+            }
+            (Err(a), Err(b)) => assert_eq!(a.0, b.0),
+            _ => panic!("parsed after: {continued:?}\nwhole: {whole:?}"),
+        }
+        continued
+    }
+
+    fn user(text: &str, mark: bool) -> String {
+        let mark = if mark { r#","cache_control":{"type":"ephemeral"}"# } else { "" };
+        format!(r#"{{"role":"user","content":[{{"type":"text","text":"{text}"{mark}}}]}}"#)
+    }
+
+    fn assistant(text: &str) -> String {
+        format!(r#"{{"role":"assistant","content":[{{"type":"text","text":"{text}"}}]}}"#)
+    }
+
+    fn anthropic(tools: &str, messages: &[String], tools_after: bool) -> Vec<u8> {
+        let list = messages.join(",");
+        let tools = format!(r#""tools":[{{"name":"{tools}","input_schema":{{}}}}]"#);
+        let system = r#""system":[{"type":"text","text":"Be brief."}]"#;
+        if tools_after {
+            format!(r#"{{"model":"m","max_tokens":64,{system},"messages":[{list}],{tools},"stream":true}}"#)
+        } else {
+            format!(r#"{{"model":"m","max_tokens":64,{system},{tools},"messages":[{list}],"stream":true}}"#)
+        }
+        .into_bytes()
+    }
+
+    fn turns(n: usize, marked_last: bool) -> Vec<String> {
+        (0..n)
+            .map(|i| match i % 2 {
+                0 => user(&format!("question {i}"), marked_last && i + 1 == n),
+                _ => assistant(&format!("answer {i}")),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_repeated_prefix_is_taken_not_read() {
+        let earlier = anthropic("read", &turns(5, false), false);
+        let next = anthropic("read", &turns(7, false), false);
+        let request = after(Provider::Anthropic, &earlier, &next).unwrap();
+        assert_eq!(request.reused(), 4);
+        let parsed = Request::parse(Provider::Anthropic, &earlier).unwrap();
+        let again =
+            Request::parse_after(Provider::Anthropic, &next, |_| Some(Arc::new(parsed))).unwrap();
+        assert_eq!(again.items.len(), 8);
+        // The same bytes sent again are the same body.
+        assert_eq!(after(Provider::Anthropic, &next, &next).unwrap().reused(), 6);
+        // Without messages there is nothing to continue.
+        let empty = br#"{"model":"m","messages":[]}"#;
+        let request = after(Provider::OpenAi, empty, empty).unwrap();
+        assert_eq!((request.reused(), request.opening()), (0, None));
+    }
+
+    #[test]
+    fn the_moving_cache_mark_is_read_again_from_where_it_was() {
+        let earlier = anthropic("read", &turns(5, true), false);
+        let next = anthropic("read", &turns(7, true), false);
+        let request = after(Provider::Anthropic, &earlier, &next).unwrap();
+        // Messages 1–3 are the same bytes; message 4 lost its mark.
+        assert_eq!(request.reused(), 3);
+        assert!(!request.items[5].get().contains("cache_control"));
+        assert!(request.items[7].get().contains("cache_control"));
+    }
+
+    #[test]
+    fn a_changed_byte_is_read_from_its_message_on() {
+        let earlier = anthropic("read", &turns(7, false), false);
+        let mut next = earlier.clone();
+        let at = String::from_utf8(next.clone()).unwrap().find("answer 3").unwrap();
+        next[at + 7] = b'9';
+        let request = after(Provider::Anthropic, &earlier, &next).unwrap();
+        assert_eq!(request.reused(), 2);
+        assert!(request.items[4].get().contains("answer 9"));
+        // A changed byte in the first message: the opening differs, nothing is taken.
+        let mut next = earlier.clone();
+        let at = String::from_utf8(next.clone()).unwrap().find("question 0").unwrap();
+        next[at] = b'Q';
+        assert_eq!(after(Provider::Anthropic, &earlier, &next).unwrap().reused(), 0);
+    }
+
+    #[test]
+    fn other_tools_or_system_take_nothing_before_the_messages_and_are_read_after_them() {
+        let earlier = anthropic("read", &turns(5, false), false);
+        let next = anthropic("write", &turns(7, false), false);
+        assert_eq!(after(Provider::Anthropic, &earlier, &next).unwrap().reused(), 0);
+        let system = String::from_utf8(earlier.clone()).unwrap().replace("Be brief.", "Be kind.");
+        assert_eq!(after(Provider::Anthropic, &earlier, system.as_bytes()).unwrap().reused(), 0);
+        let earlier = anthropic("read", &turns(5, false), true);
+        let next = anthropic("write", &turns(7, false), true);
+        let request = after(Provider::Anthropic, &earlier, &next).unwrap();
+        assert_eq!(request.reused(), 4);
+        assert!(request.fields["tools"].get().contains("write"));
+        // Another provider's request with the same bytes is not taken from.
+        assert_eq!(after(Provider::OpenAi, &earlier, &earlier).unwrap().reused(), 4);
+        let earlier_parsed = Arc::new(Request::parse(Provider::Anthropic, &earlier).unwrap());
+        let request =
+            Request::parse_after(Provider::OpenAi, &earlier, |_| Some(earlier_parsed.clone()))
+                .unwrap();
+        assert_eq!(request.reused(), 0);
+    }
+
+    #[test]
+    fn a_rewind_or_a_branch_takes_what_is_still_the_same() {
+        let earlier = anthropic("read", &turns(7, false), false);
+        let shorter = anthropic("read", &turns(3, false), false);
+        assert_eq!(after(Provider::Anthropic, &earlier, &shorter).unwrap().reused(), 2);
+        let mut branch = turns(7, false);
+        branch[3] = assistant("another answer");
+        let branch = anthropic("read", &branch, false);
+        let request = after(Provider::Anthropic, &earlier, &branch).unwrap();
+        assert_eq!(request.reused(), 2);
+        assert!(request.items[4].get().contains("another answer"));
+    }
+
+    #[test]
+    fn what_the_walk_does_not_follow_the_whole_read_decides() {
+        let earlier = anthropic("read", &turns(5, false), false);
+        let text = String::from_utf8(anthropic("read", &turns(7, false), false)).unwrap();
+        let bad = [
+            text.replacen("answer 5", "answer \u{1}", 1),
+            text.replacen(r#"]}]}"#, r#"]}],}"#, 1),
+            text.replacen(r#","stream":true}"#, r#","stream":true}x"#, 1),
+            text.replacen(r#"],"stream""#, r#"],"messages":[],"stream""#, 1),
+            text.replacen(r#""model":"m""#, r#""model":7"#, 1),
+            text.replacen(r#""model":"m","#, "", 1),
+            text.replacen(
+                r#"{"role":"assistant","content":[{"type":"text","text":"answer 5"}]}"#,
+                " 5 ",
+                1,
+            ),
+            text.replacen(
+                r#"{"role":"assistant","content":[{"type":"text","text":"answer 5"}]}"#,
+                "\n 5\n",
+                1,
+            ),
+            format!("{text}\n\n"),
+            text[..text.len() - 9].to_string(),
+        ];
+        for body in bad {
+            let _ = after(Provider::Anthropic, &earlier, body.as_bytes());
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever a body does to the one before it (bytes changed, cut, or whitespace put
+        /// between values), reading it after that one gives what reading it whole gives.
+        #[test]
+        fn reading_after_is_reading_whole(
+            n in 1usize..9,
+            edits in proptest::collection::vec((0usize..10_000, 0u8..6), 0..3),
+            tools_after in proptest::bool::ANY,
+        ) {
+            let earlier = anthropic("read", &turns(n, true), tools_after);
+            let mut body = anthropic("read", &turns(n + 2, true), tools_after);
+            for (at, kind) in edits {
+                let at = at % body.len();
+                match kind {
+                    0 => body[at] = b'x',
+                    1 => body.truncate(at),
+                    2 => body.insert(at, b' '),
+                    3 => body.insert(at, b'\n'),
+                    4 => body.insert(at, b','),
+                    _ => drop(body.remove(at)),
+                }
+            }
+            let _ = after(Provider::Anthropic, &earlier, &body);
+            let _ = after(Provider::OpenAi, &earlier, &body);
+        }
+    }
 
     #[test]
     fn parse_keeps_fields_and_reports_where() {
