@@ -232,8 +232,11 @@ impl Session {
         query: &str,
         settings: &RetrievalSettings,
     ) -> Result<Option<Candidates>, SessionError> {
-        let mut hits =
-            archive.search(&self.scope, &SearchQuery::new(query, settings.candidates))?;
+        // The window's messages are never candidates: their rows, still being written, are
+        // not waited for.
+        let held = |id: u64| self.manager.get(id).is_some();
+        let query_of = SearchQuery::new(query, settings.candidates);
+        let mut hits = archive.search_beyond(&self.scope, &query_of, &held)?;
         // What the window shows already: its messages, and text its summaries quote whole.
         let summaries: Vec<&str> = self.manager.session().map(|entry| entry.content()).collect();
         let shown = |id: u64, content: &str| {

@@ -131,10 +131,43 @@ struct State {
     /// Writes the inner store refused for good (a stale fence), by scope: reported to the
     /// scope's next flush or read, then forgotten.
     rejected: HashMap<Scope, StoreError>,
+    /// What each scope has queued or being written: a read that wants none of it need not
+    /// wait ([`Deferred::settle_for`]).
+    uncommitted: HashMap<Scope, Uncommitted>,
     stats: DeferredStats,
 }
 
+/// A scope's writes not committed yet.
+#[derive(Debug, Default)]
+struct Uncommitted {
+    /// Message ids written, each with its number of writes.
+    ids: HashMap<u64, u32>,
+    /// Writes other than rows (summaries, compression events).
+    other: u32,
+}
+
 impl State {
+    /// Counts `write` as uncommitted (`add`) or as committed or dropped.
+    fn track(&mut self, write: &PendingWrite, add: bool) {
+        let step = |n: &mut u32| *n = if add { n.saturating_add(1) } else { n.saturating_sub(1) };
+        let entry = self.uncommitted.entry(write.scope.clone()).or_default();
+        match &write.op {
+            PendingOp::Rows(rows) => {
+                for row in rows {
+                    let n = entry.ids.entry(row.id).or_default();
+                    step(n);
+                    if *n == 0 {
+                        entry.ids.remove(&row.id);
+                    }
+                }
+            }
+            _ => step(&mut entry.other),
+        }
+        if entry.ids.is_empty() && entry.other == 0 {
+            self.uncommitted.remove(&write.scope);
+        }
+    }
+
     fn failure_error(&self) -> StoreError {
         match &self.last_failure {
             Some(failure) => StoreError::Deferred {
@@ -362,9 +395,22 @@ impl<S: ArchiveStore + 'static> Deferred<S> {
     /// Waits until the writes queued for `scope` are committed (before reading it); a write
     /// of the scope the inner store refused for good meanwhile is reported (once).
     fn settle(&self, scope: &Scope) -> Result<(), StoreError> {
+        self.settle_for(scope, &|_| true)
+    }
+
+    /// [`settle`](Self::settle) for a read that wants only the messages `wanted` says: it
+    /// waits only when the scope has such a message, or a write other than rows, not yet
+    /// committed.
+    fn settle_for(&self, scope: &Scope, wanted: &dyn Fn(u64) -> bool) -> Result<(), StoreError> {
         let pending = {
             let state = self.shared.lock();
-            state.newest.get(scope).copied().filter(|&ticket| ticket > state.committed)
+            let ticket =
+                state.newest.get(scope).copied().filter(|&ticket| ticket > state.committed);
+            ticket.filter(|_| {
+                state.uncommitted.get(scope).is_none_or(|writes| {
+                    writes.other > 0 || writes.ids.keys().any(|&id| wanted(id))
+                })
+            })
         };
         if let Some(ticket) = pending {
             self.shared.wait(ticket)?;
@@ -413,6 +459,7 @@ impl<S: ArchiveStore + 'static> Deferred<S> {
                 state.newest.insert(write.scope.clone(), ticket);
             }
         }
+        state.track(&write, true);
         state.queue.push_back(Job { ticket, write, rows, bytes });
         shared.work.notify_one();
         Ok(())
@@ -483,6 +530,7 @@ fn committed(shared: &Shared, batch: &[Job]) {
         if state.newest.get(&job.write.scope) == Some(&job.ticket) {
             state.newest.remove(&job.write.scope);
         }
+        state.track(&job.write, false);
     }
     if let Some(last) = batch.last() {
         state.committed = state.committed.max(last.ticket);
@@ -515,6 +563,7 @@ fn refused(shared: &Shared, mut batch: Vec<Job>, error: StoreError) {
             state.newest.remove(&job.write.scope);
         }
         state.committed = state.committed.max(job.ticket);
+        state.track(&job.write, false);
         state.rejected.insert(job.write.scope, error);
     } else {
         state.isolate = true;
@@ -611,13 +660,14 @@ impl<S: ArchiveStore + 'static> ArchiveStore for Deferred<S> {
         Ok(())
     }
 
+    /// Waits only for the writes of the rows asked for.
     fn get_many(&self, scope: &Scope, ids: &[u64]) -> Result<Vec<ArchivedMessage>, StoreError> {
-        self.settle(scope)?;
+        self.settle_for(scope, &|id| ids.contains(&id))?;
         self.inner.get_many(scope, ids)
     }
 
     fn get(&self, scope: &Scope, id: u64) -> Result<Option<ArchivedMessage>, StoreError> {
-        self.settle(scope)?;
+        self.settle_for(scope, &|written| written == id)?;
         self.inner.get(scope, id)
     }
 
@@ -641,6 +691,17 @@ impl<S: ArchiveStore + 'static> ArchiveStore for Deferred<S> {
         self.inner.search(scope, query)
     }
 
+    /// Waits only for the writes of messages not `held`.
+    fn search_beyond(
+        &self,
+        scope: &Scope,
+        query: &SearchQuery<'_>,
+        held: &dyn Fn(u64) -> bool,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        self.settle_for(scope, &|id| !held(id))?;
+        self.inner.search(scope, query)
+    }
+
     fn summary(&self, scope: &Scope, id: u64) -> Result<Option<SummaryRecord>, StoreError> {
         self.settle(scope)?;
         self.inner.summary(scope, id)
@@ -651,7 +712,8 @@ impl<S: ArchiveStore + 'static> ArchiveStore for Deferred<S> {
         scope: &Scope,
         query: &SearchQuery<'_>,
     ) -> Result<Vec<SummaryHit>, StoreError> {
-        self.settle(scope)?;
+        // Summaries only: rows being written are not waited for.
+        self.settle_for(scope, &|_| false)?;
         self.inner.search_summaries(scope, query)
     }
 

@@ -227,6 +227,23 @@ pub trait ArchiveStore: Send + Sync + fmt::Debug {
     /// text makes it fail.
     fn search(&self, scope: &Scope, query: &SearchQuery<'_>) -> Result<Vec<SearchHit>, StoreError>;
 
+    /// [`search`](Self::search) for a reader that holds some of the scope's messages itself
+    /// (`held(id)`: the messages in its window), and never wants them found. A store that
+    /// writes later ([`Deferred`](super::Deferred)) answers without waiting for writes of held
+    /// messages only; every message not held is searched as [`search`](Self::search) would.
+    ///
+    /// # Errors
+    /// As [`search`](Self::search).
+    fn search_beyond(
+        &self,
+        scope: &Scope,
+        query: &SearchQuery<'_>,
+        held: &dyn Fn(u64) -> bool,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        let _ = held;
+        self.search(scope, query)
+    }
+
     /// Summary `id` of `scope`, if stored.
     ///
     /// # Errors
@@ -571,6 +588,9 @@ macro_rules! forward_archive {
             }
             fn search(&self, scope: &Scope, query: &SearchQuery<'_>) -> Result<Vec<SearchHit>, StoreError> {
                 (**self).search(scope, query)
+            }
+            fn search_beyond(&self, scope: &Scope, query: &SearchQuery<'_>, held: &dyn Fn(u64) -> bool) -> Result<Vec<SearchHit>, StoreError> {
+                (**self).search_beyond(scope, query, held)
             }
             fn summary(&self, scope: &Scope, id: u64) -> Result<Option<SummaryRecord>, StoreError> {
                 (**self).summary(scope, id)

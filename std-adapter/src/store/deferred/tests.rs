@@ -229,3 +229,58 @@ fn it_is_send_sync_and_debug_is_short() {
     let text = format!("{deferred:?}");
     assert!(text.len() < 800 && text.contains("Deferred"), "{text}");
 }
+
+/// A read run on a thread of its own, giving ids.
+type Read = Box<dyn FnOnce(&Held) -> Vec<u64> + Send>;
+
+#[test]
+fn a_read_waits_only_for_the_writes_it_wants() {
+    use std::sync::mpsc;
+    let deferred = faulty(fast());
+    let s = scope(0);
+    deferred.put(&s, Fence::NONE, &[row(1, "kennel question"), row(2, "kennel answer")]).unwrap();
+    deferred.flush(&s).unwrap();
+    let hold = deferred.inner().faults().hold();
+    deferred.put(&s, Fence::NONE, &[row(3, "kennel again"), row(4, "kennel reply")]).unwrap();
+    let in_thread = |read: Read| {
+        let (deferred, (tx, rx)) = (deferred.clone(), mpsc::channel());
+        std::thread::spawn(move || tx.send(read(&deferred)).unwrap());
+        rx
+    };
+    let wait = Duration::from_secs(5);
+    // Rows committed, rows held by the reader, summaries: answered while 3 and 4 are written.
+    let got =
+        in_thread(Box::new(|d| d.get(&scope(0), 1).unwrap().into_iter().map(|r| r.id).collect()));
+    assert_eq!(got.recv_timeout(wait).unwrap(), [1]);
+    let got = in_thread(Box::new(|d| {
+        let ids = d.get_many(&scope(0), &[1, 2]).unwrap();
+        ids.into_iter().map(|r| r.id).collect()
+    }));
+    assert_eq!(got.recv_timeout(wait).unwrap(), [1, 2]);
+    let got = in_thread(Box::new(|d| {
+        let query = SearchQuery::new("kennel", 10);
+        let hits = d.search_beyond(&scope(0), &query, &|id| id >= 3).unwrap();
+        let mut ids: Vec<u64> = hits.into_iter().map(|h| h.id).collect();
+        ids.sort_unstable();
+        ids
+    }));
+    assert_eq!(got.recv_timeout(wait).unwrap(), [1, 2]);
+    let got = in_thread(Box::new(|d| {
+        d.search_summaries(&scope(0), &SearchQuery::new("kennel", 10)).unwrap();
+        Vec::new()
+    }));
+    assert!(got.recv_timeout(wait).is_ok());
+    // A read that wants row 3 waits for it.
+    let got = in_thread(Box::new(|d| {
+        let hits = d.search(&scope(0), &SearchQuery::new("kennel", 10)).unwrap();
+        let mut ids: Vec<u64> = hits.into_iter().map(|h| h.id).collect();
+        ids.sort_unstable();
+        ids
+    }));
+    let wanted =
+        in_thread(Box::new(|d| d.get(&scope(0), 3).unwrap().into_iter().map(|r| r.id).collect()));
+    assert!(got.recv_timeout(Duration::from_millis(200)).is_err(), "did not wait");
+    drop(hold);
+    assert_eq!(got.recv_timeout(wait).unwrap(), [1, 2, 3, 4]);
+    assert_eq!(wanted.recv_timeout(wait).unwrap(), [3]);
+}
