@@ -447,17 +447,19 @@ fn rank(
     settings: &RetrievalSettings,
 ) -> Vec<Ranked> {
     let words = |text: &str| text.split_whitespace().count().max(1) as f64;
-    let avgdl = hits.iter().map(|hit| words(&hit.content)).sum::<f64>() / hits.len().max(1) as f64;
+    // Each hit's length, counted once (hits are whole tool outputs of tens of kilobytes).
+    let lengths: Vec<f64> = hits.iter().map(|hit| words(&hit.content)).collect();
+    let avgdl = lengths.iter().sum::<f64>() / hits.len().max(1) as f64;
     let norm = |length: f64| 1.0 + BM25_K1 * (1.0 - BM25_B + BM25_B * length / avgdl);
     let (low, high) =
         hits.iter().fold((u64::MAX, 0), |(lo, hi), hit| (lo.min(hit.id), hi.max(hit.id)));
     let span = high.saturating_sub(low).max(1) as f64;
     let mut ranked: Vec<Ranked> = hits
         .into_iter()
-        .map(|hit| {
+        .zip(lengths)
+        .map(|(hit, length)| {
             let position = hit.id.saturating_sub(low) as f64 / span;
             let mut score = hit.score * (1.0 + settings.recency * position);
-            let length = words(&hit.content);
             if length < SHORT_REPLY_WORDS as f64
                 && let Some(other) = neighbour_of(hit.id, &hit.content)
                     .and_then(|n| neighbours.get(&n))
