@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 use super::Provider;
 use super::fingerprint::raw_hash;
-use super::scan::{Scanned, scan};
+use super::scan::{Earlier, Layout, Scanned, scan};
 
 /// A request body that did not parse, saying where.
 ///
@@ -58,39 +58,9 @@ pub struct Request {
     /// Each item's [`raw_hash`].
     hashes: Vec<u64>,
     /// Where the messages were in the body (`None` when it had none, or was read whole).
-    pub(super) layout: Option<Layout>,
+    layout: Option<Layout>,
     /// Messages taken from the earlier request.
     reused: usize,
-}
-
-/// Where a body's messages were: what the next body of the conversation is compared with,
-/// byte for byte ([`Request::parse_after`]).
-#[derive(Debug)]
-pub(super) struct Layout {
-    pub(super) provider: Provider,
-    /// The body up to the end of the first message.
-    pub(super) opening: Box<[u8]>,
-    /// The bytes between one message and the next (a comma, and whitespace if any), one run
-    /// per message after the first, end to end; `gap_ends[k - 1]` is where message `k`'s ends.
-    pub(super) gaps: Vec<u8>,
-    pub(super) gap_ends: Vec<usize>,
-}
-
-impl Layout {
-    /// The bytes before message `k` (from 1).
-    pub(super) fn gap(&self, k: usize) -> Option<&[u8]> {
-        let end = *self.gap_ends.get(k.checked_sub(1)?)?;
-        let start = match k {
-            1 => 0,
-            _ => *self.gap_ends.get(k - 2)?,
-        };
-        self.gaps.get(start..end)
-    }
-
-    pub(super) fn push_gap(&mut self, gap: &[u8]) {
-        self.gaps.extend_from_slice(gap);
-        self.gap_ends.push(self.gaps.len());
-    }
 }
 
 impl Request {
@@ -294,6 +264,17 @@ impl Request {
         }
         out.push(b'}');
         (out, ranges)
+    }
+}
+
+impl Earlier for Arc<Request> {
+    fn layout(&self) -> Option<&Layout> {
+        self.layout.as_ref()
+    }
+
+    fn messages(&self) -> (&[Arc<RawValue>], &[u64]) {
+        let first = usize::from(self.has_system_item);
+        (self.items.get(first..).unwrap_or_default(), self.hashes.get(first..).unwrap_or_default())
     }
 }
 

@@ -7,7 +7,8 @@
 //! where reading goes on, value by value.
 //!
 //! A body this walk does not follow (a syntax error, `messages` not an array or given twice,
-//! an empty object) is left to [`Request::parse`]'s whole read, which says what is wrong.
+//! an empty object) is left to the whole read of [`Request::parse`](super::Request::parse),
+//! which says what is wrong.
 
 use std::sync::Arc;
 
@@ -17,9 +18,45 @@ use serde_json::value::RawValue;
 
 use super::Provider;
 use super::fingerprint::raw_hash;
-use super::request::{Layout, Request};
 
-/// An envelope read by [`scan`]: what [`Request`] is built from.
+/// Where a body's messages were: what the next body of the conversation is compared with,
+/// byte for byte ([`Request::parse_after`](super::Request::parse_after)).
+#[derive(Debug)]
+pub(super) struct Layout {
+    pub(super) provider: Provider,
+    /// The body up to the end of the first message.
+    pub(super) opening: Box<[u8]>,
+    /// The bytes between one message and the next (a comma, and whitespace if any), one run
+    /// per message after the first, end to end; `gap_ends[k - 1]` is where message `k`'s ends.
+    pub(super) gaps: Vec<u8>,
+    pub(super) gap_ends: Vec<usize>,
+}
+
+impl Layout {
+    /// The bytes before message `k` (from 1).
+    pub(super) fn gap(&self, k: usize) -> Option<&[u8]> {
+        let end = *self.gap_ends.get(k.checked_sub(1)?)?;
+        let start = match k {
+            1 => 0,
+            _ => *self.gap_ends.get(k - 2)?,
+        };
+        self.gaps.get(start..end)
+    }
+
+    pub(super) fn push_gap(&mut self, gap: &[u8]) {
+        self.gaps.extend_from_slice(gap);
+        self.gap_ends.push(self.gaps.len());
+    }
+}
+
+/// What an earlier request lends to the next read: where its messages were, and its messages
+/// (after Anthropic's `system`) with their raw hashes.
+pub(super) trait Earlier {
+    fn layout(&self) -> Option<&Layout>;
+    fn messages(&self) -> (&[Arc<RawValue>], &[u64]);
+}
+
+/// An envelope read by [`scan`]: what [`Request`](super::Request) is built from.
 pub(super) struct Scanned {
     pub(super) fields: IndexMap<String, Box<RawValue>>,
     pub(super) messages: Vec<Arc<RawValue>>,
@@ -77,10 +114,10 @@ impl<'b> Cursor<'b> {
 /// caller holds for the bytes up to the end of the first message, if any — every following
 /// message sent again with the same bytes. `None` when the walk does not follow the body
 /// (then the whole read decides).
-pub(super) fn scan(
+pub(super) fn scan<E: Earlier>(
     provider: Provider,
     body: &[u8],
-    previous: impl FnOnce(&[u8]) -> Option<Arc<Request>>,
+    previous: impl FnOnce(&[u8]) -> Option<E>,
 ) -> Option<Scanned> {
     let mut cursor = Cursor { body, pos: 0 };
     cursor.eat(b'{')?;
@@ -124,10 +161,10 @@ pub(super) fn scan(
 type List = (Vec<Arc<RawValue>>, Vec<u64>, Option<Layout>, usize);
 
 /// The items of `messages`, the cursor just after its `[`.
-fn messages(
+fn messages<E: Earlier>(
     provider: Provider,
     cursor: &mut Cursor<'_>,
-    previous: impl FnOnce(&[u8]) -> Option<Arc<Request>>,
+    previous: impl FnOnce(&[u8]) -> Option<E>,
 ) -> Option<List> {
     if cursor.peek()? == b']' {
         cursor.pos += 1;
@@ -169,21 +206,16 @@ fn messages(
 /// opening `layout` holds); the cursor ends after the last one taken. Returns how many.
 fn take_same(
     cursor: &mut Cursor<'_>,
-    earlier: &Request,
+    earlier: &impl Earlier,
     layout: &mut Layout,
     items: &mut Vec<Arc<RawValue>>,
     hashes: &mut Vec<u64>,
 ) -> usize {
-    let Some(before) = earlier.layout.as_ref() else { return 0 };
+    let Some(before) = earlier.layout() else { return 0 };
     if before.provider != layout.provider || before.opening != layout.opening {
         return 0;
     }
-    let first = usize::from(earlier.has_system_item);
-    let (Some(messages), Some(message_hashes)) =
-        (earlier.items.get(first..), earlier.item_hashes().get(first..))
-    else {
-        return 0;
-    };
+    let (messages, message_hashes) = earlier.messages();
     let mut taken = 0;
     for (k, (item, &hash)) in messages.iter().zip(message_hashes).enumerate().skip(1) {
         let Some(gap) = before.gap(k) else { break };
