@@ -142,11 +142,12 @@ fn compose_alone(c: &mut Criterion, drivers: &[(usize, Driver<'_>)]) {
     group.finish();
 }
 
-/// Sizes of the filled working level `evict` compares (its capacity is 256 headers).
-const LEVEL_FILLS: [usize; 3] = [60, 120, 240];
+/// Sizes of the filled working level `evict` compares (its capacity is 256 headers and
+/// 96 KiB; past 80% of either a push compacts, so 180 is the largest fill a push leaves).
+const LEVEL_FILLS: [usize; 3] = [60, 120, 180];
 
-/// A manager whose working level holds `fill` one-message units (240 fill 240 of 256
-/// headers and ~90 of 96 KiB), budgets raised so nothing was evicted yet; and the tokens
+/// A manager whose working level holds `fill` one-message units (180 fill 180 of 256
+/// headers and ~66 of 96 KiB), budgets raised so nothing was evicted yet; and the tokens
 /// `make_space` must free to evict every unit outside the locked tail.
 fn full_working_level(
     session: &Session,

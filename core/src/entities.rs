@@ -266,6 +266,7 @@ impl<const K: usize, const V: usize> EntityStorage for EntityTable<K, V> {
 ///
 /// ```
 /// use ctxwin_core::{Config, ContextManager, EntitySchema, Message, TinyCapacities};
+/// # if !cfg!(feature = "entities") { return Ok(()); }
 /// let schema = EntitySchema::new(&["destination", "date"]).unwrap();
 /// let config = Config { entity_schema: schema, ..Config::DEFAULT };
 /// let mut manager = ContextManager::<TinyCapacities>::with_config(config)?;
@@ -416,6 +417,7 @@ pub trait Extractor {
 ///
 /// ```
 /// use ctxwin_core::{Config, ContextManager, EntitySchema, Message, TinyCapacities};
+/// # if !cfg!(feature = "entities") { return Ok(()); }
 /// let schema = EntitySchema::new(&["departure_date", "seats"]).unwrap();
 /// let config = Config { entity_schema: schema, ..Config::DEFAULT };
 /// let mut manager = ContextManager::<TinyCapacities>::with_config(config)?;

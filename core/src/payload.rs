@@ -398,7 +398,8 @@ fn write_history_message<W: Write>(json: &mut JsonWriter<W>, message: &MessageRe
     }
 }
 
-#[cfg(test)]
+// The module's test writes an `[Entities]` block.
+#[cfg(all(test, feature = "entities"))]
 mod tests {
     use super::*;
     use crate::capacity::TinyCapacities;

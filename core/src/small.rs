@@ -18,6 +18,7 @@ pub(crate) fn split_lines(text: &str) -> impl Iterator<Item = &str> {
 
 /// `text.lines()`: [`split_lines`] without the line ends (`\n`, and a `\r` before it); the
 /// iterator of `str::lines` keeps a slice-index panic path.
+#[cfg(feature = "tasks")]
 pub(crate) fn lines(text: &str) -> impl Iterator<Item = &str> {
     split_lines(text).map(|line| {
         let line = line.strip_suffix("\n").unwrap_or(line);

@@ -60,14 +60,14 @@ fn read_sources(dir: &Path) -> BTreeMap<Module, String> {
     files
 }
 
-/// Code without comments and without the trailing `#[cfg(test)] mod …` (tests may reach
-/// anywhere).
+/// Code without comments and without the trailing `#[cfg(test)] mod …` or
+/// `#[cfg(all(test, …))] mod …` (tests may reach anywhere).
 fn code_of(source: &str) -> String {
     let lines: Vec<&str> = source.lines().collect();
     let mut out = String::new();
     for (i, line) in lines.iter().enumerate() {
         let trimmed = line.trim();
-        if trimmed == "#[cfg(test)]"
+        if (trimmed == "#[cfg(test)]" || trimmed.starts_with("#[cfg(all(test,"))
             && lines.get(i + 1).is_some_and(|next| next.trim_start().contains("mod "))
         {
             break;
@@ -366,7 +366,11 @@ fn tests_at_the_end_of_a_file_may_reach_anywhere() {
     let report = check(&synthetic(&[
         ("crate", ""),
         ("ring", "fn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::manager::State;\n}\n"),
-        ("manager", "use crate::ring::f;\n"),
+        (
+            "level",
+            "fn g() {}\n#[cfg(all(test, feature = \"x\"))]\nmod tests {\n    use crate::manager::State;\n}\n",
+        ),
+        ("manager", "use crate::ring::f;\nuse crate::level::g;\n"),
     ]));
     assert!(report.upward.is_empty() && report.cycles.is_empty(), "{report:?}");
 }

@@ -2,7 +2,7 @@
 
 use ctxwin_core::{
     Capacities, Config, ContextManager, Error, Level, Message, OpenAiRequest, OutboxMode,
-    PayloadItem, TinyCapacities, ToolCall, UnansweredCalls, ring::Ring,
+    PayloadItem, TinyCapacities, ToolCall, ring::Ring,
 };
 
 struct Small;
@@ -94,9 +94,11 @@ fn unanswered_calls_get_aborted_results_when_the_user_moves_on() {
     assert!(m.compose(&[]).is_ok());
 }
 
+#[cfg(feature = "drop-calls")]
 #[test]
 fn unanswered_calls_can_be_dropped_instead() {
-    let cfg = Config { unanswered_calls: UnansweredCalls::DropCalls, ..config(6, 4000) };
+    let cfg =
+        Config { unanswered_calls: ctxwin_core::UnansweredCalls::DropCalls, ..config(6, 4000) };
     let mut m = ContextManager::<Small>::with_config(cfg).unwrap();
     let calls = [
         ToolCall::new("a", "f", "{\"x\":1}"),

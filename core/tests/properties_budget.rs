@@ -98,7 +98,7 @@ fn config() -> impl Strategy<Value = Config> {
                 low_water_percent: low,
                 lock_newest_user: user,
                 outbox: if discard { OutboxMode::Discard } else { OutboxMode::Hold },
-                entity_schema: if entities {
+                entity_schema: if entities && cfg!(feature = "entities") {
                     EntitySchema::new(&["branch", "error"]).unwrap_or_default()
                 } else {
                     EntitySchema::EMPTY

@@ -7,8 +7,8 @@ use ctxwin_core::level::Level;
 use ctxwin_core::strategy::*;
 use ctxwin_core::summarize::Summarizer;
 use ctxwin_core::{
-    Capacities, ContextManager, EntitySchema, Message, OpenAiRequest, ToolCall, capacity::Scratch,
-    entities::EntityTable, entities::Patterns, ring::Ring, summarize::Extractive,
+    Capacities, ContextManager, Message, ToolCall, capacity::Scratch, entities::EntityTable,
+    entities::Patterns, ring::Ring, summarize::Extractive,
 };
 
 struct Roomy;
@@ -89,9 +89,10 @@ fn summarization_folds_the_oldest_turns_into_one_rolling_summary() {
     );
 }
 
+#[cfg(feature = "entities")]
 #[test]
 fn entity_extraction_keeps_state_and_only_the_tail() {
-    let schema = EntitySchema::new(&["destination", "date", "seats"]).unwrap();
+    let schema = ctxwin_core::EntitySchema::new(&["destination", "date", "seats"]).unwrap();
     let config = Config {
         strategy: StrategyKind::EntityExtraction,
         locked_tail: 2,
@@ -112,7 +113,7 @@ fn entity_extraction_keeps_state_and_only_the_tail() {
     let budget = m.budget();
     let payload = m.compose(&[]).unwrap();
     assert!(payload.tokens() <= budget);
-    let len = payload.write_openai(&mut body[..], OpenAiRequest::default()).unwrap();
+    let len = payload.write_openai(&mut body[..], ctxwin_core::OpenAiRequest::default()).unwrap();
     let json: serde_json::Value = serde_json::from_slice(&body[..len]).unwrap();
     let block = json["messages"][0]["content"].as_str().unwrap();
     let object: serde_json::Value =

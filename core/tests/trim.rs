@@ -310,7 +310,7 @@ fn config() -> impl Strategy<Value = (Config, Counter)> {
                     request_overhead: request,
                     tool_call_overhead: call,
                     lock_newest_user: lock_user,
-                    unanswered_calls: if drop {
+                    unanswered_calls: if drop && cfg!(feature = "drop-calls") {
                         UnansweredCalls::DropCalls
                     } else {
                         UnansweredCalls::SynthesizeAborted

@@ -13,8 +13,10 @@ use serde::Deserialize;
 pub const MIN_PROMPT: u32 = 256;
 
 /// The proxy's retrieval unless `[retrieval]` says otherwise: the block takes at most a tenth
-/// of the budget. It is sent with every request until the next compaction, and the room it
-/// takes brings that compaction closer.
+/// of what the system prompt and tool definitions leave the history
+/// ([`ConvSettings::retrieval_within`](crate::conv::ConvSettings::retrieval_within)). It is
+/// sent with every request until a compaction for a new live request, and the room it takes
+/// brings the next compaction closer.
 pub const RETRIEVAL: RetrievalSettings =
     RetrievalSettings { max_share_percent: 10, ..RetrievalSettings::DEFAULT };
 
@@ -489,7 +491,7 @@ impl ProxyConfig {
         ));
         notes.push(if self.retrieval.auto {
             format!(
-                "retrieval: after a conversation's first compaction, archived turns matching the live request, at most {}% of the budget, frozen until the next compaction ([retrieval] auto = false turns it off)",
+                "retrieval: after a conversation's first compaction, archived turns matching the live request, at most {}% of what the system prompt and tools leave the history, frozen until a compaction for a new request ([retrieval] auto = false turns it off)",
                 self.retrieval.max_share_percent
             )
         } else {

@@ -755,6 +755,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "drop-calls")]
     #[test]
     fn dropping_calls_keeps_the_trailer_and_records_the_count_before() {
         let config = Config {

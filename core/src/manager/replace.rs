@@ -171,6 +171,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     ///
     /// ```
     /// use ctxwin_core::{Config, ContextManager, entities::EntityError, EntitySchema, TinyCapacities};
+    /// # if !cfg!(feature = "entities") { return Ok(()); }
     /// let schema = EntitySchema::new(&["branch"]).unwrap();
     /// let mut manager = ContextManager::<TinyCapacities>::with_config(Config { entity_schema: schema, ..Config::DEFAULT })?;
     /// manager.set_entity("branch", Some(" fix-io "))?;
@@ -203,8 +204,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "entities")]
+    use crate::EntitySchema;
     use crate::ring::Ring;
-    use crate::{Config, EntitySchema, Message, StrategyKind, TinyCapacities};
+    use crate::{Config, Message, StrategyKind, TinyCapacities};
 
     /// A session level of 1,024 bytes (the property model's capacities).
     struct Tight;
@@ -305,6 +308,7 @@ mod tests {
         assert_eq!(manager.get(id).unwrap().content(), "short");
     }
 
+    #[cfg(feature = "entities")]
     #[test]
     fn entities_are_set_cleared_and_recounted() {
         let schema = EntitySchema::new(&["branch", "owner"]).unwrap();
@@ -322,6 +326,7 @@ mod tests {
         assert_eq!(manager.used(), empty);
     }
 
+    #[cfg(feature = "entities")]
     #[test]
     fn a_changed_entity_breaks_the_cached_prefix() {
         let schema = EntitySchema::new(&["branch"]).unwrap();

@@ -85,7 +85,7 @@ pub fn config() -> impl Strategy<Value = Config> {
                 locked_tail: tail,
                 max_messages,
                 observation_limit,
-                unanswered_calls: if drop_calls {
+                unanswered_calls: if drop_calls && cfg!(feature = "drop-calls") {
                     UnansweredCalls::DropCalls
                 } else {
                     UnansweredCalls::SynthesizeAborted
@@ -99,7 +99,7 @@ pub fn config() -> impl Strategy<Value = Config> {
                 // Steps are the clock (one per op), so ages of a few steps compress often.
                 working_age_ms: minutes,
                 session_age_ms: minutes * 3,
-                entity_schema: if entities {
+                entity_schema: if entities && cfg!(feature = "entities") {
                     ctxwin_core::EntitySchema::new(&["value", "decision", "k"]).unwrap_or_default()
                 } else {
                     ctxwin_core::EntitySchema::EMPTY

@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 
 use ctxwin_std::ChatMessage;
-use ctxwin_std::session::{ComposeOptions, ComposedPayload, Origin, RecallFor};
+use ctxwin_std::core::Level;
+use ctxwin_std::core::Role;
+use ctxwin_std::session::{ComposeOptions, ComposedPayload, Origin, RecallFor, RetrievalSettings};
 
 use super::{Composed, Conv, ConvError};
 use crate::wire::{KeptPart, ManagedBody, Provider, Request};
@@ -53,6 +55,10 @@ impl Conv {
         let payload = self.compose_payload()?;
         let plan = self.plan(&payload);
         let mut body = ManagedBody::new(self.provider, request, plan.added);
+        if self.evicted_any {
+            // Until something left, the body is the client's own, its marks included.
+            body.cache_head();
+        }
         for (n, slot) in plan.order.into_iter().enumerate() {
             if plan.first_history == Some(n) {
                 body.history_starts();
@@ -102,43 +108,72 @@ impl Conv {
     /// the core it can find nothing, and its full-text search is most of a request's cost (the
     /// archive is shared by every conversation). The block sits before the history (a standing
     /// note), so it must not change while the history only grows: it is retrieved after a
-    /// compaction (for the live request then) and sent unchanged until the next one, when the
-    /// provider's prompt cache of the history is rewritten anyway.
+    /// compaction (for the live request then) and sent unchanged until a compaction finds a
+    /// new live request: a new request without a compaction keeps it (retrieving then would
+    /// rewrite the cached prefix for the block alone). A compaction while the live request is
+    /// the one the block was retrieved for keeps the block too: the same query would find much the same turns, and the
+    /// prefix up to the history's head (tools, system, the block, the head) stays what the
+    /// provider cached, so the compaction rewrites only what follows the head.
     fn compose_payload(&mut self) -> Result<ComposedPayload, ConvError> {
-        let fresh = self.retrieves() && (self.recall_stale || self.recalled.is_none());
+        let live = self.live_request_id();
+        // Renewed when this request compacts (the prefix is rewritten anyway) for a new live
+        // request; `recall_stale` says whether its pushes compacted.
+        let renew = |conv: &Self, compacted: bool| {
+            conv.retrieves()
+                && (conv.recalled.is_none() || (compacted && conv.recalled_for != live))
+        };
+        let fresh = renew(self, self.recall_stale);
         let frozen = match &self.recalled {
             Some(block) if self.retrieves() && !fresh && !block.is_empty() => vec![block.clone()],
             _ => Vec::new(),
         };
-        let mut payload = self.compose_once(&frozen, fresh)?;
-        if self.retrieves() && !fresh && payload.evicted_units > 0 {
+        let mut payload = self.compose_once(&frozen, fresh, live)?;
+        if !fresh && renew(self, payload.evicted_units > 0) {
             // The frozen block's room came from a compaction: the prefix is rewritten now,
             // so the block is retrieved again now, not one request later.
             let evicted = payload.evicted_units;
-            payload = self.compose_once(&[], true)?;
+            payload = self.compose_once(&[], true, live)?;
             payload.evicted_units += evicted;
         }
+        self.recall_stale = false;
         self.evicted_any |= payload.evicted_units > 0;
         Ok(payload)
     }
 
-    /// One compose: with the `frozen` block, or retrieving a `fresh` one (kept for the next
-    /// requests).
+    /// The session id of the live request: the newest user message the core holds.
+    fn live_request_id(&self) -> Option<u64> {
+        let manager = self.session.manager();
+        manager.history().rfind(|m| m.role() == Role::User).map(|m| m.id())
+    }
+
+    /// One compose: with the `frozen` block, or retrieving a `fresh` one for the live request
+    /// `live` (kept for the next requests).
     fn compose_once(
         &mut self,
         frozen: &[String],
         fresh: bool,
+        live: Option<u64>,
     ) -> Result<ComposedPayload, ConvError> {
         let dynamic: Vec<&str> = frozen.iter().map(String::as_str).collect();
         let recall = if fresh { RecallFor::LiveRequest } else { RecallFor::Nothing };
         let options =
-            ComposeOptions::new(&dynamic).recall(recall).retrieval(self.settings.retrieval);
+            ComposeOptions::new(&dynamic).recall(recall).retrieval(self.retrieval_settings());
         let payload = self.session.compose_with(options)?;
         if fresh {
             self.recalled = Some(payload.recall.block.clone());
+            self.recalled_for = live;
         }
-        self.recall_stale = !fresh && payload.evicted_units > 0;
         Ok(payload)
+    }
+
+    /// The retrieval settings of this conversation's next block, sized from the room the
+    /// pinned part leaves the history ([`ConvSettings::retrieval_within`]).
+    ///
+    /// [`ConvSettings::retrieval_within`]: super::ConvSettings::retrieval_within
+    fn retrieval_settings(&self) -> RetrievalSettings {
+        let budget = self.session.configured().budget();
+        let pinned = self.session.manager().level_tokens(Level::Permanent);
+        self.settings.retrieval_within(budget, pinned)
     }
 
     /// What `payload` emits, as the session says where each of its messages comes from: the

@@ -167,8 +167,12 @@ pub struct Conv {
     /// The retrieved block sent with every payload since the last compaction (not kept in
     /// checkpoints: retrieved again after a restart).
     recalled: Option<String>,
-    /// Something left the core since `recalled` was retrieved.
+    /// Something left the core since the last payload was composed (a compaction in this
+    /// request: the cached prefix is rewritten anyway).
     recall_stale: bool,
+    /// The session id of the live request (the newest user message) `recalled` was retrieved
+    /// for.
+    recalled_for: Option<u64>,
     dirty: bool,
     exchanges: u32,
     last_used: Instant,
@@ -350,6 +354,7 @@ impl Conv {
             evicted_any: false,
             recalled: None,
             recall_stale: false,
+            recalled_for: None,
             dirty: false,
             exchanges: 0,
             last_used: Instant::now(),

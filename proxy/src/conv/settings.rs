@@ -101,6 +101,28 @@ impl ConvSettings {
         }
     }
 
+    /// The retrieval settings for a session whose budget is `budget` tokens, `pinned` of them
+    /// taken by the system prompt and tool definitions: the block takes at most
+    /// `max_share_percent` of what the pinned part leaves the history, not of the budget.
+    /// The block is frozen between compactions and its room is the history's: at 32k, where
+    /// a coding agent's tools and system take half the budget, a tenth of the budget was a
+    /// fifth of the history's room, and brought each compaction that much closer.
+    ///
+    /// ```
+    /// use ctxwin_proxy::conv::ConvSettings;
+    /// let settings = ConvSettings::new(32_000, 8_192);
+    /// assert_eq!(settings.retrieval.max_share_percent, 10);
+    /// // 23,808 tokens of budget, 11,200 pinned: a tenth of the other 12,608 is 5% of it.
+    /// assert_eq!(settings.retrieval_within(23_808, 11_200).max_share_percent, 5);
+    /// assert_eq!(settings.retrieval_within(23_808, 0).max_share_percent, 10);
+    /// ```
+    pub fn retrieval_within(&self, budget: u32, pinned: u32) -> RetrievalSettings {
+        let history = u64::from(budget.saturating_sub(pinned));
+        let share = u64::from(self.retrieval.max_share_percent);
+        let percent = (history * share / u64::from(budget.max(1))).min(100) as u8;
+        RetrievalSettings { max_share_percent: percent, ..self.retrieval }
+    }
+
     /// Whether `tool`'s outputs are never reduced by the observation limit.
     pub fn never_cuts(&self, tool: &str) -> bool {
         self.never_cut.iter().any(|name| name == tool)

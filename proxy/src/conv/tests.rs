@@ -234,3 +234,73 @@ fn detected_tasks_are_summarized_and_reported_once() {
     assert!(body.contains("Task 1: Fix the failing test in tests/io.rs"), "{body}");
     assert!(conv.compose(&request).unwrap().tasks_finished.is_empty(), "reported once");
 }
+
+/// The retrieved block of an OpenAI body: its first message's content when that is the
+/// proxy's system message.
+fn retrieved_block(body: &str) -> Option<String> {
+    let body: Value = serde_json::from_str(body).unwrap();
+    let first = body["messages"][0]["content"].as_str()?;
+    first.contains("Retrieved from archive").then(|| first.to_string())
+}
+
+#[test]
+fn the_retrieved_block_is_renewed_only_at_a_compaction_for_a_new_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let retrieval = ctxwin_std::session::RetrievalSettings {
+        max_share_percent: 100,
+        ..crate::config::RETRIEVAL
+    };
+    let settings = ConvSettings { retrieval, ..ConvSettings::new(2_048, 256) };
+    let mut conv = Conv::open(dir.path(), &store, "r", Provider::OpenAi, &settings).unwrap();
+    // Something left the window: the cached prefix is rewritten from there anyway.
+    let compactions = |conv: &Conv| conv.session().manager().stats().counters.units_evicted;
+    let mut messages = vec![
+        json!({"role": "user", "content": "The staging database runs Postgres 16."}),
+        json!({"role": "assistant", "content": "Noted."}),
+        json!({"role": "user", "content": "The billing service is deployed from the release-7 branch."}),
+        json!({"role": "assistant", "content": "Noted too."}),
+    ];
+    let mut n = 0;
+    let call = |messages: &mut Vec<Value>, n: &mut usize| {
+        *n += 1;
+        let id = format!("c{n}");
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "run", "arguments": format!("{{\"step\":{n}}}")}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": format!("step {n}: the job list shows three queued builds, two finished deploys and one flaky integration test.")}));
+    };
+    // A question, then tool loops (no new user message) until something left and a block
+    // came back for it.
+    messages.push(json!({"role": "user", "content": "Which Postgres version does staging run?"}));
+    let mut body = turn(&mut conv, &messages);
+    while retrieved_block(&body).is_none() {
+        assert!(n < 300, "nothing was ever retrieved");
+        call(&mut messages, &mut n);
+        body = turn(&mut conv, &messages);
+    }
+    let block = retrieved_block(&body).unwrap();
+    assert!(block.contains("Postgres 16"), "{block}");
+    // More tool loops for the same request, through a compaction: the block stays.
+    let before = compactions(&conv);
+    while compactions(&conv) == before {
+        assert!(n < 600, "no second compaction");
+        call(&mut messages, &mut n);
+        body = turn(&mut conv, &messages);
+        assert_eq!(retrieved_block(&body).as_deref(), Some(block.as_str()), "at step {n}");
+    }
+    // A new request: no compaction yet, the block stays; the first compaction renews it.
+    messages.push(json!({"role": "assistant", "content": "Postgres 16."}));
+    messages.push(
+        json!({"role": "user", "content": "Which branch is the billing service deployed from?"}),
+    );
+    let before = compactions(&conv);
+    body = turn(&mut conv, &messages);
+    while compactions(&conv) == before {
+        assert!(n < 900, "no third compaction");
+        assert_eq!(retrieved_block(&body).as_deref(), Some(block.as_str()), "at step {n}");
+        call(&mut messages, &mut n);
+        body = turn(&mut conv, &messages);
+    }
+    let renewed = retrieved_block(&body).unwrap();
+    assert_ne!(renewed, block);
+    assert!(renewed.contains("release-7"), "{renewed}");
+}

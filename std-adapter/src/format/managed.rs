@@ -67,6 +67,8 @@ pub struct ManagedBody<'r> {
     first: Option<(usize, usize)>,
     /// Anthropic: the client's top-level `system`, raw.
     system: Option<String>,
+    /// Anthropic: mark the first message for the prompt cache ([`ManagedBody::cache_head`]).
+    cache_head: bool,
 }
 
 impl<'r> ManagedBody<'r> {
@@ -75,7 +77,29 @@ impl<'r> ManagedBody<'r> {
     pub fn new(provider: Provider, request: &'r Request, extra: Vec<String>) -> Self {
         let mut list = Vec::with_capacity(request.items.iter().map(|m| m.get().len() + 1).sum());
         list.push(b'[');
-        Self { provider, request, extra, extra_placed: false, list, first: None, system: None }
+        Self {
+            provider,
+            request,
+            extra,
+            extra_placed: false,
+            list,
+            first: None,
+            system: None,
+            cache_head: false,
+        }
+    }
+
+    /// Asks for a prompt-cache mark on the history's first message (Anthropic; OpenAI caches
+    /// every prefix on its own). A compaction evicts from the oldest turn after the history's
+    /// head when the head stays (the newest user request is locked, the opening turn a
+    /// managed body starts with is constant): with the mark, the provider reads the prefix up
+    /// to the head from its cache at the compaction, where without it only the client's marks
+    /// (the system prompt, the newest message: too far for the provider's 20-block lookback)
+    /// are looked up. Added only when the client marks something itself (it asks for
+    /// caching) and the body has fewer than Anthropic's 4 marks, on a content block that can
+    /// carry one (not a thinking block), when the head has none.
+    pub fn cache_head(&mut self) {
+        self.cache_head = true;
     }
 
     /// Marks where the history starts: OpenAI gets the core's system texts here, as system
@@ -150,13 +174,35 @@ impl<'r> ManagedBody<'r> {
     pub fn finish_at(mut self) -> (Vec<u8>, PromptRanges) {
         self.history_starts();
         let first = self.first.and_then(|(start, end)| self.list.get(start..end));
-        if self.provider == Provider::Anthropic && first.is_some_and(anthropic::is_assistant_turn) {
-            let mut list = Vec::with_capacity(self.list.len() + 128);
-            list.push(b'[');
-            list.extend_from_slice(anthropic::managed_opening_turn().as_bytes());
-            list.push(b',');
-            list.extend_from_slice(self.list.get(1..).unwrap_or_default());
-            self.list = list;
+        if self.provider == Provider::Anthropic {
+            let opening = first.is_some_and(anthropic::is_assistant_turn);
+            let marked = match (self.cache_head && self.mark_room(), opening, first) {
+                (true, true, _) => Some(anthropic::managed_opening_turn_marked()),
+                (true, false, Some(head)) => anthropic::marked_turn(head),
+                _ => None,
+            };
+            let head = match (marked, opening) {
+                (Some(head), true) => Some((head, 0)),
+                (None, true) => Some((anthropic::managed_opening_turn(), 0)),
+                (Some(head), false) => self.first.map(|(_, end)| (head, end)),
+                (None, false) => None,
+            };
+            if let Some((head, replaced_to)) = head {
+                // `replaced_to`: the end of the client's first message when it is replaced,
+                // 0 when the opening turn comes before it.
+                let rest = match replaced_to {
+                    0 => self.list.get(1..),
+                    end => self.list.get(end..),
+                };
+                let mut list = Vec::with_capacity(self.list.len() + head.len() + 2);
+                list.push(b'[');
+                list.extend_from_slice(head.as_bytes());
+                if replaced_to == 0 && self.first.is_some() {
+                    list.push(b',');
+                }
+                list.extend_from_slice(rest.unwrap_or_default());
+                self.list = list;
+            }
         }
         self.list.push(b']');
         let system = match self.provider {
@@ -169,6 +215,28 @@ impl<'r> ManagedBody<'r> {
         self.request.write_body_with_list(&self.list, system.as_deref())
     }
 }
+
+impl ManagedBody<'_> {
+    /// Whether the client asks for prompt caching (a mark in its tools, `system` or messages:
+    /// Anthropic's cache is opt-in, and its writes cost more than plain input) and the body
+    /// has room for one more mark: fewer than [`MAX_CACHE_MARKS`]. Counted on the bytes: the key
+    /// can only appear unescaped as a key (inside a JSON string its quotes are escaped), so
+    /// the count is never under the marks there are.
+    fn mark_room(&self) -> bool {
+        let finder = memchr::memmem::Finder::new(CACHE_MARK);
+        let tools = self.request.fields.get("tools").map_or(&[][..], |t| t.get().as_bytes());
+        let system = self.system.as_deref().map_or(&[][..], str::as_bytes);
+        let marks: usize =
+            [tools, system, &self.list].iter().map(|part| finder.find_iter(part).count()).sum();
+        (1..MAX_CACHE_MARKS).contains(&marks)
+    }
+}
+
+/// The most prompt-cache marks (`cache_control` blocks) Anthropic accepts in one request.
+pub const MAX_CACHE_MARKS: usize = 4;
+
+/// The key of a prompt-cache mark, as it appears in a body.
+const CACHE_MARK: &[u8] = b"\"cache_control\"";
 
 /// A tool output's `content` array reduced to one text block holding `text` (the core's
 /// reduced copy), when the array holds text blocks only; a `cache_control` mark on its last
@@ -212,5 +280,76 @@ mod tests {
         assert_eq!(reduced_text_blocks(&with_image, "r"), None);
         assert_eq!(reduced_text_blocks(&json!([]), "r"), None);
         assert_eq!(reduced_text_blocks(&json!("text"), "r"), None);
+    }
+
+    /// The body `managed` writes for Anthropic request `body` with every message kept whole,
+    /// from message `from` on, the head marked when `mark`.
+    fn anthropic_body(body: &str, from: usize, mark: bool) -> Value {
+        let request = Request::parse(Provider::Anthropic, body.as_bytes()).unwrap();
+        let mut managed = ManagedBody::new(Provider::Anthropic, &request, Vec::new());
+        if mark {
+            managed.cache_head();
+        }
+        let system = usize::from(request.has_system_item);
+        if let (1, Some(raw)) = (system, request.items.first()) {
+            managed.system(raw.get().to_string());
+        }
+        for raw in request.items.iter().skip(system + from) {
+            managed.push(raw.get());
+        }
+        serde_json::from_slice(&managed.finish()).unwrap()
+    }
+
+    #[test]
+    fn the_history_head_is_marked_for_the_cache_when_the_client_caches_and_a_mark_is_free() {
+        let mark = json!({"type": "ephemeral"});
+        let user =
+            |text: &str| json!({"role": "user", "content": [{"type": "text", "text": text}]});
+        let thinking = json!({"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "text", "text": "ok"}]});
+        let newest = json!({"role": "user", "content": [{"type": "text", "text": "go on", "cache_control": mark}]});
+        let body = |messages: Vec<Value>, system_marks: usize| {
+            let system: Vec<Value> = (0..system_marks.max(1))
+                .map(|i| match i < system_marks {
+                    true => {
+                        json!({"type": "text", "text": format!("rules {i}"), "cache_control": mark})
+                    }
+                    false => json!({"type": "text", "text": "rules"}),
+                })
+                .collect();
+            json!({"model": "m", "max_tokens": 10, "system": system, "messages": messages})
+                .to_string()
+        };
+        // The client marks its system prompt and its newest message: the head gets the third.
+        let sent = body(vec![user("fix the rounding"), thinking.clone(), newest.clone()], 1);
+        let out = anthropic_body(&sent, 0, true);
+        assert_eq!(out["messages"][0]["content"][0]["cache_control"], mark);
+        assert_eq!(out["messages"][0]["content"][0]["text"], "fix the rounding");
+        assert_eq!(out["messages"][1], thinking, "the other messages as sent");
+        assert_eq!(out["messages"][2], newest);
+        // Not asked: the body as sent.
+        let unmarked = anthropic_body(&sent, 0, false);
+        assert_eq!(unmarked["messages"][0], user("fix the rounding"));
+        // The client caches nothing: no mark.
+        let plain = json!({"role": "user", "content": [{"type": "text", "text": "go on"}]});
+        let uncached = body(vec![user("a"), thinking.clone(), plain], 0);
+        let uncached = json!({"model": "m", "max_tokens": 10, "messages": serde_json::from_str::<Value>(&uncached).unwrap()["messages"]}).to_string();
+        assert_eq!(anthropic_body(&uncached, 0, true)["messages"][0], user("a"));
+        // Four marks already: none more.
+        let full = body(vec![user("a"), thinking.clone(), newest.clone()], 3);
+        assert_eq!(anthropic_body(&full, 0, true)["messages"][0], user("a"));
+        // The first kept turn is the assistant's: the opening turn carries the mark.
+        let out = anthropic_body(&sent, 1, true);
+        assert_eq!(out["messages"][0]["content"][0]["text"], super::super::MANAGED_OPENING_TEXT);
+        assert_eq!(out["messages"][0]["content"][0]["cache_control"], mark);
+        assert_eq!(out["messages"][1], thinking);
+        assert_eq!(
+            anthropic_body(&sent, 1, false)["messages"][0]["content"],
+            super::super::MANAGED_OPENING_TEXT
+        );
+        // A head whose last block is a thinking block (never the case for a user turn, but
+        // the writer does not rely on it) or that has a mark stays as it is.
+        let only_thinking = json!({"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}]});
+        assert_eq!(anthropic::marked_turn(only_thinking.to_string().as_bytes()), None);
+        assert_eq!(anthropic::marked_turn(newest.to_string().as_bytes()), None);
     }
 }

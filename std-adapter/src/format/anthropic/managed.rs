@@ -114,6 +114,33 @@ pub(in crate::format) fn managed_opening_turn() -> String {
     format!(r#"{{"role":"user","content":{}}}"#, Value::from(MANAGED_OPENING_TEXT))
 }
 
+/// [`managed_opening_turn`] with a prompt-cache mark on its text.
+pub(in crate::format) fn managed_opening_turn_marked() -> String {
+    json!({"role": "user", "content": [
+        {"type": "text", "text": MANAGED_OPENING_TEXT, "cache_control": {"type": "ephemeral"}}]})
+    .to_string()
+}
+
+/// The raw turn `message` with a prompt-cache mark on its last content block: `None` when its
+/// content is not an array of blocks, the last block is a thinking block (which cannot carry
+/// one) or already has one.
+pub(in crate::format) fn marked_turn(message: &[u8]) -> Option<String> {
+    let mut map: IndexMap<String, Box<RawValue>> = serde_json::from_slice(message).ok()?;
+    let mut content: Vec<Box<RawValue>> = serde_json::from_str(map.get("content")?.get()).ok()?;
+    let last = content.last_mut()?;
+    let mut block: serde_json::Map<String, Value> = serde_json::from_str(last.get()).ok()?;
+    let kind = block.get("type").and_then(Value::as_str);
+    if matches!(kind, Some("thinking" | "redacted_thinking") | None)
+        || block.contains_key("cache_control")
+    {
+        return None;
+    }
+    block.insert("cache_control".into(), json!({"type": "ephemeral"}));
+    *last = raw_json(&block);
+    map.insert("content".into(), raw_json(&content));
+    serde_json::to_string(&map).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
