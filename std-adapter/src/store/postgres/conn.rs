@@ -60,8 +60,9 @@ pub fn statement_counts() -> StatementCounts {
 
 /// `sql`'s verb and the table it names first (`SELECT conversations`), or its verb alone.
 fn kind_of(sql: &str) -> String {
-    let mut words =
-        sql.split(|c: char| c.is_whitespace() || c == ';' || c == '(').filter(|w| !w.is_empty());
+    let mut words = sql
+        .split(|c: char| c.is_whitespace() || matches!(c, ';' | '(' | ')' | ','))
+        .filter(|w| !w.is_empty());
     let verb = words.next().unwrap_or("").to_ascii_uppercase();
     let after = match verb.as_str() {
         "SELECT" | "DELETE" | "WITH" => "FROM",
@@ -207,5 +208,6 @@ mod tests {
         assert_eq!(kind_of("UPDATE conversations SET fence = 1"), "UPDATE conversations");
         assert_eq!(kind_of("BEGIN; SET LOCAL lock_timeout = 5"), "BEGIN");
         assert_eq!(kind_of("COMMIT"), "COMMIT");
+        assert_eq!(kind_of("WITH r AS (UPDATE t SET a = 1) SELECT (SELECT a FROM r), 1"), "WITH r");
     }
 }
