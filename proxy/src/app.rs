@@ -68,6 +68,11 @@ fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl App {
+    /// Whether the conversations are a fleet's, on a shared PostgreSQL.
+    pub fn is_fleet(&self) -> bool {
+        self.stores.is_fleet()
+    }
+
     /// A proxy with `config`.
     ///
     /// # Errors

@@ -275,6 +275,28 @@ ctxwin_proxy_task_summaries_under_2x_total {under}"
     }
 }
 
+/// What this process sent to the fleet's PostgreSQL: transactions, round trips, statements
+/// prepared, and statements by kind (verb and first table).
+pub fn render_postgres(out: &mut String) {
+    let counts = ctxwin_std::store::postgres::statement_counts();
+    for (name, help, value) in [
+        ("transactions", "Transactions sent to PostgreSQL.", counts.transactions),
+        ("round_trips", "Round trips to PostgreSQL.", counts.round_trips),
+        ("prepared", "Statements prepared on PostgreSQL connections.", counts.prepared),
+    ] {
+        let name = format!("ctxwin_proxy_pg_{name}_total");
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+    }
+    let name = "ctxwin_proxy_pg_statements_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Statements sent to PostgreSQL, by verb and first table.\n# TYPE {name} counter"
+    );
+    for (kind, count) in counts.by_kind {
+        let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {count}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

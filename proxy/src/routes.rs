@@ -93,6 +93,9 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         return refused;
     }
     let mut text = app.metrics.render();
+    if app.is_fleet() {
+        crate::metrics::render_postgres(&mut text);
+    }
     app.bills.render_top(&mut text);
     let mut response = text.into_response();
     response.headers_mut().insert(

@@ -127,9 +127,15 @@ async fn timed(
 ) -> (fleet_support::Outcome, Duration) {
     let state = tempfile::tempdir().unwrap();
     let mut instances = Vec::new();
+    // `FLEET_PREPARED=off` measures the fleet as behind a transaction-mode pooler: every
+    // statement sent unnamed.
+    let unnamed = std::env::var("FLEET_PREPARED").is_ok_and(|v| v == "off");
+    let url = schema.map(|schema| {
+        let url = schema.url().to_string();
+        if unnamed { format!("{url}&prepared_statements=off") } else { url }
+    });
     for _ in 0..if schema.is_some() { 3 } else { 1 } {
-        let url = schema.map(TestSchema::url);
-        instances.push(Instance::spawn(upstream.addr, state.path(), url).await);
+        instances.push(Instance::spawn(upstream.addr, state.path(), url.as_deref()).await);
     }
     let started = Instant::now();
     let outcome = scenario.run(instances, None).await;
@@ -171,6 +177,13 @@ async fn throughput(round_robin: &TestSchema, affinity: &TestSchema) {
             usage.leases as f64 / outcome.acknowledged as f64,
             usage.checkpoints as f64 / outcome.acknowledged as f64
         );
+    }
+    for (label, outcome) in [("round-robin", &spread), ("affinity", &kept)] {
+        println!("  {label}: sent to PostgreSQL per request (the instances' /metrics):");
+        for (name, value) in &outcome.postgres {
+            let name = name.trim_start_matches("ctxwin_proxy_pg_");
+            println!("    {name:60} {:8.2}", value / outcome.acknowledged as f64);
+        }
     }
     println!("  load average {}", fleet_support::loadavg());
     if cfg!(debug_assertions) {

@@ -171,6 +171,9 @@ pub struct Outcome {
     /// Requests sent again to another instance after one failed (a kill).
     pub retried: usize,
     pub kills: usize,
+    /// What the instances sent to PostgreSQL (their `ctxwin_proxy_pg_*` metrics, summed
+    /// over the instances running at the end), by metric.
+    pub postgres: std::collections::BTreeMap<String, f64>,
     /// Each conversation's items at the end (Anthropic's `system` first), its last answer
     /// included.
     pub histories: Vec<Vec<Value>>,
@@ -347,12 +350,32 @@ impl Scenario {
         if let Some(killing) = killing {
             outcome.kills = killing.await.unwrap();
         }
+        for instance in instances.lock().await.iter().flatten() {
+            for (name, value) in postgres_counts(&http, &instance.url).await {
+                *outcome.postgres.entry(name).or_insert(0.0) += value;
+            }
+        }
         for instance in instances.lock().await.drain(..).flatten() {
             instance.stop().await;
         }
         outcome.retried = fleet.retried.load(Ordering::Relaxed);
         outcome
     }
+}
+
+/// The `ctxwin_proxy_pg_*` lines of the instance at `url`'s `/metrics`.
+async fn postgres_counts(http: &reqwest::Client, url: &str) -> Vec<(String, f64)> {
+    let Ok(response) =
+        http.get(format!("{url}/metrics")).header("authorization", AUTHORIZATION).send().await
+    else {
+        return Vec::new();
+    };
+    let text = response.text().await.unwrap_or_default();
+    text.lines()
+        .filter(|line| line.starts_with("ctxwin_proxy_pg_"))
+        .filter_map(|line| line.rsplit_once(' '))
+        .filter_map(|(name, value)| Some((name.to_string(), value.parse().ok()?)))
+        .collect()
 }
 
 /// Sends `client`'s next request until an instance answers it with 200.

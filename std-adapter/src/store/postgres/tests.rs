@@ -27,6 +27,38 @@ fn passes_the_archive_conformance_suite() {
     with_stores("archive conformance", |open| conformance::archive(open));
 }
 
+/// As behind a transaction-mode pooler that keeps no prepared statement: every statement
+/// sent unnamed (`?prepared_statements=off`).
+#[test]
+fn passes_the_conformance_suites_with_every_statement_unnamed() {
+    let Some(first) = TestSchema::new("unnamed") else { return };
+    drop(first.unwrap());
+    let schemas = Mutex::new(Vec::new());
+    let open = || {
+        let schema = TestSchema::new("unnamed").unwrap().unwrap();
+        let url = format!("{}&prepared_statements=off", schema.url());
+        let store = Arc::new(PgStore::open(&url).unwrap());
+        assert!(!store.inner.options.prepared_statements);
+        schemas.lock().unwrap().push(schema);
+        store
+    };
+    conformance::archive(&open);
+    conformance::checkpoints(&open);
+}
+
+#[test]
+fn the_url_turns_prepared_statements_off_and_nothing_else() {
+    let plain = "postgres://u:p@h:1/d";
+    assert_eq!(take_prepared_setting(plain).unwrap(), (plain.to_string(), None));
+    let (url, off) = take_prepared_setting(&format!("{plain}?prepared_statements=off")).unwrap();
+    assert_eq!((url.as_str(), off), (plain, Some(false)));
+    let (url, on) =
+        take_prepared_setting(&format!("{plain}?options=-cx%3Dy&prepared_statements=on")).unwrap();
+    assert_eq!((url, on), (format!("{plain}?options=-cx%3Dy"), Some(true)));
+    let invalid = take_prepared_setting(&format!("{plain}?prepared_statements=maybe")).unwrap_err();
+    assert_eq!(invalid.kind(), crate::store::ErrorKind::Invalid);
+}
+
 #[test]
 fn passes_the_checkpoint_conformance_suite() {
     with_stores("checkpoint conformance", |open| conformance::checkpoints(open));
