@@ -3,7 +3,7 @@
 //! conversations.
 
 use postgres::Row;
-use postgres::types::Type;
+use postgres::types::{ToSql, Type};
 
 use super::error::{Failure, Pg, from_sql_int, get};
 use super::escape::{escape, escape_opt, scope_params, unescape, unescape_opt};
@@ -77,6 +77,9 @@ WITH c AS (
 )
 SELECT c.fence, c.holder, (SELECT count(*) FROM written)::int8 FROM c";
 
+/// A statement parameter with its type.
+type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
 /// Rows checked and encoded as the parallel arrays [`UPSERT`] takes.
 #[derive(Default)]
 pub(super) struct Columns {
@@ -95,6 +98,30 @@ pub(super) struct Columns {
     errors: Vec<bool>,
     raws: Vec<Option<String>>,
     checksums: Vec<i64>,
+}
+
+impl Columns {
+    /// The columns as statement parameters, in the order [`UPSERT`] and [`FENCED_UPSERT`]
+    /// take them after their leading ones.
+    fn params(&self) -> [Param<'_>; 15] {
+        [
+            (&self.ids, Type::INT8_ARRAY),
+            (&self.units, Type::INT8_ARRAY),
+            (&self.levels, Type::INT2_ARRAY),
+            (&self.roles, Type::TEXT_ARRAY),
+            (&self.contents, Type::TEXT_ARRAY),
+            (&self.tool_calls, Type::TEXT_ARRAY),
+            (&self.tool_texts, Type::TEXT_ARRAY),
+            (&self.tool_call_ids, Type::TEXT_ARRAY),
+            (&self.originals, Type::TEXT_ARRAY),
+            (&self.timestamps, Type::INT8_ARRAY),
+            (&self.tokens, Type::INT8_ARRAY),
+            (&self.names, Type::TEXT_ARRAY),
+            (&self.errors, Type::BOOL_ARRAY),
+            (&self.raws, Type::TEXT_ARRAY),
+            (&self.checksums, Type::INT8_ARRAY),
+        ]
+    }
 }
 
 /// The text of a message's tool calls the index searches: names and arguments.
@@ -147,27 +174,9 @@ pub(super) fn upsert(tx: &mut Tx<'_>, conversation: i64, rows: &Columns) -> Pg<(
     if rows.ids.is_empty() {
         return Ok(());
     }
-    tx.query(
-        UPSERT,
-        &[
-            (&conversation, Type::INT8),
-            (&rows.ids, Type::INT8_ARRAY),
-            (&rows.units, Type::INT8_ARRAY),
-            (&rows.levels, Type::INT2_ARRAY),
-            (&rows.roles, Type::TEXT_ARRAY),
-            (&rows.contents, Type::TEXT_ARRAY),
-            (&rows.tool_calls, Type::TEXT_ARRAY),
-            (&rows.tool_texts, Type::TEXT_ARRAY),
-            (&rows.tool_call_ids, Type::TEXT_ARRAY),
-            (&rows.originals, Type::TEXT_ARRAY),
-            (&rows.timestamps, Type::INT8_ARRAY),
-            (&rows.tokens, Type::INT8_ARRAY),
-            (&rows.names, Type::TEXT_ARRAY),
-            (&rows.errors, Type::BOOL_ARRAY),
-            (&rows.raws, Type::TEXT_ARRAY),
-            (&rows.checksums, Type::INT8_ARRAY),
-        ],
-    )?;
+    let mut params: Vec<Param<'_>> = vec![(&conversation, Type::INT8)];
+    params.extend(rows.params());
+    tx.query(UPSERT, &params)?;
     Ok(())
 }
 
@@ -308,30 +317,14 @@ impl PgStore {
         let (tenant, name) = scope_params(scope);
         let (fence_value, holder) = (i64::try_from(fence.0).unwrap_or(i64::MAX), self.inner.holder);
         let found = self.run(|client| {
-            let found = client.query_typed(
-                FENCED_UPSERT,
-                &[
-                    (&tenant, Type::TEXT),
-                    (&name, Type::TEXT),
-                    (&fence_value, Type::INT8),
-                    (&holder, Type::INT8),
-                    (&rows.ids, Type::INT8_ARRAY),
-                    (&rows.units, Type::INT8_ARRAY),
-                    (&rows.levels, Type::INT2_ARRAY),
-                    (&rows.roles, Type::TEXT_ARRAY),
-                    (&rows.contents, Type::TEXT_ARRAY),
-                    (&rows.tool_calls, Type::TEXT_ARRAY),
-                    (&rows.tool_texts, Type::TEXT_ARRAY),
-                    (&rows.tool_call_ids, Type::TEXT_ARRAY),
-                    (&rows.originals, Type::TEXT_ARRAY),
-                    (&rows.timestamps, Type::INT8_ARRAY),
-                    (&rows.tokens, Type::INT8_ARRAY),
-                    (&rows.names, Type::TEXT_ARRAY),
-                    (&rows.errors, Type::BOOL_ARRAY),
-                    (&rows.raws, Type::TEXT_ARRAY),
-                    (&rows.checksums, Type::INT8_ARRAY),
-                ],
-            )?;
+            let mut params: Vec<Param<'_>> = vec![
+                (&tenant, Type::TEXT),
+                (&name, Type::TEXT),
+                (&fence_value, Type::INT8),
+                (&holder, Type::INT8),
+            ];
+            params.extend(rows.params());
+            let found = client.query_typed(FENCED_UPSERT, &params)?;
             let Some(row) = found.first() else { return Ok(None) };
             let (current, by): (i64, i64) = (get(row, 0)?, get(row, 1)?);
             Ok(Some((current, by)))
@@ -412,8 +405,7 @@ impl PgStore {
         let first = to_i64("message id", first)?;
         self.transaction(|tx| {
             let Some(conversation) = lock_scope(tx, scope, fence, false)? else { return Ok(0) };
-            let params: [(&(dyn postgres::types::ToSql + Sync), Type); 2] =
-                [(&conversation, Type::INT8), (&first, Type::INT8)];
+            let params: [Param<'_>; 2] = [(&conversation, Type::INT8), (&first, Type::INT8)];
             let deleted = count(tx.query(
                 "WITH gone AS (DELETE FROM messages WHERE conversation_id = $1 AND id >= $2
                                RETURNING 1)
