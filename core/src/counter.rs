@@ -19,7 +19,7 @@ use crate::record::ToolCall;
 ///                 + Σ over tool calls: count_tool_call(call) + Config::tool_call_overhead
 ///                 + count_call_id(tool_call_id)            (a tool result only)
 ///                 + Config::message_overhead               (role and separators)
-/// payload         = Σ tokens(message) + Config::request_overhead (once, if not empty)
+/// payload         = Σ tokens(message) + Config::request_overhead (once, if the Σ is not 0)
 /// ```
 ///
 /// `count_tool_call` is by default `count(id) + count(name) + count(arguments)` and

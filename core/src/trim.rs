@@ -361,8 +361,9 @@ pub fn trim_from<'s, S: Conversation + ?Sized, K: TokenCounter>(
             pinned_tokens.saturating_add(rules.framed(counter.count(message.content), [], None));
         pinned += 1;
     }
+    // A payload pays the request overhead once, with its first token (as a manager's `used`).
     let overhead = u32::from(config.request_overhead);
-    let fixed = pinned_tokens.saturating_add(if pinned + tools.len() > 0 { overhead } else { 0 });
+    let fixed = pinned_tokens.saturating_add(if pinned_tokens > 0 { overhead } else { 0 });
     if fixed > budget {
         let pinned = Pinned { permanent: pinned_tokens, ..Pinned::default() };
         return Err(Error::PinnedOverBudget { needed: fixed, budget, pinned }.into());
@@ -380,7 +381,7 @@ pub fn trim_from<'s, S: Conversation + ?Sized, K: TokenCounter>(
     if let Some(index) = user {
         reserved = unit_at(source, &rules, index, pinned, level_budget)?.tokens;
     }
-    let history_overhead = if pinned + tools.len() > 0 { 0 } else { overhead };
+    let history_overhead = if pinned_tokens > 0 { 0 } else { overhead };
     let room = budget.saturating_sub(fixed).saturating_sub(history_overhead);
     let tail = u32::from(config.locked_tail);
     let max = config.max_messages;
@@ -426,9 +427,7 @@ pub fn trim_from<'s, S: Conversation + ?Sized, K: TokenCounter>(
             return Err(refused(Error::PinnedOverBudget { needed, budget, pinned }, index));
         }
     }
-    let any_history = messages > 0;
-    let tokens = fixed.saturating_add(if any_history { history_overhead } else { 0 }) + used;
-    let tokens = if pinned + tools.len() == 0 && !any_history { 0 } else { tokens };
+    let tokens = fixed.saturating_add(if used > 0 { history_overhead } else { 0 }) + used;
     Ok(Trimmed {
         source,
         config,

@@ -14,12 +14,14 @@
 //! with `Config::lock_newest_user` a manager keeps an *older* request that was locked
 //! while the turn after it overflowed the budget, and only evicts it once the budget is
 //! exceeded again; `trim` sees the final conversation only, where that request is not the
-//! newest and leaves oldest-first. Such conversations are detected (the manager's kept set
-//! has a gap right after a user message that is not the newest) and skipped. With
+//! newest and leaves oldest-first. Such conversations are detected (after some push, the
+//! manager's kept set has a gap right after a user message that is not the conversation's
+//! newest: later evictions may hide the gap, not what it cost) and skipped. With
 //! `UnansweredCalls::DropCalls`, a manager counted the calls it later drops while they
 //! waited, and may have evicted units for them that the final conversation has room for:
 //! there the test asserts that the manager's history is a suffix of `trim`'s (trim keeps at
-//! least as much, never over the budget).
+//! least as much, never over the budget), the locked newest request aside: the manager may
+//! keep it ahead of a gap, and `trim` must keep it somewhere before that suffix.
 
 use proptest::prelude::*;
 
@@ -30,7 +32,7 @@ use ctxwin_core::entities::EntityTable;
 use ctxwin_core::error::Error;
 use ctxwin_core::manager::{ABORTED_RESULT, ContextManager};
 use ctxwin_core::message::Message;
-use ctxwin_core::payload::PayloadItem;
+use ctxwin_core::payload::{Payload, PayloadItem};
 use ctxwin_core::record::ToolCall;
 use ctxwin_core::ring::Ring;
 use ctxwin_core::role::Role;
@@ -191,30 +193,37 @@ fn run(owned: &[Owned], config: &Config, counter: Counter) -> Outcome {
             .build()
             .expect("config"),
     );
+    let sent_of = |payload: &Payload<'_>| -> Vec<Sent> {
+        payload
+            .items()
+            .filter_map(|item| match item {
+                PayloadItem::System(m) | PayloadItem::Message(m) => Some((
+                    m.role(),
+                    m.content().to_owned(),
+                    m.tool_call_id().map(str::to_owned),
+                    m.tool_calls().map(|c| c.id.to_owned()).collect(),
+                )),
+                _ => None,
+            })
+            .collect()
+    };
     let mut refused = None;
-    for message in &messages {
+    // A request locked while it was the newest may leave a gap that later evictions hide.
+    let mut stale = false;
+    for (pushed, message) in messages.iter().enumerate() {
         if let Err(error) = manager.push(*message) {
             refused = Some(error);
             break;
         }
+        if config.lock_newest_user && !stale {
+            if let Ok(payload) = manager.compose(&[]) {
+                stale = stale_lock(owned, pushed + 1, &sent_of(&payload));
+            }
+        }
     }
     let from_manager = match refused {
         Some(error) => Err(error),
-        None => manager.compose(&[]).map(|payload| {
-            let sent = payload
-                .items()
-                .filter_map(|item| match item {
-                    PayloadItem::System(m) | PayloadItem::Message(m) => Some((
-                        m.role(),
-                        m.content().to_owned(),
-                        m.tool_call_id().map(str::to_owned),
-                        m.tool_calls().map(|c| c.id.to_owned()).collect(),
-                    )),
-                    _ => None,
-                })
-                .collect();
-            (sent, payload.tokens())
-        }),
+        None => manager.compose(&[]).map(|payload| (sent_of(&payload), payload.tokens())),
     };
 
     // trim.
@@ -246,37 +255,42 @@ fn run(owned: &[Owned], config: &Config, counter: Counter) -> Outcome {
     });
 
     // A stale locked request: a kept user message, not the newest, followed by a gap.
-    let mut stale = false;
-    if let Ok((sent, _)) = &from_manager {
-        let sent: &Vec<Sent> = sent;
-        let newest_user = owned.iter().rposition(|m| m.role == Role::User);
-        let mut cursor = 0;
-        let mut previous: Option<usize> = None;
-        for (role, content, call_id, ids) in sent.iter() {
-            if *role == Role::Tool && content == ABORTED_RESULT {
-                continue;
-            }
-            let found = (cursor..owned.len()).find(|&i| {
-                owned[i].role == *role
-                    && match call_id {
-                        Some(id) => owned[i].call_id.as_deref() == Some(id),
-                        None => {
-                            owned[i].content == *content
-                                && ids.iter().all(|id| owned[i].calls.iter().any(|c| c.0 == *id))
-                        }
-                    }
-            });
-            let Some(index) = found else { break };
-            if let Some(p) = previous {
-                if index > p + 1 && owned[p].role == Role::User && Some(p) != newest_user {
-                    stale = true;
-                }
-            }
-            previous = Some(index);
-            cursor = index + 1;
-        }
-    }
+    let stale =
+        stale || matches!(&from_manager, Ok((sent, _)) if stale_lock(owned, owned.len(), sent));
     (from_manager, from_trim, stale)
+}
+
+/// Whether `sent`, what a manager held after the first `pushed` messages of `owned`, keeps a
+/// user message that is not the conversation's newest followed by a gap: a request locked
+/// while it was the newest, which kept the manager from evicting it oldest first.
+fn stale_lock(owned: &[Owned], pushed: usize, sent: &[Sent]) -> bool {
+    let newest_user = owned.iter().rposition(|m| m.role == Role::User);
+    let mut cursor = 0;
+    let mut previous: Option<usize> = None;
+    for (role, content, call_id, ids) in sent {
+        if *role == Role::Tool && content == ABORTED_RESULT {
+            continue;
+        }
+        let found = (cursor..pushed).find(|&i| {
+            owned[i].role == *role
+                && match call_id {
+                    Some(id) => owned[i].call_id.as_deref() == Some(id),
+                    None => {
+                        owned[i].content == *content
+                            && ids.iter().all(|id| owned[i].calls.iter().any(|c| c.0 == *id))
+                    }
+                }
+        });
+        let Some(index) = found else { break };
+        if let Some(p) = previous {
+            if index > p + 1 && owned[p].role == Role::User && Some(p) != newest_user {
+                return true;
+            }
+        }
+        previous = Some(index);
+        cursor = index + 1;
+    }
+    false
 }
 
 /// Whether the assistant message at `index` has calls without results and a later message.
@@ -342,7 +356,24 @@ proptest! {
                 // The manager counted the calls while they waited and may have evicted more.
                 let pinned = expected.0.iter().take_while(|m| m.0 == Role::System).count();
                 prop_assert_eq!(&expected.0[..pinned], &got.0[..pinned]);
-                prop_assert!(got.0.ends_with(&expected.0[pinned..]));
+                // A locked newest request may stand ahead of a gap in the manager's history;
+                // trim keeps it too, ahead of at least as long a suffix.
+                let rest = &expected.0[pinned..];
+                let (request, suffix) = match rest.split_first() {
+                    Some((first, after))
+                        if config.lock_newest_user
+                            && first.0 == Role::User
+                            && after.iter().all(|m| m.0 != Role::User) =>
+                    {
+                        (Some(first), after)
+                    }
+                    _ => (None, rest),
+                };
+                prop_assert!(got.0.ends_with(suffix));
+                if let Some(request) = request {
+                    let before = got.0.len() - suffix.len();
+                    prop_assert!(got.0[pinned..before].contains(request));
+                }
                 prop_assert!(got.1 >= expected.1 && got.1 <= config.budget());
             }
             (Ok(expected), Ok(got)) => prop_assert_eq!(expected, got),
