@@ -22,13 +22,17 @@
 //!   [`PgOptions::max_connections`].
 //! * **Prepared, or pooler-safe.** By default each statement is prepared once per connection
 //!   and kept ([`PgOptions::prepared_statements`]): the server parses and plans it once, not
-//!   on every use, and a write of one conversation's rows is one statement (lock, fence check
-//!   and upsert), its connection's `lock_timeout` set when it opened. With
+//!   on every use, and a lease check or a lease taken is one statement, its connection's
+//!   `lock_timeout` set when it opened. With
 //!   `prepared_statements` off (`?prepared_statements=off` in the URL) no statement relies on
 //!   session state: every statement is sent unnamed with its types, locks and settings are
 //!   transaction-scoped (`pg_advisory_xact_lock`, `SET LOCAL`), every write an explicit
 //!   transaction; it runs behind PgBouncer in transaction mode. What the store sends is
 //!   counted process-wide ([`statement_counts`]).
+//! * **Group commit.** In either mode, rows of one conversation written while other threads
+//!   of the process write theirs go in one statement with them: one transaction and one
+//!   commit for all, each conversation's fence checked on its own (a stale one's rows are
+//!   refused alone), each caller answered once the statement committed (`group` module).
 //! * **Checkpoints** are framed payloads in a table, ordered by a per-conversation sequence:
 //!   a session's snapshot is stored once per save and its rows once in `messages` (storage
 //!   grows with the messages plus the checkpoints kept, not messages × checkpoints).
@@ -96,6 +100,7 @@ mod conn;
 mod error;
 mod escape;
 mod forget;
+mod group;
 mod metrics;
 mod port;
 mod records;
@@ -203,6 +208,8 @@ struct Inner {
     /// The server and database, without credentials, for messages.
     place: String,
     options: PgOptions,
+    /// Rows of many conversations written in one statement ([`group`]).
+    group: group::Group,
 }
 
 impl Drop for Inner {
@@ -356,7 +363,16 @@ impl PgStore {
         tracing::debug!(%place, version, "postgres store: opened");
         let holder = new_holder();
         let pool = Some(pool);
-        Ok(Self { inner: Arc::new(Inner { pool, identity, holder, place, options }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                identity,
+                holder,
+                place,
+                options,
+                group: group::Group::default(),
+            }),
+        })
     }
 
     /// The server and database this store is on, without credentials.
@@ -644,10 +660,11 @@ fn literal(text: &str) -> String {
 impl PgStore {
     /// Raises `scope`'s fence, names this handle its holder and returns it (the row is
     /// created on its first lease); with `held`, only when the newest fence is not `held`
-    /// taken by this handle (`None` otherwise: nothing changes). One round trip: the
-    /// transaction, its settings, the statement and the commit go as one simple query, the
-    /// scope's names as literals (the statement waits for a write of the conversation in
-    /// flight, at most the lock timeout).
+    /// taken by this handle (`None` otherwise: nothing changes). One round trip: when the
+    /// store prepares statements, one prepared statement ([`RAISE`], [`RAISE_IF_OVERTAKEN`]);
+    /// otherwise the transaction, its settings, the statement and the commit go as one simple
+    /// query, the scope's names as literals. Either waits for a write of the conversation in
+    /// flight, at most the lock timeout.
     ///
     /// **The commit does not wait for the disk** (`synchronous_commit = off`): a durable
     /// commit waits for a flush of the write-ahead log, the largest part of a takeover on a
@@ -674,6 +691,9 @@ impl PgStore {
     /// serves a conversation with one session per process). A failover to an asynchronous
     /// standby can lose durable commits too, and is beyond any fence.
     fn raise_fence(&self, scope: &Scope, held: Option<Fence>) -> Result<Option<Fence>, StoreError> {
+        if self.inner.options.prepared_statements {
+            return self.raise_fence_prepared(scope, held);
+        }
         let (tenant, name) =
             (literal(&escape(&scope.tenant)), literal(&escape(&scope.conversation)));
         let holder = self.inner.holder;
@@ -720,6 +740,65 @@ impl PgStore {
                 Failure(StoreError::Backend { detail: format!("fence {value:?} returned") })
             })?;
             Ok(Some(Fence(error::from_sql_int("fence", fence)?)))
+        })
+    }
+}
+
+/// [`PgStore::raise_fence`] with `held`, as one statement (kept prepared): the
+/// conversation's fence raised and this handle (`$3`) named its holder, unless the newest
+/// fence is `$4` taken by this handle. `synchronous_commit` is set off for the statement's
+/// own transaction (`set_config(…, true)`), as the simple-query form's `SET LOCAL` does: the
+/// setting is read when the transaction commits, after the statement ran. A check that
+/// raises nothing writes nothing and commits without a flush either way.
+const RAISE_IF_OVERTAKEN: &str = "
+WITH unflushed AS (SELECT set_config('synchronous_commit', 'off', true))
+UPDATE conversations SET fence = fence + 1, holder = $3
+WHERE tenant = $1 AND name = $2 AND (fence <> $4 OR holder <> $3)
+  AND EXISTS (SELECT FROM unflushed)
+RETURNING fence";
+
+/// [`PgStore::raise_fence`] without `held`, as one statement (kept prepared): the
+/// conversation's row created with fence 1 on its first lease, its fence raised otherwise,
+/// this handle (`$3`) named its holder; `synchronous_commit` off as in
+/// [`RAISE_IF_OVERTAKEN`].
+const RAISE: &str = "
+WITH unflushed AS (SELECT set_config('synchronous_commit', 'off', true))
+INSERT INTO conversations (tenant, name, fence, holder)
+SELECT $1, $2, 1, $3 FROM unflushed
+ON CONFLICT (tenant, name) DO UPDATE SET fence = conversations.fence + 1, holder = $3
+RETURNING fence";
+
+impl PgStore {
+    /// [`raise_fence`](Self::raise_fence) on a connection whose lock timeout was set when it
+    /// opened (the store prepares statements): one prepared statement, its own transaction.
+    fn raise_fence_prepared(
+        &self,
+        scope: &Scope,
+        held: Option<Fence>,
+    ) -> Result<Option<Fence>, StoreError> {
+        let (tenant, name) = escape::scope_params(scope);
+        let holder = self.inner.holder;
+        self.run(|client| {
+            let rows = match held {
+                None => client.query_typed(
+                    RAISE,
+                    &[(&tenant, Type::TEXT), (&name, Type::TEXT), (&holder, Type::INT8)],
+                )?,
+                Some(held) => {
+                    let held = i64::try_from(held.0).unwrap_or(i64::MAX);
+                    client.query_typed(
+                        RAISE_IF_OVERTAKEN,
+                        &[
+                            (&tenant, Type::TEXT),
+                            (&name, Type::TEXT),
+                            (&holder, Type::INT8),
+                            (&held, Type::INT8),
+                        ],
+                    )?
+                }
+            };
+            let Some(row) = rows.first() else { return Ok(None) };
+            Ok(Some(Fence(error::from_sql_int("fence", get::<i64>(row, 0)?)?)))
         })
     }
 }

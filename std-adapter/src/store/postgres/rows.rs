@@ -7,10 +7,10 @@ use postgres::types::{ToSql, Type};
 
 use super::error::{Failure, Pg, from_sql_int, get};
 use super::escape::{escape, escape_opt, scope_params, unescape, unescape_opt};
-use super::{PgStore, Tx, check_fence, lock_scope, row_name, sql_limit};
+use super::{PgStore, Tx, lock_scope, row_name, sql_limit};
 use crate::message::{ChatMessage, ToolCall};
 use crate::store::error::to_i64;
-use crate::store::{ArchivedMessage, Fence, Scope, StoreError, Write, WriteOp, checksum};
+use crate::store::{ArchivedMessage, Scope, StoreError, Write, WriteOp, checksum};
 use ctxwin_core::Role;
 
 /// The `messages` columns [`decode_unverified`] reads, in its order, for a table aliased `m`.
@@ -43,42 +43,8 @@ WHERE (m.unit, m.level, m.role, m.content, m.tool_calls, m.tool_call_id, m.origi
        excluded.tool_call_id, excluded.original, excluded.timestamp, excluded.tokens,
        excluded.name, excluded.is_error, excluded.raw, excluded.checksum)";
 
-/// [`UPSERT`] of one conversation's rows in one statement, its own transaction: the
-/// conversation's row locked (`$1` tenant, `$2` name), the fence `$3` of holder `$4` checked
-/// as [`check_fence`](super::check_fence) does, the rows (`$5`…`$19`, as `UPSERT`'s `$2`…)
-/// written only when it passes. Returns the conversation's fence and holder (no row: the
-/// conversation does not exist yet) and how many rows it wrote.
-const FENCED_UPSERT: &str = "
-WITH c AS (
-    SELECT id, fence, holder FROM conversations WHERE tenant = $1 AND name = $2
-    FOR NO KEY UPDATE
-), allowed AS (
-    SELECT id FROM c WHERE $3 = 0 OR fence = 0 OR (fence = $3 AND holder = $4)
-), written AS (
-    INSERT INTO messages AS m (conversation_id, id, unit, level, role, content, tool_calls,
-        tool_text, tool_call_id, original, timestamp, tokens, name, is_error, raw, checksum)
-    SELECT allowed.id, r.* FROM allowed, unnest($5::int8[], $6::int8[], $7::int2[],
-        $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
-        $14::int8[], $15::int8[], $16::text[], $17::bool[], $18::text[], $19::int8[]) AS r
-    ON CONFLICT (conversation_id, id) DO UPDATE SET
-        unit = excluded.unit, level = excluded.level, role = excluded.role,
-        content = excluded.content, tool_calls = excluded.tool_calls,
-        tool_text = excluded.tool_text, tool_call_id = excluded.tool_call_id,
-        original = excluded.original, timestamp = excluded.timestamp, tokens = excluded.tokens,
-        name = excluded.name, is_error = excluded.is_error, raw = excluded.raw,
-        checksum = excluded.checksum
-    WHERE (m.unit, m.level, m.role, m.content, m.tool_calls, m.tool_call_id, m.original,
-           m.timestamp, m.tokens, m.name, m.is_error, m.raw, m.checksum)
-       IS DISTINCT FROM
-          (excluded.unit, excluded.level, excluded.role, excluded.content, excluded.tool_calls,
-           excluded.tool_call_id, excluded.original, excluded.timestamp, excluded.tokens,
-           excluded.name, excluded.is_error, excluded.raw, excluded.checksum)
-    RETURNING 1
-)
-SELECT c.fence, c.holder, (SELECT count(*) FROM written)::int8 FROM c";
-
 /// A statement parameter with its type.
-type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+pub(super) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 /// Rows checked and encoded as the parallel arrays [`UPSERT`] takes.
 #[derive(Default)]
@@ -101,9 +67,33 @@ pub(super) struct Columns {
 }
 
 impl Columns {
-    /// The columns as statement parameters, in the order [`UPSERT`] and [`FENCED_UPSERT`]
-    /// take them after their leading ones.
-    fn params(&self) -> [Param<'_>; 15] {
+    /// How many rows.
+    pub(super) fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Appends `other`'s rows after these.
+    pub(super) fn append(&mut self, mut other: Self) {
+        self.ids.append(&mut other.ids);
+        self.units.append(&mut other.units);
+        self.levels.append(&mut other.levels);
+        self.roles.append(&mut other.roles);
+        self.contents.append(&mut other.contents);
+        self.tool_calls.append(&mut other.tool_calls);
+        self.tool_texts.append(&mut other.tool_texts);
+        self.tool_call_ids.append(&mut other.tool_call_ids);
+        self.originals.append(&mut other.originals);
+        self.timestamps.append(&mut other.timestamps);
+        self.tokens.append(&mut other.tokens);
+        self.names.append(&mut other.names);
+        self.errors.append(&mut other.errors);
+        self.raws.append(&mut other.raws);
+        self.checksums.append(&mut other.checksums);
+    }
+
+    /// The columns as statement parameters, in the order [`UPSERT`] and
+    /// [`GROUP_UPSERT`](super::group) take them after their leading ones.
+    pub(super) fn params(&self) -> [Param<'_>; 15] {
         [
             (&self.ids, Type::INT8_ARRAY),
             (&self.units, Type::INT8_ARRAY),
@@ -247,6 +237,13 @@ impl PgStore {
     /// Applies `writes` in one transaction, in order; every value is checked and encoded
     /// first, so bad input sends nothing.
     pub(super) fn commit(&self, writes: &[Write<'_>]) -> Result<(), StoreError> {
+        // One conversation's rows go with the rows of the conversations other threads write
+        // at the same time: one statement, one commit for all (see `group`).
+        if let [Write { scope, fence, op: WriteOp::Rows(rows) }] = writes
+            && self.group_upsert(scope, *fence, encode(scope, rows)?)?
+        {
+            return Ok(());
+        }
         let prepared = writes
             .iter()
             .map(|write| {
@@ -261,12 +258,6 @@ impl PgStore {
                 })
             })
             .collect::<Pg<Vec<_>>>()?;
-        if let ([write], [Prepared::Rows(rows)]) = (writes, prepared.as_slice())
-            && self.inner.options.prepared_statements
-            && self.fenced_upsert(write.scope, write.fence, rows)?
-        {
-            return Ok(());
-        }
         // Conversations are locked in one order by every writer (no deadlock between two
         // batches of the same conversations), each once, and every write's fence checked.
         let mut scopes: Vec<&Scope> = writes.iter().map(|write| write.scope).collect();
@@ -301,37 +292,6 @@ impl PgStore {
         })?;
         tracing::trace!(writes = writes.len(), "postgres store: batch committed");
         Ok(())
-    }
-
-    /// Writes one conversation's `rows` under `fence` in one statement ([`FENCED_UPSERT`]):
-    /// one round trip instead of a transaction's four, on a connection whose lock timeout
-    /// was set when it opened (the store prepares statements: no transaction-mode pooler
-    /// between it and the server). `false` when the conversation does not exist yet (nothing
-    /// written: the caller's transaction creates it).
-    fn fenced_upsert(
-        &self,
-        scope: &Scope,
-        fence: Fence,
-        rows: &Columns,
-    ) -> Result<bool, StoreError> {
-        let (tenant, name) = scope_params(scope);
-        let (fence_value, holder) = (i64::try_from(fence.0).unwrap_or(i64::MAX), self.inner.holder);
-        let found = self.run(|client| {
-            let mut params: Vec<Param<'_>> = vec![
-                (&tenant, Type::TEXT),
-                (&name, Type::TEXT),
-                (&fence_value, Type::INT8),
-                (&holder, Type::INT8),
-            ];
-            params.extend(rows.params());
-            let found = client.query_typed(FENCED_UPSERT, &params)?;
-            let Some(row) = found.first() else { return Ok(None) };
-            let (current, by): (i64, i64) = (get(row, 0)?, get(row, 1)?);
-            Ok(Some((current, by)))
-        })?;
-        let Some((current, by)) = found else { return Ok(false) };
-        check_fence(scope, fence, current, by == holder)?;
-        Ok(true)
     }
 
     pub(super) fn get_many_pg(
