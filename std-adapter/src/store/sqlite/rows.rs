@@ -50,20 +50,19 @@ RETURNING pk, session_id, id";
 /// for them.
 const UPSERT_CHUNKS: [usize; 4] = [64, 16, 4, 1];
 
-/// Keyword rows one insert statement writes, largest first.
-const KEYWORD_CHUNKS: [usize; 4] = [256, 64, 16, 1];
-
-/// The SQL of a statement writing `rows` rows: `head`, then `row` `rows` times, then `tail`.
-fn multi_row_sql(head: &str, row: &str, rows: usize, tail: &str) -> String {
-    let mut sql = String::with_capacity(head.len() + (row.len() + 2) * rows + tail.len());
-    sql.push_str(head);
+/// The upsert of `rows` messages.
+fn upsert_sql(rows: usize) -> String {
+    let mut sql = String::with_capacity(
+        UPSERT_HEAD.len() + (UPSERT_ROW.len() + 2) * rows + UPSERT_TAIL.len(),
+    );
+    sql.push_str(UPSERT_HEAD);
     for n in 0..rows {
         if n > 0 {
             sql.push_str(", ");
         }
-        sql.push_str(row);
+        sql.push_str(UPSERT_ROW);
     }
-    sql.push_str(tail);
+    sql.push_str(UPSERT_TAIL);
     sql
 }
 
@@ -154,8 +153,7 @@ pub(super) fn write_sessions_rows(conn: &Connection, rows: &[(i64, &Encoded<'_>)
 
 /// Upserts `chunk` in one statement; the pk of each row written, with its place in `chunk`.
 fn upsert(conn: &Connection, chunk: &[(i64, &Encoded<'_>)]) -> Sql<Vec<(i64, usize)>> {
-    let mut statement =
-        conn.prepare_cached(&multi_row_sql(UPSERT_HEAD, UPSERT_ROW, chunk.len(), UPSERT_TAIL))?;
+    let mut statement = conn.prepare_cached(&upsert_sql(chunk.len()))?;
     let levels: Vec<u8> =
         chunk.iter().map(|(_, m)| crate::store::types::level_code(m.source.level)).collect();
     let roles: Vec<&str> = chunk.iter().map(|(_, m)| m.source.message.role.as_str()).collect();
@@ -196,20 +194,14 @@ fn upsert(conn: &Connection, chunk: &[(i64, &Encoded<'_>)]) -> Sql<Vec<(i64, usi
     Ok(written)
 }
 
-/// Inserts keyword rows `(keyword, message pk, count)`, many to a statement.
+/// Inserts keyword rows `(keyword, message pk, count)`, one to a statement: a statement
+/// writing several rows opens a statement journal (copies of the pages it changes), and
+/// FTS5 flushes its pending terms when one opens.
 fn add_keywords(conn: &Connection, keywords: &[(&str, i64, u32)]) -> Sql<()> {
-    for chunk in chunked(keywords, &KEYWORD_CHUNKS) {
-        let mut statement = conn.prepare_cached(&multi_row_sql(
-            "INSERT INTO keywords (keyword, message_pk, count) VALUES ",
-            "(?, ?, ?)",
-            chunk.len(),
-            "",
-        ))?;
-        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 3);
-        for (keyword, pk, count) in chunk {
-            params.extend_from_slice(&[keyword as &dyn rusqlite::ToSql, pk, count]);
-        }
-        statement.execute(rusqlite::params_from_iter(params))?;
+    let mut statement = conn
+        .prepare_cached("INSERT INTO keywords (keyword, message_pk, count) VALUES (?1, ?2, ?3)")?;
+    for (keyword, pk, count) in keywords {
+        statement.execute(rusqlite::params![keyword, pk, count])?;
     }
     Ok(())
 }
