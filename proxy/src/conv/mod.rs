@@ -207,6 +207,12 @@ const FLEET_CHECKPOINT_ROWS: u64 = 32;
 /// (queueing more would wait for room).
 const WRITER_BACKLOG: usize = 5_000;
 
+/// Bytes queued to the archive's writer past which a request's work leaves the async threads:
+/// a quarter of what the writer queues before a write waits for room (rows of 2 MB bodies'
+/// tool outputs reach that bound long before the row count does).
+const WRITER_BACKLOG_BYTES: usize =
+    ctxwin_std::store::DeferredOptions::DEFAULT.max_queued_bytes / 4;
+
 impl Conv {
     /// Opens (or creates) conversation `key` in `state_dir`, continuing from its newest
     /// checkpoint. A new conversation uses the window of `settings`; an existing one keeps the
@@ -409,7 +415,7 @@ impl Conv {
     /// its rows in the database.
     pub fn request_in_memory(&self) -> bool {
         // A writer far behind makes queueing wait for room: not on an async thread.
-        !self.fleet && !self.session.error_memory_enabled() && self.writer_queue() < WRITER_BACKLOG
+        !self.fleet && !self.session.error_memory_enabled() && !self.writer_behind()
     }
 
     /// Whether composing queries the archive: retrieval is on and something of this
@@ -418,8 +424,12 @@ impl Conv {
         self.settings.recall && self.evicted_any
     }
 
-    fn writer_queue(&self) -> usize {
-        self.writer.as_ref().map_or(0, |writer| writer.stats().queued_rows)
+    /// Whether the archive's writer is so far behind that queueing rows may wait for room.
+    fn writer_behind(&self) -> bool {
+        self.writer.as_ref().is_some_and(|writer| {
+            let stats = writer.stats();
+            stats.queued_rows >= WRITER_BACKLOG || stats.queued_bytes >= WRITER_BACKLOG_BYTES
+        })
     }
 
     /// Writes a checkpoint if something changed since the last one: the session's state with
