@@ -158,7 +158,7 @@ async fn take_once(
     };
     match progress {
         Ok(Progress::Done(step)) => Ok((guard, Ok(step))),
-        // Its messages evicted for the first time: retrieval now queries the archive.
+        // The payload needs the archive (a new retrieved block) or the writer is far behind.
         Ok(Progress::Taken { tokens_in, evicted }) => {
             let req = request.clone();
             app.on_pool(guard, move |guard| compose(guard, &req, tokens_in, evicted)).await
@@ -189,8 +189,9 @@ enum Progress {
 const REDO: usize = 4;
 
 /// Takes the request's new messages and composes its payload. `inline` (on an async thread):
-/// stops after taking them when that moved the conversation's work to the disk (its first
-/// eviction turns retrieval on), with [`Progress::Taken`].
+/// stops with [`Progress::Taken`] after taking them when the rest would wait for the disk (a
+/// writer far behind), or when composing needs an archive search (a new retrieved block,
+/// [`Conv::compose_in_memory`]).
 ///
 /// In a fleet the conversation first catches up with what other instances wrote; when one
 /// takes it midway, the request is redone whole on the new state, where what this one wrote
@@ -227,10 +228,32 @@ fn take_attempt(
         Ingest::Extended { tokens_in, evicted, .. } if inline && !conv.request_in_memory() => {
             Ok(Progress::Taken { tokens_in, evicted })
         }
+        Ingest::Extended { tokens_in, evicted, .. } if inline => {
+            match conv.compose_in_memory(request)? {
+                Some(composed) => {
+                    Ok(Progress::Done(measured(conv, request, composed, tokens_in, evicted)))
+                }
+                None => Ok(Progress::Taken { tokens_in, evicted }),
+            }
+        }
         Ingest::Extended { tokens_in, evicted, .. } => {
             compose(guard, request, tokens_in, evicted).map(Progress::Done)
         }
     }
+}
+
+/// A composed payload measured for the conversation's bill ([`Conv::measure`]), with the
+/// units its request's pushes `evicted`.
+fn measured(
+    conv: &mut Conv,
+    request: &Request,
+    mut composed: Composed,
+    tokens_in: u64,
+    evicted: usize,
+) -> Step {
+    conv.measure(request, &composed);
+    composed.evicted += evicted;
+    Step::Composed(composed, tokens_in)
 }
 
 /// Composes the payload of a request whose messages were taken, measured for the
@@ -242,10 +265,8 @@ fn compose(
     evicted: usize,
 ) -> Result<Step, ConvError> {
     let conv = guard.as_mut().ok_or(ConvError::Unloaded)?;
-    let mut composed = conv.compose(request)?;
-    conv.measure(request, &composed);
-    composed.evicted += evicted;
-    Ok(Step::Composed(composed, tokens_in))
+    let composed = conv.compose(request)?;
+    Ok(measured(conv, request, composed, tokens_in, evicted))
 }
 
 #[cfg(test)]
@@ -278,13 +299,28 @@ mod tests {
                 Progress::Done(Step::Composed(..)) => {}
                 Progress::Done(Step::Diverged(at)) => panic!("diverged at {at}"),
                 Progress::Taken { evicted, .. } => {
-                    assert!(evicted > 0);
-                    assert!(!guard.as_ref().unwrap().request_in_memory());
-                    let Step::Composed(composed, _) = compose(&mut guard, &request, 0, 0).unwrap()
+                    let Step::Composed(composed, _) =
+                        compose(&mut guard, &request, 0, evicted).unwrap()
                     else {
                         panic!("not composed")
                     };
+                    assert!(composed.evicted > 0, "a compaction retrieves");
                     assert!(String::from_utf8(composed.body).unwrap().contains("Postgres 16"));
+                    // The next request, without a compaction, reuses the block on the async
+                    // thread.
+                    messages.push(json!({"role": "assistant", "content": "Postgres 16."}));
+                    messages.push(json!({"role": "user", "content": "Thanks."}));
+                    let body = json!({"model": "m", "messages": messages}).to_string();
+                    let request = Request::parse(Provider::OpenAi, body.as_bytes()).unwrap();
+                    let hashes = request.item_hashes().to_vec();
+                    let searches = guard.as_ref().unwrap().session().archive_searches();
+                    let progress = take_request(&mut guard, &request, &hashes, true).unwrap();
+                    let Progress::Done(Step::Composed(composed, _)) = progress else {
+                        panic!("not composed inline")
+                    };
+                    assert_eq!(composed.evicted, 0);
+                    assert!(String::from_utf8(composed.body).unwrap().contains("Postgres 16"));
+                    assert_eq!(guard.as_ref().unwrap().session().archive_searches(), searches);
                     return;
                 }
             }

@@ -52,7 +52,29 @@ impl Conv {
     /// # Errors
     /// `PinnedOverBudget` when what must stay does not fit; `ToolCallsPending`; store errors.
     pub fn compose(&mut self, request: &Request) -> Result<Composed, ConvError> {
-        let payload = self.compose_payload()?;
+        self.compose_if(request, true)?
+            .ok_or_else(|| ConvError::State("composing with the archive stopped short".into()))
+    }
+
+    /// [`compose`](Self::compose) without touching the archive, for an async thread: `None`
+    /// when the payload needs a new retrieved block (an archive search, which may wait for the
+    /// archive's writer); [`compose`](Self::compose), on a thread that may block, then
+    /// finishes it. Between compactions the frozen block is reused and nothing is searched.
+    ///
+    /// # Errors
+    /// As [`compose`](Self::compose).
+    pub fn compose_in_memory(&mut self, request: &Request) -> Result<Option<Composed>, ConvError> {
+        self.compose_if(request, false)
+    }
+
+    /// Composes the payload and writes the body; `None` when it needs an archive search and
+    /// `may_search` is false.
+    fn compose_if(
+        &mut self,
+        request: &Request,
+        may_search: bool,
+    ) -> Result<Option<Composed>, ConvError> {
+        let Some(payload) = self.compose_payload(may_search)? else { return Ok(None) };
         let plan = self.plan(&payload);
         let mut body = ManagedBody::new(self.provider, request, plan.added);
         if self.evicted_any {
@@ -81,14 +103,14 @@ impl Conv {
         self.last_emitted = plan.emitted;
         self.dirty = true;
         let tasks_finished = self.tasks_finished();
-        Ok(Composed {
+        Ok(Some(Composed {
             body,
             tokens: payload.tokens,
             evicted: payload.evicted_units,
             cache_stable,
             tasks_finished,
             prompt,
-        })
+        }))
     }
 
     /// The compression ratios of tasks finished since the last call (with a summary).
@@ -114,7 +136,11 @@ impl Conv {
     /// the one the block was retrieved for keeps the block too: the same query would find much the same turns, and the
     /// prefix up to the history's head (tools, system, the block, the head) stays what the
     /// provider cached, so the compaction rewrites only what follows the head.
-    fn compose_payload(&mut self) -> Result<ComposedPayload, ConvError> {
+    ///
+    /// Without `may_search`, `None` where the block is to be retrieved: before composing when
+    /// the pushes compacted, or after a compose that compacted (its evictions are counted by
+    /// the compose that finishes the payload).
+    fn compose_payload(&mut self, may_search: bool) -> Result<Option<ComposedPayload>, ConvError> {
         let live = self.live_request_id();
         // Renewed when this request compacts (the prefix is rewritten anyway) for a new live
         // request; `recall_stale` says whether its pushes compacted.
@@ -123,21 +149,31 @@ impl Conv {
                 && (conv.recalled.is_none() || (compacted && conv.recalled_for != live))
         };
         let fresh = renew(self, self.recall_stale);
+        if fresh && !may_search {
+            return Ok(None);
+        }
         let frozen = match &self.recalled {
             Some(block) if self.retrieves() && !fresh && !block.is_empty() => vec![block.clone()],
             _ => Vec::new(),
         };
         let mut payload = self.compose_once(&frozen, fresh, live)?;
+        let mut evicted = std::mem::take(&mut self.evicted_unsent);
         if !fresh && renew(self, payload.evicted_units > 0) {
             // The frozen block's room came from a compaction: the prefix is rewritten now,
             // so the block is retrieved again now, not one request later.
-            let evicted = payload.evicted_units;
+            evicted += payload.evicted_units;
+            if !may_search {
+                self.evicted_unsent = evicted;
+                self.recall_stale = true;
+                self.evicted_any = true;
+                return Ok(None);
+            }
             payload = self.compose_once(&[], true, live)?;
-            payload.evicted_units += evicted;
         }
+        payload.evicted_units += evicted;
         self.recall_stale = false;
         self.evicted_any |= payload.evicted_units > 0;
-        Ok(payload)
+        Ok(Some(payload))
     }
 
     /// The session id of the live request: the newest user message the core holds.

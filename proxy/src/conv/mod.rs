@@ -173,6 +173,9 @@ pub struct Conv {
     /// The session id of the live request (the newest user message) `recalled` was retrieved
     /// for.
     recalled_for: Option<u64>,
+    /// Units a compose evicted before it stopped for a new retrieved block
+    /// ([`Conv::compose_in_memory`]): counted by the compose that finishes the payload.
+    evicted_unsent: usize,
     dirty: bool,
     exchanges: u32,
     last_used: Instant,
@@ -203,6 +206,12 @@ const FLEET_CHECKPOINT_ROWS: u64 = 32;
 /// Rows queued to the archive's writer past which a request's work leaves the async threads
 /// (queueing more would wait for room).
 const WRITER_BACKLOG: usize = 5_000;
+
+/// Bytes queued to the archive's writer past which a request's work leaves the async threads:
+/// a quarter of what the writer queues before a write waits for room (rows of 2 MB bodies'
+/// tool outputs reach that bound long before the row count does).
+const WRITER_BACKLOG_BYTES: usize =
+    ctxwin_std::store::DeferredOptions::DEFAULT.max_queued_bytes / 4;
 
 impl Conv {
     /// Opens (or creates) conversation `key` in `state_dir`, continuing from its newest
@@ -355,6 +364,7 @@ impl Conv {
             recalled: None,
             recall_stale: false,
             recalled_for: None,
+            evicted_unsent: 0,
             dirty: false,
             exchanges: 0,
             last_used: Instant::now(),
@@ -397,14 +407,15 @@ impl Conv {
         self.last_used.elapsed()
     }
 
-    /// Whether [`ingest`](Self::ingest) and [`compose`](Self::compose) of the next request stay
-    /// in memory: the archive's rows go to its writer thread, and retrieval (a full-text query
-    /// of the archive) is off because nothing of this conversation has left the core yet, or
-    /// because the settings turn it off. In a fleet never: every request reads the lease and
-    /// writes its rows in the database.
+    /// Whether [`ingest`](Self::ingest) and [`compose_in_memory`](Self::compose_in_memory) of
+    /// the next request stay in memory: the archive's rows go to its writer thread, and no
+    /// push searches the archive (error memory is off). Retrieval (a full-text query of the
+    /// archive) runs only where the block is renewed, which `compose_in_memory` leaves to
+    /// [`compose`](Self::compose). In a fleet never: every request reads the lease and writes
+    /// its rows in the database.
     pub fn request_in_memory(&self) -> bool {
         // A writer far behind makes queueing wait for room: not on an async thread.
-        !self.fleet && !self.retrieves() && self.writer_queue() < WRITER_BACKLOG
+        !self.fleet && !self.session.error_memory_enabled() && !self.writer_behind()
     }
 
     /// Whether composing queries the archive: retrieval is on and something of this
@@ -413,8 +424,12 @@ impl Conv {
         self.settings.recall && self.evicted_any
     }
 
-    fn writer_queue(&self) -> usize {
-        self.writer.as_ref().map_or(0, |writer| writer.stats().queued_rows)
+    /// Whether the archive's writer is so far behind that queueing rows may wait for room.
+    fn writer_behind(&self) -> bool {
+        self.writer.as_ref().is_some_and(|writer| {
+            let stats = writer.stats();
+            stats.queued_rows >= WRITER_BACKLOG || stats.queued_bytes >= WRITER_BACKLOG_BYTES
+        })
     }
 
     /// Writes a checkpoint if something changed since the last one: the session's state with

@@ -304,3 +304,55 @@ fn the_retrieved_block_is_renewed_only_at_a_compaction_for_a_new_request() {
     assert_ne!(renewed, block);
     assert!(renewed.contains("release-7"), "{renewed}");
 }
+
+#[test]
+fn the_archive_is_searched_only_when_a_new_block_is_retrieved() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let retrieval = ctxwin_std::session::RetrievalSettings {
+        max_share_percent: 100,
+        ..crate::config::RETRIEVAL
+    };
+    let settings = ConvSettings { retrieval, ..ConvSettings::new(2_048, 256) };
+    let mut conv = Conv::open(dir.path(), &store, "s", Provider::OpenAi, &settings).unwrap();
+    let compactions = |conv: &Conv| conv.session().manager().stats().counters.units_evicted;
+    let mut messages = vec![
+        json!({"role": "user", "content": "The staging database runs Postgres 16."}),
+        json!({"role": "assistant", "content": "Noted."}),
+    ];
+    let (mut searched, mut quiet_after_eviction, mut renewals) = (0, 0, 0);
+    for n in 0..240 {
+        if n % 6 == 0 {
+            messages.push(json!({"role": "user", "content": format!("Question {n}: which Postgres version runs on staging, and who owns job {n}?")}));
+        } else {
+            let id = format!("c{n}");
+            messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "run", "arguments": format!("{{\"step\":{n}}}")}}]}));
+            messages.push(json!({"role": "tool", "tool_call_id": id, "content": format!("step {n}: three queued builds, two finished deploys, one flaky test on staging.")}));
+        }
+        let (searches, evicted) = (conv.session().archive_searches(), compactions(&conv));
+        let (had_block, retrieved_for) = (conv.recalled.is_some(), conv.recalled_for);
+        turn(&mut conv, &messages);
+        let delta = conv.session().archive_searches() - searches;
+        let compacted = compactions(&conv) > evicted;
+        assert!(delta <= 1, "request {n} searched the archive {delta} times");
+        if delta == 1 {
+            // Only where the block is renewed: the first after something left, or a
+            // compaction for a live request the block was not retrieved for.
+            let new_request = conv.recalled_for != retrieved_for;
+            assert!(!had_block || (compacted && new_request), "request {n}");
+            renewals += 1;
+        } else if conv.evicted_any {
+            quiet_after_eviction += 1;
+        }
+        searched += delta;
+        if conv.evicted_any {
+            assert!(conv.recalled.is_some(), "request {n}: no block after an eviction");
+        }
+    }
+    assert!(renewals >= 2, "the block was renewed {renewals} times");
+    assert_eq!(searched, renewals);
+    assert!(
+        quiet_after_eviction > 4 * renewals,
+        "{quiet_after_eviction} requests without a search, {renewals} with one"
+    );
+}

@@ -561,6 +561,7 @@ impl SessionBuilder {
                 settings: self.retrieval,
                 semantic: self.embedder.map(|slot| SemanticIndex::new(slot, self.hybrid)),
                 line_costs: crate::tokens::CountCache::new(super::retrieve::LINE_COSTS),
+                searches: std::sync::atomic::AtomicU64::new(0),
             },
             task_state: TaskState {
                 detection: self.task_detection,

@@ -29,6 +29,7 @@
 //! just before and after it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use ctxwin_core::Role;
 use ctxwin_core::counter::TokenCounter;
@@ -112,6 +113,8 @@ pub(crate) struct Retrieval {
     /// compaction ranks mostly the candidates the last one ranked, and counting their lines
     /// again (tool outputs of tens of kilobytes) was a tenth of a proxy's request.
     pub(crate) line_costs: CountCache,
+    /// Archive searches run for the session so far ([`Session::archive_searches`]).
+    pub(crate) searches: AtomicU64,
 }
 
 /// Lines [`Retrieval::line_costs`] holds the costs of (a few hundred kilobytes of keys).
@@ -154,6 +157,26 @@ impl Session {
     /// ```
     pub fn live_request(&self) -> Option<String> {
         self.manager.history().rfind(|m| m.role() == Role::User).map(|m| m.content().to_string())
+    }
+
+    /// Archive searches run for this session since it was built or restored: retrieval's
+    /// full-text query, the task-summary query and error memory's look-up each count one.
+    /// What a caller that freezes the retrieved block checks to show that composing without
+    /// a new block queries nothing.
+    ///
+    /// ```
+    /// use ctxwin_std::session::{ComposeOptions, RecallFor, SessionBuilder};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let mut session = SessionBuilder::new("s").archive_in_memory().build()?;
+    /// session.push(&ChatMessage::text(Role::User, "Is the build green?"))?;
+    /// session.compose_with(ComposeOptions::new(&[]).recall(RecallFor::Nothing))?;
+    /// assert_eq!(session.archive_searches(), 0);
+    /// session.compose_with(ComposeOptions::new(&[]).recall(RecallFor::Query("build")))?;
+    /// assert_eq!(session.archive_searches(), 1);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn archive_searches(&self) -> u64 {
+        self.recall.searches.load(Relaxed)
     }
 
     /// Archived messages matching `query` that are not in the window, best first, as one block
@@ -236,6 +259,7 @@ impl Session {
         // not waited for.
         let held = |id: u64| self.manager.get(id).is_some();
         let query_of = SearchQuery::new(query, settings.candidates);
+        self.recall.searches.fetch_add(1, Relaxed);
         let mut hits = archive.search_beyond(&self.scope, &query_of, &held)?;
         // What the window shows already: its messages, and text its summaries quote whole.
         let summaries: Vec<&str> = self.manager.session().map(|entry| entry.content()).collect();

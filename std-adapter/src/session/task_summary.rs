@@ -131,6 +131,7 @@ impl Session {
         if !self.uses_tasks() {
             return Ok(());
         }
+        self.recall.searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let hits = archive.search_summaries(&self.scope, &SearchQuery::new(query, SUMMARY_HITS))?;
         let best = hits.iter().map(|hit| hit.score).fold(0.0, f64::max);
         let wanted = hits.iter().filter(|hit| {

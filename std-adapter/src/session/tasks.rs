@@ -297,6 +297,7 @@ impl Session {
     ) -> Result<Option<ErrorMemory>, SessionError> {
         let Some(archive) = self.stores.archive.as_deref() else { return Ok(None) };
         let line = error_line(content);
+        self.recall.searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let hits = archive.search(&self.scope, &SearchQuery::new(line, ERROR_HITS))?;
         let mut earlier: Vec<u64> = hits
             .iter()

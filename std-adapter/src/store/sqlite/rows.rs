@@ -1,7 +1,9 @@
 //! Writing a batch (rows, summaries, compression events of one or more conversations) in one
 //! transaction, and reading rows back by id and in id order.
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use std::collections::HashMap;
+
+use rusqlite::{Connection, TransactionBehavior};
 
 use super::error::{Sql, from_sql_int};
 use super::{
@@ -10,12 +12,20 @@ use super::{
 use crate::store::error::to_i64;
 use crate::store::{ArchivedMessage, Scope, Write, WriteOp, checksum};
 
-/// Inserts a message, or updates it when its id exists and something differs. Returns the
-/// row's pk when a row was written (an identical row writes nothing: no index churn).
-const UPSERT: &str = "
+/// Inserts messages, or updates one whose id exists when something differs: the statement's
+/// head, followed by [`UPSERT_ROW`] once per message, comma-separated, then [`UPSERT_TAIL`].
+/// Returns each written row's pk, session and id (an identical row writes nothing: no index
+/// churn).
+const UPSERT_HEAD: &str = "
 INSERT INTO messages (session_id, id, unit, level, role, content, tool_calls, tool_text,
                       tool_call_id, original, timestamp, tokens, name, is_error, raw, checksum)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+VALUES ";
+
+/// One message's values in an upsert.
+const UPSERT_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// What an upsert does with a message whose id exists.
+const UPSERT_TAIL: &str = "
 ON CONFLICT (session_id, id) DO UPDATE SET
     unit = excluded.unit, level = excluded.level, role = excluded.role,
     content = excluded.content, tool_calls = excluded.tool_calls,
@@ -30,7 +40,45 @@ WHERE messages.checksum IS NOT excluded.checksum
    IS NOT (excluded.unit, excluded.level, excluded.role, excluded.content, excluded.tool_calls,
            excluded.tool_call_id, excluded.original, excluded.timestamp, excluded.tokens,
            excluded.name, excluded.is_error, excluded.raw)
-RETURNING pk";
+RETURNING pk, session_id, id";
+
+/// Messages one upsert statement writes, largest first (a batch is cut into these). Every
+/// statement that writes a message opens a statement journal (its triggers write the
+/// full-text index), and FTS5 flushes the terms it holds in memory to a new index segment
+/// whenever one opens, then merges segments: with a statement per message that flushing
+/// and merging was half the archive writer's time. A statement per 64 messages flushes once
+/// for them.
+const UPSERT_CHUNKS: [usize; 4] = [64, 16, 4, 1];
+
+/// The upsert of `rows` messages.
+fn upsert_sql(rows: usize) -> String {
+    let mut sql = String::with_capacity(
+        UPSERT_HEAD.len() + (UPSERT_ROW.len() + 2) * rows + UPSERT_TAIL.len(),
+    );
+    sql.push_str(UPSERT_HEAD);
+    for n in 0..rows {
+        if n > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(UPSERT_ROW);
+    }
+    sql.push_str(UPSERT_TAIL);
+    sql
+}
+
+/// `items` cut into runs of the sizes in `chunks` (largest first, the last 1): as many of the
+/// largest as fit, then of the next.
+fn chunked<'a, T>(mut items: &'a [T], chunks: &[usize]) -> Vec<&'a [T]> {
+    let mut out = Vec::new();
+    for &size in chunks {
+        while size > 0 && items.len() >= size {
+            let (chunk, rest) = items.split_at(size);
+            out.push(chunk);
+            items = rest;
+        }
+    }
+    out
+}
 
 /// A message checked and encoded for SQL, before any write starts.
 pub(super) struct Encoded<'a> {
@@ -69,40 +117,91 @@ pub(super) fn encode<'a>(scope: &Scope, message: &'a ArchivedMessage) -> Sql<Enc
 
 /// Writes encoded messages of session `session_id` inside the caller's transaction.
 pub(super) fn write_rows(conn: &Connection, session_id: i64, batch: &[Encoded<'_>]) -> Sql<()> {
-    let mut upsert = conn.prepare_cached(UPSERT)?;
-    let mut clear_keywords = conn.prepare_cached("DELETE FROM keywords WHERE message_pk = ?1")?;
-    let mut add_keyword = conn
-        .prepare_cached("INSERT INTO keywords (keyword, message_pk, count) VALUES (?1, ?2, ?3)")?;
-    for m in batch {
-        let msg = &m.source.message;
-        let pk: Option<i64> = upsert
-            .query_row(
-                rusqlite::params![
-                    session_id,
-                    m.id,
-                    m.unit,
-                    crate::store::types::level_code(m.source.level),
-                    msg.role.as_str(),
-                    msg.content,
-                    m.tool_calls,
-                    m.tool_text,
-                    msg.tool_call_id,
-                    m.source.original,
-                    m.timestamp,
-                    m.source.tokens,
-                    msg.name,
-                    msg.is_error,
-                    m.source.raw,
-                    m.checksum,
-                ],
-                |row| row.get(0),
-            )
-            .optional()?;
-        let Some(pk) = pk else { continue };
-        clear_keywords.execute([pk])?;
-        for (keyword, count) in &m.keywords {
-            add_keyword.execute(rusqlite::params![keyword, pk, count])?;
+    let rows: Vec<(i64, &Encoded<'_>)> = batch.iter().map(|m| (session_id, m)).collect();
+    write_sessions_rows(conn, &rows)
+}
+
+/// Writes encoded messages, each with its session's id, inside the caller's transaction,
+/// many to a statement ([`UPSERT_CHUNKS`]). A message written twice is written once, where
+/// it came first, with what it came with last: what writing them one by one leaves.
+pub(super) fn write_sessions_rows(conn: &Connection, rows: &[(i64, &Encoded<'_>)]) -> Sql<()> {
+    let mut first_at: HashMap<(i64, i64), usize> = HashMap::with_capacity(rows.len());
+    let mut unique: Vec<(i64, &Encoded<'_>)> = Vec::with_capacity(rows.len());
+    for &(session_id, m) in rows {
+        match first_at.get(&(session_id, m.id)) {
+            Some(&at) => unique[at] = (session_id, m),
+            None => {
+                first_at.insert((session_id, m.id), unique.len());
+                unique.push((session_id, m));
+            }
         }
+    }
+    let mut clear_keywords = conn.prepare_cached("DELETE FROM keywords WHERE message_pk = ?1")?;
+    for chunk in chunked(&unique, &UPSERT_CHUNKS) {
+        let written = upsert(conn, chunk)?;
+        let mut keywords: Vec<(&str, i64, u32)> = Vec::new();
+        for (pk, at) in written {
+            clear_keywords.execute([pk])?;
+            let Some((_, m)) = chunk.get(at) else { continue };
+            keywords
+                .extend(m.keywords.iter().map(|(keyword, count)| (keyword.as_str(), pk, *count)));
+        }
+        add_keywords(conn, &keywords)?;
+    }
+    Ok(())
+}
+
+/// Upserts `chunk` in one statement; the pk of each row written, with its place in `chunk`.
+fn upsert(conn: &Connection, chunk: &[(i64, &Encoded<'_>)]) -> Sql<Vec<(i64, usize)>> {
+    let mut statement = conn.prepare_cached(&upsert_sql(chunk.len()))?;
+    let levels: Vec<u8> =
+        chunk.iter().map(|(_, m)| crate::store::types::level_code(m.source.level)).collect();
+    let roles: Vec<&str> = chunk.iter().map(|(_, m)| m.source.message.role.as_str()).collect();
+    let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 16);
+    for (n, (session_id, m)) in chunk.iter().enumerate() {
+        let msg = &m.source.message;
+        params.extend_from_slice(&[
+            session_id as &dyn rusqlite::ToSql,
+            &m.id,
+            &m.unit,
+            &levels[n],
+            &roles[n],
+            &msg.content,
+            &m.tool_calls,
+            &m.tool_text,
+            &msg.tool_call_id,
+            &m.source.original,
+            &m.timestamp,
+            &m.source.tokens,
+            &msg.name,
+            &msg.is_error,
+            &m.source.raw,
+            &m.checksum,
+        ]);
+    }
+    let place: HashMap<(i64, i64), usize> =
+        chunk.iter().enumerate().map(|(n, (session_id, m))| ((*session_id, m.id), n)).collect();
+    let mut rows = statement.query(rusqlite::params_from_iter(params))?;
+    let mut written = Vec::with_capacity(chunk.len());
+    while let Some(row) = rows.next()? {
+        let (pk, session_id, id): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+        if let Some(&at) = place.get(&(session_id, id)) {
+            written.push((pk, at));
+        }
+    }
+    // In the order the rows were given: the keywords are written in that order.
+    written.sort_unstable_by_key(|&(_, at)| at);
+    Ok(written)
+}
+
+/// Inserts keyword rows `(keyword, message pk, count)`, one to a statement: a statement
+/// writing several rows opens a statement journal (copies of the pages it changes), and
+/// FTS5 flushes its pending terms when one opens.
+fn add_keywords(conn: &Connection, keywords: &[(&str, i64, u32)]) -> Sql<()> {
+    let mut statement = conn
+        .prepare_cached("INSERT INTO keywords (keyword, message_pk, count) VALUES (?1, ?2, ?3)")?;
+    for (keyword, pk, count) in keywords {
+        statement.execute(rusqlite::params![keyword, pk, count])?;
     }
     Ok(())
 }
@@ -138,18 +237,26 @@ impl SqliteArchive {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut last: Option<(&Scope, i64)> = None;
+        // Consecutive writes of rows (of any conversations) are written together.
+        let mut run: Vec<(i64, &Encoded<'_>)> = Vec::new();
         for (write, prepared) in writes.iter().zip(&prepared) {
             let session_id = match last {
                 Some((scope, id)) if scope == write.scope => id,
                 _ => ensure_session(&tx, write.scope)?,
             };
             last = Some((write.scope, session_id));
+            if let Prepared::Rows(rows) = prepared {
+                run.extend(rows.iter().map(|row| (session_id, row)));
+                continue;
+            }
+            write_sessions_rows(&tx, &std::mem::take(&mut run))?;
             match prepared {
-                Prepared::Rows(rows) => write_rows(&tx, session_id, rows)?,
+                Prepared::Rows(_) => {}
                 Prepared::Summary(summary) => super::summaries::write(&tx, session_id, summary)?,
                 Prepared::Compression(event) => super::metrics::write(&tx, session_id, event)?,
             }
         }
+        write_sessions_rows(&tx, &run)?;
         tx.commit()?;
         tracing::trace!(writes = writes.len(), "archive: batch committed");
         Ok(())
@@ -266,6 +373,67 @@ mod tests {
         let err = archive.put(&s, Fence::NONE, &[good, bad]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Invalid);
         assert_eq!(archive.usage(&s).unwrap().messages, 0);
+    }
+
+    #[test]
+    fn a_batch_written_many_rows_to_a_statement_reads_as_written_one_by_one() {
+        let (batched, single) =
+            (SqliteArchive::open_in_memory().unwrap(), SqliteArchive::open_in_memory().unwrap());
+        let (a, b) = (Scope::local("a"), Scope::local("b"));
+        let text = |id: u64| match id % 3 {
+            0 => format!("step {id}: parse_header failed in src/lexer.rs with error E0{id}"),
+            1 => format!("Alice reviewed pull request {id} about the Postgres upgrade"),
+            _ => format!("deploy {id} of billing_service finished; nothing else to report"),
+        };
+        let row = |id: u64, text: String| {
+            ArchivedMessage::new(id, id, ChatMessage::text(Role::User, text))
+        };
+        // 150 rows (every chunk size), two of them written twice in the batch, and rows of
+        // another conversation between.
+        let mut rows: Vec<ArchivedMessage> = (1..=150).map(|id| row(id, text(id))).collect();
+        rows.push(row(7, "rewritten: the Kafka consumer_lag alert fired".into()));
+        rows.push(row(150, "rewritten again: rollback_plan approved by Bob".into()));
+        let other: Vec<ArchivedMessage> = (1..=5).map(|id| row(id, text(id + 1))).collect();
+        let writes = [
+            Write { scope: &a, fence: Fence::NONE, op: WriteOp::Rows(&rows[..100]) },
+            Write { scope: &b, fence: Fence::NONE, op: WriteOp::Rows(&other) },
+            Write { scope: &a, fence: Fence::NONE, op: WriteOp::Rows(&rows[100..]) },
+        ];
+        batched.commit(&writes).unwrap();
+        for row in &rows[..100] {
+            single.put(&a, Fence::NONE, std::slice::from_ref(row)).unwrap();
+        }
+        for row in &other {
+            single.put(&b, Fence::NONE, std::slice::from_ref(row)).unwrap();
+        }
+        for row in &rows[100..] {
+            single.put(&a, Fence::NONE, std::slice::from_ref(row)).unwrap();
+        }
+        for scope in [&a, &b] {
+            assert_eq!(batched.usage(scope).unwrap(), single.usage(scope).unwrap());
+            for query in
+                ["parse_header lexer", "Alice Postgres", "billing deploy", "kafka lag", "rollback"]
+            {
+                let query = crate::store::SearchQuery::new(query, 20);
+                let ids = |archive: &SqliteArchive| -> Vec<(u64, String)> {
+                    let hits = archive.search(scope, &query).unwrap();
+                    hits.into_iter().map(|h| (h.id, format!("{:.6}", h.score))).collect()
+                };
+                assert_eq!(ids(&batched), ids(&single), "{scope} {query:?}");
+            }
+            for keyword in
+                ["parse_header", "alice", "billing_service", "consumer_lag", "rollback_plan"]
+            {
+                let ids = |archive: &SqliteArchive| -> Vec<(u64, u32)> {
+                    let hits = archive.by_keyword(scope, keyword, 200).unwrap();
+                    hits.into_iter().map(|h| (h.id, h.count)).collect()
+                };
+                assert_eq!(ids(&batched), ids(&single), "{scope} {keyword}");
+            }
+        }
+        let seven = batched.get(&a, 7).unwrap().unwrap();
+        assert!(seven.message.content.starts_with("rewritten"));
+        assert!(batched.by_keyword(&a, "consumer_lag", 10).unwrap().len() == 1);
     }
 
     #[test]
