@@ -424,6 +424,12 @@ const CONTEXT_KEYS: &[Key] = &[
               # outputs whole while the window has room ([proxy] observation_limit overrides it).",
     },
     Key {
+        name: "compaction_limit",
+        value: |d| d.compaction_limit.to_string(),
+        doc: "At a compaction, old tool outputs above this many tokens are cut to head and tail before\n\
+              # whole turns leave (never the live request's, never a never_cut tool's); 0: off.",
+    },
+    Key {
         name: "message_overhead",
         value: |d| d.message_overhead.to_string(),
         doc: "Framing tokens per message (role, separators): 4 for OpenAI, 5 for ChatML.",
