@@ -114,6 +114,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.remove_live(level, &header);
         self.add_live(level, &after);
         let counters = &mut self.state.counters;
+        counters.last_compression_turn = Some(self.state.turn);
         bump(&mut counters.observations_reduced, 1);
         bump(&mut counters.tokens_saved_by_reduction, u64::from(header.tokens - cut.tokens));
     }
@@ -218,6 +219,8 @@ mod tests {
         assert!(oldest.original_tokens() > 4 * oldest.tokens());
         let counters = cut.stats().counters;
         assert!(counters.observations_reduced >= 1);
+        assert_eq!(counters.units_evicted, 0, "{counters:?}");
+        assert_eq!(counters.compactions, 1, "a compaction that only cut counts");
         // The live totals are what the records cost.
         let stored: u32 = cut.history().map(|m| m.tokens()).sum();
         assert!(cut.used() >= stored);

@@ -136,7 +136,7 @@ pub(crate) struct ConfigWire {
 }
 
 const SCHEMA_MAX: usize = V32 + MAX_ENTITY_KEYS * (V32 + MAX_ENTITY_KEY_LEN);
-pub(crate) const CONFIG_MAX: usize = 9 * V32 + 7 * V16 + 5 + 2 * V64 + SCHEMA_MAX + 3;
+pub(crate) const CONFIG_MAX: usize = 10 * V32 + 7 * V16 + 5 + 2 * V64 + SCHEMA_MAX + 3;
 
 #[cfg(test)]
 impl From<&Config> for ConfigWire {
