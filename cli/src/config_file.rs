@@ -424,6 +424,12 @@ const CONTEXT_KEYS: &[Key] = &[
               # outputs whole while the window has room ([proxy] observation_limit overrides it).",
     },
     Key {
+        name: "compaction_limit",
+        value: |d| d.compaction_limit.to_string(),
+        doc: "At a compaction, old tool outputs above this many tokens are cut to head and tail before\n\
+              # whole turns leave (never the live request's, never a never_cut tool's); 0: off.",
+    },
+    Key {
         name: "message_overhead",
         value: |d| d.message_overhead.to_string(),
         doc: "Framing tokens per message (role, separators): 4 for OpenAI, 5 for ChatML.",
@@ -515,7 +521,10 @@ const PROXY_SECTION: &str = "\n\
 # Tool outputs above this many tokens are sent as head and tail; 0 or unset: whole while\n\
 # the window has room (unset here, [context] observation_limit applies when set).\n\
 # observation_limit = 0\n\
-# Tools whose outputs the limit never cuts (the model quotes file reads in its edits).\n\
+# At a compaction, old tool outputs above this many tokens are cut to head and tail before\n\
+# whole turns leave (never the live request's); 0 or unset: turns leave whole.\n\
+# compaction_limit = 0\n\
+# Tools whose outputs are never cut, by either limit (the model quotes file reads in its edits).\n\
 # never_cut = [\"Read\"]\n\
 # Conversations kept in memory; the least recently used idle ones are unloaded above it.\n\
 # max_resident = 256\n\

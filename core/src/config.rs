@@ -136,6 +136,12 @@ pub struct Config {
     /// Whether the newest user message (the live request) is never evicted, wherever it is in
     /// the history. On by default; off, it leaves oldest-first like any other unit.
     pub lock_newest_user: bool,
+    /// At a compaction, before whole units leave, tool results over this many tokens are
+    /// reduced to it, oldest first, until usage is under the low-water mark: results stored
+    /// whole while there was room give way when the window needs it, never those of the live
+    /// request, the locked tail or one pushed [`whole`](crate::message::Message::whole).
+    /// 0 (the default) turns it off; otherwise at least 32, like `observation_limit`.
+    pub compaction_limit: u32,
 }
 
 /// Where [`compose`](crate::manager::ContextManager::compose)'s dynamic context goes.
@@ -198,6 +204,7 @@ impl Config {
         dynamic_placement: DynamicPlacement::AfterTools,
         tool_call_overhead: 3,
         lock_newest_user: true,
+        compaction_limit: 0,
     };
 
     /// Total token budget of a payload: the window minus the reply reserve.
@@ -338,7 +345,8 @@ impl Config {
                 budget: self.budget(),
             });
         }
-        if self.observation_limit < 32 {
+        if self.observation_limit < 32 || (self.compaction_limit != 0 && self.compaction_limit < 32)
+        {
             return Err(ConfigError::ObservationLimitTooSmall);
         }
         if self.summarize_batch == 0 || self.summary_tokens < 16 || self.importance_threshold > 1000
@@ -402,8 +410,12 @@ impl Config {
             u32::from(self.lock_newest_user),
         ];
         let keys = self.entity_schema.keys().flat_map(|key| key.bytes().chain([0]));
+        // Hashed only when set: fingerprints of configurations without it stay as they were.
+        let compaction = (self.compaction_limit != 0).then_some(self.compaction_limit);
         words
             .iter()
+            .copied()
+            .chain(compaction)
             .flat_map(|word| word.to_le_bytes())
             .chain(keys)
             .fold(0x811c_9dc5u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193))
@@ -444,6 +456,7 @@ impl Config {
         dynamic_placement: DynamicPlacement::AfterTools,
         tool_call_overhead: 0,
         lock_newest_user: false,
+        compaction_limit: 0,
     };
 }
 
@@ -492,7 +505,8 @@ pub enum ConfigError {
         /// The total budget: context window minus the reply reserve.
         budget: u32,
     },
-    /// `observation_limit` is below 32 tokens: no room for head, marker and tail.
+    /// `observation_limit` (or a `compaction_limit` other than 0) is below 32 tokens: no room
+    /// for head, marker and tail.
     ObservationLimitTooSmall,
     /// `summarize_batch` is 0, `summary_tokens` below 16, or `importance_threshold` over 1000.
     StrategySettings,
@@ -525,7 +539,9 @@ impl core::fmt::Display for ConfigError {
                     u64::from(*permanent) + u64::from(*session) + u64::from(*working)
                 );
             }
-            ConfigError::ObservationLimitTooSmall => "observation_limit must be at least 32 tokens",
+            ConfigError::ObservationLimitTooSmall => {
+                "observation_limit and a compaction_limit must be at least 32 tokens"
+            }
             ConfigError::StrategySettings => {
                 "summarize_batch must be at least 1, summary_tokens at least 16, importance_threshold at most 1000"
             }

@@ -68,22 +68,29 @@ const KIND_LEN: usize = 1;
 const HAS_ORIGINAL: u8 = 1;
 /// Trailer kind bit: term hashes.
 const HAS_TERMS: u8 = 1 << 1;
+/// Trailer kind bit, no bytes: a tool result pushed whole, never reduced.
+const WHOLE: u8 = 1 << 2;
 
-/// What a record keeps after its body: its original token count when it differs, its terms.
+/// What a record keeps after its body: its original token count when it differs, its terms,
+/// whether it was pushed whole.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Trailer {
     /// Token cost before reduction, when the record was reduced.
     pub original: Option<u32>,
     /// Hashes of up to four identifiers, paths or numbers (0 = none).
     pub terms: [u16; 4],
+    /// A tool result pushed [`whole`](crate::message::Message::whole): a compaction never
+    /// reduces it ([`Config::compaction_limit`](crate::config::Config::compaction_limit)).
+    pub whole: bool,
 }
 
 impl Trailer {
-    pub(crate) const NONE: Trailer = Trailer { original: None, terms: [0; 4] };
+    pub(crate) const NONE: Trailer = Trailer { original: None, terms: [0; 4], whole: false };
 
     fn kind(&self) -> u8 {
         (if self.original.is_some() { HAS_ORIGINAL } else { 0 })
             | (if self.terms == [0; 4] { 0 } else { HAS_TERMS })
+            | (if self.whole { WHOLE } else { 0 })
     }
 
     /// Bytes it takes at the end of a record (0 for none).
@@ -123,6 +130,7 @@ impl Trailer {
             return trailer;
         }
         let Some(&kind) = record.last() else { return trailer };
+        trailer.whole = kind & WHOLE != 0;
         let mut at = record.len().saturating_sub(trailer_len(kind));
         if kind & HAS_ORIGINAL != 0 {
             trailer.original = le_u32(record, at).map(|v| v as u32);

@@ -95,6 +95,8 @@ pub enum Unsupported {
     LateSystemMessage(usize),
     /// A message placed in the session or volatile level, at this index.
     Level(usize),
+    /// A [`Config::compaction_limit`]: what a compaction cuts depends on when each came.
+    CompactionLimit,
 }
 
 /// Why [`trim`] gave no result.
@@ -134,6 +136,9 @@ impl core::fmt::Display for TrimError {
             }
             TrimError::Unsupported(Unsupported::Level(index)) => {
                 write!(f, "message {index}: placed in the session or volatile level")
+            }
+            TrimError::Unsupported(Unsupported::CompactionLimit) => {
+                f.write_str("trim does not cut results at compactions (compaction_limit is set)")
             }
         }
     }
@@ -335,6 +340,9 @@ pub fn trim_from<'s, S: Conversation + ?Sized, K: TokenCounter>(
     config.validate().map_err(Error::InvalidConfig)?;
     if config.strategy != StrategyKind::SlidingWindow || !config.entity_schema.is_empty() {
         return Err(TrimError::Unsupported(Unsupported::Strategy(config.strategy)));
+    }
+    if config.compaction_limit != 0 {
+        return Err(TrimError::Unsupported(Unsupported::CompactionLimit));
     }
     let rules = Rules { config, counter };
     let len = source.len();

@@ -108,6 +108,17 @@ fn config() -> impl Strategy<Value = Config> {
         })
 }
 
+/// [`config`], sometimes with results cut at a compaction and stored whole until then.
+fn config_with_cuts() -> impl Strategy<Value = Config> {
+    (config(), prop_oneof![3 => Just(0u32), 1 => 32u32..2_000], any::<bool>()).prop_map(
+        |(config, cut, whole)| Config {
+            compaction_limit: cut,
+            observation_limit: if whole { u32::MAX } else { config.observation_limit },
+            ..config
+        },
+    )
+}
+
 const WORDS: [&str; 24] = [
     "the",
     "handler",
@@ -214,6 +225,8 @@ fn check_state(manager: &Manager, reached: &mut Reached) {
     let session = manager.level_tokens(Level::Session);
     let level = manager.config().level_budget(Level::Session);
     assert!(session <= level, "summaries outgrew their level: {session} / {level}");
+    let recounted: u32 = manager.history().map(|m| m.tokens()).sum();
+    assert_eq!(history_tokens(manager), recounted, "the live totals are what the records cost");
     let (used, budget) = (manager.used(), manager.budget());
     if used > budget {
         reached.over_pinned += 1;
@@ -372,7 +385,7 @@ proptest! {
 
     #[test]
     fn long_histories_stay_within_budget_and_compose(
-        config in config(),
+        config in config_with_cuts(),
         tasks in prop::collection::vec(task(), 20..120),
     ) {
         run(config, &tasks);

@@ -180,13 +180,13 @@ fn golden_bytes() {
     m.push(Message::user("ok").at(2)).unwrap();
     #[rustfmt::skip]
     let expected: &[u8] = &[
-        // magic, version 3, flags 0, config fingerprint
-        b'C', b'W', b'S', b'N', 3, 0, 0, 0, 202, 228, 193, 184,
+        // magic, version 4, flags 0, config fingerprint
+        b'C', b'W', b'S', b'N', 4, 0, 0, 0, 202, 228, 193, 184,
         // capacities: (messages, bytes) per level
         4, 0, 0, 0, 0, 4, 0, 0, 4, 0, 0, 0, 0, 3, 0, 0,
         24, 0, 0, 0, 0, 12, 0, 0, 8, 0, 0, 0, 0, 4, 0, 0,
         // body length
-        116, 0, 0, 0,
+        117, 0, 0, 0,
         // config: budgets, trigger 100, tail, limits, policies
         0x80, 0x80, 0x02, 0x80, 0x20, 0xd0, 0x0f, 0xa0, 0x1f, 0xc0, 0x3e, 100, 6, 0, 0xe8, 0x07, 4, 3, 0, 0,
         // config: strategy 0, threshold 10, batch 5, summary 400, importance 600, ages, checkpoint 50, no keys
@@ -194,6 +194,8 @@ fn golden_bytes() {
         // config (version 2): low water 50, fit budgets, dynamic after the tools, tool-call
         // overhead 3, newest user locked
         50, 1, 0, 3, 1,
+        // config (version 4): no compaction limit
+        0,
         // state: next id 3, turn 1, last user 2, no pending
         3, 1, 1, 2, 0,
         // counters: pushed 2, ingested 10, thirteen zeros, no last compression
@@ -216,13 +218,27 @@ fn golden_bytes() {
         // task table (version 3): no tasks
         0,
         // CRC-32
-        204, 226, 174, 138,
+        1, 97, 107, 122,
     ];
     assert_eq!(snapshot(&m), expected);
 
+    // The same state as version 3 wrote it (no compaction limit), byte for byte as that
+    // version's golden test pinned it, still restores.
+    let compaction_limit = 48 + 40;
+    let mut v3 = expected[..expected.len() - 4].to_vec();
+    v3.remove(compaction_limit);
+    v3[4] = 3;
+    v3[44] = 116;
+    let crc = crc32(&v3);
+    assert_eq!(crc.to_le_bytes(), [204, 226, 174, 138], "version 3's pinned CRC");
+    v3.extend_from_slice(&crc.to_le_bytes());
+    let mut restored = Tiny::new();
+    restored.restore_from(&v3).unwrap();
+    assert_eq!(snapshot(&restored), expected, "written again as version 4");
+
     // The same state as version 2 wrote it (no task table), byte for byte as that version's
     // golden test pinned it, still restores.
-    let mut v2 = expected[..expected.len() - 5].to_vec();
+    let mut v2 = v3[..v3.len() - 5].to_vec();
     v2[4] = 2;
     v2[44] = 115;
     let crc = crc32(&v2);

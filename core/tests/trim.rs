@@ -444,3 +444,15 @@ fn a_result_marked_whole_is_not_reduced_to_the_observation_limit() {
     assert_eq!(sent(&conversation(false)), (4, true));
     assert_eq!(sent(&conversation(true)), (4, false));
 }
+
+#[test]
+fn a_compaction_limit_is_for_a_manager() {
+    let conversation = [Message::user("hi")];
+    let config = Config { compaction_limit: 200, ..Config::DEFAULT };
+    let refused = trim(&conversation[..], &[], &config, &Counter::Up).map(|kept| kept.tokens());
+    assert_eq!(
+        refused,
+        Err(TrimError::Unsupported(ctxwin_core::trim::Unsupported::CompactionLimit))
+    );
+    assert!(refused.unwrap_err().to_string().contains("compaction_limit"));
+}

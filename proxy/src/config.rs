@@ -72,7 +72,12 @@ pub struct ProxyConfig {
     /// Tool outputs over this many tokens are stored reduced to head and tail (`[proxy]
     /// observation_limit`, else `[context] observation_limit`); `None`: kept whole.
     pub observation_limit: Option<u32>,
-    /// Tools whose outputs are never reduced by the observation limit (`[proxy] never_cut`).
+    /// At a compaction, old tool outputs over this many tokens are cut to head and tail
+    /// before whole turns leave, oldest first, never the live request's (`[proxy]
+    /// compaction_limit`, 0 for off); `None`: turns leave whole.
+    pub compaction_limit: Option<u32>,
+    /// Tools whose outputs are never reduced, by the observation limit or at a compaction
+    /// (`[proxy] never_cut`).
     pub never_cut: Vec<String>,
     /// Retrieval of archived turns once a conversation's oldest turns left the window (the
     /// `[retrieval]` section the CLI shares; `auto = false` turns it off).
@@ -119,6 +124,7 @@ impl Default for ProxyConfig {
             max_connections: 4_096,
             store_url: None,
             observation_limit: None,
+            compaction_limit: None,
             never_cut: Vec::new(),
             retrieval: RETRIEVAL,
             task_detection: TaskDetection::Off,
@@ -164,6 +170,7 @@ struct ProxySection {
     body_timeout_secs: Option<u64>,
     max_connections: Option<usize>,
     observation_limit: Option<u32>,
+    compaction_limit: Option<u32>,
     never_cut: Option<Vec<String>>,
 }
 
@@ -261,6 +268,9 @@ impl ProxyConfig {
         if let Some(limit) = section.observation_limit {
             self.observation_limit = (limit != 0).then_some(limit);
             self.origins.limit_from_context = false;
+        }
+        if let Some(limit) = section.compaction_limit {
+            self.compaction_limit = (limit != 0).then_some(limit);
         }
         if let Some(tools) = section.never_cut {
             self.never_cut = tools;
@@ -437,6 +447,11 @@ impl ProxyConfig {
                     .into(),
             ));
         }
+        if self.compaction_limit.is_some_and(|limit| limit < 32) {
+            return Err(ConfigError::Invalid(
+                "compaction_limit must be at least 32 tokens (0: turns leave whole)".into(),
+            ));
+        }
         if self.retrieval.max_share_percent > 100 {
             return Err(ConfigError::Invalid("[retrieval] max_share_percent must be 0-100".into()));
         }
@@ -481,6 +496,13 @@ impl ProxyConfig {
             Some(limit) => format!(
                 "tool outputs: cut to head and tail above {limit} tokens ({}){}",
                 if self.origins.limit_from_context { "[context] observation_limit" } else { "[proxy] observation_limit" },
+                if self.never_cut.is_empty() { String::new() } else { format!(", never for {}", self.never_cut.join(", ")) }
+            ),
+        });
+        notes.push(match self.compaction_limit {
+            None => "at a compaction, the oldest turns leave whole; set [proxy] compaction_limit to cut their tool outputs first".into(),
+            Some(limit) => format!(
+                "at a compaction, old tool outputs above {limit} tokens are cut to head and tail before whole turns leave ([proxy] compaction_limit){}",
                 if self.never_cut.is_empty() { String::new() } else { format!(", never for {}", self.never_cut.join(", ")) }
             ),
         });
@@ -659,6 +681,25 @@ max_resident = 4
         assert!(config.notes().join("\n").contains("whole while the window has room"));
         config.apply_toml("[proxy]\nobservation_limit = 8\n").unwrap();
         assert!(config.validate().unwrap_err().to_string().contains("observation_limit"));
+        let mut config = ProxyConfig::default();
+        assert!(config.notes().join("\n").contains("the oldest turns leave whole"));
+        config.apply_toml("[proxy]\ncompaction_limit = 800\nnever_cut = [\"Read\"]\n").unwrap();
+        assert_eq!(config.compaction_limit, Some(800));
+        assert!(
+            config.notes().join("\n").contains("above 800 tokens are cut to head and tail before whole turns leave ([proxy] compaction_limit), never for Read"),
+            "{:?}",
+            config.notes()
+        );
+        assert_eq!(
+            crate::conv::ConvSettings::for_model(&config, "m")
+                .session_config(32_768, 1_024, 0)
+                .compaction_limit,
+            800
+        );
+        config.apply_toml("[proxy]\ncompaction_limit = 0\n").unwrap();
+        assert_eq!(config.compaction_limit, None, "0: off");
+        config.apply_toml("[proxy]\ncompaction_limit = 8\n").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("compaction_limit"));
         let mut config = ProxyConfig::default();
         config.apply_toml("[proxy]\nreserve = 32600\n").unwrap();
         assert!(config.validate().unwrap_err().to_string().contains("reserve 32600"));

@@ -213,12 +213,13 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// The session level is kept within its budget either way.
     pub(crate) fn collect(&mut self) {
         let compacting = self.over_high_water();
-        let before = self.state.counters.units_evicted;
+        let before = self.changes();
         // Under the high-water mark no unit must leave (it is what the loop would check), so
         // most pushes skip the loop; the summaries may still be over their level.
         if compacting || self.level_over(Level::Session) {
             let (target, percent) = if compacting && self.config.compacts() {
                 self.run_deferred_plan();
+                self.cut_old_results(self.config.low_water_tokens());
                 (self.config.low_water_tokens(), self.config.low_water())
             } else {
                 let trigger = self.config.trigger_percent.min(RING_TRIGGER_PERCENT);
@@ -229,14 +230,20 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         self.end_eviction(compacting, before);
     }
 
-    /// Ends an eviction pass: counts a compaction if it went over a mark and evicted
-    /// something, and frees what it discarded.
-    pub(super) fn end_eviction(&mut self, over: bool, units_before: u64) {
-        let counters = &mut self.state.counters;
-        if over && counters.units_evicted > units_before {
-            bump(&mut counters.compactions, 1);
+    /// Ends an eviction pass: counts a compaction if it went over a mark and evicted or cut
+    /// something (`before`: [`Self::changes`] when it began), and frees what it discarded.
+    pub(super) fn end_eviction(&mut self, over: bool, before: (u64, u64)) {
+        if over && self.changes() != before {
+            bump(&mut self.state.counters.compactions, 1);
         }
         self.release_discarded(&[Level::Session, Level::Working, Level::Volatile]);
+    }
+
+    /// Units evicted and results reduced so far: what an eviction pass compares to tell
+    /// whether it changed the payload.
+    pub(super) fn changes(&self) -> (u64, u64) {
+        let counters = &self.state.counters;
+        (counters.units_evicted, counters.observations_reduced)
     }
 
     /// Evicts history units, then shrinks or drops summaries, then lets the locked tail's older
@@ -273,7 +280,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 true => self.config.low_water_tokens(),
                 false => u32::MAX,
             };
-            let before = self.state.counters.units_evicted;
+            let before = self.changes();
+            if self.config.compacts() {
+                self.cut_old_results(low);
+            }
             self.evict_to(tokens, budget, low, None);
             self.end_eviction(true, before);
             needed = self.needed(tokens);

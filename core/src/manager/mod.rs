@@ -8,6 +8,7 @@ mod outbox;
 mod plan;
 mod push;
 mod replace;
+mod shrink;
 mod summary;
 #[cfg(feature = "tasks")]
 mod task;

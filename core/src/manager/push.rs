@@ -156,7 +156,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         } else {
             [0; 4]
         };
-        let trailer = Trailer { original: None, terms };
+        let trailer = Trailer { original: None, terms, whole: false };
         let len = message.content.len() + extra.len() + trailer.len();
         if level.is_history() {
             self.make_room_closing(level, Some(len))?;
@@ -439,6 +439,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
             } else {
                 [0; 4]
             },
+            whole: message.whole,
         };
         let len = content.len() + extra.len() + trailer.len();
         self.check_fits(level, tokens, len)?;

@@ -303,7 +303,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     /// stands for it) and every volatile unit leaves, outside the locked tail, in one pass
     /// (eviction only flags records, so the indices hold until the end).
     fn compact_for_task(&mut self) {
-        let before = self.state.counters.units_evicted;
+        let before = self.changes();
         let lock = self.lock();
         for level in [Level::Volatile, Level::Working] {
             let mut start = 0;

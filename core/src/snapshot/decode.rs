@@ -192,7 +192,7 @@ struct Head {
 /// Out of line: its temporaries stay off the frame that holds the configuration and the
 /// state while the sink runs.
 #[inline(never)]
-fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, Refusal> {
+fn read_config(r: &mut Reader<'_>, c: &mut Config, version: u16) -> Result<u32, Refusal> {
     c.context_window = r.u32();
     c.reserved_for_reply = r.u32();
     c.permanent_budget = r.u32();
@@ -225,6 +225,9 @@ fn read_config(r: &mut Reader<'_>, c: &mut Config) -> Result<u32, Refusal> {
     let placement = r.u8();
     c.tool_call_overhead = r.u16();
     c.lock_newest_user = r.flag();
+    if version >= super::wire::WHOLE_SINCE {
+        c.compaction_limit = r.u32();
+    }
     r.check()?;
     let invalid = Refusal::Invalid(Invariant::Config);
     c.dynamic_placement = match placement {
@@ -299,11 +302,11 @@ fn read_state(r: &mut Reader<'_>, s: &mut State) -> Result<(), Refusal> {
 /// Decodes and checks the configuration, then the state, and hands each to `sink`.
 fn head(
     r: &mut Reader<'_>,
-    fingerprint: u32,
+    (fingerprint, version): (u32, u16),
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'_>,
 ) -> Result<Head, Refusal> {
-    let schema_len = head_config(r, fingerprint, runs, sink)?;
+    let schema_len = head_config(r, (fingerprint, version), runs, sink)?;
     head_state(r, schema_len, sink)
 }
 
@@ -313,14 +316,14 @@ fn head(
 #[inline(never)]
 fn head_config(
     r: &mut Reader<'_>,
-    fingerprint: u32,
+    (fingerprint, version): (u32, u16),
     runs: Option<StrategyKind>,
     sink: &mut dyn Sink<'_>,
 ) -> Result<usize, Refusal> {
     // Zero, not `Config::DEFAULT`: every field is read, and a zero start needs no 272-byte
     // image of the defaults in flash.
     let mut config = Config::ZERO;
-    let retired_checkpoint_interval = read_config(r, &mut config)?;
+    let retired_checkpoint_interval = read_config(r, &mut config, version)?;
     if config.validate().is_err() {
         return Err(Refusal::Invalid(Invariant::Config));
     }
@@ -373,6 +376,7 @@ fn head_state(
 fn read_record<'a>(
     r: &mut Reader<'a>,
     level: Level,
+    version: u16,
 ) -> Result<(u64, Header, Trailer, &'a [u8]), Refusal> {
     let mut header = Header::EMPTY;
     let mut trailer = Trailer::NONE;
@@ -390,6 +394,10 @@ fn read_record<'a>(
     r.check()?;
     header.len = bytes.len() as u32;
     header.role = role_from(role).ok_or(Refusal::Invalid(Invariant::Role { level }))?;
+    if version >= super::wire::WHOLE_SINCE && header.has(super::wire::WIRE_WHOLE) {
+        header.flags &= !super::wire::WIRE_WHOLE;
+        trailer.whole = true;
+    }
     if header.has(flags::REDUCED) {
         trailer.original = Some(original);
     } else if original != header.tokens {
@@ -444,7 +452,11 @@ impl<'a> LevelCheck<'a> {
             return Err(Invariant::Order { level });
         }
         self.last_id = Some(id);
-        if header.flags & !flags::KNOWN != 0 || header.detail > 3 {
+        // Only a tool result is ever pushed whole.
+        if header.flags & !flags::KNOWN != 0
+            || header.detail > 3
+            || (trailer.whole && header.role != Role::Tool)
+        {
             return Err(Invariant::Flags { level });
         }
         record::check(header, bytes).map_err(|fault| match fault {
@@ -566,7 +578,7 @@ fn decode_body<'a>(
     sink: &mut dyn Sink<'a>,
 ) -> Result<(), Refusal> {
     let mut r = Reader::new(body);
-    let head = head(&mut r, fingerprint, runs, sink)?;
+    let head = head(&mut r, (fingerprint, version), runs, sink)?;
     let mut last_user_seen = head.last_user_id.is_none();
     for level in Level::ALL {
         let (messages, bytes) = capacities.get(level.index()).copied().unwrap_or_default();
@@ -577,7 +589,7 @@ fn decode_body<'a>(
         }
         let mut check = LevelCheck::new(level, (head.id_base, head.next_id));
         for _ in 0..count {
-            let (id, mut header, trailer, bytes) = read_record(&mut r, level)?;
+            let (id, mut header, trailer, bytes) = read_record(&mut r, level, version)?;
             check.record(id, &header, trailer, bytes)?;
             header.id = u32::try_from(id.saturating_sub(head.id_base)).unwrap_or(u32::MAX);
             if head.last_user_id == Some(id) {
@@ -825,6 +837,7 @@ mod tests {
             invalid(assemble(&config, &state(2, [0, 0, 0, 0]), [&[evicted_rule], &[], &[], &[]])),
             Invariant::Role { level: Level::Permanent }
         );
+        // 0x80 on the wire is a result pushed whole: never a user message.
         let mut unknown_flag = record(1, Role::User, b"hi", 5);
         unknown_flag.flags = 0x80;
         assert_eq!(

@@ -32,16 +32,23 @@ use crate::stats::Counters;
 
 /// `"CWSN"`: ctxwin snapshot.
 pub(crate) const MAGIC: [u8; 4] = *b"CWSN";
-/// The format version this build writes. Version 3 appended the task table to the body;
+/// The format version this build writes. Version 4 appended `compaction_limit` to the
+/// configuration and marks a record pushed whole ([`WIRE_WHOLE`]); version 3 appended the task
+/// table to the body;
 /// version 2 (no task table) is still read, as a manager without tasks. Version 2 added the
 /// water marks, `fit_budgets`, `dynamic_placement`, `tool_call_overhead` and
 /// `lock_newest_user` at the end of the configuration and the cache counters; version-1 bytes
 /// are refused with `SnapshotError::UnsupportedVersion { found: 1 }`.
-pub(crate) const FORMAT_VERSION: u16 = 3;
+pub(crate) const FORMAT_VERSION: u16 = 4;
 /// The oldest version this build reads.
 pub(crate) const OLDEST_READ: u16 = 2;
 /// The first version with a task table at the end of the body.
 pub(crate) const TASKS_SINCE: u16 = 3;
+/// The first version with `compaction_limit` and [`WIRE_WHOLE`].
+pub(crate) const WHOLE_SINCE: u16 = 4;
+/// A record's wire flags bit for a tool result pushed whole (the trailer's `whole`): the bit
+/// of `flags::TRAILER`, which the wire never carries.
+pub(crate) const WIRE_WHOLE: u8 = flags::TRAILER;
 /// Bytes before the body: magic, version, flags, fingerprint, 4 × capacities, body length.
 pub(crate) const HEADER_LEN: usize = 4 + 2 + 2 + 4 + 4 * 8 + 4;
 /// Bytes after the body: the CRC.
@@ -125,10 +132,11 @@ pub(crate) struct ConfigWire {
     dynamic_placement: u8,
     tool_call_overhead: u16,
     lock_newest_user: bool,
+    compaction_limit: u32,
 }
 
 const SCHEMA_MAX: usize = V32 + MAX_ENTITY_KEYS * (V32 + MAX_ENTITY_KEY_LEN);
-pub(crate) const CONFIG_MAX: usize = 9 * V32 + 7 * V16 + 5 + 2 * V64 + SCHEMA_MAX + 3;
+pub(crate) const CONFIG_MAX: usize = 10 * V32 + 7 * V16 + 5 + 2 * V64 + SCHEMA_MAX + 3;
 
 #[cfg(test)]
 impl From<&Config> for ConfigWire {
@@ -161,6 +169,7 @@ impl From<&Config> for ConfigWire {
             dynamic_placement: c.dynamic_placement as u8,
             tool_call_overhead: c.tool_call_overhead,
             lock_newest_user: c.lock_newest_user,
+            compaction_limit: c.compaction_limit,
         }
     }
 }
@@ -208,6 +217,7 @@ impl ConfigWire {
             },
             tool_call_overhead: self.tool_call_overhead,
             lock_newest_user: self.lock_newest_user,
+            compaction_limit: self.compaction_limit,
         })
     }
 }
@@ -413,7 +423,7 @@ impl<'a> RecordWire<'a> {
             tokens: header.tokens,
             original_tokens: trailer.original.unwrap_or(header.tokens),
             role: header.role as u8,
-            flags: header.flags & !flags::TRAILER,
+            flags: wire_flags(header, &trailer),
             items: header.items,
             detail: header.detail,
             terms: trailer.terms,
@@ -621,6 +631,7 @@ fn encode_config(e: &mut Enc<'_>, c: &Config) {
     e.u8(c.dynamic_placement as u8);
     e.varint(c.tool_call_overhead.into());
     e.u8(u8::from(c.lock_newest_user));
+    e.varint(c.compaction_limit.into());
 }
 
 /// The state, in `StateWire` order.
@@ -671,6 +682,12 @@ fn encode_state(e: &mut Enc<'_>, s: &State) {
     e.varint(s.now);
 }
 
+/// A record's flags on the wire: the header's, without `flags::TRAILER` (the trailer's fields
+/// travel as fields), with [`WIRE_WHOLE`] for a record pushed whole.
+fn wire_flags(h: &Header, trailer: &Trailer) -> u8 {
+    (h.flags & !flags::TRAILER) | if trailer.whole { WIRE_WHOLE } else { 0 }
+}
+
 /// One stored message, in `RecordWire` order: the trailer's fields as header fields, the
 /// record's bytes without it.
 fn encode_record(e: &mut Enc<'_>, id: u64, h: &Header, record: &[u8]) {
@@ -680,7 +697,7 @@ fn encode_record(e: &mut Enc<'_>, id: u64, h: &Header, record: &[u8]) {
     e.varint(h.content_len.into());
     e.varint(h.tokens.into());
     e.varint(trailer.original.unwrap_or(h.tokens).into());
-    e.put(&[h.role as u8, h.flags & !flags::TRAILER, h.items, h.detail]);
+    e.put(&[h.role as u8, wire_flags(h, &trailer), h.items, h.detail]);
     let [first, second, third, fourth] = trailer.terms;
     e.varint(first.into());
     e.varint(second.into());

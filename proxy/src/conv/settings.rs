@@ -27,8 +27,11 @@ pub struct ConvSettings {
     /// Tool outputs over this many tokens are stored reduced to head and tail; `None`: kept
     /// whole (reduced only when one output alone is more than the history may hold).
     pub observation_limit: Option<u32>,
-    /// Tools whose outputs are never reduced by `observation_limit` (`Read`: the model quotes
-    /// file contents back in its edits).
+    /// At a compaction, old tool outputs over this many tokens are cut to head and tail
+    /// before whole turns leave; `None`: turns leave whole.
+    pub compaction_limit: Option<u32>,
+    /// Tools whose outputs are never reduced, by `observation_limit` or at a compaction
+    /// (`Read`: the model quotes file contents back in its edits).
     pub never_cut: Arc<[String]>,
     /// Whether archived turns matching the live request are retrieved once something of the
     /// conversation left the window (`[retrieval] auto`).
@@ -47,6 +50,7 @@ impl ConvSettings {
             window,
             reserve,
             observation_limit: None,
+            compaction_limit: None,
             never_cut: Arc::from([]),
             recall: true,
             retrieval: RETRIEVAL,
@@ -58,6 +62,7 @@ impl ConvSettings {
     pub fn for_model(config: &ProxyConfig, model: &str) -> Self {
         Self {
             observation_limit: config.observation_limit,
+            compaction_limit: config.compaction_limit,
             never_cut: config.never_cut.clone().into(),
             recall: config.retrieval.auto,
             retrieval: config.retrieval,
@@ -97,6 +102,7 @@ impl ConvSettings {
             observation_limit: self.observation_limit.unwrap_or(WHOLE),
             fit_budgets: false,
             low_water_percent: low_water.clamp(30, 90),
+            compaction_limit: self.compaction_limit.unwrap_or(0),
             ..Config::DEFAULT
         }
     }
@@ -151,11 +157,13 @@ impl Conv {
         let wanted = self.settings.session_config(window, reserve, pinned);
         let configured = self.session.configured();
         let same = configured.reserved_for_reply == wanted.reserved_for_reply
-            && configured.low_water_percent == wanted.low_water_percent;
+            && configured.low_water_percent == wanted.low_water_percent
+            && configured.compaction_limit == wanted.compaction_limit;
         if !same {
             self.session.reconfigure(|c| {
                 (c.reserved_for_reply, c.low_water_percent) =
                     (wanted.reserved_for_reply, wanted.low_water_percent);
+                c.compaction_limit = wanted.compaction_limit;
                 (c.permanent_budget, c.session_budget, c.working_budget) =
                     (wanted.permanent_budget, wanted.session_budget, wanted.working_budget);
             })?;
@@ -170,7 +178,8 @@ impl Conv {
     /// [`PushOptions::whole`]: ctxwin_std::session::PushOptions::whole
     pub(super) fn keeps_whole(&self, part: &Part) -> bool {
         part.chat.role == Role::Tool
-            && self.settings.observation_limit.is_some()
+            && (self.settings.observation_limit.is_some()
+                || self.settings.compaction_limit.is_some())
             && !self.settings.never_cut.is_empty()
             && self
                 .tool_of(part.chat.tool_call_id.as_deref().unwrap_or_default())

@@ -356,3 +356,69 @@ fn the_archive_is_searched_only_when_a_new_block_is_retrieved() {
         "{quiet_after_eviction} requests without a search, {renewals} with one"
     );
 }
+
+#[test]
+fn a_compaction_cuts_old_tool_outputs_and_never_a_never_cut_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let settings = ConvSettings {
+        compaction_limit: Some(64),
+        never_cut: Arc::from(["read".to_string()]),
+        retrieval: ctxwin_std::session::RetrievalSettings {
+            auto: false,
+            ..crate::config::RETRIEVAL
+        },
+        recall: false,
+        ..ConvSettings::new(32_768, 512)
+    };
+    let mut conv = Conv::open(dir.path(), &store, "cut", Provider::OpenAi, &settings).unwrap();
+    // Small reads, long build logs: cutting the logs makes the room.
+    let output = |tool: &str, n: usize| -> String {
+        let lines = if tool == "read" { 12 } else { 80 };
+        (0..lines).map(|line| format!("{tool} {n} line {line}: src/lib.rs compiled\n")).collect()
+    };
+    let mut messages = vec![json!({"role": "user", "content": "Fix the build."})];
+    let mut body = String::new();
+    let mut n = 0;
+    // A read and a build log per turn, until the first compaction.
+    while conv.session().manager().stats().counters.compactions == 0 {
+        assert!(n < 100, "no compaction");
+        n += 1;
+        for tool in ["read", "build"] {
+            let id = format!("{tool}{n}");
+            messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": tool, "arguments": "{}"}}]}));
+            messages.push(json!({"role": "tool", "tool_call_id": id, "content": output(tool, n)}));
+        }
+        body = turn(&mut conv, &messages);
+    }
+    let sent: Value = serde_json::from_str(&body).unwrap();
+    let results: Vec<(String, String)> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            (
+                m["tool_call_id"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let cut = |id: &str| {
+        results.iter().find(|(i, _)| i == id).map(|(_, c)| c.contains("[Data Truncated]"))
+    };
+    // The oldest build logs were cut, not dropped; no read ever was; the newest stayed whole.
+    assert_eq!(cut("build1"), Some(true), "{results:?}");
+    assert!(
+        results
+            .iter()
+            .filter(|(id, _)| id.starts_with("read"))
+            .all(|(_, c)| !c.contains("[Data Truncated]"))
+    );
+    assert_eq!(cut(&format!("build{n}")), Some(false));
+    assert_eq!(
+        results.iter().find(|(id, _)| id == "read1").map(|(_, c)| c.clone()),
+        Some(output("read", 1))
+    );
+    assert!(conv.session().manager().stats().counters.observations_reduced > 0);
+}

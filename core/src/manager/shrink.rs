@@ -1,0 +1,272 @@
+//! Reducing old tool results at a compaction
+//! ([`Config::compaction_limit`](crate::config::Config::compaction_limit)): results stored whole
+//! while there was room are cut to head and tail, oldest first, before whole units leave, so
+//! that a compaction keeps more turns. The live request, the locked tail and results pushed
+//! [`whole`](crate::message::Message::whole) are never cut.
+//!
+//! A record is rewritten in its own span (head, marker, tail, call id, trailer: never longer
+//! than before), so the cut needs no scratch buffer and moves no other record.
+
+use super::ContextManager;
+use super::evict::{UnitSpan, unit_end};
+use crate::capacity::Capacities;
+use crate::counter::TokenCounter;
+use crate::header::{Header, flags};
+use crate::level::Level;
+use crate::record::{self, SpanWriter, Trailer};
+use crate::reduce;
+use crate::role::Role;
+use crate::stats::bump;
+use crate::strategy::Strategy;
+
+/// Longest omission marker: `\n[Data Truncated]\n... (N lines omitted) ...\n`.
+const MARKER_MAX: usize = 64;
+
+/// Where a cut record's pieces go: the head's length, the marker, where the tail starts.
+struct Cut {
+    head: usize,
+    marker: [u8; MARKER_MAX],
+    marker_len: usize,
+    tail: usize,
+    tokens: u32,
+}
+
+impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
+    /// Cuts old tool results to [`Config::compaction_limit`](crate::config::Config) tokens,
+    /// volatile before working, oldest first, until usage is at most `low`. O(`B`) per level:
+    /// each record is read once and rewritten in place.
+    pub(super) fn cut_old_results(&mut self, low: u32) {
+        let limit = self.config.compaction_limit;
+        if limit == 0 || self.used() <= low {
+            return;
+        }
+        let lock = self.lock();
+        for level in [Level::Volatile, Level::Working] {
+            let mut start = 0;
+            loop {
+                let ring = self.ring(level);
+                if start >= ring.len() {
+                    break;
+                }
+                let end = unit_end(&ring, start);
+                if !lock.covers(&ring, level, UnitSpan { start, end }) {
+                    for index in start..end {
+                        if self.used() <= low {
+                            return;
+                        }
+                        self.cut_result(level, index, limit);
+                    }
+                }
+                start = end;
+            }
+        }
+    }
+
+    /// Cuts the tool result at `index` of `level` to `limit` tokens when it is live, costs
+    /// more, was neither reduced nor pushed whole, and the cut is shorter.
+    fn cut_result(&mut self, level: Level, index: usize, limit: u32) {
+        let ring = self.ring(level);
+        let Some(header) = ring.get(index).copied() else { return };
+        if header.role != Role::Tool
+            || !header.is_live()
+            || header.has(flags::REDUCED)
+            || header.tokens <= limit
+        {
+            return;
+        }
+        let bytes = ring.record(&header);
+        let trailer = Trailer::of(&header, bytes);
+        if trailer.whole {
+            return;
+        }
+        let content = record::content(&header, bytes);
+        let call_id = record::tail_text(&header, bytes);
+        let Some(cut) = self.plan_cut(content, call_id, limit) else { return };
+        let kept_tail = content.len() - cut.tail;
+        let body_end = content.len() + call_id.len();
+        let trailer = Trailer { original: Some(header.tokens), ..trailer };
+        let trailer_at = cut.head + cut.marker_len + kept_tail + call_id.len();
+        let new_len = trailer_at + trailer.len();
+        if new_len >= header.len as usize || cut.tokens >= header.tokens {
+            return;
+        }
+        let mut ring = self.ring_mut(level);
+        let Some(span) = ring.record_mut(index) else { return };
+        // The tail and the call id first (a marker longer than the omitted middle would
+        // overwrite the tail's start), then the marker, then the trailer.
+        span.copy_within(cut.tail..body_end, cut.head + cut.marker_len);
+        let (Some(marker_at), Some(marker)) =
+            (span.get_mut(cut.head..cut.head + cut.marker_len), cut.marker.get(..cut.marker_len))
+        else {
+            return;
+        };
+        marker_at.copy_from_slice(marker);
+        let Some(trailer_span) = span.get_mut(trailer_at..new_len) else { return };
+        trailer.write(&mut SpanWriter::new(trailer_span));
+        if ring.truncate_record(index, new_len as u32).is_none() {
+            return;
+        }
+        let Some(stored) = ring.get_mut(index) else { return };
+        stored.content_len = (cut.head + cut.marker_len + kept_tail) as u32;
+        stored.tokens = cut.tokens;
+        stored.flags |= flags::REDUCED | trailer.flag();
+        let after: Header = *stored;
+        self.remove_live(level, &header);
+        self.add_live(level, &after);
+        let counters = &mut self.state.counters;
+        counters.last_compression_turn = Some(self.state.turn);
+        bump(&mut counters.observations_reduced, 1);
+        bump(&mut counters.tokens_saved_by_reduction, u64::from(header.tokens - cut.tokens));
+    }
+
+    /// The cut of a result's `content` (answering `call_id`) to `limit` tokens (as a push
+    /// reduces to the observation limit: the content's count, framing aside); `None` when the
+    /// content fits or the marker does not fit its buffer.
+    fn plan_cut(&self, content: &str, call_id: &str, limit: u32) -> Option<Cut> {
+        if self.counter.count(content) <= limit {
+            return None;
+        }
+        let reduction = reduce::reduce(content, limit, &self.counter);
+        let stored = reduction.parts().iter().map(|p| self.counter.count(p)).sum::<u32>();
+        let text = reduction.marker().as_bytes();
+        let mut marker = [0u8; MARKER_MAX];
+        marker.get_mut(..text.len())?.copy_from_slice(text);
+        Some(Cut {
+            head: reduction.head.len(),
+            marker,
+            marker_len: text.len(),
+            tail: content.len() - reduction.tail.len(),
+            tokens: self.framed_tokens(stored, [], Some(call_id)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::capacity::DefaultCapacities;
+    use crate::config::Config;
+    use crate::manager::ContextManager;
+    use crate::message::Message;
+    use crate::record::ToolCall;
+    use crate::reduce::TRUNCATION_MARKER;
+
+    type Manager = ContextManager<DefaultCapacities>;
+
+    /// A window whose compactions keep a third of the budget; results stored whole.
+    fn config(compaction_limit: u32) -> Config {
+        Config {
+            context_window: 12_000,
+            reserved_for_reply: 1_000,
+            permanent_budget: 1_000,
+            session_budget: 1_000,
+            working_budget: 9_000,
+            observation_limit: u32::MAX,
+            low_water_percent: 60,
+            locked_tail: 2,
+            compaction_limit,
+            ..Config::DEFAULT
+        }
+    }
+
+    fn output(turn: usize) -> String {
+        (0..120).map(|line| format!("turn {turn} line {line}: src/lib.rs ok\n")).collect()
+    }
+
+    /// Pushes `turns` turns of a read and its ~1,700-token output (the one of `whole_turn`
+    /// pushed whole); returns the results' ids.
+    fn run(manager: &mut Manager, turns: usize, whole_turn: usize) -> Vec<u64> {
+        let mut ids = Vec::new();
+        for turn in 0..turns {
+            let id = format!("c{turn}");
+            manager.push(Message::user(&format!("read part {turn}"))).unwrap();
+            let calls = [ToolCall::new(&id, "read", "{}")];
+            manager.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+            let text = output(turn);
+            let result = Message::tool_result(&id, &text);
+            let result = if turn == whole_turn { result.whole() } else { result };
+            ids.push(manager.push(result).unwrap());
+        }
+        ids
+    }
+
+    #[test]
+    fn a_compaction_cuts_old_results_before_whole_turns_leave() {
+        let mut cut = Manager::with_config(config(200)).unwrap();
+        let ids = run(&mut cut, 8, 2);
+        let mut plain = Manager::with_config(config(0)).unwrap();
+        run(&mut plain, 8, 2);
+        assert!(cut.used() <= cut.budget());
+        // Without the limit, the compaction evicted whole turns; with it, more stay.
+        assert!(plain.stats().counters.units_evicted > 0);
+        assert!(
+            cut.stats().counters.units_evicted < plain.stats().counters.units_evicted,
+            "{:?} / {:?}",
+            cut.stats().counters,
+            plain.stats().counters
+        );
+        let newest = cut.get(*ids.last().unwrap()).unwrap();
+        assert!(!newest.was_reduced(), "the live request's result stays whole");
+        assert_eq!(newest.content(), output(7));
+        let whole = cut.get(ids[2]).unwrap();
+        assert!(!whole.was_reduced(), "a result pushed whole is never cut");
+        assert_eq!(whole.content(), output(2));
+        let oldest = cut.get(ids[0]).unwrap();
+        assert!(oldest.was_reduced());
+        assert!(oldest.content().contains(TRUNCATION_MARKER), "{}", oldest.content());
+        assert!(oldest.content().starts_with("turn 0 line 0:"));
+        assert!(oldest.content().ends_with("turn 0 line 119: src/lib.rs ok\n"));
+        assert_eq!(oldest.tool_call_id(), Some("c0"));
+        assert!(oldest.original_tokens() > 4 * oldest.tokens());
+        let counters = cut.stats().counters;
+        assert!(counters.observations_reduced >= 1);
+        assert_eq!(counters.units_evicted, 0, "{counters:?}");
+        assert_eq!(counters.compactions, 1, "a compaction that only cut counts");
+        // The live totals are what the records cost.
+        let stored: u32 = cut.history().map(|m| m.tokens()).sum();
+        assert!(cut.used() >= stored);
+    }
+
+    #[test]
+    fn cut_results_and_the_whole_mark_survive_a_snapshot() {
+        let mut manager = Manager::with_config(config(200)).unwrap();
+        let ids = run(&mut manager, 8, 2);
+        let mut buf = vec![0u8; manager.snapshot_len()];
+        let bytes = manager.snapshot_into(&mut buf).unwrap().to_vec();
+        let mut restored = Manager::with_config(config(200)).unwrap();
+        restored.restore_from(&bytes).unwrap();
+        let sent = |m: &Manager| -> Vec<(String, u32, bool)> {
+            m.history().map(|m| (m.content().to_owned(), m.tokens(), m.was_reduced())).collect()
+        };
+        assert_eq!(sent(&restored), sent(&manager));
+        assert_eq!(restored.used(), manager.used());
+        // The same pushes after the restore cut the same records: the whole one never.
+        let more = |m: &mut Manager| {
+            for turn in 8..12 {
+                let id = format!("c{turn}");
+                m.push(Message::user(&format!("read part {turn}"))).unwrap();
+                let calls = [ToolCall::new(&id, "read", "{}")];
+                m.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+                m.push(Message::tool_result(&id, &output(turn))).unwrap();
+            }
+        };
+        more(&mut manager);
+        more(&mut restored);
+        assert_eq!(sent(&restored), sent(&manager));
+        if let Some(whole) = restored.get(ids[2]) {
+            assert!(!whole.was_reduced());
+        }
+        let mut again = vec![0u8; restored.snapshot_len()];
+        let mut first = vec![0u8; manager.snapshot_len()];
+        assert_eq!(
+            restored.snapshot_into(&mut again).unwrap(),
+            manager.snapshot_into(&mut first).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_limit_under_32_tokens_is_refused() {
+        assert!(Config { compaction_limit: 31, ..Config::DEFAULT }.validate().is_err());
+        assert!(Config { compaction_limit: 32, ..Config::DEFAULT }.validate().is_ok());
+        assert!(Config { compaction_limit: 0, ..Config::DEFAULT }.validate().is_ok());
+    }
+}
