@@ -361,6 +361,9 @@ impl Config {
         if !self.entity_schema.is_empty() && !cfg!(feature = "entities") {
             return Err(ConfigError::Unsupported);
         }
+        if self.compaction_limit != 0 && !cfg!(feature = "compaction-cut") {
+            return Err(ConfigError::Unsupported);
+        }
         Ok(())
     }
 

@@ -112,7 +112,7 @@ fn config() -> impl Strategy<Value = Config> {
 fn config_with_cuts() -> impl Strategy<Value = Config> {
     (config(), prop_oneof![3 => Just(0u32), 1 => 32u32..2_000], any::<bool>()).prop_map(
         |(config, cut, whole)| Config {
-            compaction_limit: cut,
+            compaction_limit: if cfg!(feature = "compaction-cut") { cut } else { 0 },
             observation_limit: if whole { u32::MAX } else { config.observation_limit },
             ..config
         },

@@ -446,6 +446,7 @@ fn a_result_marked_whole_is_not_reduced_to_the_observation_limit() {
 }
 
 #[test]
+#[cfg(feature = "compaction-cut")]
 fn a_compaction_limit_is_for_a_manager() {
     let conversation = [Message::user("hi")];
     let config = Config { compaction_limit: 200, ..Config::DEFAULT };

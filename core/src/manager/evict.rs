@@ -219,7 +219,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if compacting || self.level_over(Level::Session) {
             let (target, percent) = if compacting && self.config.compacts() {
                 self.run_deferred_plan();
-                self.cut_old_results(self.config.low_water_tokens());
+                if cfg!(feature = "compaction-cut") {
+                    self.cut_old_results(self.config.low_water_tokens());
+                }
                 (self.config.low_water_tokens(), self.config.low_water())
             } else {
                 let trigger = self.config.trigger_percent.min(RING_TRIGGER_PERCENT);
@@ -281,7 +283,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 false => u32::MAX,
             };
             let before = self.changes();
-            if self.config.compacts() {
+            if cfg!(feature = "compaction-cut") && self.config.compacts() {
                 self.cut_old_results(low);
             }
             self.evict_to(tokens, budget, low, None);

@@ -15,6 +15,7 @@ use crate::header::{Header, flags};
 use crate::level::Level;
 use crate::record::{self, SpanWriter, Trailer};
 use crate::reduce;
+use crate::ring::{move_left, move_right};
 use crate::role::Role;
 use crate::stats::bump;
 use crate::strategy::Strategy;
@@ -93,14 +94,16 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let mut ring = self.ring_mut(level);
         let Some(span) = ring.record_mut(index) else { return };
         // The tail and the call id first (a marker longer than the omitted middle would
-        // overwrite the tail's start), then the marker, then the trailer.
-        span.copy_within(cut.tail..body_end, cut.head + cut.marker_len);
-        let (Some(marker_at), Some(marker)) =
-            (span.get_mut(cut.head..cut.head + cut.marker_len), cut.marker.get(..cut.marker_len))
-        else {
-            return;
-        };
-        marker_at.copy_from_slice(marker);
+        // overwrite the tail's start), then the marker, then the trailer. No `copy_within`
+        // or `copy_from_slice` of unproven lengths: the core has no panic paths.
+        let (from, len, to) = (cut.tail, body_end - cut.tail, cut.head + cut.marker_len);
+        if to < from {
+            move_left(span, from, len, to);
+        } else {
+            move_right(span, from, len, to);
+        }
+        let Some(marker_at) = span.get_mut(cut.head..to) else { return };
+        marker_at.iter_mut().zip(&cut.marker).for_each(|(byte, marker)| *byte = *marker);
         let Some(trailer_span) = span.get_mut(trailer_at..new_len) else { return };
         trailer.write(&mut SpanWriter::new(trailer_span));
         if ring.truncate_record(index, new_len as u32).is_none() {
@@ -129,8 +132,11 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         let reduction = reduce::reduce(content, limit, &self.counter);
         let stored = reduction.parts().iter().map(|p| self.counter.count(p)).sum::<u32>();
         let text = reduction.marker().as_bytes();
+        if text.len() > MARKER_MAX {
+            return None;
+        }
         let mut marker = [0u8; MARKER_MAX];
-        marker.get_mut(..text.len())?.copy_from_slice(text);
+        marker.iter_mut().zip(text).for_each(|(byte, from)| *byte = *from);
         Some(Cut {
             head: reduction.head.len(),
             marker,
@@ -141,7 +147,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "compaction-cut"))]
 mod tests {
     use crate::capacity::DefaultCapacities;
     use crate::config::Config;
