@@ -28,7 +28,7 @@ use postgres::types::Type;
 
 use super::error::{Failure, get};
 use super::escape::scope_params;
-use super::rows::{Columns, Param};
+use super::rows::{Columns, Param, row_conflict};
 use super::{PgStore, check_fence};
 use crate::store::{Fence, Scope, StoreError};
 
@@ -42,7 +42,8 @@ const MOST: usize = 64;
 /// locked unless another transaction holds it (skipped), its fence checked as
 /// [`check_fence`] does, its rows written only when it passes. Returns, for each
 /// conversation found and locked, its position, its fence and its holder.
-pub(super) const GROUP_UPSERT: &str = "
+pub(super) const GROUP_UPSERT: &str = concat!(
+    "
 WITH c AS (
     SELECT b.k, c.id, c.fence AS current, c.holder, b.fence AS carried
     FROM conversations c
@@ -63,23 +64,13 @@ WITH c AS (
         $17::text[], $18::bool[], $19::text[], $20::int8[])
         AS r(k, id, unit, level, role, content, tool_calls, tool_text, tool_call_id,
              original, timestamp, tokens, name, is_error, raw, checksum)
-    JOIN allowed ON allowed.k = r.k
-    ON CONFLICT (conversation_id, id) DO UPDATE SET
-        unit = excluded.unit, level = excluded.level, role = excluded.role,
-        content = excluded.content, tool_calls = excluded.tool_calls,
-        tool_text = excluded.tool_text, tool_call_id = excluded.tool_call_id,
-        original = excluded.original, timestamp = excluded.timestamp, tokens = excluded.tokens,
-        name = excluded.name, is_error = excluded.is_error, raw = excluded.raw,
-        checksum = excluded.checksum
-    WHERE (m.unit, m.level, m.role, m.content, m.tool_calls, m.tool_call_id, m.original,
-           m.timestamp, m.tokens, m.name, m.is_error, m.raw, m.checksum)
-       IS DISTINCT FROM
-          (excluded.unit, excluded.level, excluded.role, excluded.content, excluded.tool_calls,
-           excluded.tool_call_id, excluded.original, excluded.timestamp, excluded.tokens,
-           excluded.name, excluded.is_error, excluded.raw, excluded.checksum)
+    JOIN allowed ON allowed.k = r.k",
+    row_conflict!(),
+    "
     RETURNING 1
 )
-SELECT k, current, holder FROM c";
+SELECT k, current, holder FROM c"
+);
 
 /// The writes of a process's threads waiting to go in a statement, and what the statements
 /// sent answered for each.

@@ -21,14 +21,11 @@ pub(super) const MESSAGE_COLUMNS: &str = "m.id, m.unit, m.level, m.role, m.conte
 /// Rows of one conversation: `$1` its tenant, `$2` its name (both escaped).
 pub(super) const SCOPED_MESSAGES: &str = "messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.tenant = $1 AND c.name = $2";
 
-/// Upserts rows given as parallel arrays; a row identical to the stored one writes nothing
-/// (no new row version, no index churn).
-const UPSERT: &str = "
-INSERT INTO messages AS m (conversation_id, id, unit, level, role, content, tool_calls,
-    tool_text, tool_call_id, original, timestamp, tokens, name, is_error, raw, checksum)
-SELECT $1, r.* FROM unnest($2::int8[], $3::int8[], $4::int2[], $5::text[], $6::text[],
-    $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[], $12::int8[], $13::text[],
-    $14::bool[], $15::text[], $16::int8[]) AS r
+/// The conflict clause of every `messages` upsert (aliased `m`): a row identical to the stored
+/// one writes nothing (no new row version, no index churn), a changed one is rewritten.
+macro_rules! row_conflict {
+    () => {
+        "
 ON CONFLICT (conversation_id, id) DO UPDATE SET
     unit = excluded.unit, level = excluded.level, role = excluded.role,
     content = excluded.content, tool_calls = excluded.tool_calls,
@@ -41,7 +38,23 @@ WHERE (m.unit, m.level, m.role, m.content, m.tool_calls, m.tool_call_id, m.origi
    IS DISTINCT FROM
       (excluded.unit, excluded.level, excluded.role, excluded.content, excluded.tool_calls,
        excluded.tool_call_id, excluded.original, excluded.timestamp, excluded.tokens,
-       excluded.name, excluded.is_error, excluded.raw, excluded.checksum)";
+       excluded.name, excluded.is_error, excluded.raw, excluded.checksum)"
+    };
+}
+pub(super) use row_conflict;
+
+/// Upserts rows given as parallel arrays; a row identical to the stored one writes nothing
+/// (no new row version, no index churn).
+const UPSERT: &str = concat!(
+    "
+INSERT INTO messages AS m (conversation_id, id, unit, level, role, content, tool_calls,
+    tool_text, tool_call_id, original, timestamp, tokens, name, is_error, raw, checksum)
+SELECT $1, r.* FROM unnest($2::int8[], $3::int8[], $4::int2[], $5::text[], $6::text[],
+    $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[], $12::int8[], $13::text[],
+    $14::bool[], $15::text[], $16::int8[]) AS r
+",
+    row_conflict!()
+);
 
 /// A statement parameter with its type.
 pub(super) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
