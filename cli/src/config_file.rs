@@ -526,6 +526,9 @@ const PROXY_SECTION: &str = "\n\
 # compaction_limit = 0\n\
 # Tools whose outputs are never cut, by either limit (the model quotes file reads in its edits).\n\
 # never_cut = [\"Read\"]\n\
+# Tools whose older output a repeated call (same arguments) supersedes: cut to a note at the\n\
+# next compaction, the newest of each kept ahead of older turns; [] for none.\n\
+# supersede = [\"Read\", \"read_file\"]\n\
 # Conversations kept in memory; the least recently used idle ones are unloaded above it.\n\
 # max_resident = 256\n\
 # The key clients send in x-ctxwin-key (required to listen off loopback).\n\
@@ -648,7 +651,15 @@ mod tests {
         assert!(known.iter().all(|key| written.contains(&key)));
         assert!(template.contains("\n# observation_limit = 1000\n"), "{template}");
         assert!(table["proxy"].as_table().unwrap().is_empty(), "every [proxy] key is commented");
-        for key in ["upstream", "default_window", "reserve", "observation_limit", "never_cut"] {
+        let keys = [
+            "upstream",
+            "default_window",
+            "reserve",
+            "observation_limit",
+            "never_cut",
+            "supersede",
+        ];
+        for key in keys {
             assert!(template.contains(&format!("\n# {key} = ")), "[proxy] {key} is not documented");
         }
     }

@@ -46,6 +46,13 @@ pub struct Message<'a> {
     /// per-tool policy, such as file reads the model quotes back); reduced only when it alone
     /// is more than its unit may hold.
     pub whole: bool,
+    /// For [`Role::Tool`]: what the result shows, as a caller's key (say a hash of a file
+    /// read's path); 0 for none. At a compaction an older result is cut to a short note when
+    /// a newer live one has the same key: the newer shows the same thing, as it is now; and
+    /// the newest of each key stays ahead of older turns. Kept and acted on with the
+    /// `compaction-cut` feature (a default) only.
+    #[cfg(feature = "compaction-cut")]
+    pub supersede_key: u32,
 }
 
 impl<'a> Message<'a> {
@@ -65,6 +72,8 @@ impl<'a> Message<'a> {
             important: false,
             level: None,
             whole: false,
+            #[cfg(feature = "compaction-cut")]
+            supersede_key: 0,
         }
     }
 
@@ -146,6 +155,18 @@ impl<'a> Message<'a> {
     /// ```
     pub const fn whole(mut self) -> Self {
         self.whole = true;
+        self
+    }
+
+    /// The same message with a [`supersede_key`](Message::supersede_key).
+    ///
+    /// ```
+    /// let read = ctxwin_core::Message::tool_result("c1", "fn main() {}").superseding(0x5eed);
+    /// assert_eq!(read.supersede_key, 0x5eed);
+    /// ```
+    #[cfg(feature = "compaction-cut")]
+    pub const fn superseding(mut self, key: u32) -> Self {
+        self.supersede_key = key;
         self
     }
 

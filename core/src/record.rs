@@ -5,11 +5,12 @@
 //! tool result       content | tool_call_id
 //! assistant calls   content | items × (id_len u16, name_len u16, args_len u32) | id name args …
 //! summary           content | items × (first_id u64, last_id u64)
-//! with flags::TRAILER  … | [original_tokens u32] | [terms 4 × u16] | kind u8
+//! with flags::TRAILER  … | [original_tokens u32] | [terms 4 × u16] | [key u32] | kind u8
 //! ```
 //! The trailer keeps what only some records need out of the fixed-size header: the token
-//! count before reduction (`kind` bit 0, reduced records only) and the term hashes (`kind`
-//! bit 1, only under a strategy that uses terms). Snapshots carry both as header fields, so the
+//! count before reduction (`kind` bit 0, reduced records only), the term hashes (`kind`
+//! bit 1, only under a strategy that uses terms), whether a result was pushed whole (bit 2)
+//! and a result's supersede key (bit 3). Snapshots carry them as header fields, so the
 //! wire format does not know the trailer.
 //! All integers little-endian. Text is re-validated as UTF-8 on every read (the crate has no
 //! `unsafe`); restore validates it once up front, so reads never fall back in practice.
@@ -70,6 +71,8 @@ const HAS_ORIGINAL: u8 = 1;
 const HAS_TERMS: u8 = 1 << 1;
 /// Trailer kind bit, no bytes: a tool result pushed whole, never reduced.
 const WHOLE: u8 = 1 << 2;
+/// Trailer kind bit: a supersede key ([`Message::supersede_key`](crate::message::Message)).
+const HAS_KEY: u8 = 1 << 3;
 
 /// What a record keeps after its body: its original token count when it differs, its terms,
 /// whether it was pushed whole.
@@ -82,15 +85,33 @@ pub(crate) struct Trailer {
     /// A tool result pushed [`whole`](crate::message::Message::whole): a compaction never
     /// reduces it ([`Config::compaction_limit`](crate::config::Config::compaction_limit)).
     pub whole: bool,
+    /// A tool result's [`supersede_key`](crate::message::Message::supersede_key) (0 = none).
+    #[cfg(feature = "compaction-cut")]
+    pub key: u32,
 }
 
 impl Trailer {
-    pub(crate) const NONE: Trailer = Trailer { original: None, terms: [0; 4], whole: false };
+    pub(crate) const NONE: Trailer = Trailer {
+        original: None,
+        terms: [0; 4],
+        whole: false,
+        #[cfg(feature = "compaction-cut")]
+        key: 0,
+    };
+
+    /// The supersede key (0 = none, and always without the `compaction-cut` feature).
+    pub(crate) fn supersede_key(&self) -> u32 {
+        #[cfg(feature = "compaction-cut")]
+        return self.key;
+        #[cfg(not(feature = "compaction-cut"))]
+        0
+    }
 
     fn kind(&self) -> u8 {
         (if self.original.is_some() { HAS_ORIGINAL } else { 0 })
             | (if self.terms == [0; 4] { 0 } else { HAS_TERMS })
             | (if self.whole { WHOLE } else { 0 })
+            | (if self.supersede_key() == 0 { 0 } else { HAS_KEY })
     }
 
     /// Bytes it takes at the end of a record (0 for none).
@@ -120,6 +141,9 @@ impl Trailer {
                 out.put(&term.to_le_bytes());
             }
         }
+        if kind & HAS_KEY != 0 {
+            out.put(&self.supersede_key().to_le_bytes());
+        }
         out.put(&[kind]);
     }
 
@@ -142,6 +166,10 @@ impl Trailer {
                 at += 2;
             }
         }
+        #[cfg(feature = "compaction-cut")]
+        if kind & HAS_KEY != 0 {
+            trailer.key = le_u32(record, at).map_or(0, |v| v as u32);
+        }
         trailer
     }
 }
@@ -151,6 +179,7 @@ fn trailer_len(kind: u8) -> usize {
     KIND_LEN
         + if kind & HAS_ORIGINAL != 0 { 4 } else { 0 }
         + if kind & HAS_TERMS != 0 { 8 } else { 0 }
+        + if cfg!(feature = "compaction-cut") && kind & HAS_KEY != 0 { 4 } else { 0 }
 }
 
 /// A record without its trailer.

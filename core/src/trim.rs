@@ -34,9 +34,10 @@
 //!
 //! Not supported (the manager handles these; [`TrimError::Unsupported`]): a strategy other
 //! than the sliding window (summaries, entities), a system message after the first history
-//! message, and messages placed in the session or volatile level. The walk refuses a late
-//! system message it meets; [`trim`] over a slice also checks the roles of the messages it
-//! does not walk (a comparison per message, no counting).
+//! message, messages placed in the session or volatile level, and results with a supersede
+//! key (whether a compaction cut one depends on when each came). The walk refuses a late
+//! system message or a supersede key it meets; [`trim`] over a slice also checks the roles of
+//! the messages it does not walk (a comparison per message, no counting).
 //!
 //! ## Output
 //!
@@ -97,6 +98,9 @@ pub enum Unsupported {
     Level(usize),
     /// A [`Config::compaction_limit`]: what a compaction cuts depends on when each came.
     CompactionLimit,
+    /// A result with a [`supersede_key`](crate::message::Message::supersede_key), at this
+    /// index: whether a compaction cut it depends on when each came.
+    SupersedeKey(usize),
 }
 
 /// Why [`trim`] gave no result.
@@ -139,6 +143,9 @@ impl core::fmt::Display for TrimError {
             }
             TrimError::Unsupported(Unsupported::CompactionLimit) => {
                 f.write_str("trim does not cut results at compactions (compaction_limit is set)")
+            }
+            TrimError::Unsupported(Unsupported::SupersedeKey(index)) => {
+                write!(f, "message {index}: trim does not cut superseded results (a supersede key)")
             }
         }
     }
@@ -539,6 +546,10 @@ fn unit_at<S: Conversation + ?Sized, K: TokenCounter>(
 /// A walked history message: well formed, in the working level.
 fn check_history(message: &Message<'_>, index: usize, pinned: usize) -> Result<(), TrimError> {
     validate(message).map_err(|e| refused(e, index))?;
+    #[cfg(feature = "compaction-cut")]
+    if message.supersede_key != 0 {
+        return Err(TrimError::Unsupported(Unsupported::SupersedeKey(index)));
+    }
     match message.level.unwrap_or(message.default_level()) {
         Level::Working => Ok(()),
         Level::Permanent if index >= pinned => {

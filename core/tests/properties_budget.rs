@@ -346,9 +346,17 @@ fn run(config: Config, tasks: &[Task]) -> Reached {
             if !push(&mut manager, message, &mut reached) {
                 continue;
             }
-            for (id, &len) in ids.iter().zip(outputs) {
+            for (i, (id, &len)) in ids.iter().zip(outputs).enumerate() {
                 let output = next(len);
-                push(&mut manager, Message::tool_result(id, &output).at(clock), &mut reached);
+                let result = Message::tool_result(id, &output).at(clock);
+                // Half the tasks key their results: a compaction cuts superseded ones and
+                // keeps the newest of each key ahead of older turns.
+                #[cfg(feature = "compaction-cut")]
+                let result =
+                    result.superseding(if number % 2 == 0 { (i % 3) as u32 + 1 } else { 0 });
+                #[cfg(not(feature = "compaction-cut"))]
+                let _ = i;
+                push(&mut manager, result, &mut reached);
             }
             compose(&mut manager, number + round, task.dynamic, &mut reached);
         }

@@ -180,13 +180,13 @@ fn golden_bytes() {
     m.push(Message::user("ok").at(2)).unwrap();
     #[rustfmt::skip]
     let expected: &[u8] = &[
-        // magic, version 4, flags 0, config fingerprint
-        b'C', b'W', b'S', b'N', 4, 0, 0, 0, 202, 228, 193, 184,
+        // magic, version 5, flags 0, config fingerprint
+        b'C', b'W', b'S', b'N', 5, 0, 0, 0, 202, 228, 193, 184,
         // capacities: (messages, bytes) per level
         4, 0, 0, 0, 0, 4, 0, 0, 4, 0, 0, 0, 0, 3, 0, 0,
         24, 0, 0, 0, 0, 12, 0, 0, 8, 0, 0, 0, 0, 4, 0, 0,
         // body length
-        117, 0, 0, 0,
+        119, 0, 0, 0,
         // config: budgets, trigger 100, tail, limits, policies
         0x80, 0x80, 0x02, 0x80, 0x20, 0xd0, 0x0f, 0xa0, 0x1f, 0xc0, 0x3e, 100, 6, 0, 0xe8, 0x07, 4, 3, 0, 0,
         // config: strategy 0, threshold 10, batch 5, summary 400, importance 600, ages, checkpoint 50, no keys
@@ -205,12 +205,13 @@ fn golden_bytes() {
         0, 0, 0, 0, 0, 0, 3, 0,
         // live tokens per level, clock
         5, 0, 5, 0, 2,
-        // permanent: 1 record: id 1, time 1, content 2, tokens 5/5, system, flags, items, detail, terms, "Hi"
-        1, 1, 1, 2, 5, 5, 0, 0, 0, 0, 0, 0, 0, 0, 2, b'H', b'i',
+        // permanent: 1 record: id 1, time 1, content 2, tokens 5/5, system, flags, items, detail,
+        // terms, supersede key (version 5), "Hi"
+        1, 1, 1, 2, 5, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, b'H', b'i',
         // session: empty
         0,
         // working: 1 record, user "ok"
-        1, 2, 2, 2, 5, 5, 1, 0, 0, 0, 0, 0, 0, 0, 2, b'o', b'k',
+        1, 2, 2, 2, 5, 5, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, b'o', b'k',
         // volatile: empty
         0,
         // entity table: 4 values, none set
@@ -218,14 +219,30 @@ fn golden_bytes() {
         // task table (version 3): no tasks
         0,
         // CRC-32
-        1, 97, 107, 122,
+        4, 114, 174, 240,
     ];
     assert_eq!(snapshot(&m), expected);
+
+    // The same state as version 4 wrote it (no supersede keys), byte for byte as that
+    // version's golden test pinned it, still restores.
+    let mut v4 = expected[..expected.len() - 4].to_vec();
+    let (first_key, second_key) = (expected.len() - 34, expected.len() - 15);
+    assert_eq!((v4[first_key + 1], v4[second_key + 1]), (2, 2), "the keys precede the texts");
+    v4.remove(second_key);
+    v4.remove(first_key);
+    v4[4] = 4;
+    v4[44] = 117;
+    let crc = crc32(&v4);
+    assert_eq!(crc.to_le_bytes(), [1, 97, 107, 122], "version 4's pinned CRC");
+    v4.extend_from_slice(&crc.to_le_bytes());
+    let mut restored = Tiny::new();
+    restored.restore_from(&v4).unwrap();
+    assert_eq!(snapshot(&restored), expected, "written again as version 5");
 
     // The same state as version 3 wrote it (no compaction limit), byte for byte as that
     // version's golden test pinned it, still restores.
     let compaction_limit = 48 + 40;
-    let mut v3 = expected[..expected.len() - 4].to_vec();
+    let mut v3 = v4[..v4.len() - 4].to_vec();
     v3.remove(compaction_limit);
     v3[4] = 3;
     v3[44] = 116;
@@ -234,7 +251,7 @@ fn golden_bytes() {
     v3.extend_from_slice(&crc.to_le_bytes());
     let mut restored = Tiny::new();
     restored.restore_from(&v3).unwrap();
-    assert_eq!(snapshot(&restored), expected, "written again as version 4");
+    assert_eq!(snapshot(&restored), expected, "written again as version 5");
 
     // The same state as version 2 wrote it (no task table), byte for byte as that version's
     // golden test pinned it, still restores.

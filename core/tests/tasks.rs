@@ -228,7 +228,7 @@ fn the_task_table_survives_a_snapshot_and_version_2_snapshots_still_restore() {
     m.push(Message::user("go")).unwrap();
     let mut buffer = vec![0u8; Manager::SNAPSHOT_MAX_SIZE];
     let bytes = m.snapshot_into(&mut buffer).unwrap().to_vec();
-    assert_eq!(&bytes[4..6], &4u16.to_le_bytes());
+    assert_eq!(&bytes[4..6], &5u16.to_le_bytes());
     let mut restored = manager(Config::DEFAULT);
     restored.restore_from(&bytes).unwrap();
     assert_eq!(restored.tasks(), m.tasks());
@@ -243,6 +243,9 @@ fn the_task_table_survives_a_snapshot_and_version_2_snapshots_still_restore() {
     // Nor (version 4 on) the compaction limit ending the configuration: byte 40 of the body
     // under the default configuration, 0.
     assert_eq!(v2.remove(48 + 40), 0);
+    // Nor (version 5 on) the record's supersede key, just before its text.
+    let text = v2.windows(6).position(|w| w == b"\x05hello").unwrap();
+    assert_eq!(v2.remove(text - 1), 0);
     v2[4..6].copy_from_slice(&2u16.to_le_bytes());
     let body = (v2.len() - 48) as u32;
     v2[44..48].copy_from_slice(&body.to_le_bytes());

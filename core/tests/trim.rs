@@ -457,3 +457,20 @@ fn a_compaction_limit_is_for_a_manager() {
     );
     assert!(refused.unwrap_err().to_string().contains("compaction_limit"));
 }
+
+#[test]
+#[cfg(feature = "compaction-cut")]
+fn a_supersede_key_is_for_a_manager() {
+    let calls = [ToolCall::new("c1", "read", "{}")];
+    let conversation = [
+        Message::user("read it"),
+        Message::assistant("").with_tool_calls(&calls),
+        Message::tool_result("c1", "fn main() {}").superseding(7),
+    ];
+    let refused = trim(&conversation[..], &[], &Config::DEFAULT, &Counter::Up).map(|k| k.tokens());
+    assert_eq!(
+        refused,
+        Err(TrimError::Unsupported(ctxwin_core::trim::Unsupported::SupersedeKey(2)))
+    );
+    assert!(refused.unwrap_err().to_string().contains("supersede key"));
+}

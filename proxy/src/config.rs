@@ -20,6 +20,12 @@ pub const MIN_PROMPT: u32 = 256;
 pub const RETRIEVAL: RetrievalSettings =
     RetrievalSettings { max_share_percent: 10, ..RetrievalSettings::DEFAULT };
 
+/// The tools whose older outputs a repeated call supersedes by default: the file reads of
+/// Claude Code (`Read`) and of Cline and its kin (`read_file`). A coding agent reads a file
+/// again after editing it; the older read shows a version that is gone (in the bill bench,
+/// 70% of the `Read` output is read again later).
+pub const SUPERSEDE: [&str; 2] = ["Read", "read_file"];
+
 /// Everything the proxy needs to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProxyConfig {
@@ -79,6 +85,10 @@ pub struct ProxyConfig {
     /// Tools whose outputs are never reduced, by the observation limit or at a compaction
     /// (`[proxy] never_cut`).
     pub never_cut: Vec<String>,
+    /// Tools whose output a newer output of the same call (same arguments) supersedes: at a
+    /// compaction the older is cut to a note, the archive keeps it (`[proxy] supersede`;
+    /// [`SUPERSEDE`] by default, `[]` for none).
+    pub supersede: Vec<String>,
     /// Retrieval of archived turns once a conversation's oldest turns left the window (the
     /// `[retrieval]` section the CLI shares; `auto = false` turns it off).
     pub retrieval: RetrievalSettings,
@@ -126,6 +136,7 @@ impl Default for ProxyConfig {
             observation_limit: None,
             compaction_limit: None,
             never_cut: Vec::new(),
+            supersede: SUPERSEDE.iter().map(|tool| (*tool).to_string()).collect(),
             retrieval: RETRIEVAL,
             task_detection: TaskDetection::Off,
             origins: Origins::default(),
@@ -172,6 +183,7 @@ struct ProxySection {
     observation_limit: Option<u32>,
     compaction_limit: Option<u32>,
     never_cut: Option<Vec<String>>,
+    supersede: Option<Vec<String>>,
 }
 
 /// `[store]`, shared with the CLI: only `url` is the proxy's concern.
@@ -274,6 +286,9 @@ impl ProxyConfig {
         }
         if let Some(tools) = section.never_cut {
             self.never_cut = tools;
+        }
+        if let Some(tools) = section.supersede {
+            self.supersede = tools;
         }
         if let Some(upstream) = section.upstream {
             self.upstream = upstream;
@@ -506,6 +521,13 @@ impl ProxyConfig {
                 if self.never_cut.is_empty() { String::new() } else { format!(", never for {}", self.never_cut.join(", ")) }
             ),
         });
+        notes.push(match self.supersede.is_empty() {
+            true => "at a compaction, older outputs of a call made again stay ([proxy] supersede = [])".into(),
+            false => format!(
+                "at a compaction, an older output of a {} call made again with the same arguments (a file read again) is cut to a note, the archive keeps it ([proxy] supersede)",
+                self.supersede.join(" / ")
+            ),
+        });
         notes.push(format!(
             "tasks ([tasks] detect = \"{}\"): {}",
             self.task_detection.as_str(),
@@ -705,5 +727,21 @@ max_resident = 4
         assert!(config.validate().unwrap_err().to_string().contains("reserve 32600"));
         let error = config.apply_toml("[retrieval]\nauto_recall = true\n").unwrap_err();
         assert!(error.to_string().contains("auto_recall"), "{error}");
+    }
+
+    #[test]
+    fn superseded_outputs_are_file_reads_by_default_and_set_by_name() {
+        let mut config = ProxyConfig::default();
+        assert_eq!(config.supersede, SUPERSEDE);
+        assert!(config.notes().join("\n").contains("an older output of a Read / read_file call"));
+        let settings = crate::conv::ConvSettings::for_model(&config, "m");
+        assert_eq!(&*settings.supersede, SUPERSEDE);
+        config.apply_toml("[proxy]\nsupersede = []\n").unwrap();
+        assert!(config.supersede.is_empty());
+        assert!(config.notes().join("\n").contains("older outputs of a call made again stay"));
+        config.apply_toml("[proxy]\nsupersede = [\"view_file\"]\n").unwrap();
+        assert_eq!(config.supersede, ["view_file"]);
+        let error = config.apply_toml("[proxy]\nsupersede = \"Read\"\n").unwrap_err();
+        assert!(error.to_string().contains("supersede"), "{error}");
     }
 }

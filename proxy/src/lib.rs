@@ -71,8 +71,10 @@
 //!   bytes until the next one ([`conv::ConvSettings`]), and a compaction evicts down to about
 //!   a third of what the pinned part leaves the history, in one step. Tool outputs are sent whole while the
 //!   window has room (the oldest units leave first); `[proxy] observation_limit` cuts them to
-//!   head and tail, except the tools `never_cut` names. A request's `max_tokens` is kept free:
-//!   the prompt plus it never pass the window.
+//!   head and tail, except the tools `never_cut` names. At a compaction a file read again
+//!   (`[proxy] supersede`) is cut to a note in its older copies, and the newest read of each
+//!   file stays ahead of older turns. A request's `max_tokens` is kept free: the prompt plus
+//!   it never pass the window.
 //! * **Concurrency.** One `tokio::sync::Mutex` per conversation. A request whose work stays
 //!   in memory (pushing its new messages and composing, tens of microseconds) runs on the
 //!   async thread that read it; disk work (loading a conversation from its checkpoint,

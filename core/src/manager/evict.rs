@@ -219,7 +219,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if compacting || self.level_over(Level::Session) {
             let (target, percent) = if compacting && self.config.compacts() {
                 self.run_deferred_plan();
-                if cfg!(feature = "compaction-cut") {
+                #[cfg(feature = "compaction-cut")]
+                {
+                    self.cut_superseded();
                     self.cut_old_results(self.config.low_water_tokens());
                 }
                 (self.config.low_water_tokens(), self.config.low_water())
@@ -283,7 +285,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 false => u32::MAX,
             };
             let before = self.changes();
-            if cfg!(feature = "compaction-cut") && self.config.compacts() {
+            #[cfg(feature = "compaction-cut")]
+            if self.config.compacts() {
+                self.cut_superseded();
                 self.cut_old_results(low);
             }
             self.evict_to(tokens, budget, low, None);

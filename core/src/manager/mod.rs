@@ -8,6 +8,7 @@ mod outbox;
 mod plan;
 mod push;
 mod replace;
+#[cfg(feature = "compaction-cut")]
 mod shrink;
 mod summary;
 #[cfg(feature = "tasks")]
@@ -20,6 +21,8 @@ pub use outbox::{EvictedUnit, Outbox};
 pub use push::ABORTED_RESULT;
 pub(crate) use push::validate;
 pub use replace::ReplaceError;
+#[cfg(feature = "compaction-cut")]
+pub use shrink::SUPERSEDED_NOTE;
 pub use summary::MAX_SUMMARY_RANGES;
 
 use crate::capacity::{Capacities, DefaultCapacities, ScratchStorage};

@@ -156,7 +156,7 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         } else {
             [0; 4]
         };
-        let trailer = Trailer { original: None, terms, whole: false };
+        let trailer = Trailer { terms, ..Trailer::NONE };
         let len = message.content.len() + extra.len() + trailer.len();
         if level.is_history() {
             self.make_room_closing(level, Some(len))?;
@@ -440,6 +440,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 [0; 4]
             },
             whole: message.whole,
+            #[cfg(feature = "compaction-cut")]
+            key: message.supersede_key,
         };
         let len = content.len() + extra.len() + trailer.len();
         self.check_fits(level, tokens, len)?;

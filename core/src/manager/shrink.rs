@@ -4,6 +4,11 @@
 //! that a compaction keeps more turns. The live request, the locked tail and results pushed
 //! [`whole`](crate::message::Message::whole) are never cut.
 //!
+//! A result a newer live result [supersedes](crate::message::Message::supersede_key) (the
+//! same file read again, say) is cut to [`SUPERSEDED_NOTE`] at every compaction, whatever the
+//! limit: the newer one shows the same thing as it is now, and the compaction rewrites the
+//! cached prefix anyway.
+//!
 //! A record is rewritten in its own span (head, marker, tail, call id, trailer: never longer
 //! than before), so the cut needs no scratch buffer and moves no other record.
 
@@ -22,6 +27,52 @@ use crate::strategy::Strategy;
 
 /// Longest omission marker: `\n[Data Truncated]\n... (N lines omitted) ...\n`.
 const MARKER_MAX: usize = 64;
+
+/// What a superseded result is cut to.
+pub const SUPERSEDED_NOTE: &str =
+    "[Superseded] A newer result of the same call follows; this older one was cut.";
+
+/// Supersede keys a compaction tracks (the oldest seen first); results of further keys stay.
+#[cfg(feature = "compaction-cut")]
+const KEYS_TRACKED: usize = 64;
+
+/// The newest live result's id of each supersede key seen, up to [`KEYS_TRACKED`] keys.
+#[cfg(feature = "compaction-cut")]
+pub(super) struct NewestByKey {
+    entries: [(u32, u64); KEYS_TRACKED],
+    len: usize,
+    /// Whether some key has more than one live result.
+    repeated: bool,
+}
+
+#[cfg(feature = "compaction-cut")]
+impl NewestByKey {
+    /// Whether result `id` of `key` is the newest live one of its key (false for a key not
+    /// tracked).
+    pub(super) fn is_newest(&self, key: u32, id: u64) -> bool {
+        self.entries.iter().take(self.len).any(|&(k, newest)| k == key && newest == id)
+    }
+
+    /// Whether no key was seen.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn note(&mut self, key: u32, id: u64) {
+        let len = self.len;
+        if let Some(entry) = self.entries.iter_mut().take(len).find(|(k, _)| *k == key) {
+            entry.1 = entry.1.max(id);
+            self.repeated = true;
+        } else if let Some(entry) = self.entries.get_mut(len) {
+            *entry = (key, id);
+            self.len += 1;
+        }
+    }
+
+    fn supersedes(&self, key: u32, id: u64) -> bool {
+        self.entries.iter().take(self.len).any(|&(k, newest)| k == key && newest > id)
+    }
+}
 
 /// Where a cut record's pieces go: the head's length, the marker, where the tail starts.
 struct Cut {
@@ -61,6 +112,118 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 start = end;
             }
         }
+    }
+
+    /// Cuts every live result outside the lock that a newer live result of the same
+    /// supersede key follows to [`SUPERSEDED_NOTE`]. O(`B` × [`KEYS_TRACKED`]).
+    #[cfg(feature = "compaction-cut")]
+    pub(super) fn cut_superseded(&mut self) {
+        let newest = self.newest_by_key();
+        if !newest.repeated {
+            return;
+        }
+        let lock = self.lock();
+        for level in [Level::Volatile, Level::Working] {
+            let mut start = 0;
+            loop {
+                let ring = self.ring(level);
+                if start >= ring.len() {
+                    break;
+                }
+                let end = unit_end(&ring, start);
+                if !lock.covers(&ring, level, UnitSpan { start, end }) {
+                    for index in start..end {
+                        self.cut_if_superseded(level, index, &newest);
+                    }
+                }
+                start = end;
+            }
+        }
+    }
+
+    /// The newest live result of each supersede key. O(`B`).
+    #[cfg(feature = "compaction-cut")]
+    pub(super) fn newest_by_key(&self) -> NewestByKey {
+        let mut newest = NewestByKey { entries: [(0, 0); KEYS_TRACKED], len: 0, repeated: false };
+        for level in [Level::Volatile, Level::Working] {
+            let ring = self.ring(level);
+            for header in ring.iter().filter(|h| h.role == Role::Tool && h.is_live()) {
+                let key = Trailer::of(header, ring.record(header)).key;
+                if key != 0 {
+                    newest.note(key, ring.id(header));
+                }
+            }
+        }
+        newest
+    }
+
+    /// Cuts the tool result at `index` of `level` to [`SUPERSEDED_NOTE`] when `newest` says
+    /// a newer one has its key and the note is shorter.
+    #[cfg(feature = "compaction-cut")]
+    fn cut_if_superseded(&mut self, level: Level, index: usize, newest: &NewestByKey) {
+        let ring = self.ring(level);
+        let Some(header) = ring.get(index).copied() else { return };
+        if header.role != Role::Tool || !header.is_live() {
+            return;
+        }
+        let bytes = ring.record(&header);
+        let trailer = Trailer::of(&header, bytes);
+        if trailer.key == 0 || !newest.supersedes(trailer.key, ring.id(&header)) {
+            return;
+        }
+        let content_len = record::content(&header, bytes).len();
+        let call_id = record::tail_text(&header, bytes);
+        let call_id_len = call_id.len();
+        let tokens = self.framed_tokens(self.counter.count(SUPERSEDED_NOTE), [], Some(call_id));
+        let original = trailer.original.unwrap_or(header.tokens);
+        let trailer = Trailer { original: Some(original), key: 0, ..trailer };
+        let note = SUPERSEDED_NOTE.as_bytes();
+        let trailer_at = note.len() + call_id_len;
+        let new_len = trailer_at + trailer.len();
+        if new_len >= header.len as usize || tokens >= header.tokens {
+            return;
+        }
+        let mut ring = self.ring_mut(level);
+        let Some(span) = ring.record_mut(index) else { return };
+        // The call id first: the note may be longer than what it replaces.
+        if note.len() < content_len {
+            move_left(span, content_len, call_id_len, note.len());
+        } else {
+            move_right(span, content_len, call_id_len, note.len());
+        }
+        let Some(note_at) = span.get_mut(..note.len()) else { return };
+        note_at.iter_mut().zip(note).for_each(|(byte, from)| *byte = *from);
+        let Some(trailer_span) = span.get_mut(trailer_at..new_len) else { return };
+        trailer.write(&mut SpanWriter::new(trailer_span));
+        if ring.truncate_record(index, new_len as u32).is_none() {
+            return;
+        }
+        self.store_cut(level, index, &header, (note.len(), tokens), trailer.flag());
+    }
+
+    /// Records that the result `before` at `index` of `level` now has `content_len` bytes of
+    /// `tokens` (flagged reduced, and `trailer_flag`), in its header, the live totals and the
+    /// counters.
+    fn store_cut(
+        &mut self,
+        level: Level,
+        index: usize,
+        before: &Header,
+        (content_len, tokens): (usize, u32),
+        trailer_flag: u8,
+    ) {
+        let mut ring = self.ring_mut(level);
+        let Some(stored) = ring.get_mut(index) else { return };
+        stored.content_len = content_len as u32;
+        stored.tokens = tokens;
+        stored.flags |= flags::REDUCED | trailer_flag;
+        let after: Header = *stored;
+        self.remove_live(level, before);
+        self.add_live(level, &after);
+        let counters = &mut self.state.counters;
+        counters.last_compression_turn = Some(self.state.turn);
+        bump(&mut counters.observations_reduced, 1);
+        bump(&mut counters.tokens_saved_by_reduction, u64::from(before.tokens - tokens));
     }
 
     /// Cuts the tool result at `index` of `level` to `limit` tokens when it is live, costs
@@ -109,17 +272,8 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if ring.truncate_record(index, new_len as u32).is_none() {
             return;
         }
-        let Some(stored) = ring.get_mut(index) else { return };
-        stored.content_len = (cut.head + cut.marker_len + kept_tail) as u32;
-        stored.tokens = cut.tokens;
-        stored.flags |= flags::REDUCED | trailer.flag();
-        let after: Header = *stored;
-        self.remove_live(level, &header);
-        self.add_live(level, &after);
-        let counters = &mut self.state.counters;
-        counters.last_compression_turn = Some(self.state.turn);
-        bump(&mut counters.observations_reduced, 1);
-        bump(&mut counters.tokens_saved_by_reduction, u64::from(header.tokens - cut.tokens));
+        let content_len = cut.head + cut.marker_len + kept_tail;
+        self.store_cut(level, index, &header, (content_len, cut.tokens), trailer.flag());
     }
 
     /// The cut of a result's `content` (answering `call_id`) to `limit` tokens (as a push
@@ -155,6 +309,8 @@ mod tests {
     use crate::message::Message;
     use crate::record::ToolCall;
     use crate::reduce::TRUNCATION_MARKER;
+
+    use super::SUPERSEDED_NOTE;
 
     type Manager = ContextManager<DefaultCapacities>;
 
@@ -267,6 +423,153 @@ mod tests {
             restored.snapshot_into(&mut again).unwrap(),
             manager.snapshot_into(&mut first).unwrap()
         );
+    }
+
+    /// Pushes `turns` reads of files `turn % files` (keyed by file when `keyed`), outputs of
+    /// ~500 tokens; returns the results' ids.
+    fn read_files(manager: &mut Manager, turns: usize, files: usize, keyed: bool) -> Vec<u64> {
+        let mut ids = Vec::new();
+        for turn in 0..turns {
+            let (id, file) = (format!("c{turn}"), turn % files);
+            manager.push(Message::user(&format!("read file {file}"))).unwrap();
+            let calls = [ToolCall::new(&id, "read", "{}")];
+            manager.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+            let key = if keyed { 100 + file as u32 } else { 0 };
+            let text = short_output(turn);
+            ids.push(manager.push(Message::tool_result(&id, &text).superseding(key)).unwrap());
+        }
+        ids
+    }
+
+    fn short_output(turn: usize) -> String {
+        output(turn).lines().take(36).map(|line| format!("{line}\n")).collect()
+    }
+
+    /// The file a result of [`read_files`] read.
+    fn file_of(result: &crate::message::MessageRef<'_>) -> usize {
+        let call = result.tool_call_id().unwrap_or_default();
+        call.get(1..).and_then(|n| n.parse::<usize>().ok()).unwrap_or(usize::MAX) % 3
+    }
+
+    #[test]
+    fn a_compaction_cuts_superseded_results_to_a_note_and_keeps_the_newest_whole() {
+        let mut keyed = Manager::with_config(config(0)).unwrap();
+        let ids = read_files(&mut keyed, 60, 3, true);
+        let mut plain = Manager::with_config(config(0)).unwrap();
+        read_files(&mut plain, 60, 3, false);
+        let kept: Vec<_> = ids.iter().filter_map(|&id| keyed.get(id)).collect();
+        let notes = kept.iter().filter(|r| r.content() == SUPERSEDED_NOTE).count();
+        assert!(notes >= 3, "{notes} of {}", kept.len());
+        for (n, result) in kept.iter().enumerate() {
+            let newer = kept.iter().skip(n + 1).any(|r| file_of(r) == file_of(result));
+            if result.content() == SUPERSEDED_NOTE {
+                assert!(newer, "only a result a newer one supersedes is cut");
+                assert!(result.was_reduced());
+                assert!(result.original_tokens() > 10 * result.tokens());
+            } else {
+                assert!(!result.was_reduced());
+            }
+            if !newer {
+                assert_ne!(result.content(), SUPERSEDED_NOTE, "each file's newest stays whole");
+            }
+        }
+        assert!(keyed.used() <= keyed.budget());
+        let (with, without) = (keyed.stats().counters, plain.stats().counters);
+        assert!(with.units_evicted < without.units_evicted, "{with:?} / {without:?}");
+        assert!(with.compactions < without.compactions, "{with:?} / {without:?}");
+        let stored: u32 = keyed.history().map(|m| m.tokens()).sum();
+        assert!(keyed.used() >= stored);
+    }
+
+    #[test]
+    fn supersede_keys_and_their_cuts_survive_a_snapshot() {
+        let mut manager = Manager::with_config(config(0)).unwrap();
+        read_files(&mut manager, 25, 3, true);
+        let mut buf = vec![0u8; manager.snapshot_len()];
+        let bytes = manager.snapshot_into(&mut buf).unwrap().to_vec();
+        let mut restored = Manager::with_config(config(0)).unwrap();
+        restored.restore_from(&bytes).unwrap();
+        let sent = |m: &Manager| -> Vec<(String, u32)> {
+            m.history().map(|m| (m.content().to_owned(), m.tokens())).collect()
+        };
+        assert_eq!(sent(&restored), sent(&manager));
+        let more = |m: &mut Manager| {
+            for turn in 25..45 {
+                let id = format!("c{turn}");
+                m.push(Message::user("read again")).unwrap();
+                let calls = [ToolCall::new(&id, "read", "{}")];
+                m.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+                let key = 100 + (turn % 3) as u32;
+                m.push(Message::tool_result(&id, &short_output(turn)).superseding(key)).unwrap();
+            }
+        };
+        more(&mut manager);
+        more(&mut restored);
+        assert!(manager.history().any(|m| m.content() == SUPERSEDED_NOTE));
+        assert_eq!(sent(&restored), sent(&manager), "the keys came back with the records");
+        let mut again = vec![0u8; restored.snapshot_len()];
+        let mut first = vec![0u8; manager.snapshot_len()];
+        assert_eq!(
+            restored.snapshot_into(&mut again).unwrap(),
+            manager.snapshot_into(&mut first).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_compaction_keeps_the_newest_read_of_each_file_ahead_of_older_turns() {
+        // Four files read once early, then long build logs: at the compaction the reads stay
+        // (the newest of their keys) and the logs between them leave.
+        let mut manager = Manager::with_config(config(0)).unwrap();
+        let mut reads = Vec::new();
+        for file in 0..4u32 {
+            let id = format!("r{file}");
+            manager.push(Message::user(&format!("read file {file}"))).unwrap();
+            let calls = [ToolCall::new(&id, "read", "{}")];
+            manager.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+            let text = short_output(file as usize);
+            let result = Message::tool_result(&id, &text).superseding(100 + file);
+            reads.push(manager.push(result).unwrap());
+        }
+        let mut logs = Vec::new();
+        while manager.stats().counters.compactions == 0 {
+            let id = format!("b{}", logs.len());
+            manager.push(Message::user("build it")).unwrap();
+            let calls = [ToolCall::new(&id, "build", "{}")];
+            manager.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+            logs.push(manager.push(Message::tool_result(&id, &short_output(99))).unwrap());
+        }
+        assert!(reads.iter().all(|&id| manager.get(id).is_some()), "every newest read stays");
+        assert!(manager.get(logs[0]).is_none(), "the oldest log left");
+        assert!(manager.used() <= manager.budget());
+        // Read again, file 0's older read is no longer current: at the next compaction it
+        // is cut, and the reads are not kept past what the low-water mark leaves the history.
+        manager.push(Message::user("read file 0 again")).unwrap();
+        let calls = [ToolCall::new("r0b", "read", "{}")];
+        manager.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+        let text = short_output(0);
+        let newest = manager.push(Message::tool_result("r0b", &text).superseding(100)).unwrap();
+        let compactions = manager.stats().counters.compactions;
+        while manager.stats().counters.compactions == compactions {
+            manager.push(Message::user("build it")).unwrap();
+            let id = format!("b{}", logs.len());
+            let calls = [ToolCall::new(&id, "build", "{}")];
+            manager.push(Message::assistant("").with_tool_calls(&calls)).unwrap();
+            logs.push(manager.push(Message::tool_result(&id, &short_output(99))).unwrap());
+        }
+        assert!(manager.get(newest).is_some_and(|m| !m.was_reduced()));
+        assert!(manager.get(reads[0]).is_none_or(|m| m.content() == SUPERSEDED_NOTE));
+        assert!(reads[1..].iter().all(|&id| manager.get(id).is_some()));
+        assert!(manager.used() <= manager.config().low_water_tokens());
+    }
+
+    #[test]
+    fn without_keys_a_compaction_evicts_oldest_first() {
+        let mut manager = Manager::with_config(config(0)).unwrap();
+        let ids = read_files(&mut manager, 30, 3, false);
+        let kept: Vec<bool> = ids.iter().map(|&id| manager.get(id).is_some()).collect();
+        let first_kept = kept.iter().position(|&k| k).unwrap();
+        assert!(first_kept > 0);
+        assert!(kept[first_kept..].iter().all(|&k| k), "a suffix stays: {kept:?}");
     }
 
     #[test]

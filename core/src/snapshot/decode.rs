@@ -390,10 +390,18 @@ fn read_record<'a>(
     header.items = r.u8();
     header.detail = r.u8();
     trailer.terms = [r.u16(), r.u16(), r.u16(), r.u16()];
+    let key = if version >= super::wire::KEY_SINCE { r.u32() } else { 0 };
+    #[cfg(feature = "compaction-cut")]
+    {
+        trailer.key = key;
+    }
     let bytes = r.bytes();
     r.check()?;
     header.len = bytes.len() as u32;
     header.role = role_from(role).ok_or(Refusal::Invalid(Invariant::Role { level }))?;
+    if key != 0 && header.role != Role::Tool {
+        return Err(Refusal::Invalid(Invariant::Flags { level }));
+    }
     if version >= super::wire::WHOLE_SINCE && header.has(super::wire::WIRE_WHOLE) {
         header.flags &= !super::wire::WIRE_WHOLE;
         trailer.whole = true;

@@ -32,20 +32,23 @@ use crate::stats::Counters;
 
 /// `"CWSN"`: ctxwin snapshot.
 pub(crate) const MAGIC: [u8; 4] = *b"CWSN";
-/// The format version this build writes. Version 4 appended `compaction_limit` to the
+/// The format version this build writes. Version 5 added each record's supersede key (after
+/// its terms; 0 for none). Version 4 appended `compaction_limit` to the
 /// configuration and marks a record pushed whole ([`WIRE_WHOLE`]); version 3 appended the task
 /// table to the body;
 /// version 2 (no task table) is still read, as a manager without tasks. Version 2 added the
 /// water marks, `fit_budgets`, `dynamic_placement`, `tool_call_overhead` and
 /// `lock_newest_user` at the end of the configuration and the cache counters; version-1 bytes
 /// are refused with `SnapshotError::UnsupportedVersion { found: 1 }`.
-pub(crate) const FORMAT_VERSION: u16 = 4;
+pub(crate) const FORMAT_VERSION: u16 = 5;
 /// The oldest version this build reads.
 pub(crate) const OLDEST_READ: u16 = 2;
 /// The first version with a task table at the end of the body.
 pub(crate) const TASKS_SINCE: u16 = 3;
 /// The first version with `compaction_limit` and [`WIRE_WHOLE`].
 pub(crate) const WHOLE_SINCE: u16 = 4;
+/// The first version with a record's supersede key.
+pub(crate) const KEY_SINCE: u16 = 5;
 /// A record's wire flags bit for a tool result pushed whole (the trailer's `whole`): the bit
 /// of `flags::TRAILER`, which the wire never carries.
 pub(crate) const WIRE_WHOLE: u8 = flags::TRAILER;
@@ -404,12 +407,13 @@ pub(crate) struct RecordWire<'a> {
     pub items: u8,
     pub detail: u8,
     pub terms: [u16; 4],
+    pub key: u32,
     #[serde(borrow)]
     pub bytes: &'a [u8],
 }
 
 /// Largest encoding of a record's fields besides its bytes.
-pub(crate) const RECORD_OVERHEAD_MAX: usize = 2 * V64 + 3 * V32 + 4 + 4 * V16 + V32;
+pub(crate) const RECORD_OVERHEAD_MAX: usize = 2 * V64 + 3 * V32 + 4 + 4 * V16 + V32 + V32;
 
 #[cfg(test)]
 impl<'a> RecordWire<'a> {
@@ -427,6 +431,7 @@ impl<'a> RecordWire<'a> {
             items: header.items,
             detail: header.detail,
             terms: trailer.terms,
+            key: trailer.supersede_key(),
             bytes: record::body(header, record),
         }
     }
@@ -703,6 +708,7 @@ fn encode_record(e: &mut Enc<'_>, id: u64, h: &Header, record: &[u8]) {
     e.varint(second.into());
     e.varint(third.into());
     e.varint(fourth.into());
+    e.varint(trailer.supersede_key().into());
     e.bytes(record::body(h, record));
 }
 

@@ -14,8 +14,8 @@ use crate::wire::{KeptPart, ManagedBody, Provider, Request};
 
 /// A message to emit, in payload order.
 enum Slot {
-    /// Recorded message `.0`, with the parts the payload keeps.
-    Entry(usize, Vec<KeptPart>),
+    /// Recorded message `.0` (of its parts' role `.1`), with the parts the payload keeps.
+    Entry(usize, Role, Vec<KeptPart>),
     /// A message the core wrote itself.
     Core(ChatMessage),
 }
@@ -86,13 +86,13 @@ impl Conv {
                 body.history_starts();
             }
             match slot {
-                Slot::Entry(e, parts) => {
+                Slot::Entry(e, role, parts) => {
                     let raw = self.raw(request, e)?;
                     if self.provider == Provider::Anthropic && request.has_system_item && e == 0 {
                         body.system(raw);
                         continue;
                     }
-                    body.message(&raw, &self.recorded.entries[e].blocks, &parts);
+                    body.message(&raw, role, &self.recorded.entries[e].blocks, &parts);
                 }
                 Slot::Core(chat) => body.core_message(&chat),
             }
@@ -244,13 +244,13 @@ impl Conv {
             let kept = KeptPart { part, reduced: reduced.then(|| message.content.clone()) };
             match slot_of.get(&entry) {
                 Some(&at) => {
-                    if let Some(Slot::Entry(_, parts)) = plan.order.get_mut(at) {
+                    if let Some(Slot::Entry(_, _, parts)) = plan.order.get_mut(at) {
                         parts.push(kept);
                     }
                 }
                 None => {
                     slot_of.insert(entry, plan.order.len());
-                    plan.order.push(Slot::Entry(entry, vec![kept]));
+                    plan.order.push(Slot::Entry(entry, message.role, vec![kept]));
                 }
             }
         }

@@ -46,7 +46,7 @@ impl Conv {
         provider: Provider,
         settings: &ConvSettings,
     ) -> Result<Self, ConvError> {
-        let builder = stores::fleet_builder(ports, key).task_detection(settings.task_detection);
+        let builder = settings.policies(stores::fleet_builder(ports, key));
         let window = match builder.stored_caller_state()?.as_deref() {
             Some(bytes) if !bytes.is_empty() => {
                 Recorded::decode(bytes).map_err(ConvError::State)?.window

@@ -241,8 +241,7 @@ impl Conv {
         let dir = conv_dir(state_dir, key);
         for generation in 0..MAX_GENERATIONS {
             let (name, checkpoints) = paths::generation(key, &dir, generation);
-            let builder = stores::session_builder(local, &name, checkpoints)
-                .task_detection(settings.task_detection);
+            let builder = settings.policies(stores::session_builder(local, &name, checkpoints));
             let stored = builder.stored_caller_state()?;
             let window = match stored.as_deref() {
                 Some([]) => {
@@ -318,8 +317,8 @@ impl Conv {
             Stores::Fleet(ports) => return Self::open_fleet(ports, key, provider, settings),
         };
         let checkpoints = conv_dir(state_dir, key).join("checkpoints");
-        let session = stores::session_builder(local, key, checkpoints)
-            .task_detection(settings.task_detection)
+        let session = settings
+            .policies(stores::session_builder(local, key, checkpoints))
             .config(settings.session_config(settings.window, settings.reserve, 0))
             .assume_new(true)
             .build()?;

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use ctxwin_std::core::{Config, Level, Role};
-use ctxwin_std::session::{RetrievalSettings, TaskDetection};
+use ctxwin_std::session::{RetrievalSettings, SessionBuilder, TaskDetection};
 
 use super::{Conv, ConvError};
-use crate::config::{MIN_PROMPT, ProxyConfig, RETRIEVAL};
+use crate::config::{MIN_PROMPT, ProxyConfig, RETRIEVAL, SUPERSEDE};
 use crate::wire::{Part, Request};
 
 /// The settings a conversation is opened with ([`ConvSettings::for_model`]).
@@ -33,6 +33,9 @@ pub struct ConvSettings {
     /// Tools whose outputs are never reduced, by `observation_limit` or at a compaction
     /// (`Read`: the model quotes file contents back in its edits).
     pub never_cut: Arc<[String]>,
+    /// Tools whose output a newer output of the same call supersedes: cut to a note at the
+    /// next compaction ([`SessionBuilder::supersede`]; file reads by default).
+    pub supersede: Arc<[String]>,
     /// Whether archived turns matching the live request are retrieved once something of the
     /// conversation left the window (`[retrieval] auto`).
     pub recall: bool,
@@ -52,6 +55,7 @@ impl ConvSettings {
             observation_limit: None,
             compaction_limit: None,
             never_cut: Arc::from([]),
+            supersede: SUPERSEDE.iter().map(|tool| (*tool).to_string()).collect(),
             recall: true,
             retrieval: RETRIEVAL,
             task_detection: TaskDetection::Off,
@@ -64,11 +68,18 @@ impl ConvSettings {
             observation_limit: config.observation_limit,
             compaction_limit: config.compaction_limit,
             never_cut: config.never_cut.clone().into(),
+            supersede: config.supersede.clone().into(),
             recall: config.retrieval.auto,
             retrieval: config.retrieval,
             task_detection: config.task_detection,
             ..Self::new(config.window_for(model), config.reserve)
         }
+    }
+
+    /// `builder` with the policies these settings give every session: task detection and
+    /// the tools whose outputs a newer one supersedes.
+    pub(super) fn policies(&self, builder: SessionBuilder) -> SessionBuilder {
+        builder.task_detection(self.task_detection).supersede(self.supersede.iter().cloned())
     }
 
     /// The core configuration of a conversation of a `window`-token model whose replies get

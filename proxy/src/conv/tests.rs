@@ -422,3 +422,49 @@ fn a_compaction_cuts_old_tool_outputs_and_never_a_never_cut_tools() {
     );
     assert!(conv.session().manager().stats().counters.observations_reduced > 0);
 }
+
+#[test]
+fn a_file_read_again_is_cut_to_a_note_at_the_next_compaction_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let settings = ConvSettings { recall: false, ..ConvSettings::new(32_768, 512) };
+    assert_eq!(&*settings.supersede, ["Read", "read_file"], "file reads by default");
+    let mut conv = Conv::open(dir.path(), &store, "reads", Provider::OpenAi, &settings).unwrap();
+    let file = |n: usize| -> String {
+        (0..60).map(|line| format!("{line:>6}\tversion {n} of src/lib.rs, line {line}\n")).collect()
+    };
+    let mut messages = vec![json!({"role": "user", "content": "Fix src/lib.rs."})];
+    let (mut before, mut body) = (String::new(), String::new());
+    let mut n = 0;
+    // The same file read again each turn, until the first compaction.
+    while conv.session().manager().stats().counters.compactions == 0 {
+        assert!(n < 200, "no compaction");
+        n += 1;
+        let id = format!("read{n}");
+        let arguments = json!({"file_path": "/repo/src/lib.rs"}).to_string();
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "Read", "arguments": arguments}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": file(n)}));
+        before = std::mem::replace(&mut body, turn(&mut conv, &messages));
+    }
+    let results = |body: &str| -> Vec<(String, String)> {
+        let sent: Value = serde_json::from_str(body).unwrap();
+        let messages = sent["messages"].as_array().unwrap().clone();
+        messages
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| {
+                (m["tool_call_id"].as_str().unwrap().into(), m["content"].as_str().unwrap().into())
+            })
+            .collect()
+    };
+    let note = ctxwin_std::core::manager::SUPERSEDED_NOTE;
+    // Before the compaction every read went as the client sent it (the cached prefix holds).
+    assert!(results(&before).iter().all(|(id, text)| *text == file(id[4..].parse().unwrap())));
+    let after = results(&body);
+    // The older reads are notes, but for the locked tail's: the newest turns stay as sent.
+    let notes = after.iter().take_while(|(_, text)| text == note).count();
+    assert!(notes + 4 >= after.len(), "{notes} of {}", after.len());
+    assert!(after[notes..].iter().all(|(id, text)| *text == file(id[4..].parse().unwrap())));
+    assert_eq!(after.last().map(|(_, text)| text.clone()), Some(file(n)), "the newest stays");
+    assert_eq!(conv.session().manager().stats().counters.units_evicted, 0, "cutting made the room");
+}

@@ -17,6 +17,8 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use ctxwin_core::Role;
+
 use super::request::{PromptRanges, Request};
 use super::{Provider, anthropic, openai};
 use crate::message::ChatMessage;
@@ -38,6 +40,7 @@ pub struct KeptPart {
 /// A managed request body being written, message by message in payload order.
 ///
 /// ```
+/// use ctxwin_std::core::Role;
 /// use ctxwin_std::format::{analyze, KeptPart, ManagedBody, Provider, Request};
 /// let body = br#"{"model":"m","messages":[{"role":"user","content":"Build it."},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"build","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"3,000 lines of log"}],"stream":true}"#;
 /// let request = Request::parse(Provider::OpenAi, body)?;
@@ -47,7 +50,8 @@ pub struct KeptPart {
 /// for (item, message) in analyzed.iter().enumerate() {
 ///     let blocks: Vec<Vec<usize>> = message.parts.iter().map(|p| p.blocks.clone()).collect();
 ///     let reduced = (item == 2).then(|| "exit 1 after 3,000 lines".to_string());
-///     managed.message(request.items[item].get(), &blocks, &[KeptPart { part: 0, reduced }]);
+///     let role = [Role::User, Role::Assistant, Role::Tool][item];
+///     managed.message(request.items[item].get(), role, &blocks, &[KeptPart { part: 0, reduced }]);
 /// }
 /// let sent = String::from_utf8(managed.finish()).unwrap();
 /// assert!(sent.starts_with(r#"{"model":"m","messages":[{"content":"Goal: a green build.","role":"system"},{"role":"user","content":"Build it."}"#));
@@ -69,6 +73,9 @@ pub struct ManagedBody<'r> {
     system: Option<String>,
     /// Anthropic: mark the first message for the prompt cache ([`ManagedBody::cache_head`]).
     cache_head: bool,
+    /// Anthropic: where the last message written starts when it is a user turn (the next
+    /// user turn joins it: the API wants the roles to alternate).
+    last_user_turn: Option<usize>,
 }
 
 impl<'r> ManagedBody<'r> {
@@ -86,6 +93,7 @@ impl<'r> ManagedBody<'r> {
             first: None,
             system: None,
             cache_head: false,
+            last_user_turn: None,
         }
     }
 
@@ -122,14 +130,16 @@ impl<'r> ManagedBody<'r> {
         self.system = Some(raw);
     }
 
-    /// A client message the payload keeps: its raw JSON, the
+    /// A client message the payload keeps: its raw JSON, the `role` of its parts (an
+    /// Anthropic user turn holding tool results is the tool's), the
     /// [`Part::blocks`](super::Part::blocks) of each of its parts in order, and the parts kept
     /// (with the core's reduced text where it reduced one). Written as sent when every part is
-    /// kept unreduced; left out when nothing of it remains.
-    pub fn message(&mut self, raw: &str, blocks: &[Vec<usize>], kept: &[KeptPart]) {
+    /// kept unreduced; left out when nothing of it remains. An Anthropic user turn right after
+    /// another (turns between them left the window) joins it: its blocks follow the other's.
+    pub fn message(&mut self, raw: &str, role: Role, blocks: &[Vec<usize>], kept: &[KeptPart]) {
         let whole = kept.len() == blocks.len() && kept.iter().all(|k| k.reduced.is_none());
         if whole {
-            self.push(raw);
+            self.push_turn(raw, role != Role::Assistant);
             return;
         }
         let rewritten = match self.provider {
@@ -137,7 +147,7 @@ impl<'r> ManagedBody<'r> {
             Provider::Anthropic => anthropic::kept_message(raw, blocks, kept),
         };
         if let Some(message) = rewritten {
-            self.push(&message);
+            self.push_turn(&message, role != Role::Assistant);
         }
     }
 
@@ -148,7 +158,35 @@ impl<'r> ManagedBody<'r> {
             Provider::OpenAi => openai::core_message(chat),
             Provider::Anthropic => anthropic::core_message(chat),
         };
-        self.push(&message);
+        self.push_turn(&message, chat.role != Role::Assistant);
+    }
+
+    /// Writes `message`, a user turn when `user`; an Anthropic user turn right after another
+    /// joins it.
+    fn push_turn(&mut self, message: &str, user: bool) {
+        if self.provider != Provider::Anthropic {
+            self.push(message);
+            return;
+        }
+        let previous = self.last_user_turn.filter(|_| user);
+        let joined = previous.and_then(|start| {
+            let before = std::str::from_utf8(self.list.get(start..)?).ok()?;
+            anthropic::joined_user_turns(before, message).map(|joined| (start, joined))
+        });
+        match joined {
+            Some((start, joined)) => {
+                self.list.truncate(start);
+                self.list.extend_from_slice(joined.as_bytes());
+                if let Some((first, _)) = self.first.filter(|(first, _)| *first == start) {
+                    self.first = Some((first, self.list.len()));
+                }
+            }
+            None => {
+                self.push(message);
+                let start = self.first.map(|_| self.list.len() - message.len());
+                self.last_user_turn = start.filter(|_| user);
+            }
+        }
     }
 
     fn push(&mut self, message: &str) {

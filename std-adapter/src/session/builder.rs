@@ -146,6 +146,7 @@ pub struct SessionBuilder {
     hybrid: Hybrid,
     task_detection: TaskDetection,
     error_memory: Option<bool>,
+    supersede: Vec<String>,
 }
 
 impl SessionBuilder {
@@ -180,6 +181,7 @@ impl SessionBuilder {
             hybrid: Hybrid::DEFAULT,
             task_detection: TaskDetection::Off,
             error_memory: None,
+            supersede: Vec::new(),
         }
     }
 
@@ -196,6 +198,21 @@ impl SessionBuilder {
     /// ```
     pub fn error_memory(mut self, on: bool) -> Self {
         self.error_memory = Some(on);
+        self
+    }
+
+    /// Tools whose result a newer result of the same call (same arguments) supersedes: at a
+    /// compaction the core cuts the older to a note, and the archive keeps it whole (none by
+    /// default). For file reads: the newer read shows the file as it is now.
+    ///
+    /// ```
+    /// use ctxwin_std::session::SessionBuilder;
+    /// let session = SessionBuilder::new("s").supersede(["Read", "read_file"]).build()?;
+    /// assert_eq!(session.supersede_tools(), ["Read", "read_file"]);
+    /// # Ok::<(), ctxwin_std::session::SessionError>(())
+    /// ```
+    pub fn supersede(mut self, tools: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.supersede = tools.into_iter().map(Into::into).collect();
         self
     }
 
@@ -568,6 +585,7 @@ impl SessionBuilder {
                 error_memory_setting: self.error_memory,
                 ..TaskState::default()
             },
+            supersede: self.supersede.into(),
         };
         let restored = if self.assume_new {
             // Nothing stored: the empty session is what the store reproduces.

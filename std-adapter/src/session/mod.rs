@@ -106,6 +106,7 @@ mod retrieve;
 mod semantic;
 mod stats;
 mod stores;
+mod supersede;
 mod sync;
 mod task_summary;
 mod tasks;
@@ -142,6 +143,7 @@ pub use stats::{
     ArchiveUsage, CalibrationStats, SessionCounters, SessionStats, TASK_RATIO_WARNING, TaskRatio,
     TaskStats, thousands,
 };
+pub use supersede::supersede_key;
 pub use tasks::{ERROR_MEMORY_HEADER, ErrorMemory, TaskDetection};
 
 mod builder;
@@ -203,6 +205,9 @@ pub struct Session {
     recall: Retrieval,
     /// Task detection and error memory (the task table itself is the core's).
     task_state: tasks::TaskState,
+    /// Tools whose results a newer result of the same call supersedes
+    /// ([`SessionBuilder::supersede`]).
+    supersede: std::sync::Arc<[String]>,
 }
 
 impl Session {

@@ -374,7 +374,8 @@ impl Session {
         goal: Option<&str>,
     ) -> Result<u64, CoreError> {
         let calls = core_calls(message);
-        let core = core_message(message, &calls, options, timestamp);
+        let mut core = core_message(message, &calls, options, timestamp);
+        core.supersede_key = self.supersede_key_of(message);
         match goal {
             Some(goal) => self.manager.push_opening_task(core, goal),
             None => self.manager.push(core),

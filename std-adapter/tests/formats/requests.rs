@@ -41,7 +41,8 @@ fn write_back(
         if item == usize::from(request.has_system_item) {
             body.history_starts();
         }
-        body.message(raw, &blocks_of(message), &keep(item, message));
+        let role = message.parts.first().map_or(Role::User, |part| part.chat.role);
+        body.message(raw, role, &blocks_of(message), &keep(item, message));
     }
     String::from_utf8(body.finish()).unwrap()
 }
@@ -353,4 +354,29 @@ proptest! {
             prop_assert!(sent.contains(part.as_str()), "{} not in {}", part, sent);
         }
     }
+}
+
+#[test]
+fn a_user_request_after_a_turn_kept_ahead_of_a_gap_joins_its_tool_results() {
+    // The core kept an old read (call and result) and the newest request; the turns between
+    // left. Two user turns in a row would be refused: the request joins the results' turn.
+    let body = r#"{"model":"claude","messages":[{"role":"user","content":"Fix it."},{"role":"assistant","content":[{"type":"tool_use","id":"r1","name":"Read","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"r1","content":"fn main() {}"}]},{"role":"assistant","content":"Done."},{"role":"user","content":"Now the tests."}]}"#;
+    let request = Request::parse(Provider::Anthropic, body.as_bytes()).unwrap();
+    let analyzed = analyze(Provider::Anthropic, &request).unwrap();
+    let mut managed = ManagedBody::new(Provider::Anthropic, &request, Vec::new());
+    for item in [1, 2, 4] {
+        let message = &analyzed[item];
+        let kept: Vec<KeptPart> =
+            (0..message.parts.len()).map(|part| KeptPart { part, reduced: None }).collect();
+        let role = message.parts[0].chat.role;
+        managed.message(request.items[item].get(), role, &blocks_of(message), &kept);
+    }
+    let sent: Value = serde_json::from_slice(&managed.finish()).unwrap();
+    let roles: Vec<&str> =
+        sent["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "user"], "{sent}");
+    assert_eq!(
+        sent["messages"][2]["content"],
+        json!([{"type":"tool_result","tool_use_id":"r1","content":"fn main() {}"},{"text":"Now the tests.","type":"text"}])
+    );
 }

@@ -100,6 +100,40 @@ pub(in crate::format) fn system_with(system: Option<&str>, extra: &[String]) -> 
     serde_json::to_string(&blocks).unwrap_or_else(|_| "[]".into())
 }
 
+/// The user turns `first` and `second` (raw JSON) as one, when `first` holds tool results
+/// and `second` none (what a turn kept ahead of a gap in the history and the next user
+/// request are): `first`'s fields, its content blocks and then `second`'s (a string content
+/// is one text block). `None` otherwise, or when either is not a JSON object.
+pub(in crate::format) fn joined_user_turns(first: &str, second: &str) -> Option<String> {
+    let blocks = |map: &IndexMap<String, Box<RawValue>>| -> Option<Vec<Box<RawValue>>> {
+        let content = map.get("content")?.get();
+        match serde_json::from_str::<String>(content) {
+            Ok(text) => Some(vec![raw_json(&json!({"type": "text", "text": text}))]),
+            Err(_) => serde_json::from_str(content).ok(),
+        }
+    };
+    let mut map: IndexMap<String, Box<RawValue>> = serde_json::from_str(first).ok()?;
+    let other: IndexMap<String, Box<RawValue>> = serde_json::from_str(second).ok()?;
+    let mut content = blocks(&map)?;
+    let more = blocks(&other)?;
+    if !content.iter().any(|b| is_tool_result(b)) || more.iter().any(|b| is_tool_result(b)) {
+        return None;
+    }
+    content.extend(more);
+    map.insert("content".into(), raw_json(&content));
+    serde_json::to_string(&map).ok()
+}
+
+/// Whether content block `block` is a tool result.
+fn is_tool_result(block: &RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Kind<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: &'a str,
+    }
+    serde_json::from_str::<Kind<'_>>(block.get()).is_ok_and(|block| block.kind == "tool_result")
+}
+
 /// Whether the raw turn `message` is the assistant's.
 pub(in crate::format) fn is_assistant_turn(message: &[u8]) -> bool {
     // Most turns never mention the word: only those are parsed.
@@ -173,6 +207,22 @@ mod tests {
         );
         assert_eq!(kept_message(TURN, &[], &kept), None);
         assert_eq!(kept_message(r#"{"role":"user","content":"x"}"#, &parts(), &kept), None);
+    }
+
+    #[test]
+    fn a_user_turn_joins_the_one_before_it() {
+        let results =
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"x"}]}"#;
+        assert_eq!(
+            joined_user_turns(results, r#"{"role":"user","content":"go on"}"#).unwrap(),
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"x"},{"text":"go on","type":"text"}]}"#
+        );
+        // Results after text, or two text turns (the API's own concern), stay apart.
+        assert_eq!(joined_user_turns(r#"{"role":"user","content":"a"}"#, TURN), None);
+        let text = r#"{"role":"user","content":"b"}"#;
+        assert_eq!(joined_user_turns(r#"{"role":"user","content":"a"}"#, text), None);
+        assert_eq!(joined_user_turns(results, TURN), None);
+        assert_eq!(joined_user_turns("[]", text), None);
     }
 
     #[test]

@@ -17,7 +17,7 @@ mod write;
 pub(in crate::format) use analyze::{analyze_message, analyze_system};
 pub use managed::MANAGED_OPENING_TEXT;
 pub(in crate::format) use managed::{
-    core_message, is_assistant_turn, kept_message, managed_opening_turn,
+    core_message, is_assistant_turn, joined_user_turns, kept_message, managed_opening_turn,
     managed_opening_turn_marked, marked_turn, system_with,
 };
 pub(in crate::format) use read::{drop_opening_placeholder, read_header, read_message};
