@@ -272,7 +272,6 @@ fn compose(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conv::ConvSettings;
     use serde_json::json;
     use tokio::sync::Mutex as AsyncMutex;
 
@@ -285,7 +284,7 @@ mod tests {
             &stores,
             "t",
             Provider::OpenAi,
-            &ConvSettings::new(2_048, 256),
+            &crate::conv::tests::retrieving(2_048, 256),
         )
         .unwrap();
         let mut guard = Arc::new(AsyncMutex::new(Some(conv))).try_lock_owned().unwrap();

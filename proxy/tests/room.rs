@@ -194,7 +194,9 @@ async fn long_conversation(config: ctxwin_proxy::ProxyConfig) -> Vec<(Option<Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retrieved_block_is_frozen_between_compactions() {
     let state = tempfile::tempdir().unwrap();
-    let seen = long_conversation(config("127.0.0.1:1".parse().unwrap(), state.path())).await;
+    let mut config = config("127.0.0.1:1".parse().unwrap(), state.path());
+    config.apply_toml("[retrieval]\nauto = true\n").unwrap();
+    let seen = long_conversation(config).await;
     let mut unchanged = 0;
     let mut compactions = 0;
     for pair in seen.windows(2) {
@@ -216,6 +218,10 @@ async fn the_retrieved_block_is_frozen_between_compactions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retrieval_off_sends_no_block() {
+    let state = tempfile::tempdir().unwrap();
+    // Off by default; also when the file says so.
+    let seen = long_conversation(config("127.0.0.1:1".parse().unwrap(), state.path())).await;
+    assert!(seen.iter().all(|(recall, _)| recall.is_none()));
     let state = tempfile::tempdir().unwrap();
     let mut config = config("127.0.0.1:1".parse().unwrap(), state.path());
     config.apply_toml("[retrieval]\nauto = false\n").unwrap();

@@ -71,6 +71,8 @@ async fn a_secret_never_reaches_b(
     let mut cfg = config(up, state.path());
     cfg.default_window = 1_024;
     cfg.reserve = 128;
+    // Retrieval on (off by default): B's archive searches must find none of A's text.
+    cfg.retrieval.auto = true;
     tune(&mut cfg);
     let proxy = start_proxy(cfg).await;
     let client = reqwest::Client::new();

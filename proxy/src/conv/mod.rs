@@ -465,4 +465,4 @@ impl Conv {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

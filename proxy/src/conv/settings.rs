@@ -47,7 +47,7 @@ pub struct ConvSettings {
 
 impl ConvSettings {
     /// A `window`-token model with `reserve` tokens for the reply; tool outputs whole,
-    /// retrieval on.
+    /// retrieval off ([`RETRIEVAL`]).
     pub fn new(window: u32, reserve: u32) -> Self {
         Self {
             window,
@@ -56,7 +56,7 @@ impl ConvSettings {
             compaction_limit: None,
             never_cut: Arc::from([]),
             supersede: SUPERSEDE.iter().map(|tool| (*tool).to_string()).collect(),
-            recall: true,
+            recall: RETRIEVAL.auto,
             retrieval: RETRIEVAL,
             task_detection: TaskDetection::Off,
         }

@@ -151,16 +151,22 @@ fn a_waiting_answer_is_stored_as_the_clients_copy_or_dropped_when_superseded() {
     assert_eq!(conv.pending_answer, None);
 }
 
+/// Settings with retrieval on (the proxy's default is off), its block free to take the
+/// whole room: a 2,048-token window's tenth holds one or two turns.
+pub(crate) fn retrieving(window: u32, reserve: u32) -> ConvSettings {
+    let retrieval = ctxwin_std::session::RetrievalSettings {
+        auto: true,
+        max_share_percent: 100,
+        ..crate::config::RETRIEVAL
+    };
+    ConvSettings { retrieval, recall: true, ..ConvSettings::new(window, reserve) }
+}
+
 #[test]
 fn retrieval_starts_with_the_first_eviction() {
     let dir = tempfile::tempdir().unwrap();
     let store = prepare_state(dir.path()).unwrap();
-    // The whole free room for the block: a 2,048-token window's tenth holds one or two turns.
-    let retrieval = ctxwin_std::session::RetrievalSettings {
-        max_share_percent: 100,
-        ..crate::config::RETRIEVAL
-    };
-    let settings = ConvSettings { retrieval, ..ConvSettings::new(2_048, 256) };
+    let settings = retrieving(2_048, 256);
     let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, &settings).unwrap();
     assert_eq!(
         conv.writer.as_ref().unwrap().inner().cache_kib().unwrap(),
@@ -247,11 +253,7 @@ fn retrieved_block(body: &str) -> Option<String> {
 fn the_retrieved_block_is_renewed_only_at_a_compaction_for_a_new_request() {
     let dir = tempfile::tempdir().unwrap();
     let store = prepare_state(dir.path()).unwrap();
-    let retrieval = ctxwin_std::session::RetrievalSettings {
-        max_share_percent: 100,
-        ..crate::config::RETRIEVAL
-    };
-    let settings = ConvSettings { retrieval, ..ConvSettings::new(2_048, 256) };
+    let settings = retrieving(2_048, 256);
     let mut conv = Conv::open(dir.path(), &store, "r", Provider::OpenAi, &settings).unwrap();
     // Something left the window: the cached prefix is rewritten from there anyway.
     let compactions = |conv: &Conv| conv.session().manager().stats().counters.units_evicted;
@@ -309,11 +311,7 @@ fn the_retrieved_block_is_renewed_only_at_a_compaction_for_a_new_request() {
 fn the_archive_is_searched_only_when_a_new_block_is_retrieved() {
     let dir = tempfile::tempdir().unwrap();
     let store = prepare_state(dir.path()).unwrap();
-    let retrieval = ctxwin_std::session::RetrievalSettings {
-        max_share_percent: 100,
-        ..crate::config::RETRIEVAL
-    };
-    let settings = ConvSettings { retrieval, ..ConvSettings::new(2_048, 256) };
+    let settings = retrieving(2_048, 256);
     let mut conv = Conv::open(dir.path(), &store, "s", Provider::OpenAi, &settings).unwrap();
     let compactions = |conv: &Conv| conv.session().manager().stats().counters.units_evicted;
     let mut messages = vec![
