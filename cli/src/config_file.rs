@@ -526,6 +526,10 @@ const PROXY_SECTION: &str = "\n\
 # compaction_limit = 0\n\
 # Tools whose outputs are never cut, by either limit (the model quotes file reads in its edits).\n\
 # never_cut = [\"Read\"]\n\
+# A cut output names its archived original, and the proxy declares a ctxwin_recall tool\n\
+# (after the client's tools) that the model calls to read it whole; the proxy answers it\n\
+# itself. On when a limit above is set; false: off.\n\
+# recall_tool = true\n\
 # Conversations kept in memory; the least recently used idle ones are unloaded above it.\n\
 # max_resident = 256\n\
 # The key clients send in x-ctxwin-key (required to listen off loopback).\n\
@@ -648,7 +652,14 @@ mod tests {
         assert!(known.iter().all(|key| written.contains(&key)));
         assert!(template.contains("\n# observation_limit = 1000\n"), "{template}");
         assert!(table["proxy"].as_table().unwrap().is_empty(), "every [proxy] key is commented");
-        for key in ["upstream", "default_window", "reserve", "observation_limit", "never_cut"] {
+        for key in [
+            "upstream",
+            "default_window",
+            "reserve",
+            "observation_limit",
+            "never_cut",
+            "recall_tool",
+        ] {
             assert!(template.contains(&format!("\n# {key} = ")), "[proxy] {key} is not documented");
         }
     }

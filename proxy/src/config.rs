@@ -20,6 +20,10 @@ pub const MIN_PROMPT: u32 = 256;
 pub const RETRIEVAL: RetrievalSettings =
     RetrievalSettings { max_share_percent: 10, ..RetrievalSettings::DEFAULT };
 
+/// Follow-up requests the proxy sends for one client request to answer the model's recall
+/// calls before it returns what it has.
+pub const RECALL_ROUNDS: usize = 4;
+
 /// Everything the proxy needs to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProxyConfig {
@@ -79,6 +83,10 @@ pub struct ProxyConfig {
     /// Tools whose outputs are never reduced, by the observation limit or at a compaction
     /// (`[proxy] never_cut`).
     pub never_cut: Vec<String>,
+    /// Whether a cut tool output names its archived original and the proxy declares and
+    /// answers the `ctxwin_recall` tool that returns it (`[proxy] recall_tool`); `None`: on,
+    /// when a limit can cut ([`ProxyConfig::declares_recall`]).
+    pub recall_tool: Option<bool>,
     /// Retrieval of archived turns once a conversation's oldest turns left the window (the
     /// `[retrieval]` section the CLI shares; `auto = false` turns it off).
     pub retrieval: RetrievalSettings,
@@ -126,6 +134,7 @@ impl Default for ProxyConfig {
             observation_limit: None,
             compaction_limit: None,
             never_cut: Vec::new(),
+            recall_tool: None,
             retrieval: RETRIEVAL,
             task_detection: TaskDetection::Off,
             origins: Origins::default(),
@@ -172,6 +181,7 @@ struct ProxySection {
     observation_limit: Option<u32>,
     compaction_limit: Option<u32>,
     never_cut: Option<Vec<String>>,
+    recall_tool: Option<bool>,
 }
 
 /// `[store]`, shared with the CLI: only `url` is the proxy's concern.
@@ -219,6 +229,22 @@ impl ProxyConfig {
             .filter(|(prefix, _)| model.starts_with(prefix.as_str()))
             .max_by_key(|(prefix, _)| prefix.len())
             .map_or(self.default_window, |(_, window)| *window)
+    }
+
+    /// Whether conversations declare the recall tool: a limit can cut tool outputs
+    /// (`observation_limit` or `compaction_limit`) and `recall_tool` is not `false`.
+    ///
+    /// ```
+    /// let mut config = ctxwin_proxy::ProxyConfig::default();
+    /// assert!(!config.declares_recall(), "nothing is cut");
+    /// config.compaction_limit = Some(2_000);
+    /// assert!(config.declares_recall());
+    /// config.recall_tool = Some(false);
+    /// assert!(!config.declares_recall());
+    /// ```
+    pub fn declares_recall(&self) -> bool {
+        let cuts = self.observation_limit.is_some() || self.compaction_limit.is_some();
+        cuts && self.recall_tool != Some(false)
     }
 
     /// Applies the `[proxy]` section of the TOML file at `path`, with what the proxy shares of
@@ -274,6 +300,9 @@ impl ProxyConfig {
         }
         if let Some(tools) = section.never_cut {
             self.never_cut = tools;
+        }
+        if let Some(recall) = section.recall_tool {
+            self.recall_tool = Some(recall);
         }
         if let Some(upstream) = section.upstream {
             self.upstream = upstream;
@@ -506,6 +535,7 @@ impl ProxyConfig {
                 if self.never_cut.is_empty() { String::new() } else { format!(", never for {}", self.never_cut.join(", ")) }
             ),
         });
+        notes.push(self.recall_note());
         notes.push(format!(
             "tasks ([tasks] detect = \"{}\"): {}",
             self.task_detection.as_str(),
@@ -525,6 +555,21 @@ impl ProxyConfig {
             ));
         }
         notes
+    }
+
+    /// What the start log says of the recall tool.
+    fn recall_note(&self) -> String {
+        let cuts = self.observation_limit.is_some() || self.compaction_limit.is_some();
+        match (cuts, self.recall_tool) {
+            (false, Some(true)) => "recall tool: not declared, no limit cuts tool outputs ([proxy] recall_tool = true has no effect without observation_limit or compaction_limit)".into(),
+            (false, _) => "recall tool: not declared (no limit cuts tool outputs)".into(),
+            (true, Some(false)) => "recall tool: off ([proxy] recall_tool = false): a cut tool output is lost to the model".into(),
+            (true, _) => format!(
+                "recall tool: a cut tool output ends with a line naming its archived original; {} is declared after the client's tools on every request, and the proxy answers its calls itself (at most {} rounds per request; [proxy] recall_tool = false turns it off)",
+                crate::wire::RECALL_TOOL,
+                RECALL_ROUNDS
+            ),
+        }
     }
 
     /// The upstream URL for request path `path_and_query` (`/v1/...`).

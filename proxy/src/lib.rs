@@ -206,6 +206,7 @@ pub mod middleware;
 pub mod parsed;
 pub mod pipeline;
 pub mod pool;
+pub mod recall;
 pub mod respond;
 pub mod routes;
 pub mod upstream;

@@ -69,6 +69,8 @@ pub struct ManagedBody<'r> {
     system: Option<String>,
     /// Anthropic: mark the first message for the prompt cache ([`ManagedBody::cache_head`]).
     cache_head: bool,
+    /// The `tools` written instead of the client's ([`ManagedBody::declare_recall`]).
+    tools: Option<String>,
 }
 
 impl<'r> ManagedBody<'r> {
@@ -86,7 +88,17 @@ impl<'r> ManagedBody<'r> {
             first: None,
             system: None,
             cache_head: false,
+            tools: None,
         }
+    }
+
+    /// Declares the recall tool ([`tools_with_recall`](super::tools_with_recall)): the
+    /// client's `tools` with it appended, or `tools` holding it alone. False (nothing
+    /// declared) when the client's `tools` is not an array.
+    pub fn declare_recall(&mut self) -> bool {
+        let tools = self.request.fields.get("tools").map(|t| t.get());
+        self.tools = super::recall::tools_with_recall(self.provider, tools);
+        self.tools.is_some()
     }
 
     /// Asks for a prompt-cache mark on the history's first message (Anthropic; OpenAI caches
@@ -212,7 +224,7 @@ impl<'r> ManagedBody<'r> {
             Provider::Anthropic => self.system,
             Provider::OpenAi => None,
         };
-        self.request.write_body_with_list(&self.list, system.as_deref())
+        self.request.write_body_with_list(&self.list, system.as_deref(), self.tools.as_deref())
     }
 }
 
