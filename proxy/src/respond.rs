@@ -74,7 +74,9 @@ pub fn answered(
     response(status, headers, Body::from(body), waited)
 }
 
-fn response(status: StatusCode, headers: HeaderMap, body: Body, waited: Duration) -> Response {
+/// The client's response: the upstream's `status` and `headers`, `body`, and how long the
+/// upstream took (`waited`, for the metrics).
+pub fn response(status: StatusCode, headers: HeaderMap, body: Body, waited: Duration) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -128,7 +130,12 @@ fn relay(
 
 /// Records the answer (a checkpoint every `checkpoint_every` exchanges; idle conversations
 /// are checkpointed by the sweeper), then releases the conversation.
-async fn finish_answer(app: Arc<App>, mut guard: Guard, answer: Option<Answer>, sent_tokens: u32) {
+pub async fn finish_answer(
+    app: Arc<App>,
+    mut guard: Guard,
+    answer: Option<Answer>,
+    sent_tokens: u32,
+) {
     let inline =
         guard.as_ref().is_none_or(|conv| !conv.answer_needs_io(app.config.checkpoint_every));
     let every = app.config.checkpoint_every;

@@ -6,6 +6,7 @@
 pub use ctxwin_std::format::fingerprint::raw_hash;
 pub use ctxwin_std::format::{
     Analyzed, AnswerCalls, BadRequest, KeptPart, ManagedBody, Opaque, Part, PromptRanges, Provider,
-    RECALL_TOOL, RecallCall, RecallResult, Request, analyze_item, analyze_message, answer_calls,
-    follow_up_body, merge_answers, names_recall_tool, raw_hashes, recall_marker,
+    RECALL_TOOL, RecallCall, RecallResult, RecallStream, Request, analyze_item, analyze_message,
+    answer_calls, follow_up_body, merge_answers, message_as_answer, names_recall_tool, raw_hashes,
+    recall_marker,
 };

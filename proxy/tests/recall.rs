@@ -32,6 +32,8 @@ struct Script {
 struct Model {
     received: Mutex<Vec<Bytes>>,
     script: Mutex<Script>,
+    /// The streams sent, in order.
+    streamed: Mutex<Vec<String>>,
 }
 
 impl Model {
@@ -86,6 +88,90 @@ fn json_response(body: Value) -> Response {
     response
 }
 
+/// `answer` as the stream the provider would send, split into chunks that cut events.
+fn streamed(model: &Model, request: &Value, answer: Value, anthropic: bool) -> Response {
+    let sse = match anthropic {
+        true => anthropic_events(&answer),
+        false => openai_chunks(&answer),
+    };
+    if request["stream"] != json!(true) {
+        return json_response(answer);
+    }
+    model.streamed.lock().unwrap().push(sse.clone());
+    let pieces: Vec<Result<Bytes, std::io::Error>> =
+        sse.as_bytes().chunks(37).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+    let mut response =
+        Response::new(axum::body::Body::from_stream(futures_util::stream::iter(pieces)));
+    response.headers_mut().insert("content-type", "text/event-stream".parse().unwrap());
+    response
+}
+
+fn anthropic_events(answer: &Value) -> String {
+    let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut start = answer.clone();
+    start["content"] = json!([]);
+    let mut out = event("message_start", json!({"type": "message_start", "message": start}));
+    for (i, block) in answer["content"].as_array().unwrap().iter().enumerate() {
+        let (opening, delta) = match block["type"].as_str().unwrap() {
+            "text" => (
+                json!({"type": "text", "text": ""}),
+                json!({"type": "text_delta", "text": block["text"]}),
+            ),
+            _ => {
+                let mut opening = block.clone();
+                opening["input"] = json!({});
+                (
+                    opening,
+                    json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+                )
+            }
+        };
+        out += &event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": i, "content_block": opening}),
+        );
+        out += &event("ping", json!({"type": "ping"}));
+        out += &event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": i, "delta": delta}),
+        );
+        out += &event("content_block_stop", json!({"type": "content_block_stop", "index": i}));
+    }
+    out += &event(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": answer["stop_reason"]}, "usage": {"output_tokens": 5}}),
+    );
+    out + &event("message_stop", json!({"type": "message_stop"}))
+}
+
+fn openai_chunks(answer: &Value) -> String {
+    let chunk =
+        |choice: Value| format!("data: {}\n\n", json!({"id": answer["id"], "choices": [choice]}));
+    let message = &answer["choices"][0]["message"];
+    let mut out = chunk(json!({"index": 0, "delta": {"role": "assistant", "content": ""}}));
+    if let Some(text) = message["content"].as_str() {
+        out += &chunk(json!({"index": 0, "delta": {"content": text}}));
+    }
+    for (i, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {
+        let mut opening = call.clone();
+        opening["index"] = json!(i);
+        opening["function"]["arguments"] = json!("");
+        out += &chunk(json!({"index": 0, "delta": {"tool_calls": [opening]}}));
+        let arguments = call["function"]["arguments"].clone();
+        out += &chunk(
+            json!({"index": 0, "delta": {"tool_calls": [{"index": i, "function": {"arguments": arguments}}]}}),
+        );
+    }
+    out += &chunk(
+        json!({"index": 0, "delta": {}, "finish_reason": answer["choices"][0]["finish_reason"]}),
+    );
+    out += &format!(
+        "data: {}\n\n",
+        json!({"id": answer["id"], "choices": [], "usage": answer["usage"]})
+    );
+    out + "data: [DONE]\n\n"
+}
+
 async fn anthropic(State(model): State<Arc<Model>>, body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap();
     let n = {
@@ -120,10 +206,9 @@ async fn anthropic(State(model): State<Arc<Model>>, body: Bytes) -> Response {
         }
         _ => (vec![json!({"type": "text", "text": format!("done {n}")})], "end_turn"),
     };
-    json_response(
-        json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant", "model": request["model"],
-        "content": blocks, "stop_reason": stop, "stop_sequence": null, "usage": usage}),
-    )
+    let answer = json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant", "model": request["model"],
+        "content": blocks, "stop_reason": stop, "stop_sequence": null, "usage": usage});
+    streamed(&model, &request, answer, true)
 }
 
 async fn openai(State(model): State<Arc<Model>>, body: Bytes) -> Response {
@@ -159,12 +244,11 @@ async fn openai(State(model): State<Arc<Model>>, body: Bytes) -> Response {
         }
         _ => (json!({"role": "assistant", "content": format!("done {n}")}), "stop"),
     };
-    json_response(
-        json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion", "model": request["model"],
+    let answer = json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion", "model": request["model"],
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": body.len() / 4, "completion_tokens": 5, "total_tokens": body.len() / 4 + 5,
-            "prompt_tokens_details": {"cached_tokens": 0}}}),
-    )
+            "prompt_tokens_details": {"cached_tokens": 0}}});
+    streamed(&model, &request, answer, false)
 }
 
 const ANTHROPIC_TOOLS: &str = r#"[{"name":"Read","description":"Read a file","input_schema":{"type":"object","properties":{"path":{"type":"string"}}},"cache_control":{"type":"ephemeral"}}]"#;
@@ -302,6 +386,12 @@ async fn anthropic_a_cut_output_is_recalled_whole_and_the_client_sees_one_answer
     assert_eq!(marked_id(&third["messages"][2]), Some(id));
     let history = bodies[0].len() - "]}".len();
     assert!(bodies[2].starts_with(&bodies[0][..history]), "the prefix, marker included, stays");
+    // Billed: both calls of the first request (the third's may be counted already: its
+    // answer is recorded after it reached the client; the first's before the second began).
+    let uncached = r#"ctxwin_proxy_upstream_prompt_tokens_total{kind="uncached"}"#;
+    let billed = metric(&proxy.url("/metrics"), uncached).await;
+    let (a, b, c) = (bodies[0].len() / 4, bodies[1].len() / 4, bodies[2].len() / 4);
+    assert!([a + b, a + b + c].contains(&(billed as usize)), "{billed}: {a} + {b} (+ {c})");
     proxy.stop().await;
 }
 
@@ -480,4 +570,193 @@ fn a_malformed_recall_tool_setting_is_refused_by_name() {
     assert!(cfg.declares_recall());
     let notes = cfg.notes().join("\n");
     assert!(notes.contains("recall tool: a cut tool output ends with a line naming"), "{notes}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_streamed_recall_continues_the_clients_stream() {
+    let state = tempfile::tempdir().unwrap();
+    let (up, model) = start_model().await;
+    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
+        observation_limit: Some(256),
+        ..config(up, state.path())
+    })
+    .await;
+    let output = log("build", 120);
+    let mut messages = anthropic_read(&output);
+    let url = proxy.url("/v1/messages");
+    let stream = post_stream(&url, anthropic_body(ANTHROPIC_TOOLS, &messages), "sk-sa").await;
+    let bodies = model.bodies();
+    assert_eq!(bodies.len(), 2, "the answer and one follow-up");
+    let follow: Value = serde_json::from_str(&bodies[1]).unwrap();
+    assert_eq!(follow["stream"], true);
+    assert_eq!(follow["messages"][4]["content"][0]["content"], output.as_str());
+    assert!(!stream.contains(RECALL), "{stream}");
+    let events = events(&stream);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "message_start").count(), 1, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| **k == "message_stop").count(), 1);
+    assert_eq!(kinds.last(), Some(&"message_stop"));
+    let starts: Vec<(u64, String)> = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .map(|e| {
+            (e["index"].as_u64().unwrap(), e["content_block"]["type"].as_str().unwrap().into())
+        })
+        .collect();
+    assert_eq!(
+        starts,
+        [(0, "text".into()), (1, "text".into())],
+        "the follow-up's blocks follow on"
+    );
+    let texts: Vec<&str> = events.iter().filter_map(|e| e["delta"]["text"].as_str()).collect();
+    assert_eq!(texts, ["Reading the whole output.", &format!("recalled {} bytes", output.len())]);
+    // What the client got is what was recorded: its next request extends the conversation.
+    let content = json!([{"type": "text", "text": texts[0]}, {"type": "text", "text": texts[1]}]);
+    messages.push(json!({"role": "assistant", "content": content}));
+    messages.push(json!({"role": "user", "content": "Thanks."}));
+    post(&url, anthropic_body(ANTHROPIC_TOOLS, &messages), "sk-sa").await;
+    let bodies = model.bodies();
+    let third: Value = serde_json::from_str(&bodies[2]).unwrap();
+    assert_eq!(third["messages"].as_array().unwrap().len(), 5);
+    assert_eq!(metric(&proxy.url("/metrics"), "ctxwin_proxy_branches_total").await, 0);
+    let uncached = r#"ctxwin_proxy_upstream_prompt_tokens_total{kind="uncached"}"#;
+    let billed = metric(&proxy.url("/metrics"), uncached).await as usize;
+    let (a, b, c) = (bodies[0].len() / 4, bodies[1].len() / 4, bodies[2].len() / 4);
+    assert!([a + b, a + b + c].contains(&billed), "{billed}: {a} + {b} (+ {c})");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_streamed_recall_continues_the_clients_stream() {
+    let state = tempfile::tempdir().unwrap();
+    let (up, model) = start_model().await;
+    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
+        observation_limit: Some(256),
+        ..config(up, state.path())
+    })
+    .await;
+    let output = log("build", 120);
+    let url = proxy.url("/v1/chat/completions");
+    let stream = post_stream(&url, openai_body(OPENAI_TOOLS, &openai_read(&output)), "sk-so").await;
+    let bodies = model.bodies();
+    assert_eq!(bodies.len(), 2);
+    let follow: Value = serde_json::from_str(&bodies[1]).unwrap();
+    assert_eq!(follow["messages"][4]["content"], output.as_str());
+    assert!(!stream.contains(RECALL), "{stream}");
+    let events = events(&stream);
+    let roles = events.iter().filter(|e| e["choices"][0]["delta"]["role"].is_string()).count();
+    assert_eq!(roles, 1, "one opening: {stream}");
+    let text: String =
+        events.iter().filter_map(|e| e["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(text, format!("Reading the whole output.\n\nrecalled {} bytes", output.len()));
+    assert_eq!(events.iter().filter(|e| **e == json!("[DONE]")).count(), 1);
+    assert_eq!(events.last(), Some(&json!("[DONE]")));
+    let finishes: Vec<&Value> = events
+        .iter()
+        .map(|e| &e["choices"][0]["finish_reason"])
+        .filter(|f| f.is_string())
+        .collect();
+    assert_eq!(finishes, [&json!("stop")]);
+    let mut messages = openai_read(&output);
+    messages.push(json!({"role": "assistant", "content": text}));
+    messages.push(json!({"role": "user", "content": "Thanks."}));
+    post(&url, openai_body(OPENAI_TOOLS, &messages), "sk-so").await;
+    let third: Value = serde_json::from_str(&model.bodies()[2]).unwrap();
+    assert_eq!(third["messages"].as_array().unwrap().len(), 5);
+    assert_eq!(metric(&proxy.url("/metrics"), "ctxwin_proxy_branches_total").await, 0);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_without_a_recall_call_stay_byte_identical_and_mixed_ones_lose_only_it() {
+    let state = tempfile::tempdir().unwrap();
+    let (up, model) = start_model().await;
+    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
+        observation_limit: Some(256),
+        ..config(up, state.path())
+    })
+    .await;
+    // Declared, not called: the upstream's bytes, as they came.
+    let question = [json!({"role": "user", "content": "Is the build green?"})];
+    let a = post_stream(
+        &proxy.url("/v1/messages"),
+        anthropic_body(ANTHROPIC_TOOLS, &question),
+        "sk-b1",
+    )
+    .await;
+    let o = post_stream(
+        &proxy.url("/v1/chat/completions"),
+        openai_body(OPENAI_TOOLS, &question),
+        "sk-b2",
+    )
+    .await;
+    assert!(model.bodies()[0].contains(RECALL), "the tool is declared");
+    assert_eq!([a, o], model.streamed.lock().unwrap()[..]);
+    // A recall call beside the client's: only the recall call leaves, the rest re-indexed.
+    model.script.lock().unwrap().mixed = true;
+    let output = log("build", 120);
+    let a = post_stream(
+        &proxy.url("/v1/messages"),
+        anthropic_body(ANTHROPIC_TOOLS, &anthropic_read(&output)),
+        "sk-b3",
+    )
+    .await;
+    assert!(!a.contains(RECALL), "{a}");
+    let starts: Vec<(u64, String)> = events(&a)
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .map(|e| {
+            (e["index"].as_u64().unwrap(), e["content_block"]["type"].as_str().unwrap().into())
+        })
+        .collect();
+    assert_eq!(starts, [(0, "text".into()), (1, "tool_use".into())]);
+    assert!(a.contains(r#""stop_reason":"tool_use""#));
+    let o = post_stream(
+        &proxy.url("/v1/chat/completions"),
+        openai_body(OPENAI_TOOLS, &openai_read(&output)),
+        "sk-b4",
+    )
+    .await;
+    assert!(!o.contains(RECALL), "{o}");
+    let calls: Vec<Value> = events(&o)
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["tool_calls"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert!(calls.iter().all(|c| c["index"] == 0), "{calls:?}");
+    assert_eq!(calls[0]["function"]["name"], "run_command");
+    assert!(o.contains(r#""finish_reason":"tool_calls""#));
+    assert_eq!(model.bodies().len(), 4, "no follow-up for a mixed answer");
+    proxy.stop().await;
+}
+
+/// `body` asking for a stream.
+fn streaming(body: String) -> String {
+    body.replacen('{', r#"{"stream":true,"#, 1)
+}
+
+/// A streamed response's bytes, whole.
+async fn post_stream(url: &str, body: String, key: &str) -> String {
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {key}"))
+        .header("x-api-key", key)
+        .header("x-ctxwin-session", "recall-test")
+        .body(streaming(body))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    response.text().await.unwrap()
+}
+
+/// The JSON data of each event of a stream (`[DONE]` as a string).
+fn events(stream: &str) -> Vec<Value> {
+    stream
+        .split("\n\n")
+        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str(data).unwrap_or(Value::from(data)))
+        .collect()
 }

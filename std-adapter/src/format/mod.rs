@@ -112,6 +112,7 @@ mod managed;
 mod node;
 mod openai;
 mod recall;
+mod recall_stream;
 mod request;
 mod scan;
 mod timestamps;
@@ -127,8 +128,9 @@ pub use jsonl::JsonlTail;
 pub use managed::{KeptPart, ManagedBody};
 pub use recall::{
     AnswerCalls, RECALL_TOOL, RecallCall, RecallResult, answer_calls, follow_up_body,
-    merge_answers, names_recall_tool, recall_marker, tools_with_recall,
+    merge_answers, message_as_answer, names_recall_tool, recall_marker, tools_with_recall,
 };
+pub use recall_stream::RecallStream;
 pub use request::{BadRequest, PromptRanges, Request, raw_hashes};
 pub use timestamps::message_timestamps;
 

@@ -160,6 +160,23 @@ pub fn answer_calls(provider: Provider, answer: &Value) -> AnswerCalls {
     }
 }
 
+/// An assembled assistant `message` (a streamed answer's, as a proxy keeps it) in the shape
+/// of a non-streamed answer, for [`answer_calls`], [`follow_up_body`] and [`merge_answers`].
+///
+/// ```
+/// use ctxwin_std::format::{answer_calls, message_as_answer, Provider};
+/// let message = serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+///     {"id": "c1", "type": "function", "function": {"name": "ctxwin_recall", "arguments": "{\"id\": 2}"}}]});
+/// let answer = message_as_answer(Provider::OpenAi, &message);
+/// assert_eq!(answer_calls(Provider::OpenAi, &answer).recall[0].id, Some(2));
+/// ```
+pub fn message_as_answer(provider: Provider, message: &Value) -> Value {
+    match provider {
+        Provider::Anthropic => message.clone(),
+        Provider::OpenAi => serde_json::json!({"choices": [{"index": 0, "message": message}]}),
+    }
+}
+
 /// The result of one recall call.
 ///
 /// ```
