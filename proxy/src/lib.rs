@@ -71,7 +71,9 @@
 //!   bytes until the next one ([`conv::ConvSettings`]), and a compaction evicts down to about
 //!   a third of what the pinned part leaves the history, in one step. Tool outputs are sent whole while the
 //!   window has room (the oldest units leave first); `[proxy] observation_limit` cuts them to
-//!   head and tail, except the tools `never_cut` names. A request's `max_tokens` is kept free:
+//!   head and tail, except the tools `never_cut` names. A cut output names its archived
+//!   original, which the model reads back through the `ctxwin_recall` tool the proxy
+//!   declares and answers itself ([`recall`]). A request's `max_tokens` is kept free:
 //!   the prompt plus it never pass the window.
 //! * **Concurrency.** One `tokio::sync::Mutex` per conversation. A request whose work stays
 //!   in memory (pushing its new messages and composing, tens of microseconds) runs on the

@@ -26,6 +26,8 @@ struct Script {
     mixed: bool,
     /// Recalls this id instead of the one the marker names.
     force_id: Option<u64>,
+    /// Looks for a marker in every message, not only the last.
+    anywhere: bool,
 }
 
 #[derive(Default)]
@@ -184,7 +186,11 @@ async fn anthropic(State(model): State<Arc<Model>>, body: Bytes) -> Response {
         b["type"] == "tool_result" && b["tool_use_id"].as_str().unwrap().starts_with("recall_")
     });
     let usage = json!({"input_tokens": body.len() / 4, "output_tokens": 5, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0});
-    let (blocks, stop) = match (recalled, marked_id(&last)) {
+    let marked = match model.script.lock().unwrap().anywhere {
+        true => request["messages"].as_array().unwrap().iter().find_map(marked_id),
+        false => marked_id(&last),
+    };
+    let (blocks, stop) = match (recalled, marked) {
         (Some(result), _) => {
             let text = result["content"].as_str().unwrap_or_default();
             (
@@ -759,4 +765,53 @@ fn events(stream: &str) -> Vec<Value> {
         .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")))
         .map(|data| serde_json::from_str(data).unwrap_or(Value::from(data)))
         .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_cut_at_a_compaction_is_recalled_in_pages_of_at_most_8_times_the_limit() {
+    let state = tempfile::tempdir().unwrap();
+    let (up, model) = start_model().await;
+    let mut cfg = config(up, state.path());
+    cfg.apply_toml("[proxy]\ndefault_window = 4096\nreserve = 512\ncompaction_limit = 64\n")
+        .unwrap();
+    let proxy = start_proxy(cfg).await;
+    let url = proxy.url("/v1/messages");
+    let output = log("build", 120);
+    let mut messages = anthropic_read(&output);
+    post(&url, anthropic_body(ANTHROPIC_TOOLS, &messages), "sk-k").await;
+    assert!(!model.bodies()[0].contains(MARKER), "the live request's output is not cut");
+    // Turns until a compaction cuts the old output (before whole turns leave).
+    model.script.lock().unwrap().anywhere = true;
+    let mut turn = 0;
+    let body = loop {
+        turn += 1;
+        assert!(turn < 40, "no compaction cut the output");
+        let answer = json!([{"type": "text", "text": format!("Noted {turn}. The build log has a failing step.")}]);
+        messages.push(json!({"role": "assistant", "content": answer}));
+        let words =
+            format!("Turn {turn}: what else does the log say about step {turn}? ").repeat(4);
+        messages.push(json!({"role": "user", "content": words}));
+        let before = model.bodies().len();
+        let answer = post(&url, anthropic_body(ANTHROPIC_TOOLS, &messages), "sk-k").await;
+        let bodies = model.bodies();
+        if bodies.len() == before + 2 {
+            messages.push(json!({"role": "assistant", "content": answer["content"]}));
+            break bodies;
+        }
+        messages.push(json!({"role": "assistant", "content": answer["content"]}));
+        messages.push(json!({"role": "user", "content": "Go on."}));
+    };
+    let follow: Value = serde_json::from_str(body.last().unwrap()).unwrap();
+    let turns = follow["messages"].as_array().unwrap();
+    let result = &turns.last().unwrap()["content"][0];
+    assert_eq!(result["type"], "tool_result");
+    assert_ne!(result["is_error"], true, "{result}");
+    let text = result["content"].as_str().unwrap();
+    // The window's room bounds it: whole lines from the first, then where to go on.
+    let (shown, note) = text.rsplit_once('\n').unwrap();
+    assert!(output.starts_with(shown) && shown.len() < output.len(), "{text}");
+    let next_line = shown.lines().count() + 1;
+    assert!(note.contains(&format!("\"from_line\": {next_line}}}")), "{note}");
+    assert!(note.contains(&format!("lines 1-{} of 120 shown", next_line - 1)), "{note}");
+    proxy.stop().await;
 }
