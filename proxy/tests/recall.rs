@@ -614,6 +614,10 @@ async fn anthropic_streamed_recall_continues_the_clients_stream() {
         [(0, "text".into()), (1, "text".into())],
         "the follow-up's blocks follow on"
     );
+    // The usage the client reads last is both calls', as a non-streamed answer's.
+    let usage = &events.iter().rfind(|e| e["type"] == "message_delta").unwrap()["usage"];
+    assert_eq!(usage["input_tokens"], bodies[0].len() / 4 + bodies[1].len() / 4, "{usage}");
+    assert_eq!(usage["output_tokens"], 10);
     let texts: Vec<&str> = events.iter().filter_map(|e| e["delta"]["text"].as_str()).collect();
     assert_eq!(texts, ["Reading the whole output.", &format!("recalled {} bytes", output.len())]);
     // What the client got is what was recorded: its next request extends the conversation.
@@ -663,6 +667,10 @@ async fn openai_streamed_recall_continues_the_clients_stream() {
         .filter(|f| f.is_string())
         .collect();
     assert_eq!(finishes, [&json!("stop")]);
+    let usage: Vec<&Value> = events.iter().map(|e| &e["usage"]).filter(|u| u.is_object()).collect();
+    assert_eq!(usage.len(), 1, "{stream}");
+    assert_eq!(usage[0]["prompt_tokens"], bodies[0].len() / 4 + bodies[1].len() / 4);
+    assert_eq!(usage[0]["completion_tokens"], 10);
     let mut messages = openai_read(&output);
     messages.push(json!({"role": "assistant", "content": text}));
     messages.push(json!({"role": "user", "content": "Thanks."}));

@@ -256,7 +256,7 @@ pub fn merge_answers(provider: Provider, answers: &[Value]) -> Option<Value> {
 }
 
 /// `values` summed: numbers added, objects key by key, anything else the last one's.
-fn summed(values: &[&Value]) -> Value {
+pub(in crate::format) fn summed(values: &[&Value]) -> Value {
     let Some(last) = values.last() else { return Value::Null };
     match last {
         Value::Number(_) => {

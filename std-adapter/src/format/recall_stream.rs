@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::Provider;
-use super::recall::RECALL_TOOL;
+use super::recall::{RECALL_TOOL, summed};
 
 /// One round's stream, as the client gets it ([`RecallStream::feed`], then
 /// [`RecallStream::release`]).
@@ -46,6 +46,11 @@ pub struct RecallStream {
     /// OpenAI: this round's first text starts with a blank line, after the earlier rounds'
     /// text (as a non-streamed answer's rounds are joined).
     separate: bool,
+    /// The usage of the earlier rounds, summed: a follow-up's usage reaches the client with
+    /// it added (as a non-streamed answer's rounds are summed).
+    carried: Value,
+    /// This round's usage (Anthropic: its `message_start`'s, updated by its `message_delta`).
+    usage: Value,
 }
 
 impl RecallStream {
@@ -61,6 +66,8 @@ impl RecallStream {
             ending: Vec::new(),
             text_sent: false,
             separate: false,
+            carried: Value::Object(serde_json::Map::new()),
+            usage: Value::Object(serde_json::Map::new()),
         }
     }
 
@@ -71,6 +78,7 @@ impl RecallStream {
             offset: self.offset + self.blocks,
             text_sent: self.text_sent,
             separate: self.text_sent,
+            carried: summed(&[&self.carried, &self.usage]),
             ..Self::new(self.provider)
         }
     }
@@ -102,6 +110,9 @@ impl RecallStream {
     /// What becomes of `event` before a recall call started.
     fn pass(&mut self, event: &[u8]) -> Pass {
         let Some(Data::Json(mut value)) = data(event) else { return Pass::Forward(event.to_vec()) };
+        if self.usage_seen(&mut value) {
+            return Pass::Forward(rewritten(event, &value));
+        }
         match self.provider {
             Provider::Anthropic => {
                 let kind = value.get("type").and_then(Value::as_str).unwrap_or_default();
@@ -166,22 +177,19 @@ impl RecallStream {
                 ending.extend_from_slice(event);
                 continue;
             };
+            let summed = self.usage_seen(&mut value);
             let kept = match self.provider {
                 Provider::Anthropic => self.anthropic_kept(&mut value, &recalled, calls_left),
                 Provider::OpenAi => openai_kept(&mut value, &recalled, calls_left),
             };
+            let bytes = |changed: bool| match changed || summed {
+                true => rewritten(event, &value),
+                false => event.clone(),
+            };
             match kept {
                 Kept::Drop => {}
-                Kept::Event(bytes_changed) => {
-                    let bytes =
-                        if bytes_changed { rewritten(event, &value) } else { event.clone() };
-                    out.extend_from_slice(&bytes);
-                }
-                Kept::End(bytes_changed) => {
-                    let bytes =
-                        if bytes_changed { rewritten(event, &value) } else { event.clone() };
-                    ending.extend_from_slice(&bytes);
-                }
+                Kept::Event(changed) => out.extend_from_slice(&bytes(changed)),
+                Kept::End(changed) => ending.extend_from_slice(&bytes(changed)),
             }
         }
         ending.append(&mut self.partial);
@@ -190,6 +198,29 @@ impl RecallStream {
             false => self.ending = ending,
         }
         out
+    }
+
+    /// Notes the usage `value` reports (Anthropic `message_start` and `message_delta`, an
+    /// OpenAI usage chunk); in a follow-up's stream, the final usage gets the earlier rounds'
+    /// added (true: `value` was changed).
+    fn usage_seen(&mut self, value: &mut Value) -> bool {
+        let (found, last) = match self.provider {
+            Provider::Anthropic => match value.get("type").and_then(Value::as_str) {
+                Some("message_start") => (value.pointer("/message/usage"), false),
+                Some("message_delta") => (value.get("usage"), true),
+                _ => (None, false),
+            },
+            Provider::OpenAi => (value.get("usage").filter(|u| u.is_object()), true),
+        };
+        let Some(found) = found.cloned() else { return false };
+        if let (Some(usage), Some(found)) = (self.usage.as_object_mut(), found.as_object()) {
+            usage.extend(found.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        if !(last && self.continuation) {
+            return false;
+        }
+        value["usage"] = summed(&[&self.carried, &self.usage]);
+        true
     }
 
     /// The end events a [`release`](Self::release) without the end kept (for a follow-up
