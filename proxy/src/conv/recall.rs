@@ -11,18 +11,26 @@ impl Conv {
     /// archive keeps whole texts, and no tool of the client's has its name (then it is
     /// neither declared nor answered; said once per conversation).
     pub(super) fn declares_recall(&mut self, request: &Request) -> bool {
-        if !self.settings.recall_tool || self.session.archive().is_none() {
-            return false;
+        if self.recall_declared(request) {
+            return true;
         }
         let tools = request.fields.get("tools").map(|t| t.get());
-        if !names_recall_tool(self.provider, tools) {
-            return true;
+        if !self.settings.recall_tool || !names_recall_tool(self.provider, tools) {
+            return false;
         }
         if !self.recall_clash_logged {
             self.recall_clash_logged = true;
             tracing::warn!(session = %self.key, "proxy: the client has a tool named {RECALL_TOOL}; the proxy's recall tool is not declared in this conversation");
         }
         false
+    }
+
+    /// [`declares_recall`](Self::declares_recall) without its log.
+    pub(super) fn recall_declared(&self, request: &Request) -> bool {
+        let tools = request.fields.get("tools").map(|t| t.get());
+        self.settings.recall_tool
+            && self.session.archive().is_some()
+            && !names_recall_tool(self.provider, tools)
     }
 
     /// The results of recall `calls`, each the whole archived text of the message it names

@@ -467,3 +467,25 @@ fn recalled_text_is_the_archived_whole_within_the_room_and_the_cap() {
     assert!(results.iter().all(|r| r.is_error), "{results:?}");
     assert_eq!(results[0].text, "no archived output 9999 in this conversation");
 }
+
+#[test]
+fn the_recall_tool_is_pinned_with_the_clients_tools() {
+    use ctxwin_std::core::Level;
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let pinned = |recall_tool: bool, name: &str| {
+        let settings = ConvSettings { recall_tool, ..ConvSettings::new(32_768, 1_024) };
+        let mut conv = Conv::open(dir.path(), &store, name, Provider::OpenAi, &settings).unwrap();
+        let tools = json!([{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]);
+        let body =
+            json!({"model": "m", "tools": tools, "messages": [{"role": "user", "content": "hi"}]});
+        let request = Request::parse(Provider::OpenAi, body.to_string().as_bytes()).unwrap();
+        let hashes = crate::wire::raw_hashes(&request);
+        conv.ingest(&request, &hashes).unwrap();
+        let sent = String::from_utf8(conv.compose(&request).unwrap().body).unwrap();
+        assert_eq!(sent.contains(crate::wire::RECALL_TOOL), recall_tool);
+        conv.session().manager().level_tokens(Level::Permanent)
+    };
+    let (with, without) = (pinned(true, "with"), pinned(false, "without"));
+    assert!(with > without + 50, "the recall tool's definition is counted: {with} vs {without}");
+}

@@ -129,6 +129,7 @@ pub use managed::{KeptPart, ManagedBody};
 pub use recall::{
     AnswerCalls, RECALL_TOOL, RecallCall, RecallResult, answer_calls, follow_up_body,
     merge_answers, message_as_answer, names_recall_tool, recall_marker, tools_with_recall,
+    without_recall_tool,
 };
 pub use recall_stream::RecallStream;
 pub use request::{BadRequest, PromptRanges, Request, raw_hashes};

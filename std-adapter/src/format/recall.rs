@@ -100,6 +100,30 @@ pub fn tools_with_recall(provider: Provider, tools: Option<&str>) -> Option<Stri
     })
 }
 
+/// The client's `tools` of a list [`tools_with_recall`] wrote (`declared`): the list
+/// without the recall tool appended to it, as the client sent it; any other list as it is.
+///
+/// ```
+/// use ctxwin_std::format::{tools_with_recall, without_recall_tool, Provider};
+/// let tools = r#"[{"name":"Read","input_schema":{"type":"object"}} ]"#;
+/// let declared = tools_with_recall(Provider::Anthropic, Some(tools)).unwrap();
+/// assert_eq!(without_recall_tool(Provider::Anthropic, &declared), tools);
+/// assert_eq!(without_recall_tool(Provider::Anthropic, tools), tools);
+/// ```
+pub fn without_recall_tool(provider: Provider, declared: &str) -> String {
+    let definition = match provider {
+        Provider::Anthropic => anthropic::recall_tool(),
+        Provider::OpenAi => openai::recall_tool(),
+    }
+    .to_string();
+    let after_others = format!(",{definition}]");
+    let alone = format!("{definition}]");
+    match declared.strip_suffix(&after_others).or_else(|| declared.strip_suffix(&alone)) {
+        Some(head) => format!("{head}]"),
+        None => declared.to_string(),
+    }
+}
+
 /// A call of the recall tool in an answer.
 ///
 /// ```
