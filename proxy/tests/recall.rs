@@ -28,6 +28,10 @@ struct Script {
     force_id: Option<u64>,
     /// Looks for a marker in every message, not only the last.
     anywhere: bool,
+    /// Calls the recall tool again after each result (with `anywhere`).
+    insist: bool,
+    /// Answers a follow-up (a request ending with a recall result) with a 500.
+    refuse_follow_up: bool,
 }
 
 #[derive(Default)]
@@ -186,19 +190,26 @@ async fn anthropic(State(model): State<Arc<Model>>, body: Bytes) -> Response {
         b["type"] == "tool_result" && b["tool_use_id"].as_str().unwrap().starts_with("recall_")
     });
     let usage = json!({"input_tokens": body.len() / 4, "output_tokens": 5, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0});
+    let (insist, refuse) = {
+        let script = model.script.lock().unwrap();
+        (script.insist, script.refuse_follow_up)
+    };
+    if refuse && recalled.is_some() {
+        return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "overloaded").into_response();
+    }
     let marked = match model.script.lock().unwrap().anywhere {
         true => request["messages"].as_array().unwrap().iter().find_map(marked_id),
         false => marked_id(&last),
     };
     let (blocks, stop) = match (recalled, marked) {
-        (Some(result), _) => {
+        (Some(result), _) if !insist => {
             let text = result["content"].as_str().unwrap_or_default();
             (
                 vec![json!({"type": "text", "text": format!("recalled {} bytes", text.len())})],
                 "end_turn",
             )
         }
-        (None, Some(id)) if declares(&request, true) => {
+        (_, Some(id)) if declares(&request, true) => {
             let script = model.script.lock().unwrap();
             let id = script.force_id.unwrap_or(id);
             let mut blocks = vec![
@@ -821,5 +832,60 @@ async fn an_output_cut_at_a_compaction_is_recalled_in_pages_of_at_most_8_times_t
     let next_line = shown.lines().count() + 1;
     assert!(note.contains(&format!("\"from_line\": {next_line}}}")), "{note}");
     assert!(note.contains(&format!("lines 1-{} of 120 shown", next_line - 1)), "{note}");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_4_follow_ups_then_the_client_gets_what_came() {
+    let state = tempfile::tempdir().unwrap();
+    let (up, model) = start_model().await;
+    {
+        let mut script = model.script.lock().unwrap();
+        (script.anywhere, script.insist) = (true, true);
+    }
+    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
+        observation_limit: Some(256),
+        ..config(up, state.path())
+    })
+    .await;
+    let output = log("build", 120);
+    let body = anthropic_body(ANTHROPIC_TOOLS, &anthropic_read(&output));
+    let answer = post(&proxy.url("/v1/messages"), body.clone(), "sk-r").await;
+    assert_eq!(model.bodies().len(), 5, "the answer and 4 follow-ups");
+    let content = answer["content"].as_array().unwrap();
+    assert_eq!(content.len(), 5, "each round's text, no call: {answer}");
+    assert!(content.iter().all(|b| b["type"] == "text"));
+    assert_eq!(answer["stop_reason"], "end_turn");
+    // Streamed: the same bound, one stream.
+    let stream = post_stream(&proxy.url("/v1/messages"), body, "sk-r2").await;
+    assert_eq!(model.bodies().len(), 10);
+    assert!(!stream.contains(RECALL));
+    assert!(stream.contains(r#""stop_reason":"end_turn""#), "{stream}");
+    assert_eq!(stream.matches("message_stop").count(), 2, "one message_stop event (type and name)");
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_follow_up_leaves_the_client_the_answer_before_it() {
+    let state = tempfile::tempdir().unwrap();
+    let (up, model) = start_model().await;
+    model.script.lock().unwrap().refuse_follow_up = true;
+    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
+        observation_limit: Some(256),
+        ..config(up, state.path())
+    })
+    .await;
+    let output = log("build", 120);
+    let body = anthropic_body(ANTHROPIC_TOOLS, &anthropic_read(&output));
+    let answer = post(&proxy.url("/v1/messages"), body.clone(), "sk-f").await;
+    assert_eq!(model.bodies().len(), 2);
+    assert_eq!(answer["content"], json!([{"type": "text", "text": "Reading the whole output."}]));
+    assert_eq!(answer["stop_reason"], "end_turn");
+    let stream = post_stream(&proxy.url("/v1/messages"), body, "sk-f2").await;
+    assert_eq!(model.bodies().len(), 4);
+    assert!(!stream.contains(RECALL));
+    let events = events(&stream);
+    assert_eq!(events.last().unwrap()["type"], "message_stop", "{stream}");
+    assert!(stream.contains(r#""stop_reason":"end_turn""#), "{stream}");
     proxy.stop().await;
 }
