@@ -25,11 +25,13 @@ impl Conv {
         false
     }
 
-    /// [`declares_recall`](Self::declares_recall) without its log.
+    /// [`declares_recall`](Self::declares_recall) without its log; false too when the
+    /// client's `tools` is not a list (the tool could not be added to it).
     pub(super) fn recall_declared(&self, request: &Request) -> bool {
         let tools = request.fields.get("tools").map(|t| t.get());
         self.settings.recall_tool
             && self.session.archive().is_some()
+            && tools.is_none_or(|t| t.starts_with('['))
             && !names_recall_tool(self.provider, tools)
     }
 
