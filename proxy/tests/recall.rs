@@ -558,7 +558,7 @@ async fn without_a_limit_or_with_recall_tool_off_nothing_is_declared_or_marked()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_tool_of_the_same_name_is_neither_declared_nor_answered() {
+async fn a_client_tool_of_the_same_name_or_no_client_tools_mean_no_declaration() {
     let state = tempfile::tempdir().unwrap();
     let (up, model) = start_model().await;
     let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
@@ -575,6 +575,18 @@ async fn a_client_tool_of_the_same_name_is_neither_declared_nor_answered() {
     assert_eq!(raw_tools(&sent), tools);
     assert!(!sent.contains(MARKER), "no marker: the proxy does not answer that tool");
     assert_eq!(answer["content"][0]["text"], "done 1");
+    // A request without tools of its own (or an empty list) gets none.
+    for (tools, key) in [(None, "sk-c2"), (Some("[ ]"), "sk-c3")] {
+        let mut body: Value =
+            serde_json::from_str(&anthropic_body("[]", &anthropic_read(&output))).unwrap();
+        match tools {
+            Some(raw) => body["tools"] = serde_json::from_str(raw).unwrap(),
+            None => drop(body.as_object_mut().unwrap().remove("tools")),
+        }
+        post(&proxy.url("/v1/messages"), body.to_string(), key).await;
+        let sent = model.bodies().pop().unwrap();
+        assert!(!sent.contains(RECALL), "{sent}");
+    }
     proxy.stop().await;
 }
 

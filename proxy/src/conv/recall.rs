@@ -25,13 +25,17 @@ impl Conv {
         false
     }
 
-    /// [`declares_recall`](Self::declares_recall) without its log; false too when the
-    /// client's `tools` is not a list (the tool could not be added to it).
+    /// [`declares_recall`](Self::declares_recall) without its log. Only beside the client's
+    /// own tools: a request without any has no tool outputs to cut, and its prompt would
+    /// grow by the definition for nothing (a `tools` that is not a list could not take it).
     pub(super) fn recall_declared(&self, request: &Request) -> bool {
         let tools = request.fields.get("tools").map(|t| t.get());
+        let listed = tools
+            .and_then(|t| t.strip_prefix('['))
+            .is_some_and(|t| !t.trim_start().starts_with(']'));
         self.settings.recall_tool
             && self.session.archive().is_some()
-            && tools.is_none_or(|t| t.starts_with('['))
+            && listed
             && !names_recall_tool(self.provider, tools)
     }
 

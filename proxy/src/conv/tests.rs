@@ -440,7 +440,11 @@ fn recalled_text_is_the_archived_whole_within_the_room_and_the_cap() {
         json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "build", "arguments": "{}"}}]}),
         json!({"role": "tool", "tool_call_id": "c1", "content": long.join("\n")}),
     ];
-    let body = turn(&mut conv, &messages);
+    let tools = json!([{"type": "function", "function": {"name": "build", "parameters": {"type": "object"}}}]);
+    let request = json!({"model": "m", "tools": tools, "messages": messages}).to_string();
+    let request = Request::parse(Provider::OpenAi, request.as_bytes()).unwrap();
+    conv.ingest(&request, &crate::wire::raw_hashes(&request)).unwrap();
+    let body = String::from_utf8(conv.compose(&request).unwrap().body).unwrap();
     let id = conv.recorded.entries[2].ids[0];
     assert!(body.contains(&format!("ctxwin_recall with {{\\\"id\\\": {id}}}")), "{body}");
     let call =
