@@ -529,6 +529,10 @@ const PROXY_SECTION: &str = "\n\
 # Tools whose older output a repeated call (same arguments) supersedes: cut to a note at the\n\
 # next compaction, the newest of each kept ahead of older turns; [] for none.\n\
 # supersede = [\"Read\", \"read_file\"]\n\
+# A cut output names its archived original, and the proxy declares a ctxwin_recall tool\n\
+# (after the client's tools) that the model calls to read it whole; the proxy answers it\n\
+# itself. On when a limit above is set; false: off.\n\
+# recall_tool = true\n\
 # Conversations kept in memory; the least recently used idle ones are unloaded above it.\n\
 # max_resident = 256\n\
 # The key clients send in x-ctxwin-key (required to listen off loopback).\n\
@@ -539,8 +543,9 @@ const PROXY_SECTION: &str = "\n\
 # checkpoint_every = 64\n\
 # A header naming each request's tenant (otherwise its credential does).\n\
 # tenant_header = \"x-team-id\"\n\
-# Retrieval ([retrieval] above) is shared: auto = false turns it off in the proxy too; the\n\
-# proxy's block takes at most 10% of the budget unless max_share_percent says otherwise.\n\
+# Retrieval ([retrieval] above) is shared, but off in the proxy unless auto = true is set\n\
+# there (its renewals cost more than they brought back in the bill bench); the proxy's block\n\
+# takes at most 10% of the budget unless max_share_percent says otherwise.\n\
 \n\
 # Context windows by model name: an exact match first, then the longest prefix.\n\
 # [proxy.windows]\n\
@@ -651,15 +656,15 @@ mod tests {
         assert!(known.iter().all(|key| written.contains(&key)));
         assert!(template.contains("\n# observation_limit = 1000\n"), "{template}");
         assert!(table["proxy"].as_table().unwrap().is_empty(), "every [proxy] key is commented");
-        let keys = [
+        for key in [
             "upstream",
             "default_window",
             "reserve",
             "observation_limit",
             "never_cut",
             "supersede",
-        ];
-        for key in keys {
+            "recall_tool",
+        ] {
             assert!(template.contains(&format!("\n# {key} = ")), "[proxy] {key} is not documented");
         }
     }

@@ -33,6 +33,10 @@ pub const RETRIEVAL: RetrievalSettings =
 /// 70% of the `Read` output is read again later).
 pub const SUPERSEDE: [&str; 2] = ["Read", "read_file"];
 
+/// Follow-up requests the proxy sends for one client request to answer the model's recall
+/// calls before it returns what it has.
+pub const RECALL_ROUNDS: usize = 4;
+
 /// Everything the proxy needs to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProxyConfig {
@@ -96,6 +100,10 @@ pub struct ProxyConfig {
     /// compaction the older is cut to a note, the archive keeps it (`[proxy] supersede`;
     /// [`SUPERSEDE`] by default, `[]` for none).
     pub supersede: Vec<String>,
+    /// Whether a cut tool output names its archived original and the proxy declares and
+    /// answers the `ctxwin_recall` tool that returns it (`[proxy] recall_tool`); `None`: on,
+    /// when a limit can cut ([`ProxyConfig::declares_recall`]).
+    pub recall_tool: Option<bool>,
     /// Retrieval of archived turns once a conversation's oldest turns left the window (the
     /// `[retrieval]` section the CLI shares; `auto = false` turns it off).
     pub retrieval: RetrievalSettings,
@@ -144,6 +152,7 @@ impl Default for ProxyConfig {
             compaction_limit: None,
             never_cut: Vec::new(),
             supersede: SUPERSEDE.iter().map(|tool| (*tool).to_string()).collect(),
+            recall_tool: None,
             retrieval: RETRIEVAL,
             task_detection: TaskDetection::Off,
             origins: Origins::default(),
@@ -191,6 +200,7 @@ struct ProxySection {
     compaction_limit: Option<u32>,
     never_cut: Option<Vec<String>>,
     supersede: Option<Vec<String>>,
+    recall_tool: Option<bool>,
 }
 
 /// `[store]`, shared with the CLI: only `url` is the proxy's concern.
@@ -238,6 +248,22 @@ impl ProxyConfig {
             .filter(|(prefix, _)| model.starts_with(prefix.as_str()))
             .max_by_key(|(prefix, _)| prefix.len())
             .map_or(self.default_window, |(_, window)| *window)
+    }
+
+    /// Whether conversations declare the recall tool: a limit can cut tool outputs
+    /// (`observation_limit` or `compaction_limit`) and `recall_tool` is not `false`.
+    ///
+    /// ```
+    /// let mut config = ctxwin_proxy::ProxyConfig::default();
+    /// assert!(!config.declares_recall(), "nothing is cut");
+    /// config.compaction_limit = Some(2_000);
+    /// assert!(config.declares_recall());
+    /// config.recall_tool = Some(false);
+    /// assert!(!config.declares_recall());
+    /// ```
+    pub fn declares_recall(&self) -> bool {
+        let cuts = self.observation_limit.is_some() || self.compaction_limit.is_some();
+        cuts && self.recall_tool != Some(false)
     }
 
     /// Applies the `[proxy]` section of the TOML file at `path`, with what the proxy shares of
@@ -296,6 +322,9 @@ impl ProxyConfig {
         }
         if let Some(tools) = section.supersede {
             self.supersede = tools;
+        }
+        if let Some(recall) = section.recall_tool {
+            self.recall_tool = Some(recall);
         }
         if let Some(upstream) = section.upstream {
             self.upstream = upstream;
@@ -535,6 +564,7 @@ impl ProxyConfig {
                 self.supersede.join(" / ")
             ),
         });
+        notes.push(self.recall_note());
         notes.push(format!(
             "tasks ([tasks] detect = \"{}\"): {}",
             self.task_detection.as_str(),
@@ -554,6 +584,21 @@ impl ProxyConfig {
             ));
         }
         notes
+    }
+
+    /// What the start log says of the recall tool.
+    fn recall_note(&self) -> String {
+        let cuts = self.observation_limit.is_some() || self.compaction_limit.is_some();
+        match (cuts, self.recall_tool) {
+            (false, Some(true)) => "recall tool: not declared, no limit cuts tool outputs ([proxy] recall_tool = true has no effect without observation_limit or compaction_limit)".into(),
+            (false, _) => "recall tool: not declared (no limit cuts tool outputs)".into(),
+            (true, Some(false)) => "recall tool: off ([proxy] recall_tool = false): a cut tool output is lost to the model".into(),
+            (true, _) => format!(
+                "recall tool: a cut tool output ends with a line naming its archived original; {} is declared after the client's tools on every request, and the proxy answers its calls itself (at most {} rounds per request; [proxy] recall_tool = false turns it off)",
+                crate::wire::RECALL_TOOL,
+                RECALL_ROUNDS
+            ),
+        }
     }
 
     /// The upstream URL for request path `path_and_query` (`/v1/...`).

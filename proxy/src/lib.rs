@@ -73,8 +73,10 @@
 //!   window has room (the oldest units leave first); `[proxy] observation_limit` cuts them to
 //!   head and tail, except the tools `never_cut` names. At a compaction a file read again
 //!   (`[proxy] supersede`) is cut to a note in its older copies, and the newest read of each
-//!   file stays ahead of older turns. A request's `max_tokens` is kept free: the prompt plus
-//!   it never pass the window.
+//!   file stays ahead of older turns. A cut output names its archived original, which the
+//!   model reads back through the `ctxwin_recall` tool the proxy declares and answers itself
+//!   ([`recall`]). A request's `max_tokens` is kept free: the prompt plus it never pass the
+//!   window.
 //! * **Concurrency.** One `tokio::sync::Mutex` per conversation. A request whose work stays
 //!   in memory (pushing its new messages and composing, tens of microseconds) runs on the
 //!   async thread that read it; disk work (loading a conversation from its checkpoint,
@@ -208,6 +210,7 @@ pub mod middleware;
 pub mod parsed;
 pub mod pipeline;
 pub mod pool;
+pub mod recall;
 pub mod respond;
 pub mod routes;
 pub mod upstream;

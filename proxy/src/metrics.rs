@@ -29,6 +29,8 @@ pub struct Metrics {
     pub compactions: AtomicU64,
     /// Managed requests forwarded.
     pub managed: AtomicU64,
+    /// Follow-up requests the proxy sent upstream to answer the model's recall calls.
+    pub recall_rounds: AtomicU64,
     /// Managed requests whose message prefix was unchanged since the conversation's last.
     pub cache_stable: AtomicU64,
     /// Conversations loaded from disk or created.
@@ -129,7 +131,7 @@ impl Metrics {
                 "ctxwin_proxy_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {count}"
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 9] = [
+        let counters: [(&str, &str, &AtomicU64); 10] = [
             ("tokens_in_total", "Estimated tokens of the histories clients sent.", &self.tokens_in),
             (
                 "tokens_sent_total",
@@ -142,6 +144,11 @@ impl Metrics {
                 &self.compactions,
             ),
             ("managed_requests_total", "Managed requests forwarded upstream.", &self.managed),
+            (
+                "recall_rounds_total",
+                "Follow-up requests sent upstream with the answers to the model's ctxwin_recall calls (billed like the rest: the billed counters include them).",
+                &self.recall_rounds,
+            ),
             (
                 "cache_stable_requests_total",
                 "Managed requests whose emitted messages (by session id, not bytes) began with the conversation's previous request's: the prompt's bytes are ctxwin_proxy_cache_stable_share.",

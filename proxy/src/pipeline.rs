@@ -17,6 +17,7 @@ use crate::app::{App, Guard};
 use crate::conv::{Composed, Conv, ConvError, Ingest};
 use crate::errors::Failure;
 use crate::keys::{branch_key, conversation_key, tenant};
+use crate::recall;
 use crate::respond::{self, release};
 use crate::upstream;
 use crate::wire::{self, Provider, Request};
@@ -73,7 +74,12 @@ async fn handle(
     let sent_tokens = composed.tokens;
     let sent_at = Instant::now();
     let body = Bytes::from(composed.body);
-    match upstream::post_json(&app.client, &app.config, &url, headers, body).await {
+    match upstream::post_json(&app.client, &app.config, &url, headers, body.clone()).await {
+        Ok(answer) if composed.recall => {
+            let (tokens, room, at) = (sent_tokens, composed.room, sent_at);
+            let sent = recall::Sent { url: &url, headers, body, tokens, room, at };
+            recall::answer(app, provider, guard, answer, sent).await
+        }
         Ok(answer) => respond::answer(app, provider, guard, answer, sent_tokens, sent_at).await,
         Err(failure) => {
             release(app.clone(), guard);

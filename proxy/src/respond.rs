@@ -50,16 +50,33 @@ pub async fn answer(
     };
     let waited = sent_at.elapsed();
     let answer = if status.is_success() { assemble::from_body(provider, &body) } else { None };
+    Ok(answered(app, guard, (status, headers), body, answer, sent_tokens, waited))
+}
+
+/// The client's response holding a whole upstream `body` (`status`, the upstream's
+/// `headers`), its `answer` recorded in the conversation (`guard`, then released): with
+/// none, nothing is recorded. `waited`: how long the upstream took.
+pub fn answered(
+    app: &Arc<App>,
+    guard: Guard,
+    (status, headers): (StatusCode, HeaderMap),
+    body: Bytes,
+    answer: Option<Answer>,
+    sent_tokens: u32,
+    waited: Duration,
+) -> Response {
     match answer {
         Some(answer) => {
             tokio::spawn(finish_answer(app.clone(), guard, Some(answer), sent_tokens));
         }
         None => release(app.clone(), guard),
     }
-    Ok(response(status, headers, Body::from(body), waited))
+    response(status, headers, Body::from(body), waited)
 }
 
-fn response(status: StatusCode, headers: HeaderMap, body: Body, waited: Duration) -> Response {
+/// The client's response: the upstream's `status` and `headers`, `body`, and how long the
+/// upstream took (`waited`, for the metrics).
+pub fn response(status: StatusCode, headers: HeaderMap, body: Body, waited: Duration) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -113,7 +130,12 @@ fn relay(
 
 /// Records the answer (a checkpoint every `checkpoint_every` exchanges; idle conversations
 /// are checkpointed by the sweeper), then releases the conversation.
-async fn finish_answer(app: Arc<App>, mut guard: Guard, answer: Option<Answer>, sent_tokens: u32) {
+pub async fn finish_answer(
+    app: Arc<App>,
+    mut guard: Guard,
+    answer: Option<Answer>,
+    sent_tokens: u32,
+) {
     let inline =
         guard.as_ref().is_none_or(|conv| !conv.answer_needs_io(app.config.checkpoint_every));
     let every = app.config.checkpoint_every;

@@ -5,6 +5,8 @@
 
 pub use ctxwin_std::format::fingerprint::raw_hash;
 pub use ctxwin_std::format::{
-    Analyzed, BadRequest, KeptPart, ManagedBody, Opaque, Part, PromptRanges, Provider, Request,
-    analyze_item, analyze_message, raw_hashes,
+    Analyzed, AnswerCalls, BadRequest, KeptPart, ManagedBody, Opaque, Part, PromptRanges, Provider,
+    RECALL_TOOL, RecallCall, RecallResult, RecallStream, Request, analyze_item, analyze_message,
+    answer_calls, follow_up_body, merge_answers, message_as_answer, names_recall_tool, raw_hashes,
+    recall_marker, tools_with_recall, without_recall_tool,
 };

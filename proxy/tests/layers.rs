@@ -23,7 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("conversations", &["conv"]),
     ("edges", &["errors", "upstream"]),
     ("registry", &["app", "bills"]),
-    ("responses", &["respond"]),
+    ("responses", &["respond", "recall"]),
     ("requests", &["pipeline", "middleware"]),
     ("routes", &["routes"]),
     ("server", &["connections"]),

@@ -128,7 +128,7 @@ mod tests {
         std::fs::write(dir.path().join("ctxwin.toml"), crate::config_file::default_toml()).unwrap();
         let config = config(&globals(dir.path()), &args(None), |_| None).unwrap();
         assert_eq!(config.observation_limit, None, "tool outputs whole");
-        assert!(config.retrieval.auto);
+        assert!(!config.retrieval.auto, "the proxy's retrieval is off unless the file sets it");
         assert_eq!(config.origins.cli_window, Some(32_768));
     }
 

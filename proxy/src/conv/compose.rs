@@ -10,7 +10,7 @@ use ctxwin_std::core::Role;
 use ctxwin_std::session::{ComposeOptions, ComposedPayload, Origin, RecallFor, RetrievalSettings};
 
 use super::{Composed, Conv, ConvError};
-use crate::wire::{KeptPart, ManagedBody, Provider, Request};
+use crate::wire::{KeptPart, ManagedBody, Provider, Request, recall_marker};
 
 /// A message to emit, in payload order.
 enum Slot {
@@ -75,8 +75,10 @@ impl Conv {
         may_search: bool,
     ) -> Result<Option<Composed>, ConvError> {
         let Some(payload) = self.compose_payload(may_search)? else { return Ok(None) };
-        let plan = self.plan(&payload);
+        let recall = self.declares_recall(request);
+        let plan = self.plan(&payload, recall);
         let mut body = ManagedBody::new(self.provider, request, plan.added);
+        let recall = recall && body.declare_recall();
         if self.evicted_any {
             // Until something left, the body is the client's own, its marks included.
             body.cache_head();
@@ -103,6 +105,7 @@ impl Conv {
         self.last_emitted = plan.emitted;
         self.dirty = true;
         let tasks_finished = self.tasks_finished();
+        let room = self.session.configured().budget().saturating_sub(payload.tokens);
         Ok(Some(Composed {
             body,
             tokens: payload.tokens,
@@ -110,6 +113,8 @@ impl Conv {
             cache_stable,
             tasks_finished,
             prompt,
+            recall,
+            room,
         }))
     }
 
@@ -217,7 +222,11 @@ impl Conv {
     /// the parts of it the payload keeps, reduced where the core reduced them) or one the
     /// core wrote itself. The tool-definition placeholders are left out (the request's own
     /// `tools` field is sent).
-    fn plan(&self, payload: &ComposedPayload) -> Plan {
+    ///
+    /// With `recall` (the recall tool is declared), a reduced part ends with the line naming
+    /// its archived original ([`recall_marker`]): its session id, the same bytes on every
+    /// request.
+    fn plan(&self, payload: &ComposedPayload, recall: bool) -> Plan {
         let mut plan = Plan::default();
         // Which slot holds each recorded message: its parts gather there.
         let mut slot_of: HashMap<usize, usize> = HashMap::new();
@@ -241,7 +250,11 @@ impl Conv {
                 plan.order.push(Slot::Core(core_written(message)));
                 continue;
             };
-            let kept = KeptPart { part, reduced: reduced.then(|| message.content.clone()) };
+            let reduced = reduced.then(|| match recall {
+                true => format!("{}{}", message.content, recall_marker(id)),
+                false => message.content.clone(),
+            });
+            let kept = KeptPart { part, reduced };
             match slot_of.get(&entry) {
                 Some(&at) => {
                     if let Some(Slot::Entry(_, _, parts)) = plan.order.get_mut(at) {

@@ -26,7 +26,9 @@ use super::state::{Entry, Recorded};
 use super::validate::{level_of, pins};
 use super::{Conv, ConvError, ConvSettings, stores};
 use crate::hash::{canonical, hash_str};
-use crate::wire::{Analyzed, Part, Provider, Request, analyze_item, analyze_message, raw_hash};
+use crate::wire::{
+    Analyzed, Part, Provider, Request, analyze_item, analyze_message, raw_hash, without_recall_tool,
+};
 
 /// Rows read at once while rebuilding.
 const PAGE: usize = 500;
@@ -270,7 +272,9 @@ impl Rebuild {
             .then(|| row.full_text().strip_prefix(TOOLS_PREFIX))
             .flatten();
         if let Some(tools) = tools {
-            let parsed: Value = serde_json::from_str(tools).unwrap_or(Value::Null);
+            // The fingerprint is the client's list's, without the recall tool it declared.
+            let client = without_recall_tool(self.provider, tools);
+            let parsed: Value = serde_json::from_str(&client).unwrap_or(Value::Null);
             self.recorded.placeholders.insert(row.id);
             self.recorded.tools_fp = hash_str(&canonical(&parsed));
         }
@@ -396,6 +400,25 @@ mod tests {
         assert_eq!(b.recorded.entries, rebuilt.recorded.entries);
         assert_eq!(b.recorded.placeholders, rebuilt.recorded.placeholders);
         assert_eq!(b.recorded.tools_fp, rebuilt.recorded.tools_fp);
+    }
+
+    #[test]
+    fn a_rebuild_keeps_the_clients_tools_fingerprint_when_the_recall_tool_was_declared() {
+        let shared = fleet();
+        let settings = ConvSettings { recall_tool: true, ..ConvSettings::new(32_768, 1_024) };
+        let dir = std::path::Path::new("unused");
+        let open = || Conv::open(dir, &shared, "k", Provider::Anthropic, &settings).unwrap();
+        let placeholders = || {
+            let rows = rows(&shared);
+            rows.iter().filter(|(_, text)| text.starts_with(TOOLS_PREFIX)).count()
+        };
+        let mut a = open();
+        assert!(serve(&mut a, &history(1)).contains(crate::wire::RECALL_TOOL));
+        assert_eq!(placeholders(), 1);
+        let mut rebuilt = open();
+        assert_eq!(rebuilt.recorded.tools_fp, a.recorded.tools_fp);
+        serve(&mut rebuilt, &history(2));
+        assert_eq!(placeholders(), 1, "the same tools are not pushed again");
     }
 
     /// Checkpoints written over the conversation's life, as of its newest: each records its

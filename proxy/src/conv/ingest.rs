@@ -15,7 +15,7 @@ use super::state::Entry;
 use super::validate::{level_of, pins};
 use super::{Conv, ConvError, Ingest};
 use crate::hash::{canonical, hash_str};
-use crate::wire::{Analyzed, Part, Request, analyze_item};
+use crate::wire::{Analyzed, Part, Request, analyze_item, tools_with_recall};
 
 /// What the proxy pushes for a request's tool definitions, before their JSON
 /// ([`Conv::tools_to_push`]).
@@ -79,7 +79,8 @@ impl Conv {
     }
 
     /// The request's tool definitions when they changed since the last pushed: their
-    /// fingerprint and the text pushed for them.
+    /// fingerprint and the text pushed for them: the tools the body declares, the recall
+    /// tool included (pinned like the client's: its tokens are the prompt's).
     pub(super) fn tools_to_push(&self, request: &Request) -> Option<(u64, String)> {
         let tools = request.fields.get("tools")?;
         let parsed: Value = serde_json::from_str(tools.get()).unwrap_or(Value::Null);
@@ -87,7 +88,11 @@ impl Conv {
         if fp == self.recorded.tools_fp || parsed.as_array().is_none_or(|a| a.is_empty()) {
             return None;
         }
-        Some((fp, format!("{}{}", TOOLS_PREFIX, tools.get())))
+        let declared = match self.recall_declared(request) {
+            true => tools_with_recall(self.provider, Some(tools.get())),
+            false => None,
+        };
+        Some((fp, format!("{}{}", TOOLS_PREFIX, declared.as_deref().unwrap_or(tools.get()))))
     }
 
     /// Pushes the request's tool definitions when they changed, as one permanent system

@@ -13,6 +13,7 @@ mod fleet;
 mod ingest;
 mod measure;
 mod paths;
+mod recall;
 mod settings;
 mod state;
 mod stored;
@@ -31,7 +32,7 @@ use ctxwin_std::store::{Deferred, StoreError};
 use serde_json::Value;
 
 pub use paths::{conv_dir, is_tenant_key};
-pub use settings::{ConvSettings, WHOLE};
+pub use settings::{ConvSettings, RECALL_LIMIT_FACTOR, WHOLE};
 pub use stored::stored_bills;
 pub use stores::{
     ARCHIVE_CACHE_KIB, LEFTOVER_SIDE_STORE, LocalStores, Stores, fleet_secret, fleet_secret_scope,
@@ -123,6 +124,10 @@ pub struct Composed {
     pub tasks_finished: Vec<f64>,
     /// Where the prompt (`tools`, `system`, `messages`) is in `body`.
     pub prompt: PromptRanges,
+    /// The body declares the recall tool: the proxy answers its calls.
+    pub recall: bool,
+    /// Tokens the budget leaves after the payload: what recalled text may take.
+    pub room: u32,
 }
 
 /// One conversation, resident.
@@ -182,6 +187,9 @@ pub struct Conv {
     /// The upstream's last answer, not in the session: the next request carries the client's
     /// copy of it (pushed with its messages) or supersedes it; kept in the checkpoints.
     pending_answer: Option<Value>,
+    /// The client's own tool is named like the recall tool, which is then not declared:
+    /// said once.
+    recall_clash_logged: bool,
 }
 
 impl std::fmt::Debug for Conv {
@@ -368,6 +376,7 @@ impl Conv {
             exchanges: 0,
             last_used: Instant::now(),
             pending_answer: None,
+            recall_clash_logged: false,
         }
     }
 

@@ -36,6 +36,9 @@ pub struct ConvSettings {
     /// Tools whose output a newer output of the same call supersedes: cut to a note at the
     /// next compaction ([`SessionBuilder::supersede`]; file reads by default).
     pub supersede: Arc<[String]>,
+    /// Whether a cut tool output names its archived original and the `ctxwin_recall` tool
+    /// is declared ([`ProxyConfig::declares_recall`]).
+    pub recall_tool: bool,
     /// Whether archived turns matching the live request are retrieved once something of the
     /// conversation left the window (`[retrieval] auto`).
     pub recall: bool,
@@ -56,6 +59,7 @@ impl ConvSettings {
             compaction_limit: None,
             never_cut: Arc::from([]),
             supersede: SUPERSEDE.iter().map(|tool| (*tool).to_string()).collect(),
+            recall_tool: false,
             recall: RETRIEVAL.auto,
             retrieval: RETRIEVAL,
             task_detection: TaskDetection::Off,
@@ -69,6 +73,7 @@ impl ConvSettings {
             compaction_limit: config.compaction_limit,
             never_cut: config.never_cut.clone().into(),
             supersede: config.supersede.clone().into(),
+            recall_tool: config.declares_recall(),
             recall: config.retrieval.auto,
             retrieval: config.retrieval,
             task_detection: config.task_detection,
@@ -138,6 +143,19 @@ impl ConvSettings {
         let share = u64::from(self.retrieval.max_share_percent);
         let percent = (history * share / u64::from(budget.max(1))).min(100) as u8;
         RetrievalSettings { max_share_percent: percent, ..self.retrieval }
+    }
+
+    /// The most tokens one recall call returns: [`RECALL_LIMIT_FACTOR`] times the larger
+    /// limit that cuts tool outputs (the room left in the window bounds it too).
+    ///
+    /// ```
+    /// use ctxwin_proxy::conv::ConvSettings;
+    /// let settings = ConvSettings { compaction_limit: Some(2_000), ..ConvSettings::new(64_000, 4_096) };
+    /// assert_eq!(settings.recall_cap(), 16_000);
+    /// ```
+    pub fn recall_cap(&self) -> u32 {
+        let limit = self.observation_limit.max(self.compaction_limit).unwrap_or(0);
+        limit.saturating_mul(RECALL_LIMIT_FACTOR)
     }
 
     /// Whether `tool`'s outputs are never reduced by the observation limit.
@@ -216,6 +234,10 @@ fn reply_tokens(request: &Request) -> Option<u32> {
         Some(u32::try_from(tokens).unwrap_or(u32::MAX))
     })
 }
+
+/// How many times the cutting limit one recall call may return: a cut output is read back in
+/// pages of this size at most, so that a 2 MB log does not fill the window at once.
+pub const RECALL_LIMIT_FACTOR: u32 = 8;
 
 /// The share of what the pinned part leaves the history that a compaction keeps, in percent.
 pub const KEEP_PERCENT: u32 = 35;

@@ -466,3 +466,74 @@ fn a_file_read_again_is_cut_to_a_note_at_the_next_compaction_only() {
     assert_eq!(after.last().map(|(_, text)| text.clone()), Some(file(n)), "the newest stays");
     assert_eq!(conv.session().manager().stats().counters.units_evicted, 0, "cutting made the room");
 }
+
+#[test]
+fn recalled_text_is_the_archived_whole_within_the_room_and_the_cap() {
+    use crate::wire::RecallCall;
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let settings = ConvSettings {
+        observation_limit: Some(64),
+        recall_tool: true,
+        ..ConvSettings::new(32_768, 1_024)
+    };
+    let mut conv = Conv::open(dir.path(), &store, "r", Provider::OpenAi, &settings).unwrap();
+    let long: Vec<String> = (1..=40).map(|i| format!("line {i} of the build log")).collect();
+    let messages = [
+        json!({"role": "user", "content": "build it"}),
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "build", "arguments": "{}"}}]}),
+        json!({"role": "tool", "tool_call_id": "c1", "content": long.join("\n")}),
+    ];
+    let tools = json!([{"type": "function", "function": {"name": "build", "parameters": {"type": "object"}}}]);
+    let request = json!({"model": "m", "tools": tools, "messages": messages}).to_string();
+    let request = Request::parse(Provider::OpenAi, request.as_bytes()).unwrap();
+    conv.ingest(&request, &crate::wire::raw_hashes(&request)).unwrap();
+    let body = String::from_utf8(conv.compose(&request).unwrap().body).unwrap();
+    let id = conv.recorded.entries[2].ids[0];
+    assert!(body.contains(&format!("ctxwin_recall with {{\\\"id\\\": {id}}}")), "{body}");
+    let call =
+        |from, to| RecallCall { call_id: "k".into(), id: Some(id), from_line: from, to_line: to };
+    // Room for all of it, under the cap (64 x 8 tokens): the whole text.
+    let (results, used) = conv.recall_results(&[call(None, None)], 10_000);
+    assert_eq!(results[0].text, long.join("\n"));
+    assert!(!results[0].is_error && used > 0 && used <= 512, "{used}");
+    // Lines asked for.
+    let (results, _) = conv.recall_results(&[call(Some(3), Some(4))], 10_000);
+    assert_eq!(results[0].text, "line 3 of the build log\nline 4 of the build log");
+    // Little room: the first lines that fit, and where to go on.
+    let (results, used) = conv.recall_results(&[call(None, None)], 40);
+    assert!(used <= 40, "{used}");
+    let (shown, note) = results[0].text.rsplit_once('\n').unwrap();
+    let next = shown.lines().count() + 1;
+    assert!(next > 1 && next < 40, "{}", results[0].text);
+    assert!(note.contains(&format!("\"from_line\": {next}}}")), "{note}");
+    // Two calls share the room; an id of nothing archived and lines past the end are errors.
+    let (results, _) = conv.recall_results(&[call(None, None), call(None, None)], 300);
+    assert!(results[1].text.len() < results[0].text.len() || results[1].is_error);
+    let missing = RecallCall { id: Some(9_999), ..call(None, None) };
+    let (results, _) = conv.recall_results(&[missing, call(Some(41), None)], 10_000);
+    assert!(results.iter().all(|r| r.is_error), "{results:?}");
+    assert_eq!(results[0].text, "no archived output 9999 in this conversation");
+}
+
+#[test]
+fn the_recall_tool_is_pinned_with_the_clients_tools() {
+    use ctxwin_std::core::Level;
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let pinned = |recall_tool: bool, name: &str| {
+        let settings = ConvSettings { recall_tool, ..ConvSettings::new(32_768, 1_024) };
+        let mut conv = Conv::open(dir.path(), &store, name, Provider::OpenAi, &settings).unwrap();
+        let tools = json!([{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]);
+        let body =
+            json!({"model": "m", "tools": tools, "messages": [{"role": "user", "content": "hi"}]});
+        let request = Request::parse(Provider::OpenAi, body.to_string().as_bytes()).unwrap();
+        let hashes = crate::wire::raw_hashes(&request);
+        conv.ingest(&request, &hashes).unwrap();
+        let sent = String::from_utf8(conv.compose(&request).unwrap().body).unwrap();
+        assert_eq!(sent.contains(crate::wire::RECALL_TOOL), recall_tool);
+        conv.session().manager().level_tokens(Level::Permanent)
+    };
+    let (with, without) = (pinned(true, "with"), pinned(false, "without"));
+    assert!(with > without + 50, "the recall tool's definition is counted: {with} vs {without}");
+}

@@ -76,6 +76,8 @@ pub struct ManagedBody<'r> {
     /// Anthropic: where the last message written starts when it is a user turn (the next
     /// user turn joins it: the API wants the roles to alternate).
     last_user_turn: Option<usize>,
+    /// The `tools` written instead of the client's ([`ManagedBody::declare_recall`]).
+    tools: Option<String>,
 }
 
 impl<'r> ManagedBody<'r> {
@@ -94,7 +96,17 @@ impl<'r> ManagedBody<'r> {
             system: None,
             cache_head: false,
             last_user_turn: None,
+            tools: None,
         }
+    }
+
+    /// Declares the recall tool ([`tools_with_recall`](super::tools_with_recall)): the
+    /// client's `tools` with it appended, or `tools` holding it alone. False (nothing
+    /// declared) when the client's `tools` is not an array.
+    pub fn declare_recall(&mut self) -> bool {
+        let tools = self.request.fields.get("tools").map(|t| t.get());
+        self.tools = super::recall::tools_with_recall(self.provider, tools);
+        self.tools.is_some()
     }
 
     /// Asks for a prompt-cache mark on the history's first message (Anthropic; OpenAI caches
@@ -250,7 +262,7 @@ impl<'r> ManagedBody<'r> {
             Provider::Anthropic => self.system,
             Provider::OpenAi => None,
         };
-        self.request.write_body_with_list(&self.list, system.as_deref())
+        self.request.write_body_with_list(&self.list, system.as_deref(), self.tools.as_deref())
     }
 }
 

@@ -111,6 +111,8 @@ mod jsonl;
 mod managed;
 mod node;
 mod openai;
+mod recall;
+mod recall_stream;
 mod request;
 mod scan;
 mod timestamps;
@@ -124,6 +126,12 @@ pub use anthropic::{MANAGED_OPENING_TEXT, OPENING_USER_TEXT};
 pub use error::{FormatError, Problem, UnknownFormat};
 pub use jsonl::JsonlTail;
 pub use managed::{KeptPart, ManagedBody};
+pub use recall::{
+    AnswerCalls, RECALL_TOOL, RecallCall, RecallResult, answer_calls, follow_up_body,
+    merge_answers, message_as_answer, names_recall_tool, recall_marker, tools_with_recall,
+    without_recall_tool,
+};
+pub use recall_stream::RecallStream;
 pub use request::{BadRequest, PromptRanges, Request, raw_hashes};
 pub use timestamps::message_timestamps;
 

@@ -222,15 +222,16 @@ impl Request {
             list.extend_from_slice(message.as_ref().as_bytes());
         }
         list.push(b']');
-        self.write_body_with_list(&list, system)
+        self.write_body_with_list(&list, system, None)
     }
 
     /// [`write_body`](Self::write_body) with the message list already written as a JSON
-    /// array.
+    /// array, and `tools` instead of the client's when given (added last when it sent none).
     pub(super) fn write_body_with_list(
         &self,
         list: &[u8],
         system: Option<&str>,
+        tools: Option<&str>,
     ) -> (Vec<u8>, PromptRanges) {
         let mut out = Vec::with_capacity(list.len() + 1024);
         let mut ranges = PromptRanges::default();
@@ -255,12 +256,20 @@ impl Request {
                     }
                     system_written = true;
                 }
-                "tools" => ranges.tools = Some(field(&mut out, key, value.get().as_bytes())),
+                "tools" => {
+                    let tools = tools.unwrap_or(value.get());
+                    ranges.tools = Some(field(&mut out, key, tools.as_bytes()));
+                }
                 _ => drop(field(&mut out, key, value.get().as_bytes())),
             }
         }
         if !system_written && let Some(system) = system {
             ranges.system = Some(field(&mut out, "system", system.as_bytes()));
+        }
+        if !self.fields.contains_key("tools")
+            && let Some(tools) = tools
+        {
+            ranges.tools = Some(field(&mut out, "tools", tools.as_bytes()));
         }
         out.push(b'}');
         (out, ranges)

@@ -12,6 +12,7 @@
 mod analyze;
 mod managed;
 mod read;
+mod recall;
 mod write;
 
 pub(in crate::format) use analyze::{analyze_message, analyze_system};
@@ -21,6 +22,7 @@ pub(in crate::format) use managed::{
     managed_opening_turn_marked, marked_turn, system_with,
 };
 pub(in crate::format) use read::{drop_opening_placeholder, read_header, read_message};
+pub(in crate::format) use recall::{recall_calls, recall_follow_up, recall_merge, recall_tool};
 pub(in crate::format) use write::{wire_body, wire_lines};
 
 /// Separator between the text blocks of a system prompt or a tool result.

@@ -33,11 +33,13 @@
 mod analyze;
 mod managed;
 mod read;
+mod recall;
 mod write;
 
 pub(in crate::format) use analyze::analyze_message;
 pub(in crate::format) use managed::{core_message, kept_message, system_message};
 pub(in crate::format) use read::{read_header, read_message};
+pub(in crate::format) use recall::{recall_calls, recall_follow_up, recall_merge, recall_tool};
 pub(in crate::format) use write::{wire_body, wire_header, wire_messages};
 
 #[cfg(test)]
