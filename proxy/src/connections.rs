@@ -58,7 +58,14 @@ pub async fn serve(
         let stream = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    // A streamed answer goes out chunk by chunk: with Nagle's algorithm each
+                    // small write after the first waits for the client's delayed ACK (40 ms).
+                    if let Err(error) = stream.set_nodelay(true) {
+                        tracing::debug!(%error, "proxy: TCP_NODELAY not set");
+                    }
+                    stream
+                }
                 Err(error) => {
                     after_accept_error(&error).await;
                     continue;

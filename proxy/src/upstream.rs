@@ -18,6 +18,7 @@ pub fn client(config: &ProxyConfig) -> Result<reqwest::Client, String> {
         .connect_timeout(Duration::from_secs(10))
         .read_timeout(config.upstream_timeout)
         .pool_max_idle_per_host(256)
+        .tcp_nodelay(true)
         .build()
         .map_err(|e| e.to_string())
 }
