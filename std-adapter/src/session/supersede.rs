@@ -105,13 +105,15 @@ mod tests {
 
     #[test]
     fn a_file_read_again_supersedes_the_older_read_and_the_archive_keeps_it_whole() {
-        let build = |tools: &[&str]| {
-            let builder = SessionBuilder::new("s").archive_in_memory().config(config());
+        let store = Arc::new(MemoryStore::new());
+        let build = |name: &str, tools: &[&str]| {
+            let ports = Ports { archive: store.clone(), checkpoints: store.clone() };
+            let builder = SessionBuilder::new(name).ports(ports).config(config());
             builder.supersede(tools.iter().copied()).build().unwrap()
         };
-        let mut session = build(&["Read"]);
+        let mut session = build("keyed", &["Read"]);
         let ids = read_files(&mut session, 0..30);
-        let mut plain = build(&[]);
+        let mut plain = build("plain", &[]);
         read_files(&mut plain, 0..30);
         let cut: Vec<_> = ids
             .iter()
