@@ -69,7 +69,7 @@
 //!   provider's prompt cache of the history holds: what the proxy adds (the block retrieved
 //!   from the archive for the live request) is retrieved at a compaction and sent as the same
 //!   bytes until the next one ([`conv::ConvSettings`]), and a compaction evicts down to about
-//!   a third of what the pinned part leaves the history, in one step. Tool outputs are sent whole while the
+//!   half of what the pinned part leaves the history, in one step. Tool outputs are sent whole while the
 //!   window has room (the oldest units leave first); `[proxy] observation_limit` cuts them to
 //!   head and tail, except the tools `never_cut` names. At a compaction a file read again
 //!   (`[proxy] supersede`) is cut to a note in its older copies, and the newest read of each

@@ -290,7 +290,7 @@ mod tests {
             &stores,
             "t",
             Provider::OpenAi,
-            &crate::conv::tests::retrieving(2_048, 256),
+            &crate::conv::tests::retrieving(4_096, 256),
         )
         .unwrap();
         let mut guard = Arc::new(AsyncMutex::new(Some(conv))).try_lock_owned().unwrap();
@@ -320,8 +320,10 @@ mod tests {
                     let hashes = request.item_hashes().to_vec();
                     let searches = guard.as_ref().unwrap().session().archive_searches();
                     let progress = take_request(&mut guard, &request, &hashes, true).unwrap();
-                    let Progress::Done(Step::Composed(composed, _)) = progress else {
-                        panic!("not composed inline")
+                    let composed = match progress {
+                        Progress::Done(Step::Composed(composed, _)) => composed,
+                        Progress::Taken { evicted, .. } => panic!("not composed inline: {evicted}"),
+                        Progress::Done(_) => panic!("not composed"),
                     };
                     assert_eq!(composed.evicted, 0);
                     assert!(String::from_utf8(composed.body).unwrap().contains("Postgres 16"));

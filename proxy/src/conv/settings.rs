@@ -96,9 +96,8 @@ impl ConvSettings {
     /// share of the budget: at 32k the pinned part of a coding agent is half of it), so that
     /// the history then grows for many requests with the provider's prompt cache holding:
     /// each compaction rewrites the cached prefix once, and the fewer tokens it keeps the
-    /// longer until the next (in the bill bench 35% bills 0.58 / 0.25 / 0.19 × direct at
-    /// 200k / 64k / 32k where 50% bills 0.61 / 0.28 / 0.19, with about as many `Edit`
-    /// targets visible).
+    /// longer until the next. The newest read of each file stays ahead of older turns within
+    /// that share, so it also decides how many files the model still sees ([`KEEP_PERCENT`]).
     pub fn session_config(&self, window: u32, reserve: u32, pinned: u32) -> Config {
         let reserve = reserve.clamp(1, window.saturating_sub(MIN_PROMPT).max(1));
         let budget = window - reserve;
@@ -240,7 +239,15 @@ fn reply_tokens(request: &Request) -> Option<u32> {
 pub const RECALL_LIMIT_FACTOR: u32 = 8;
 
 /// The share of what the pinned part leaves the history that a compaction keeps, in percent.
-pub const KEEP_PERCENT: u32 = 35;
+///
+/// Half: in the bill bench (newest reads kept, retrieval off), bill× / cache read into the
+/// messages / hidden `Edit` targets at Anthropic 200k / 64k / 32k and OpenAI 128k / 32k are
+/// 0.58/96%/1, 0.25/94%/10, 0.16/84%/27, 0.37/93%/1, 0.10/73%/22 at 50%; at 35% 0.52/96%/1,
+/// 0.22/92%/12, 0.16/83%/27, 0.33/94%/4, 0.09/72%/23; at 60% 0.61/96%/0, 0.28/94%/10,
+/// 0.16/82%/27, 0.38/92%/1, 0.10/74%/22 (the naive trim: 0.88/90%/1, 0.28/85%/11,
+/// 0.15/74%/27, 0.55/73%/3, 0.11/57%/21). At 50% every bill but 32k's is under the trim's and
+/// the proxy hides no more than it but at OpenAI 32k.
+pub const KEEP_PERCENT: u32 = 50;
 
 /// The observation limit that keeps tool outputs whole: the core still reduces an output
 /// larger than what its unit may hold of the history's budget.
@@ -266,6 +273,6 @@ mod tests {
         let config = settings.session_config(32_768, 8_192, 12_288);
         let kept = f64::from(config.low_water_tokens() - 12_288) / 12_288.0;
         assert!((kept - f64::from(KEEP_PERCENT) / 100.0).abs() < 0.03, "{kept}");
-        assert_eq!(settings.session_config(200_000, 8_192, 0).low_water_percent, 35);
+        assert_eq!(settings.session_config(200_000, 8_192, 0).low_water_percent, 50);
     }
 }
