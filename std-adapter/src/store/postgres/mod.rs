@@ -210,6 +210,8 @@ struct Inner {
     options: PgOptions,
     /// Rows of many conversations written in one statement ([`group`]).
     group: group::Group,
+    /// Checkpoint sequences as last seen, for saves in one statement ([`checkpoints`]).
+    checkpoints: checkpoints::Known,
 }
 
 impl Drop for Inner {
@@ -371,6 +373,7 @@ impl PgStore {
                 place,
                 options,
                 group: group::Group::default(),
+                checkpoints: checkpoints::Known::default(),
             }),
         })
     }

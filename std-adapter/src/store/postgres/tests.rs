@@ -248,3 +248,51 @@ fn a_lease_lost_in_a_crash_leaves_no_two_writers_on_one_fence() {
         a.rows_after(&s, 0, 10).unwrap().into_iter().map(|row| row.message.content).collect();
     assert_eq!(texts, ["a holds it", "a writes on", "c holds it", "b holds it now"]);
 }
+
+/// Saves in one statement: each handle's frame is made for the sequence it expects, so two
+/// handles taking turns (each one's expectation stale after the other's save) still store
+/// every checkpoint at its sequence, in order, each loading back; a save under a stale fence
+/// (and one under the newest number from the wrong handle) stores nothing; a prune goes with
+/// the save.
+#[test]
+fn saves_in_one_statement_keep_sequences_and_fences() {
+    use crate::store::CheckpointSink;
+    let Some(schema) = TestSchema::new("one statement saves") else { return };
+    let schema = schema.unwrap();
+    let (a, b) = (schema.open().unwrap(), schema.open().unwrap());
+    let s = Scope::new("t", "saves");
+    let first = a.acquire(&s).unwrap();
+    let one = a.save(&s, first, b"a 1").unwrap();
+    let (two, pruned) = a.save_and_prune(&s, first, b"a 2", 2).unwrap();
+    assert!(pruned.unwrap().is_empty());
+    let second = b.acquire(&s).unwrap();
+    let fenced = |result: Result<CheckpointId, StoreError>| {
+        assert_eq!(result.unwrap_err().kind(), crate::store::ErrorKind::Fenced);
+    };
+    fenced(a.save(&s, first, b"a on a stale lease"));
+    // `b` knows no sequence for the conversation, `a` a stale one after `b` saved.
+    let (three, pruned) = b.save_and_prune(&s, second, b"b 3", 2).unwrap();
+    assert_eq!(pruned.unwrap(), [one]);
+    let third = a.acquire(&s).unwrap();
+    fenced(b.save(&s, second, b"b on a stale lease"));
+    let (four, pruned) = a.save_and_prune(&s, third, b"a 4", 3).unwrap();
+    assert!(pruned.unwrap().is_empty());
+    assert_eq!(a.ids(&s).unwrap(), [four.clone(), three.clone(), two.clone()]);
+    for (id, payload) in [(&two, &b"a 2"[..]), (&three, b"b 3"), (&four, b"a 4")] {
+        assert_eq!(b.load(&s, id).unwrap(), payload, "{id}: its frame's sequence is its row's");
+    }
+    let sequences = a
+        .run(|client| {
+            let rows = client.query_typed("SELECT seq FROM checkpoints ORDER BY seq", &[])?;
+            rows.iter().map(|row| get::<i64>(row, 0)).collect::<Pg<Vec<i64>>>()
+        })
+        .unwrap();
+    assert_eq!(sequences, [2, 3, 4]);
+    let newest = a
+        .run(|client| {
+            let row = client.query_typed_one("SELECT checkpoint_seq FROM conversations", &[])?;
+            get::<i64>(&row, 0)
+        })
+        .unwrap();
+    assert_eq!(newest, 4, "a refused save raised no sequence");
+}
