@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use postgres::Row;
 use postgres::types::Type;
@@ -92,6 +92,9 @@ impl PgStore {
         .inspect(|found: &Vec<(CheckpointId, i64, Vec<u8>)>| {
             if skip == 0 {
                 self.note_newest(scope, found.first().map(|(id, seq, _)| (*seq, id)));
+                if let Some((id, seq, stored)) = found.first() {
+                    self.inner.checkpoints.keep_frame(scope, id, *seq, stored);
+                }
             }
         })
     }
@@ -266,26 +269,107 @@ UNION ALL SELECT 0, checkpoint_seq, newest, fence, holder FROM cur
 /// Tries of [`PgStore::save_in_one_statement`] before the locking transaction.
 const SAVE_TRIES: usize = 3;
 
-/// The checkpoint sequence and newest id of conversations, as this handle last saw them
-/// (saved, or read with the newest checkpoint): what a save in one statement expects. A
-/// guess, checked by the statement; at most [`KNOWN`] conversations.
+/// What this handle last saw of conversations' checkpoints: each one's checkpoint sequence
+/// and newest id (saved, or read with the newest checkpoint or the ids), what a save in one
+/// statement expects (a guess the statement checks); the sequence its last lease taken
+/// found ([`PgStore::raise_fence`]); and the frame of the newest checkpoint it last read.
+/// The last two answer the next read of the newest checkpoint without a query when the
+/// lease was taken within [`FRESH`] and found the sequence of what this handle holds: the
+/// sequence rises with every save, so the newest checkpoint is still that one. Used once
+/// each (the lease's sequence by the first read after it). At most [`KNOWN`] conversations,
+/// [`FRAMES`] frames of at most [`FRAME_BYTES`].
 #[derive(Default)]
-pub(super) struct Known(Mutex<HashMap<Scope, (i64, Option<CheckpointId>)>>);
+pub(super) struct Known(Mutex<KnownState>);
+
+#[derive(Default)]
+struct KnownState {
+    newest: HashMap<Scope, (i64, Option<CheckpointId>)>,
+    raised: HashMap<Scope, (i64, Instant)>,
+    frames: HashMap<Scope, (CheckpointId, i64, Vec<u8>)>,
+}
 
 /// Conversations [`Known`] holds at most (it starts over when full).
 const KNOWN: usize = 4_096;
+/// Frames [`Known`] holds at most.
+const FRAMES: usize = 64;
+/// Bytes of the largest frame [`Known`] holds.
+const FRAME_BYTES: usize = 1 << 20;
+/// How long the sequence a lease found answers a read of the newest checkpoint: the read
+/// follows the lease at once, in the same operation (a reload, a session's build).
+const FRESH: Duration = Duration::from_millis(250);
+
+/// `map` emptied when it holds `most` entries and `scope` is not one.
+fn bounded<V>(map: &mut HashMap<Scope, V>, scope: &Scope, most: usize) {
+    if map.len() >= most && !map.contains_key(scope) {
+        map.clear();
+    }
+}
 
 impl Known {
+    fn lock(&self) -> std::sync::MutexGuard<'_, KnownState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn note(&self, scope: &Scope, sequence: i64, newest: Option<CheckpointId>) {
-        let mut known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if known.len() >= KNOWN && !known.contains_key(scope) {
-            known.clear();
-        }
-        known.insert(scope.clone(), (sequence, newest));
+        let mut known = self.lock();
+        bounded(&mut known.newest, scope, KNOWN);
+        known.newest.insert(scope.clone(), (sequence, newest));
     }
 
     fn get(&self, scope: &Scope) -> Option<(i64, Option<CheckpointId>)> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).get(scope).cloned()
+        self.lock().newest.get(scope).cloned()
+    }
+
+    /// A lease of `scope` taken now found its checkpoint sequence at `sequence`.
+    pub(super) fn raised(&self, scope: &Scope, sequence: i64) {
+        let mut known = self.lock();
+        bounded(&mut known.raised, scope, KNOWN);
+        known.raised.insert(scope.clone(), (sequence, Instant::now()));
+    }
+
+    /// The sequence a lease of `scope` taken within [`FRESH`] found, once.
+    fn take_raised(&self, known: &mut KnownState, scope: &Scope) -> Option<i64> {
+        let (sequence, at) = known.raised.remove(scope)?;
+        (at.elapsed() < FRESH).then_some(sequence)
+    }
+
+    /// The newest checkpoint's id of `scope` when a fresh lease found the sequence this
+    /// handle knows its newest id for (`Some(None)`: there is none).
+    fn newest_id(&self, scope: &Scope) -> Option<Option<CheckpointId>> {
+        let mut known = self.lock();
+        let raised = self.take_raised(&mut known, scope)?;
+        match known.newest.get(scope) {
+            Some((sequence, id)) if *sequence == raised => Some(id.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keeps `stored`, the frame of `scope`'s newest checkpoint `id` at `sequence`, as read.
+    fn keep_frame(&self, scope: &Scope, id: &CheckpointId, sequence: i64, stored: &[u8]) {
+        if stored.len() > FRAME_BYTES {
+            return;
+        }
+        let mut known = self.lock();
+        bounded(&mut known.frames, scope, FRAMES);
+        known.frames.insert(scope.clone(), (id.clone(), sequence, stored.to_vec()));
+    }
+
+    /// The frame kept of `scope`'s newest checkpoint when a fresh lease found its sequence
+    /// (`Some(None)`: the lease found the sequence of a conversation seen without any).
+    fn newest_frame(&self, scope: &Scope) -> Option<Option<(CheckpointId, i64, Vec<u8>)>> {
+        let mut known = self.lock();
+        let frame = known.frames.remove(scope);
+        let raised = self.take_raised(&mut known, scope)?;
+        match frame {
+            Some(frame) if frame.1 == raised => Some(Some(frame)),
+            _ if known.newest.get(scope) == Some(&(raised, None)) => Some(None),
+            _ => None,
+        }
+    }
+
+    /// Forgets the frame kept of `scope` (its checkpoints were rewritten or pruned).
+    fn drop_frame(&self, scope: &Scope) {
+        self.lock().frames.remove(scope);
     }
 }
 
@@ -414,6 +498,27 @@ impl CheckpointSink for PgStore {
         })
     }
 
+    /// Without a query when the lease this handle took just now found the checkpoint
+    /// sequence of the newest checkpoint it knows ([`Known`]).
+    fn newest_id(&self, scope: &Scope) -> Result<Option<CheckpointId>, StoreError> {
+        if let Some(newest) = self.inner.checkpoints.newest_id(scope) {
+            return Ok(newest);
+        }
+        let (tenant, name) = scope_params(scope);
+        self.run(|client| {
+            let rows = client.query_typed(
+                &format!(
+                    "SELECT k.id, k.seq FROM {SCOPED_CHECKPOINTS} ORDER BY k.seq DESC LIMIT 1"
+                ),
+                &[(&tenant, Type::TEXT), (&name, Type::TEXT)],
+            )?;
+            let Some(row) = rows.first() else { return Ok(None) };
+            let id = parse_id(row, 0)?;
+            self.note_newest(scope, Some((get(row, 1)?, &id)));
+            Ok(Some(id))
+        })
+    }
+
     fn load(&self, scope: &Scope, id: &CheckpointId) -> Result<Vec<u8>, StoreError> {
         self.load_pg(scope, id)?
             .ok_or_else(|| StoreError::NotFound { what: format!("checkpoint {id} of {scope}") })
@@ -459,6 +564,7 @@ impl CheckpointSink for PgStore {
         keep: usize,
     ) -> Result<Vec<CheckpointId>, StoreError> {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        self.inner.checkpoints.drop_frame(scope);
         self.transaction(|tx| {
             let Some(conversation) = lock_scope(tx, scope, fence, false)? else {
                 return Ok(Vec::new());
@@ -485,6 +591,7 @@ impl CheckpointSink for PgStore {
         fence: Fence,
         mask: &dyn Fn(&[u8]) -> Option<Vec<u8>>,
     ) -> Result<usize, StoreError> {
+        self.inner.checkpoints.drop_frame(scope);
         let rewritten = self.transaction(|tx| {
             let Some(conversation) = lock_scope(tx, scope, fence, false)? else { return Ok(0) };
             let rows = tx.query(
@@ -527,8 +634,17 @@ impl CheckpointSink for PgStore {
         accept: &mut dyn FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<Option<Loaded>, StoreError> {
         let mut skipped = Vec::new();
+        let mut fresh = match self.inner.checkpoints.newest_frame(scope) {
+            Some(None) => return Ok(None),
+            Some(frame) => frame,
+            None => None,
+        };
         for skip in 0_i64.. {
-            let Some((id, seq, stored)) = self.newest(scope, skip, 1)?.into_iter().next() else {
+            let newest = match fresh.take() {
+                Some(kept) => Some(kept),
+                None => self.newest(scope, skip, 1)?.into_iter().next(),
+            };
+            let Some((id, seq, stored)) = newest else {
                 break;
             };
             let reason = match payload(scope, &id, seq, &stored) {

@@ -296,3 +296,95 @@ fn saves_in_one_statement_keep_sequences_and_fences() {
         .unwrap();
     assert_eq!(newest, 4, "a refused save raised no sequence");
 }
+
+/// The newest checkpoint read right after a lease is answered from what the handle saw
+/// only while no save happened since: another handle's save (a newer sequence found by
+/// the lease) and a rewrite by this one are read from the server.
+#[test]
+fn the_newest_checkpoint_after_a_lease_is_never_an_older_one() {
+    use crate::store::CheckpointSink;
+    let Some(schema) = TestSchema::new("newest after lease") else { return };
+    let schema = schema.unwrap();
+    let (a, b) = (schema.open().unwrap(), schema.open().unwrap());
+    let s = Scope::new("t", "newest");
+    let newest = |store: &PgStore| {
+        let mut bytes = Vec::new();
+        store
+            .load_latest(&s, &mut |payload| {
+                bytes = payload.to_vec();
+                Ok(())
+            })
+            .unwrap();
+        bytes
+    };
+    let first = a.acquire(&s).unwrap();
+    assert_eq!(a.newest_id(&s).unwrap(), None);
+    let x = a.save(&s, first, b"x").unwrap();
+    assert_eq!(newest(&a), b"x");
+    // The lease finds the sequence of `x`, which `a` saved and read: `x` is the newest.
+    assert_eq!(a.acquire_if_overtaken(&s, Fence(0)).unwrap().map(|_| ()), Some(()));
+    assert_eq!(newest(&a), b"x");
+    let held = a.acquire(&s).unwrap();
+    assert_eq!(a.newest_id(&s).unwrap(), Some(x.clone()));
+    // `b` takes the conversation and saves `y`; `a`'s lease taken back finds a newer sequence.
+    let theirs = b.acquire(&s).unwrap();
+    let y = b.save(&s, theirs, b"y").unwrap();
+    assert!(a.acquire_if_overtaken(&s, held).unwrap().is_some());
+    assert_eq!(a.newest_id(&s).unwrap(), Some(y.clone()));
+    let again = a.acquire(&s).unwrap();
+    assert_eq!(newest(&a), b"y");
+    // A rewrite (a forget) of what `a` read: the lease finds the same sequence, the read
+    // still returns the rewritten payload.
+    assert_eq!(newest(&a), b"y");
+    a.rewrite(&s, again, &|payload| (payload == b"y").then(|| b"masked".to_vec())).unwrap();
+    a.acquire(&s).unwrap();
+    assert_eq!(newest(&a), b"masked");
+
+    // A conversation `a` saw without checkpoints: none while the lease finds none saved,
+    // `b`'s once it saved one.
+    let t = Scope::new("t", "empty");
+    let mine = a.acquire(&t).unwrap();
+    let none = |store: &PgStore| store.load_latest(&t, &mut |_| Ok(())).unwrap().is_none();
+    assert!(none(&a));
+    a.acquire_if_overtaken(&t, Fence(0)).unwrap();
+    assert!(none(&a));
+    let theirs = b.acquire(&t).unwrap();
+    b.save(&t, theirs, b"b's").unwrap();
+    assert!(a.acquire_if_overtaken(&t, mine).unwrap().is_some());
+    assert!(!none(&a));
+}
+
+/// How far a conversation's rows reach is answered from what the handle wrote or read,
+/// and asked again after its own delete and after a lease it took (another handle may
+/// have deleted meanwhile).
+#[test]
+fn rows_known_stored_are_asked_again_after_a_delete_or_a_lease() {
+    let Some(schema) = TestSchema::new("archived through") else { return };
+    let schema = schema.unwrap();
+    let (a, b) = (schema.open().unwrap(), schema.open().unwrap());
+    let s = Scope::new("t", "through");
+    let rows = |ids: std::ops::RangeInclusive<u64>| -> Vec<crate::store::ArchivedMessage> {
+        ids.map(|id| {
+            let text = format!("row {id}");
+            crate::store::ArchivedMessage::new(
+                id,
+                id,
+                crate::ChatMessage::text(ctxwin_core::Role::User, text),
+            )
+        })
+        .collect()
+    };
+    let held = a.acquire(&s).unwrap();
+    assert_eq!(a.archived_through(&s, 3).unwrap(), 0);
+    a.put(&s, held, &rows(1..=3)).unwrap();
+    assert_eq!(a.archived_through(&s, 3).unwrap(), 3);
+    assert_eq!(a.archived_through(&s, 5).unwrap(), 3);
+    a.delete_from(&s, held, 3).unwrap();
+    assert_eq!(a.archived_through(&s, 3).unwrap(), 2, "its own delete");
+    a.put(&s, held, &rows(3..=3)).unwrap();
+    let theirs = b.acquire(&s).unwrap();
+    b.delete_from(&s, theirs, 2).unwrap();
+    assert!(a.acquire_if_overtaken(&s, held).unwrap().is_some());
+    assert_eq!(a.archived_through(&s, 3).unwrap(), 1, "another handle's delete");
+    assert_eq!(b.archived_through(&s, 1).unwrap(), 1);
+}
