@@ -145,9 +145,12 @@ async fn timed(
 }
 
 async fn throughput(round_robin: &TestSchema, affinity: &TestSchema) {
-    // `FLEET_CONVERSATIONS` (200) conversations: more make the CPU counts finer.
+    // `FLEET_CONVERSATIONS` (200) conversations of `FLEET_TURNS` (5) turns: more make the
+    // CPU counts finer, and more turns weigh an instance's first request of a conversation
+    // (and its connections' start) less.
     let conversations = setting("FLEET_CONVERSATIONS", 200);
-    let mut scenario = Scenario { conversations, turns: 5, clients: 48, round_robin: true };
+    let turns = setting("FLEET_TURNS", 5);
+    let mut scenario = Scenario { conversations, turns, clients: 48, round_robin: true };
     let upstream = Upstream::start().await;
     let (alone, alone_time) = timed(&scenario, &upstream, None).await;
     let (spread, spread_time) = timed(&scenario, &upstream, Some(round_robin)).await;
