@@ -145,7 +145,12 @@ async fn timed(
 }
 
 async fn throughput(round_robin: &TestSchema, affinity: &TestSchema) {
-    let mut scenario = Scenario { conversations: 200, turns: 5, clients: 48, round_robin: true };
+    // `FLEET_CONVERSATIONS` (200) conversations of `FLEET_TURNS` (5) turns: more make the
+    // CPU counts finer, and more turns weigh an instance's first request of a conversation
+    // (and its connections' start) less.
+    let conversations = setting("FLEET_CONVERSATIONS", 200);
+    let turns = setting("FLEET_TURNS", 5);
+    let mut scenario = Scenario { conversations, turns, clients: 48, round_robin: true };
     let upstream = Upstream::start().await;
     let (alone, alone_time) = timed(&scenario, &upstream, None).await;
     let (spread, spread_time) = timed(&scenario, &upstream, Some(round_robin)).await;
@@ -183,6 +188,36 @@ async fn throughput(round_robin: &TestSchema, affinity: &TestSchema) {
         for (name, value) in &outcome.postgres {
             let name = name.trim_start_matches("ctxwin_proxy_pg_");
             println!("    {name:60} {:8.2}", value / outcome.acknowledged as f64);
+        }
+    }
+    println!("  CPU per request, from /proc while the requests ran (ms):");
+    for (label, outcome) in [("SQLite, one", &alone), ("round-robin", &spread), ("affinity", &kept)]
+    {
+        let n = outcome.acknowledged as f64;
+        println!(
+            "    {label:12} instances {:6.3}  PostgreSQL {:6.3}",
+            outcome.cpu.instances * 1_000.0 / n,
+            outcome.cpu.postgres * 1_000.0 / n
+        );
+    }
+    for (label, outcome) in [("round-robin", &spread), ("affinity", &kept)] {
+        let n = outcome.acknowledged as f64;
+        let calls: i64 = outcome.statements.iter().map(|s| s.0).sum();
+        let ms: f64 = outcome.statements.iter().map(|s| s.1).sum();
+        println!(
+            "  {label}: pg_stat_statements per request: {:.2} statements, {:.3} ms executing",
+            calls as f64 / n,
+            ms / n
+        );
+        for (calls, ms, rows, query) in outcome.statements.iter().take(12) {
+            let query: String = query.split_whitespace().collect::<Vec<_>>().join(" ");
+            println!(
+                "    {:6.2} calls {:7.3} ms {:6.2} rows  {}",
+                *calls as f64 / n,
+                ms / n,
+                *rows as f64 / n,
+                query.chars().take(110).collect::<String>()
+            );
         }
     }
     println!("  load average {}", fleet_support::loadavg());

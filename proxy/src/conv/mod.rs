@@ -449,13 +449,18 @@ impl Conv {
     /// # Errors
     /// Session errors.
     pub fn checkpoint(&mut self) -> Result<(), ConvError> {
-        if !self.dirty || self.stale_here()? {
+        if !self.dirty {
             return Ok(());
         }
+        // Decided before the lease is read: a checkpoint that would not be written costs no
+        // query (a stale instance's answer waiting goes at its next request's catch-up).
         if self.fleet && self.replay_length() < FLEET_CHECKPOINT_ROWS {
             // The rows are in the database already and a reload replays them; the answer
             // still waiting is the client's to bring back with its next request.
             self.dirty = false;
+            return Ok(());
+        }
+        if self.stale_here()? {
             return Ok(());
         }
         self.recorded.pending = self.pending_answer.as_ref().map(Value::to_string);

@@ -141,6 +141,11 @@ impl Instance {
         Self { child, url }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
     /// SIGKILL: nothing of it runs after this.
     pub async fn kill(mut self) {
         self.child.kill().await.unwrap();
@@ -177,6 +182,81 @@ pub struct Outcome {
     /// Each conversation's items at the end (Anthropic's `system` first), its last answer
     /// included.
     pub histories: Vec<Vec<Value>>,
+    /// CPU seconds spent while the requests ran (from their first to the last answer).
+    pub cpu: Cpu,
+    /// What PostgreSQL ran meanwhile (`pg_stat_statements`, when the server preloads it):
+    /// calls, execution ms, rows, statement.
+    pub statements: Vec<(i64, f64, i64, String)>,
+}
+
+/// CPU seconds (user + system) of the instances and of the PostgreSQL server of
+/// `CTXWIN_PG_URL` (every process of it: backends, and those that exited meanwhile through
+/// the postmaster's children's times), from `/proc`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cpu {
+    pub instances: f64,
+    pub postgres: f64,
+}
+
+impl Cpu {
+    fn sample(pids: &[u32]) -> Self {
+        let instances = pids.iter().filter_map(|pid| proc_times(*pid)).map(|t| t[0] + t[1]).sum();
+        Self { instances, postgres: postgres_cpu().unwrap_or(0.0) }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            instances: self.instances - before.instances,
+            postgres: self.postgres - before.postgres,
+        }
+    }
+}
+
+/// utime, stime, cutime, cstime of process `pid`, in seconds; and its parent's id.
+fn proc_stat(pid: u32) -> Option<([f64; 4], u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let tick = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).map(|v| v / 100.0);
+    let parent = fields.get(1)?.parse().ok()?;
+    Some(([tick(11)?, tick(12)?, tick(13)?, tick(14)?], parent))
+}
+
+fn proc_times(pid: u32) -> Option<[f64; 4]> {
+    proc_stat(pid).map(|(times, _)| times)
+}
+
+/// The CPU seconds the PostgreSQL server listening on `CTXWIN_PG_URL`'s port used so far:
+/// its postmaster's own and reaped children's, and every live child's.
+fn postgres_cpu() -> Option<f64> {
+    let url = std::env::var("CTXWIN_PG_URL").ok()?;
+    let port = url.rsplit_once(':')?.1.split('/').next()?.to_string();
+    let mut processes = Vec::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if let Some(stat) = proc_stat(pid) {
+            processes.push((
+                pid,
+                stat,
+                args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect::<Vec<_>>(),
+            ));
+        }
+    }
+    let postmaster = processes.iter().find(|(_, _, args)| {
+        args.first().is_some_and(|a| a.ends_with("/postgres"))
+            && args.windows(2).any(|w| w[0] == "-p" && w[1] == port)
+    })?;
+    let (master, (own, _), _) = postmaster;
+    let children: f64 = processes
+        .iter()
+        .filter(|(_, (_, parent), _)| parent == master)
+        .map(|(_, (times, _), _)| times[0] + times[1])
+        .sum();
+    Some(own.iter().sum::<f64>() + children)
 }
 
 /// 200 conversations of a few turns: OpenAI ones, every fourth Anthropic (with a top-level
@@ -321,6 +401,11 @@ impl Scenario {
             .map(|killer| tokio::spawn(kill_and_restart(fleet.clone(), instances.clone(), killer)));
         let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
         let permits = Arc::new(Semaphore::new(self.clients));
+        let pids: Vec<u32> = instances.lock().await.iter().flatten().map(Instance::pid).collect();
+        tokio::task::block_in_place(
+            ctxwin_std::store::postgres::testing::TestSchema::statement_stats,
+        );
+        let cpu = Cpu::sample(&pids);
         let mut tasks = Vec::new();
         for index in 0..self.conversations {
             let (fleet, http, permits, turns) =
@@ -347,6 +432,11 @@ impl Scenario {
             outcome.histories.push(items);
             outcome.acknowledged += acknowledged;
         }
+        outcome.cpu = Cpu::sample(&pids).since(cpu);
+        outcome.statements = tokio::task::block_in_place(
+            ctxwin_std::store::postgres::testing::TestSchema::statement_stats,
+        )
+        .unwrap_or_default();
         if let Some(killing) = killing {
             outcome.kills = killing.await.unwrap();
         }

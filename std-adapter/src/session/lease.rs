@@ -261,7 +261,7 @@ impl Session {
             return Ok(None);
         };
         let own = self.manager.next_id().saturating_sub(1);
-        if own == 0 || sink.ids(&self.scope)?.first() != Some(&last) {
+        if own == 0 || sink.newest_id(&self.scope)?.as_ref() != Some(&last) {
             return Ok(None);
         }
         let rows = archive.rows_after(&self.scope, own - 1, PAGE)?;

@@ -231,8 +231,8 @@ impl Session {
     /// The archive's identity and the highest archived message id below the next id.
     fn archive_binding(&self) -> Result<Option<ArchiveBinding>, SessionError> {
         let Some(archive) = self.stores.archive.as_deref() else { return Ok(None) };
-        let newest = archive.max_id(&self.scope)?.unwrap_or(0);
-        let covered = newest.min(self.tracker.next_id.saturating_sub(1));
+        let covered =
+            archive.archived_through(&self.scope, self.tracker.next_id.saturating_sub(1))?;
         Ok(Some(ArchiveBinding { identity: archive.identity()?, covered }))
     }
 

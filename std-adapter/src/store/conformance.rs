@@ -123,6 +123,9 @@ impl<S: ArchiveStore + ?Sized> ArchiveStore for Adapter<'_, S> {
     fn max_id(&self, scope: &Scope) -> Result<Option<u64>, StoreError> {
         self.0.max_id(scope)
     }
+    fn archived_through(&self, scope: &Scope, wanted: u64) -> Result<u64, StoreError> {
+        self.0.archived_through(scope, wanted)
+    }
     fn search(
         &self,
         scope: &Scope,
@@ -230,6 +233,9 @@ impl<S: CheckpointSink + ?Sized> CheckpointSink for Sink<'_, S> {
     }
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError> {
         self.0.ids(scope)
+    }
+    fn newest_id(&self, scope: &Scope) -> Result<Option<CheckpointId>, StoreError> {
+        self.0.newest_id(scope)
     }
     fn load(&self, scope: &Scope, id: &CheckpointId) -> Result<Vec<u8>, StoreError> {
         self.0.load(scope, id)

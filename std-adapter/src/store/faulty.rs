@@ -168,6 +168,11 @@ impl<S: ArchiveStore> ArchiveStore for Faulty<S> {
         self.inner.max_id(scope)
     }
 
+    fn archived_through(&self, scope: &Scope, wanted: u64) -> Result<u64, StoreError> {
+        self.faults.before_read()?;
+        self.inner.archived_through(scope, wanted)
+    }
+
     fn search(&self, scope: &Scope, query: &SearchQuery<'_>) -> Result<Vec<SearchHit>, StoreError> {
         self.faults.before_read()?;
         self.inner.search(scope, query)
@@ -282,6 +287,11 @@ impl<S: CheckpointSink> CheckpointSink for Faulty<S> {
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError> {
         self.faults.before_read()?;
         self.inner.ids(scope)
+    }
+
+    fn newest_id(&self, scope: &Scope) -> Result<Option<CheckpointId>, StoreError> {
+        self.faults.before_read()?;
+        self.inner.newest_id(scope)
     }
 
     fn load(&self, scope: &Scope, id: &CheckpointId) -> Result<Vec<u8>, StoreError> {

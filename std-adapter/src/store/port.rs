@@ -219,6 +219,28 @@ pub trait ArchiveStore: Send + Sync + fmt::Debug {
     /// Backend errors.
     fn max_id(&self, scope: &Scope) -> Result<Option<u64>, StoreError>;
 
+    /// `wanted`, or the highest message id stored for `scope` when it is lower (0 without
+    /// any): how far the stored rows reach towards `wanted`. A store may answer without
+    /// asking its backend when it knows rows through `wanted` are stored (PostgreSQL: the
+    /// rows this handle wrote or read).
+    ///
+    /// ```
+    /// use ctxwin_std::store::{ArchiveStore, ArchivedMessage, Fence, MemoryStore, Scope};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let store = MemoryStore::new();
+    /// let scope = Scope::local("chat");
+    /// assert_eq!(store.archived_through(&scope, 2)?, 0);
+    /// store.put(&scope, Fence::NONE, &[ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "hi"))])?;
+    /// assert_eq!(store.archived_through(&scope, 2)?, 1);
+    /// # Ok::<(), ctxwin_std::store::StoreError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Backend errors.
+    fn archived_through(&self, scope: &Scope, wanted: u64) -> Result<u64, StoreError> {
+        Ok(self.max_id(scope)?.unwrap_or(0).min(wanted))
+    }
+
     /// Messages of `scope` whose content, tool calls or original text match the words of
     /// `query`, best first, scores normalised ([`SearchHit::score`]).
     ///
@@ -452,6 +474,27 @@ pub trait CheckpointSink: Send + Sync + fmt::Debug {
     /// I/O errors.
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError>;
 
+    /// The id of `scope`'s newest checkpoint (the first of [`ids`](Self::ids)), without
+    /// reading it; `None` when it has none. A store may answer it without asking its
+    /// backend when it knows no save happened since it last saw it (PostgreSQL, right after
+    /// a lease taken).
+    ///
+    /// ```
+    /// use ctxwin_std::store::{CheckpointSink, Fence, MemoryStore, Scope};
+    /// let store = MemoryStore::new();
+    /// let scope = Scope::local("chat");
+    /// assert_eq!(store.newest_id(&scope)?, None);
+    /// let id = store.save(&scope, Fence::NONE, b"snapshot")?;
+    /// assert_eq!(store.newest_id(&scope)?, Some(id));
+    /// # Ok::<(), ctxwin_std::store::StoreError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// I/O errors.
+    fn newest_id(&self, scope: &Scope) -> Result<Option<CheckpointId>, StoreError> {
+        Ok(self.ids(scope)?.into_iter().next())
+    }
+
     /// Checkpoint `id`'s payload, verified.
     ///
     /// # Errors
@@ -586,6 +629,9 @@ macro_rules! forward_archive {
             fn max_id(&self, scope: &Scope) -> Result<Option<u64>, StoreError> {
                 (**self).max_id(scope)
             }
+            fn archived_through(&self, scope: &Scope, wanted: u64) -> Result<u64, StoreError> {
+                (**self).archived_through(scope, wanted)
+            }
             fn search(&self, scope: &Scope, query: &SearchQuery<'_>) -> Result<Vec<SearchHit>, StoreError> {
                 (**self).search(scope, query)
             }
@@ -668,6 +714,9 @@ impl<T: CheckpointSink + ?Sized> CheckpointSink for Arc<T> {
     }
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError> {
         (**self).ids(scope)
+    }
+    fn newest_id(&self, scope: &Scope) -> Result<Option<CheckpointId>, StoreError> {
+        (**self).newest_id(scope)
     }
     fn load(&self, scope: &Scope, id: &CheckpointId) -> Result<Vec<u8>, StoreError> {
         (**self).load(scope, id)

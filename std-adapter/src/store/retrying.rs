@@ -83,6 +83,10 @@ impl<S: ArchiveStore> ArchiveStore for Retrying<S> {
         self.retry(|| self.inner.max_id(scope))
     }
 
+    fn archived_through(&self, scope: &Scope, wanted: u64) -> Result<u64, StoreError> {
+        self.retry(|| self.inner.archived_through(scope, wanted))
+    }
+
     fn search(&self, scope: &Scope, query: &SearchQuery<'_>) -> Result<Vec<SearchHit>, StoreError> {
         self.retry(|| self.inner.search(scope, query))
     }
@@ -176,6 +180,10 @@ impl<S: CheckpointSink> CheckpointSink for Retrying<S> {
 
     fn ids(&self, scope: &Scope) -> Result<Vec<CheckpointId>, StoreError> {
         self.retry(|| self.inner.ids(scope))
+    }
+
+    fn newest_id(&self, scope: &Scope) -> Result<Option<CheckpointId>, StoreError> {
+        self.retry(|| self.inner.newest_id(scope))
     }
 
     fn load(&self, scope: &Scope, id: &CheckpointId) -> Result<Vec<u8>, StoreError> {

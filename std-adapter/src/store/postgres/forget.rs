@@ -29,6 +29,7 @@ impl PgStore {
         fence: Fence,
         what: &Forget<'_>,
     ) -> Result<Forgotten, StoreError> {
+        self.inner.archived.forget(scope);
         let texts: Vec<&str> = what.texts.iter().copied().filter(|t| !t.is_empty()).collect();
         let what = Forget { ids: what.ids, texts: &texts };
         let forgotten = self.transaction(|tx| {

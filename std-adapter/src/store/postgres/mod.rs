@@ -210,6 +210,10 @@ struct Inner {
     options: PgOptions,
     /// Rows of many conversations written in one statement ([`group`]).
     group: group::Group,
+    /// Checkpoint sequences as last seen, for saves in one statement ([`checkpoints`]).
+    checkpoints: checkpoints::Known,
+    /// How far each conversation's rows are known stored ([`rows::Archived`]).
+    archived: rows::Archived,
 }
 
 impl Drop for Inner {
@@ -371,6 +375,8 @@ impl PgStore {
                 place,
                 options,
                 group: group::Group::default(),
+                checkpoints: checkpoints::Known::default(),
+                archived: rows::Archived::default(),
             }),
         })
     }
@@ -660,7 +666,11 @@ fn literal(text: &str) -> String {
 impl PgStore {
     /// Raises `scope`'s fence, names this handle its holder and returns it (the row is
     /// created on its first lease); with `held`, only when the newest fence is not `held`
-    /// taken by this handle (`None` otherwise: nothing changes). One round trip: when the
+    /// taken by this handle (`None` otherwise: nothing changes). The conversation's
+    /// checkpoint sequence as of the raise (the row as locked, after any write in flight
+    /// committed) is noted for the reads of the newest checkpoint that follow
+    /// ([`checkpoints`]: one of them is answered without a query when this handle read or
+    /// saved that checkpoint). One round trip: when the
     /// store prepares statements, one prepared statement ([`RAISE`], [`RAISE_IF_OVERTAKEN`]);
     /// otherwise the transaction, its settings, the statement and the commit go as one simple
     /// query, the scope's names as literals. Either waits for a write of the conversation in
@@ -703,13 +713,13 @@ impl PgStore {
                  VALUES ({tenant}, {name}, 1, {holder})
                  ON CONFLICT (tenant, name) DO UPDATE
                  SET fence = conversations.fence + 1, holder = {holder}
-                 RETURNING fence"
+                 RETURNING fence, checkpoint_seq"
             ),
             Some(held) => format!(
                 "UPDATE conversations SET fence = fence + 1, holder = {holder}
                  WHERE tenant = {tenant} AND name = {name}
                    AND (fence <> {} OR holder <> {holder})
-                 RETURNING fence",
+                 RETURNING fence, checkpoint_seq",
                 i64::try_from(held.0).unwrap_or(i64::MAX)
             ),
         };
@@ -731,15 +741,22 @@ impl PgStore {
                     return Err(error.into());
                 }
             };
-            let value = messages.iter().find_map(|message| match message {
-                postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or_default()),
+            let Some(row) = messages.iter().find_map(|message| match message {
+                postgres::SimpleQueryMessage::Row(row) => Some(row),
                 _ => None,
-            });
-            let Some(value) = value else { return Ok(None) };
-            let fence: i64 = value.parse().map_err(|_| {
-                Failure(StoreError::Backend { detail: format!("fence {value:?} returned") })
-            })?;
-            Ok(Some(Fence(error::from_sql_int("fence", fence)?)))
+            }) else {
+                return Ok(None);
+            };
+            let number = |at: usize| -> Pg<i64> {
+                let value = row.get(at).unwrap_or_default();
+                value.parse().map_err(|_| {
+                    Failure(StoreError::Backend { detail: format!("{value:?} returned") })
+                })
+            };
+            let fence = Fence(error::from_sql_int("fence", number(0)?)?);
+            self.inner.checkpoints.raised(scope, number(1)?);
+            self.inner.archived.forget(scope);
+            Ok(Some(fence))
         })
     }
 }
@@ -755,7 +772,7 @@ WITH unflushed AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE conversations SET fence = fence + 1, holder = $3
 WHERE tenant = $1 AND name = $2 AND (fence <> $4 OR holder <> $3)
   AND EXISTS (SELECT FROM unflushed)
-RETURNING fence";
+RETURNING fence, checkpoint_seq";
 
 /// [`PgStore::raise_fence`] without `held`, as one statement (kept prepared): the
 /// conversation's row created with fence 1 on its first lease, its fence raised otherwise,
@@ -766,7 +783,7 @@ WITH unflushed AS (SELECT set_config('synchronous_commit', 'off', true))
 INSERT INTO conversations (tenant, name, fence, holder)
 SELECT $1, $2, 1, $3 FROM unflushed
 ON CONFLICT (tenant, name) DO UPDATE SET fence = conversations.fence + 1, holder = $3
-RETURNING fence";
+RETURNING fence, checkpoint_seq";
 
 impl PgStore {
     /// [`raise_fence`](Self::raise_fence) on a connection whose lock timeout was set when it
@@ -798,7 +815,11 @@ impl PgStore {
                 }
             };
             let Some(row) = rows.first() else { return Ok(None) };
-            Ok(Some(Fence(error::from_sql_int("fence", get::<i64>(row, 0)?)?)))
+            let fence = Fence(error::from_sql_int("fence", get::<i64>(row, 0)?)?);
+            self.inner.checkpoints.raised(scope, get(row, 1)?);
+            // Another handle may have deleted rows while it held the lease.
+            self.inner.archived.forget(scope);
+            Ok(Some(fence))
         })
     }
 }

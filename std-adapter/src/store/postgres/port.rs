@@ -33,6 +33,15 @@ impl ArchiveStore for PgStore {
         self.max_id_pg(scope)
     }
 
+    /// Without a query when this handle wrote or read the rows through `wanted` (rows go
+    /// only by deletes, which forget what it knew of their conversation).
+    fn archived_through(&self, scope: &Scope, wanted: u64) -> Result<u64, StoreError> {
+        if self.inner.archived.reaches(scope, wanted) {
+            return Ok(wanted);
+        }
+        Ok(self.max_id_pg(scope)?.unwrap_or(0).min(wanted))
+    }
+
     fn search(&self, scope: &Scope, query: &SearchQuery<'_>) -> Result<Vec<SearchHit>, StoreError> {
         self.search_pg(scope, query)
     }

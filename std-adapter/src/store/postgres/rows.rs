@@ -2,6 +2,9 @@
 //! conversations) in one transaction, rows read back verified, deletes and the list of
 //! conversations.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use postgres::Row;
 use postgres::types::{ToSql, Type};
 
@@ -55,6 +58,42 @@ SELECT $1, r.* FROM unnest($2::int8[], $3::int8[], $4::int2[], $5::text[], $6::t
 ",
     row_conflict!()
 );
+
+/// The highest message id of each conversation this handle knows is stored (it wrote or
+/// read it); at most [`ARCHIVED`] conversations. Deletes through this handle forget their
+/// conversation, and so does a lease it takes: a delete through another handle needs the
+/// lease (only an operator's unfenced delete can make it stale while this one holds it).
+#[derive(Default)]
+pub(super) struct Archived(Mutex<HashMap<Scope, u64>>);
+
+/// Conversations [`Archived`] holds at most (it starts over when full).
+const ARCHIVED: usize = 4_096;
+
+impl Archived {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Scope, u64>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Rows of `scope` through `id` are stored.
+    pub(super) fn stored(&self, scope: &Scope, id: u64) {
+        let mut known = self.lock();
+        if known.len() >= ARCHIVED && !known.contains_key(scope) {
+            known.clear();
+        }
+        let highest = known.entry(scope.clone()).or_insert(id);
+        *highest = (*highest).max(id);
+    }
+
+    /// Whether rows of `scope` through `id` are known stored.
+    pub(super) fn reaches(&self, scope: &Scope, id: u64) -> bool {
+        self.lock().get(scope).is_some_and(|highest| *highest >= id)
+    }
+
+    /// Forgets what was known of `scope` (rows of it deleted).
+    pub(super) fn forget(&self, scope: &Scope) {
+        self.lock().remove(scope);
+    }
+}
 
 /// A statement parameter with its type.
 pub(super) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
@@ -255,6 +294,7 @@ impl PgStore {
         if let [Write { scope, fence, op: WriteOp::Rows(rows) }] = writes
             && self.group_upsert(scope, *fence, encode(scope, rows)?)?
         {
+            self.note_stored(writes);
             return Ok(());
         }
         let prepared = writes
@@ -303,8 +343,20 @@ impl PgStore {
             }
             Ok(())
         })?;
+        self.note_stored(writes);
         tracing::trace!(writes = writes.len(), "postgres store: batch committed");
         Ok(())
+    }
+
+    /// Notes the rows of `writes`, committed, as stored ([`Archived`]).
+    fn note_stored(&self, writes: &[Write<'_>]) {
+        for write in writes {
+            if let WriteOp::Rows(rows) = write.op
+                && let Some(highest) = rows.iter().map(|row| row.id).max()
+            {
+                self.inner.archived.stored(write.scope, highest);
+            }
+        }
     }
 
     pub(super) fn get_many_pg(
@@ -353,7 +405,11 @@ impl PgStore {
                     (&limit, Type::INT8),
                 ],
             )?;
-            rows.iter().map(|row| decode_message(scope, row)).collect()
+            let rows = rows.iter().map(|row| decode_message(scope, row)).collect::<Pg<Vec<_>>>()?;
+            if let Some(last) = rows.last() {
+                self.inner.archived.stored(scope, last.id);
+            }
+            Ok(rows)
         })
     }
 
@@ -365,7 +421,11 @@ impl PgStore {
                 &[(&tenant, Type::TEXT), (&name, Type::TEXT)],
             )?;
             let max: Option<i64> = get(&row, 0)?;
-            Ok(max.map(|id| from_sql_int("message id", id)).transpose()?)
+            let max = max.map(|id| from_sql_int("message id", id)).transpose()?;
+            if let Some(max) = max {
+                self.inner.archived.stored(scope, max);
+            }
+            Ok(max)
         })
     }
 
@@ -376,6 +436,7 @@ impl PgStore {
         first: u64,
     ) -> Result<u64, StoreError> {
         let first = to_i64("message id", first)?;
+        self.inner.archived.forget(scope);
         self.transaction(|tx| {
             let Some(conversation) = lock_scope(tx, scope, fence, false)? else { return Ok(0) };
             let params: [Param<'_>; 2] = [(&conversation, Type::INT8), (&first, Type::INT8)];
@@ -395,6 +456,7 @@ impl PgStore {
         scope: &Scope,
         fence: crate::store::Fence,
     ) -> Result<u64, StoreError> {
+        self.inner.archived.forget(scope);
         self.transaction(|tx| {
             let Some(conversation) = lock_scope(tx, scope, fence, false)? else { return Ok(0) };
             let params: [(&(dyn postgres::types::ToSql + Sync), Type); 1] =

@@ -87,6 +87,27 @@ impl TestSchema {
             .map_err(|error| StoreError::Io { detail: error.to_string(), source: None })
     }
 
+    /// What the server spent on statements since the last call, from `pg_stat_statements`
+    /// (which the server must preload; `None` otherwise or without [`URL_VAR`]), and a fresh
+    /// count from here on: each statement's calls, execution time in ms, rows, and text,
+    /// the most time first, summed over the schemas that ran it.
+    pub fn statement_stats() -> Option<Vec<(i64, f64, i64, String)>> {
+        let base = std::env::var(URL_VAR).ok()?;
+        let mut client = postgres::Client::connect(&base, postgres::NoTls).ok()?;
+        let rows = client
+            .query(
+                "SELECT sum(calls)::int8, sum(total_exec_time)::float8, sum(rows)::int8, query
+                 FROM pg_stat_statements
+                 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND query NOT LIKE '%pg_stat_statements%'
+                 GROUP BY query ORDER BY 2 DESC",
+                &[],
+            )
+            .ok()?;
+        client.batch_execute("SELECT pg_stat_statements_reset()").ok()?;
+        Some(rows.iter().map(|row| (row.get(0), row.get(1), row.get(2), row.get(3))).collect())
+    }
+
     fn execute(&self, sql: &str) -> Result<(), StoreError> {
         let mut client = postgres::Client::connect(&self.base, postgres::NoTls)
             .map_err(|error| StoreError::Io { detail: error.to_string(), source: None })?;

@@ -248,3 +248,143 @@ fn a_lease_lost_in_a_crash_leaves_no_two_writers_on_one_fence() {
         a.rows_after(&s, 0, 10).unwrap().into_iter().map(|row| row.message.content).collect();
     assert_eq!(texts, ["a holds it", "a writes on", "c holds it", "b holds it now"]);
 }
+
+/// Saves in one statement: each handle's frame is made for the sequence it expects, so two
+/// handles taking turns (each one's expectation stale after the other's save) still store
+/// every checkpoint at its sequence, in order, each loading back; a save under a stale fence
+/// (and one under the newest number from the wrong handle) stores nothing; a prune goes with
+/// the save.
+#[test]
+fn saves_in_one_statement_keep_sequences_and_fences() {
+    use crate::store::CheckpointSink;
+    let Some(schema) = TestSchema::new("one statement saves") else { return };
+    let schema = schema.unwrap();
+    let (a, b) = (schema.open().unwrap(), schema.open().unwrap());
+    let s = Scope::new("t", "saves");
+    let first = a.acquire(&s).unwrap();
+    let one = a.save(&s, first, b"a 1").unwrap();
+    let (two, pruned) = a.save_and_prune(&s, first, b"a 2", 2).unwrap();
+    assert!(pruned.unwrap().is_empty());
+    let second = b.acquire(&s).unwrap();
+    let fenced = |result: Result<CheckpointId, StoreError>| {
+        assert_eq!(result.unwrap_err().kind(), crate::store::ErrorKind::Fenced);
+    };
+    fenced(a.save(&s, first, b"a on a stale lease"));
+    // `b` knows no sequence for the conversation, `a` a stale one after `b` saved.
+    let (three, pruned) = b.save_and_prune(&s, second, b"b 3", 2).unwrap();
+    assert_eq!(pruned.unwrap(), [one]);
+    let third = a.acquire(&s).unwrap();
+    fenced(b.save(&s, second, b"b on a stale lease"));
+    let (four, pruned) = a.save_and_prune(&s, third, b"a 4", 3).unwrap();
+    assert!(pruned.unwrap().is_empty());
+    assert_eq!(a.ids(&s).unwrap(), [four.clone(), three.clone(), two.clone()]);
+    for (id, payload) in [(&two, &b"a 2"[..]), (&three, b"b 3"), (&four, b"a 4")] {
+        assert_eq!(b.load(&s, id).unwrap(), payload, "{id}: its frame's sequence is its row's");
+    }
+    let sequences = a
+        .run(|client| {
+            let rows = client.query_typed("SELECT seq FROM checkpoints ORDER BY seq", &[])?;
+            rows.iter().map(|row| get::<i64>(row, 0)).collect::<Pg<Vec<i64>>>()
+        })
+        .unwrap();
+    assert_eq!(sequences, [2, 3, 4]);
+    let newest = a
+        .run(|client| {
+            let row = client.query_typed_one("SELECT checkpoint_seq FROM conversations", &[])?;
+            get::<i64>(&row, 0)
+        })
+        .unwrap();
+    assert_eq!(newest, 4, "a refused save raised no sequence");
+}
+
+/// The newest checkpoint read right after a lease is answered from what the handle saw
+/// only while no save happened since: another handle's save (a newer sequence found by
+/// the lease) and a rewrite by this one are read from the server.
+#[test]
+fn the_newest_checkpoint_after_a_lease_is_never_an_older_one() {
+    use crate::store::CheckpointSink;
+    let Some(schema) = TestSchema::new("newest after lease") else { return };
+    let schema = schema.unwrap();
+    let (a, b) = (schema.open().unwrap(), schema.open().unwrap());
+    let s = Scope::new("t", "newest");
+    let newest = |store: &PgStore| {
+        let mut bytes = Vec::new();
+        store
+            .load_latest(&s, &mut |payload| {
+                bytes = payload.to_vec();
+                Ok(())
+            })
+            .unwrap();
+        bytes
+    };
+    let first = a.acquire(&s).unwrap();
+    assert_eq!(a.newest_id(&s).unwrap(), None);
+    let x = a.save(&s, first, b"x").unwrap();
+    assert_eq!(newest(&a), b"x");
+    // The lease finds the sequence of `x`, which `a` saved and read: `x` is the newest.
+    assert_eq!(a.acquire_if_overtaken(&s, Fence(0)).unwrap().map(|_| ()), Some(()));
+    assert_eq!(newest(&a), b"x");
+    let held = a.acquire(&s).unwrap();
+    assert_eq!(a.newest_id(&s).unwrap(), Some(x.clone()));
+    // `b` takes the conversation and saves `y`; `a`'s lease taken back finds a newer sequence.
+    let theirs = b.acquire(&s).unwrap();
+    let y = b.save(&s, theirs, b"y").unwrap();
+    assert!(a.acquire_if_overtaken(&s, held).unwrap().is_some());
+    assert_eq!(a.newest_id(&s).unwrap(), Some(y.clone()));
+    let again = a.acquire(&s).unwrap();
+    assert_eq!(newest(&a), b"y");
+    // A rewrite (a forget) of what `a` read: the lease finds the same sequence, the read
+    // still returns the rewritten payload.
+    assert_eq!(newest(&a), b"y");
+    a.rewrite(&s, again, &|payload| (payload == b"y").then(|| b"masked".to_vec())).unwrap();
+    a.acquire(&s).unwrap();
+    assert_eq!(newest(&a), b"masked");
+
+    // A conversation `a` saw without checkpoints: none while the lease finds none saved,
+    // `b`'s once it saved one.
+    let t = Scope::new("t", "empty");
+    let mine = a.acquire(&t).unwrap();
+    let none = |store: &PgStore| store.load_latest(&t, &mut |_| Ok(())).unwrap().is_none();
+    assert!(none(&a));
+    a.acquire_if_overtaken(&t, Fence(0)).unwrap();
+    assert!(none(&a));
+    let theirs = b.acquire(&t).unwrap();
+    b.save(&t, theirs, b"b's").unwrap();
+    assert!(a.acquire_if_overtaken(&t, mine).unwrap().is_some());
+    assert!(!none(&a));
+}
+
+/// How far a conversation's rows reach is answered from what the handle wrote or read,
+/// and asked again after its own delete and after a lease it took (another handle may
+/// have deleted meanwhile).
+#[test]
+fn rows_known_stored_are_asked_again_after_a_delete_or_a_lease() {
+    let Some(schema) = TestSchema::new("archived through") else { return };
+    let schema = schema.unwrap();
+    let (a, b) = (schema.open().unwrap(), schema.open().unwrap());
+    let s = Scope::new("t", "through");
+    let rows = |ids: std::ops::RangeInclusive<u64>| -> Vec<crate::store::ArchivedMessage> {
+        ids.map(|id| {
+            let text = format!("row {id}");
+            crate::store::ArchivedMessage::new(
+                id,
+                id,
+                crate::ChatMessage::text(ctxwin_core::Role::User, text),
+            )
+        })
+        .collect()
+    };
+    let held = a.acquire(&s).unwrap();
+    assert_eq!(a.archived_through(&s, 3).unwrap(), 0);
+    a.put(&s, held, &rows(1..=3)).unwrap();
+    assert_eq!(a.archived_through(&s, 3).unwrap(), 3);
+    assert_eq!(a.archived_through(&s, 5).unwrap(), 3);
+    a.delete_from(&s, held, 3).unwrap();
+    assert_eq!(a.archived_through(&s, 3).unwrap(), 2, "its own delete");
+    a.put(&s, held, &rows(3..=3)).unwrap();
+    let theirs = b.acquire(&s).unwrap();
+    b.delete_from(&s, theirs, 2).unwrap();
+    assert!(a.acquire_if_overtaken(&s, held).unwrap().is_some());
+    assert_eq!(a.archived_through(&s, 3).unwrap(), 1, "another handle's delete");
+    assert_eq!(b.archived_through(&s, 1).unwrap(), 1);
+}
