@@ -290,7 +290,7 @@ mod tests {
             &stores,
             "t",
             Provider::OpenAi,
-            &crate::conv::tests::retrieving(4_096, 256),
+            &crate::conv::tests::retrieving(20_000, 256),
         )
         .unwrap();
         let mut guard = Arc::new(AsyncMutex::new(Some(conv))).try_lock_owned().unwrap();
@@ -331,7 +331,9 @@ mod tests {
                     return;
                 }
             }
-            messages.push(json!({"role": "assistant", "content": format!("Reply {n}: three pull requests are open and one job fails.")}));
+            // Long enough replies that a 20,000-token window (a large room) compacts.
+            let filler = "The nightly job runs the integration suite, then the linters. ".repeat(8);
+            messages.push(json!({"role": "assistant", "content": format!("Reply {n}: three pull requests are open and one job fails. {filler}")}));
             messages.push(json!({"role": "user", "content": format!("Turn {n}: which Postgres version runs on staging, and who owns the failing job?")}));
         }
         panic!("nothing was evicted in 200 turns");
