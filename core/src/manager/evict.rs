@@ -98,11 +98,22 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
 
     /// The oldest live unit of `level` the lock does not cover.
     pub(crate) fn oldest_evictable(&self, level: Level, lock: &Lock) -> Option<UnitSpan> {
+        self.evictable_from(level, lock, 0)
+    }
+
+    /// The first live unit of `level` the lock does not cover, at record `start` or after
+    /// (a unit's head).
+    pub(crate) fn evictable_from(
+        &self,
+        level: Level,
+        lock: &Lock,
+        start: usize,
+    ) -> Option<UnitSpan> {
         if level == Level::Permanent {
             return None;
         }
         let ring = self.ring(level);
-        let mut start = 0;
+        let mut start = start;
         while start < ring.len() {
             let end = unit_end(&ring, start);
             let unit = UnitSpan { start, end };

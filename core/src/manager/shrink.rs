@@ -12,6 +12,8 @@
 //! A record is rewritten in its own span (head, marker, tail, call id, trailer: never longer
 //! than before), so the cut needs no scratch buffer and moves no other record.
 
+use core::ops::ControlFlow;
+
 use super::ContextManager;
 use super::evict::{UnitSpan, unit_end};
 use crate::capacity::Capacities;
@@ -92,6 +94,22 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if limit == 0 || self.used() <= low {
             return;
         }
+        self.each_unlocked_record(|manager, level, index| {
+            if manager.used() <= low {
+                return ControlFlow::Break(());
+            }
+            manager.cut_result(level, index, limit);
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// Calls `cut` on every record of the history levels outside the lock, volatile before
+    /// working, oldest first, until it breaks. A cut rewrites a record in its own span, so
+    /// the indices hold.
+    fn each_unlocked_record(
+        &mut self,
+        mut cut: impl FnMut(&mut Self, Level, usize) -> ControlFlow<()>,
+    ) {
         let lock = self.lock();
         for level in [Level::Volatile, Level::Working] {
             let mut start = 0;
@@ -103,10 +121,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
                 let end = unit_end(&ring, start);
                 if !lock.covers(&ring, level, UnitSpan { start, end }) {
                     for index in start..end {
-                        if self.used() <= low {
+                        if cut(self, level, index).is_break() {
                             return;
                         }
-                        self.cut_result(level, index, limit);
                     }
                 }
                 start = end;
@@ -122,23 +139,10 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if !newest.repeated {
             return;
         }
-        let lock = self.lock();
-        for level in [Level::Volatile, Level::Working] {
-            let mut start = 0;
-            loop {
-                let ring = self.ring(level);
-                if start >= ring.len() {
-                    break;
-                }
-                let end = unit_end(&ring, start);
-                if !lock.covers(&ring, level, UnitSpan { start, end }) {
-                    for index in start..end {
-                        self.cut_if_superseded(level, index, &newest);
-                    }
-                }
-                start = end;
-            }
-        }
+        self.each_unlocked_record(|manager, level, index| {
+            manager.cut_if_superseded(level, index, &newest);
+            ControlFlow::Continue(())
+        });
     }
 
     /// The newest live result of each supersede key. O(`B`).

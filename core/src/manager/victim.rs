@@ -73,21 +73,9 @@ impl<C: Capacities, K: TokenCounter, S: Strategy> ContextManager<C, K, S> {
         if newest.is_empty() {
             return oldest;
         }
-        let ring = self.ring(level);
         let pinned = self.level_tokens(Level::Permanent);
         let room = self.config.low_water_tokens().saturating_sub(pinned);
-        let evictable = |start: usize| {
-            let mut start = start;
-            while start < ring.len() {
-                let unit = UnitSpan { start, end: unit_end(&ring, start) };
-                if ring.get(start).is_some_and(|h| h.is_live()) && !lock.covers(&ring, level, unit)
-                {
-                    return Some(unit);
-                }
-                start = unit.end;
-            }
-            None
-        };
+        let evictable = |start: usize| self.evictable_from(level, lock, start);
         let mut total = 0u32;
         let mut next = Some(oldest);
         while let Some(unit) = next {
