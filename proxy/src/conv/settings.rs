@@ -97,7 +97,7 @@ impl ConvSettings {
     /// the history then grows for many requests with the provider's prompt cache holding:
     /// each compaction rewrites the cached prefix once, and the fewer tokens it keeps the
     /// longer until the next. The newest read of each file stays ahead of older turns within
-    /// that share, so it also decides how many files the model still sees ([`KEEP_PERCENT`]).
+    /// that share, so it also decides how many files the model still sees (`KEEP_PERCENT`).
     pub fn session_config(&self, window: u32, reserve: u32, pinned: u32) -> Config {
         let reserve = reserve.clamp(1, window.saturating_sub(MIN_PROMPT).max(1));
         let budget = window - reserve;

@@ -499,7 +499,7 @@ impl CheckpointSink for PgStore {
     }
 
     /// Without a query when the lease this handle took just now found the checkpoint
-    /// sequence of the newest checkpoint it knows ([`Known`]).
+    /// sequence of the newest checkpoint it knows (`Known`).
     fn newest_id(&self, scope: &Scope) -> Result<Option<CheckpointId>, StoreError> {
         if let Some(newest) = self.inner.checkpoints.newest_id(scope) {
             return Ok(newest);
