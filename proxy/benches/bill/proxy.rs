@@ -90,5 +90,8 @@ impl Drop for ProxyProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Ok(to) = std::env::var("BILL_KEEP_LOG") {
+            let _ = std::fs::copy(self.dir.path().join("proxy.log"), to);
+        }
     }
 }

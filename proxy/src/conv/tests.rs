@@ -6,7 +6,7 @@ use super::*;
 use crate::assemble::Answer;
 use crate::wire::Request;
 use ctxwin_std::ChatMessage;
-use ctxwin_std::core::Role;
+use ctxwin_std::core::{Level, Role};
 use ctxwin_std::store::ArchiveStore;
 
 fn request(messages: &[Value]) -> Request {
@@ -536,4 +536,29 @@ fn the_recall_tool_is_pinned_with_the_clients_tools() {
     };
     let (with, without) = (pinned(true, "with"), pinned(false, "without"));
     assert!(with > without + 50, "the recall tool's definition is counted: {with} vs {without}");
+}
+
+#[test]
+fn a_small_history_room_locks_fewer_messages_once_the_pinned_part_is_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let rules: String = (0..1_500).map(|n| format!("Rule {n}: keep the build green. ")).collect();
+    let locked = |window: u32| {
+        let settings = ConvSettings { recall: false, ..ConvSettings::new(window, 1_024) };
+        let name = format!("tail{window}");
+        let mut conv = Conv::open(dir.path(), &store, &name, Provider::OpenAi, &settings).unwrap();
+        let mut messages = vec![
+            json!({"role": "system", "content": rules}),
+            json!({"role": "user", "content": "Go."}),
+        ];
+        turn(&mut conv, &messages);
+        // The first request's budgets are set before its system prompt is counted.
+        messages.push(json!({"role": "assistant", "content": "Done."}));
+        messages.push(json!({"role": "user", "content": "Next."}));
+        turn(&mut conv, &messages);
+        assert!(conv.session().manager().level_tokens(Level::Permanent) > 15_500);
+        conv.session().configured().locked_tail
+    };
+    assert_eq!(locked(32_768), settings::LOCKED_TAIL_SMALL, "the room left is under 16k");
+    assert_eq!(locked(200_000), ctxwin_std::core::Config::DEFAULT.locked_tail);
 }
