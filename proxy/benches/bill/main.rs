@@ -354,6 +354,10 @@ struct LatencyPlan {
     /// The fake model's answer time, ms.
     answer_ms: u64,
     window: u32,
+    /// Whether conversation `i` of `n` starts `i / n` of an answer time after the first, as
+    /// agents that began at different moments do; without it all send their first request at
+    /// once (and stay in step: every answer takes the same time).
+    stagger: bool,
 }
 
 /// Added latency with `conversations` at once. Each conversation (its own seed) sends bursts
@@ -404,7 +408,12 @@ async fn latency(http: &reqwest::Client, plan: &LatencyPlan, conversations: usiz
                 let (http, base, wire, upstream) =
                     (http.clone(), base.clone(), wire.clone(), upstream.clone());
                 let steps: Vec<usize> = picks.iter().map(|&(k, _)| k).collect();
+                let offset = match plan.stagger {
+                    true => plan.answer_ms * i as u64 / conversations as u64,
+                    false => 0,
+                };
                 tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(offset)).await;
                     (i, client::run(&http, &base, &wire, i, &steps, Trim::Full, &upstream).await)
                 })
             })
@@ -607,10 +616,15 @@ fn main() {
                 burst: env_usize("BILL_LAT_BURST", 3),
                 answer_ms: env_usize("BILL_LAT_ANSWER_MS", 500) as u64,
                 window: env_usize("BILL_LAT_WINDOW", 64_000) as u32,
+                stagger: env_usize("BILL_LAT_STAGGER", 1) == 1,
             };
             println!(
-                "\nadded latency: client time minus the upstream's own time (its {} ms answer included), ms; direct is the client↔upstream hop alone:",
-                plan.answer_ms
+                "\nadded latency: client time minus the upstream's own time (its {} ms answer included), ms; direct is the client↔upstream hop alone; conversations {}:",
+                plan.answer_ms,
+                match plan.stagger {
+                    true => "started spread over one answer time (BILL_LAT_STAGGER=0: all at once)",
+                    false => "all started at once, in step (BILL_LAT_STAGGER=1 spreads them)",
+                }
             );
             for level in levels {
                 latency(&http, &plan, level, &extra).await;

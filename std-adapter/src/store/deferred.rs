@@ -40,11 +40,16 @@ pub struct DeferredOptions {
     /// Failed attempts in a row after which a closing writer (its last handle dropped) stops
     /// and logs the rows it could not write (at least 1).
     pub close_attempts: u32,
+    /// How far the writer thread yields the CPU to the threads that queue writes: its nice
+    /// value is raised by this much (Linux; ignored elsewhere; 0: the caller's priority). A
+    /// busy proxy's requests then wait less behind its indexing, and a queue the writer
+    /// cannot drain still holds writers back by its bounds.
+    pub nice: u8,
 }
 
 impl DeferredOptions {
     /// 256 rows a transaction; 20,000 rows or 64 MiB queued; retries after 10 ms, doubling
-    /// up to 1 s; 5 attempts at shutdown.
+    /// up to 1 s; 5 attempts at shutdown; the writer at nice +10.
     pub const DEFAULT: DeferredOptions = DeferredOptions {
         max_batch_rows: 256,
         max_queued_rows: 20_000,
@@ -52,6 +57,7 @@ impl DeferredOptions {
         retry_min: Duration::from_millis(10),
         retry_max: Duration::from_secs(1),
         close_attempts: 5,
+        nice: 10,
     };
 }
 
@@ -358,9 +364,10 @@ impl<S: ArchiveStore + 'static> Deferred<S> {
         let inner = Arc::new(inner);
         let thread = {
             let (shared, inner) = (shared.clone(), inner.clone());
-            std::thread::Builder::new()
-                .name("ctxwin-deferred-writer".into())
-                .spawn(move || run(&shared, inner.as_ref()))?
+            std::thread::Builder::new().name("ctxwin-deferred-writer".into()).spawn(move || {
+                yield_cpu(options.nice);
+                run(&shared, inner.as_ref());
+            })?
         };
         Ok(Self { shared, inner, thread: Mutex::new(Some(thread)) })
     }
@@ -602,6 +609,22 @@ fn failed(shared: &Shared, batch: Vec<Job>, error: &StoreError) -> bool {
 }
 
 /// The writer thread: takes what is queued, writes it in one batch, repeats.
+/// Raises the calling thread's nice value by `by` (Linux: nice is per thread).
+#[cfg(target_os = "linux")]
+fn yield_cpu(by: u8) {
+    if by == 0 {
+        return;
+    }
+    let thread = rustix::thread::gettid();
+    let now = rustix::process::getpriority_process(Some(thread)).unwrap_or(0);
+    if let Err(error) = rustix::process::setpriority_process(Some(thread), now + i32::from(by)) {
+        tracing::debug!(%error, "deferred writer: nice value not raised");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn yield_cpu(_by: u8) {}
+
 fn run(shared: &Shared, inner: &dyn ArchiveStore) {
     let _stop = StopGuard(shared);
     let options = shared.options;

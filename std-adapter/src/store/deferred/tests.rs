@@ -284,3 +284,35 @@ fn a_read_waits_only_for_the_writes_it_wants() {
     assert_eq!(got.recv_timeout(wait).unwrap(), [1, 2, 3, 4]);
     assert_eq!(wanted.recv_timeout(wait).unwrap(), [3]);
 }
+
+/// The nice value of the thread `tid` of this process (field 19 of its `stat`).
+#[cfg(target_os = "linux")]
+fn nice_of(tid: &str) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    fields[16].parse().unwrap()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_writer_thread_yields_the_cpu_by_its_nice_value() {
+    let own = nice_of(&rustix::thread::gettid().as_raw_nonzero().to_string());
+    let writers = || -> Vec<i64> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| {
+                let tid = task.ok()?.file_name().into_string().ok()?;
+                let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+                comm.starts_with("ctxwin-deferred").then(|| nice_of(&tid))
+            })
+            .collect()
+    };
+    let _deferred =
+        Deferred::spawn_with(MemoryStore::new(), DeferredOptions { nice: 7, ..fast() }).unwrap();
+    // The thread lowers its own priority as it starts.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !writers().contains(&(own + 7).min(19)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(writers().contains(&(own + 7).min(19)), "{:?} (own {own})", writers());
+}
