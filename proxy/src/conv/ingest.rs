@@ -57,7 +57,8 @@ impl Conv {
         {
             last.from_answer = false;
         }
-        let mut evicted = self.take_tools(request)?;
+        let mut evicted = self.compact_if_cold(request, super::measure::unix_ms())?;
+        evicted += self.take_tools(request)?;
         for (i, message) in &new {
             evicted += self.record(message, request.items[*i].get(), hashes[*i])?;
         }

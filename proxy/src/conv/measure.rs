@@ -14,7 +14,7 @@ use crate::wire::{Provider, Request};
 /// The mark that asks Anthropic to cache a prefix.
 const CACHE_MARK: &str = "\"cache_control\"";
 
-fn unix_ms() -> u64 {
+pub(super) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

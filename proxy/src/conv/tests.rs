@@ -562,3 +562,51 @@ fn a_small_history_room_locks_fewer_messages_once_the_pinned_part_is_known() {
     assert_eq!(locked(32_768), settings::LOCKED_TAIL_SMALL, "the room left is under 16k");
     assert_eq!(locked(200_000), ctxwin_std::core::Config::DEFAULT.locked_tail);
 }
+
+#[test]
+fn a_pause_longer_than_the_cache_lives_compacts_a_history_past_halfway_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let settings = ConvSettings { recall: false, ..ConvSettings::new(8_192, 512) };
+    // A conversation past halfway from its low-water mark to its budget, cache warm, and
+    // how many compactions it has had.
+    let filled = |name: &str| {
+        let mut conv = Conv::open(dir.path(), &store, name, Provider::OpenAi, &settings).unwrap();
+        let mut messages = vec![json!({"role": "system", "content": "Be brief."})];
+        loop {
+            let n = messages.len();
+            messages.push(json!({"role": "user", "content": format!("step {n}: {}", "check the logs ".repeat(20))}));
+            messages.push(json!({"role": "assistant", "content": format!("done {n}")}));
+            turn(&mut conv, &messages[..messages.len() - 1]);
+            turn(&mut conv, &messages);
+            let manager = conv.session().manager();
+            let low = manager.config().low_water_tokens();
+            let half = low + (manager.budget() - low) / 2;
+            let room = manager.budget() - manager.used();
+            if manager.used() > half && room > 400 {
+                break;
+            }
+            assert!(n < 400, "never past halfway");
+        }
+        let compactions = conv.session().manager().stats().counters.compactions;
+        (conv, messages, compactions)
+    };
+    let minute = 60 * 1000;
+    let next = |messages: &mut Vec<Value>| {
+        messages.push(json!({"role": "user", "content": "And now?"}));
+    };
+    // Eleven minutes idle: OpenAI's cache (5 to 10 minutes) is cold: compacted first.
+    let (mut conv, mut messages, before) = filled("cold");
+    conv.recorded.bill.client_at_ms = super::measure::unix_ms() - 11 * minute;
+    next(&mut messages);
+    turn(&mut conv, &messages);
+    let manager = conv.session().manager();
+    assert_eq!(manager.stats().counters.compactions, before + 1);
+    assert!(manager.used() < manager.config().low_water_tokens() + 200, "{}", manager.used());
+    // Nine minutes: it may still be warm: nothing moves before the budget needs it.
+    let (mut conv, mut messages, before) = filled("warm");
+    conv.recorded.bill.client_at_ms = super::measure::unix_ms() - 9 * minute;
+    next(&mut messages);
+    turn(&mut conv, &messages);
+    assert_eq!(conv.session().manager().stats().counters.compactions, before);
+}

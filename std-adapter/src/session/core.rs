@@ -39,6 +39,7 @@ pub trait SessionCore: Send {
         timestamp: u64,
     ) -> Result<u64, Error>;
     fn abort_pending_calls(&mut self) -> Result<(), Error>;
+    fn make_space(&mut self, tokens: u32) -> Result<(), Error>;
     fn replace_summary(&mut self, id: u64, text: &str) -> Result<u64, ReplaceError>;
     fn set_entity(&mut self, key: &str, value: Option<&str>) -> Result<(), EntityError>;
     fn set_config(&mut self, config: Config) -> Result<(), ConfigError>;
@@ -97,6 +98,9 @@ where
     }
     fn abort_pending_calls(&mut self) -> Result<(), Error> {
         ContextManager::abort_pending_calls(self)
+    }
+    fn make_space(&mut self, tokens: u32) -> Result<(), Error> {
+        ContextManager::make_space(self, tokens)
     }
     fn replace_summary(&mut self, id: u64, text: &str) -> Result<u64, ReplaceError> {
         ContextManager::replace_summary(self, id, text)

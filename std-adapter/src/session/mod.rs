@@ -85,6 +85,7 @@
 mod calibrate;
 mod capacities;
 mod checkpointing;
+mod compact;
 mod compose;
 mod convert;
 mod core;
