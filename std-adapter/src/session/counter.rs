@@ -1,7 +1,10 @@
 //! [`Counter`]: the token counter a session's manager uses, picked at run time.
 
+use std::sync::{Mutex, PoisonError};
+
 use ctxwin_core::{counter::TokenCounter, estimator::Estimator};
 
+use crate::format::fingerprint::raw_hash;
 use crate::tokens::CacheStats;
 #[cfg(feature = "tokenizers")]
 use crate::tokens::ExactCounter;
@@ -24,8 +27,9 @@ use crate::tokens::ExactCounter;
 /// ```
 #[derive(Clone, Debug)]
 pub enum Counter {
-    /// The core's estimator (no tokenizer; about 8% mean error, with a safety margin).
-    Estimator(Estimator),
+    /// The core's estimator (no tokenizer; about 8% mean error, with a safety margin), and
+    /// the count of the last large text it counted.
+    Estimator(Estimator, LastCount),
     /// A Hugging Face tokenizer, with a per-text cache (cargo feature `tokenizers`).
     #[cfg(feature = "tokenizers")]
     Exact(ExactCounter),
@@ -39,7 +43,7 @@ impl Counter {
     /// ```
     pub fn kind(&self) -> &'static str {
         match self {
-            Counter::Estimator(_) => "estimator",
+            Counter::Estimator(..) => "estimator",
             #[cfg(feature = "tokenizers")]
             Counter::Exact(_) => "exact",
         }
@@ -52,7 +56,7 @@ impl Counter {
     /// ```
     pub fn cache_stats(&self) -> Option<CacheStats> {
         match self {
-            Counter::Estimator(_) => None,
+            Counter::Estimator(..) => None,
             #[cfg(feature = "tokenizers")]
             Counter::Exact(exact) => Some(exact.cache_stats()),
         }
@@ -61,13 +65,13 @@ impl Counter {
 
 impl Default for Counter {
     fn default() -> Self {
-        Counter::Estimator(Estimator::new())
+        Counter::Estimator(Estimator::new(), LastCount::default())
     }
 }
 
 impl From<Estimator> for Counter {
     fn from(estimator: Estimator) -> Self {
-        Counter::Estimator(estimator)
+        Counter::Estimator(estimator, LastCount::default())
     }
 }
 
@@ -81,10 +85,55 @@ impl From<ExactCounter> for Counter {
 impl TokenCounter for Counter {
     fn count(&self, text: &str) -> u32 {
         match self {
-            Counter::Estimator(estimator) => estimator.count(text),
+            Counter::Estimator(estimator, last) => last.count(text, |text| estimator.count(text)),
             #[cfg(feature = "tokenizers")]
             Counter::Exact(exact) => exact.count(text),
         }
+    }
+}
+
+/// Texts this long or longer are remembered by [`LastCount`]: hashing a shorter one costs
+/// about what counting it does.
+pub const REMEMBERED_BYTES: usize = 1_024;
+
+/// The count of the last text of at least [`REMEMBERED_BYTES`] a counter counted, by its
+/// length and hash: a session checks a message (counting it) before it pushes it (counting it
+/// again), and the estimator's pass over a 40 KB tool output costs several times its hash.
+///
+/// ```
+/// use ctxwin_core::counter::TokenCounter;
+/// use ctxwin_std::session::Counter;
+/// let counter = Counter::default();
+/// let long = "fn main() {}\n".repeat(200);
+/// assert_eq!(counter.count(&long), counter.count(&long));
+/// assert!(counter.count(&long[..1_300]) < counter.count(&long));
+/// ```
+#[derive(Debug, Default)]
+pub struct LastCount(Mutex<Option<(usize, u64, u32)>>);
+
+impl Clone for LastCount {
+    fn clone(&self) -> Self {
+        Self(Mutex::new(*self.0.lock().unwrap_or_else(PoisonError::into_inner)))
+    }
+}
+
+impl LastCount {
+    /// `text`'s count: the remembered one when `text` is the last long text counted, else
+    /// `count`'s (remembered when `text` is long).
+    fn count(&self, text: &str, count: impl FnOnce(&str) -> u32) -> u32 {
+        if text.len() < REMEMBERED_BYTES {
+            return count(text);
+        }
+        let (len, hash) = (text.len(), raw_hash(text.as_bytes()));
+        let last = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((was_len, was_hash, tokens)) = last
+            && (was_len, was_hash) == (len, hash)
+        {
+            return tokens;
+        }
+        let tokens = count(text);
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((len, hash, tokens));
+        tokens
     }
 }
 
@@ -96,6 +145,26 @@ mod tests {
     fn is_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Counter>();
+    }
+
+    #[test]
+    fn a_long_text_is_counted_once_and_another_of_its_length_again() {
+        let estimator = Estimator::new();
+        let counter = Counter::from(estimator);
+        let (a, b) = ("a".repeat(2_000), "b ".repeat(1_000));
+        assert_eq!(counter.count(&a), estimator.count(&a));
+        assert_eq!(counter.count(&a), estimator.count(&a));
+        assert_eq!(counter.count(&b), estimator.count(&b), "same length, other text");
+        assert_ne!(estimator.count(&a), estimator.count(&b));
+        let last = LastCount::default();
+        let mut counted = Vec::new();
+        for text in [&a, &a, &b, &a, &a[..500], &a[..500]] {
+            last.count(text, |t| {
+                counted.push(t.len());
+                estimator.count(t)
+            });
+        }
+        assert_eq!(counted, [2_000, 2_000, 2_000, 500, 500], "once per long text in a row");
     }
 
     #[test]
