@@ -5,8 +5,9 @@
 
 pub use ctxwin_std::format::fingerprint::raw_hash;
 pub use ctxwin_std::format::{
-    Analyzed, AnswerCalls, BadRequest, KeptPart, ManagedBody, Opaque, Part, PromptRanges, Provider,
-    RECALL_TOOL, RecallCall, RecallResult, RecallStream, Request, analyze_item, analyze_message,
-    answer_calls, follow_up_body, merge_answers, message_as_answer, names_recall_tool, raw_hashes,
-    recall_marker, tools_with_recall, without_recall_tool,
+    Analyzed, AnswerCalls, BadRequest, CACHE_LIFETIME_MS, KeptPart, ManagedBody, Opaque, Part,
+    PromptRanges, Provider, RECALL_TOOL, RecallCall, RecallResult, RecallStream, Request,
+    analyze_item, analyze_message, answer_calls, cache_lifetime_ms, follow_up_body, merge_answers,
+    message_as_answer, names_recall_tool, raw_hashes, recall_marker, tools_with_recall,
+    without_recall_tool,
 };

@@ -40,7 +40,7 @@ use crate::wire::{Provider, raw_hash};
 pub const BLOCK: usize = 1024;
 
 /// How long the direct estimate's cache keeps a body: 5 minutes, both providers' default.
-pub const CACHE_LIFETIME_MS: u64 = 5 * 60 * 1000;
+pub use crate::wire::CACHE_LIFETIME_MS;
 
 /// The fewest tokens a provider caches (Anthropic's minimum for most models, OpenAI's).
 pub const MIN_CACHED: u64 = 1024;

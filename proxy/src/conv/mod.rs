@@ -32,7 +32,6 @@ use ctxwin_std::store::sqlite::SqliteArchive;
 use ctxwin_std::store::{Deferred, StoreError};
 use serde_json::Value;
 
-pub use cold::cache_lifetime_ms;
 pub use paths::{conv_dir, is_tenant_key};
 pub use settings::{ConvSettings, RECALL_LIMIT_FACTOR, WHOLE};
 pub use stored::stored_bills;

@@ -101,6 +101,7 @@
 
 mod analysis;
 mod anthropic;
+mod cache_life;
 mod check;
 pub mod cost;
 mod detect;
@@ -123,6 +124,9 @@ use std::str::FromStr;
 
 pub use analysis::{Analyzed, Opaque, Part, analyze, analyze_item, analyze_message};
 pub use anthropic::{MANAGED_OPENING_TEXT, OPENING_USER_TEXT};
+pub use cache_life::{
+    ANTHROPIC_HOUR_MS, CACHE_LIFETIME_MS, OPENAI_CACHE_LIFETIME_MS, cache_lifetime_ms,
+};
 pub use error::{FormatError, Problem, UnknownFormat};
 pub use jsonl::JsonlTail;
 pub use managed::{KeptPart, ManagedBody};
