@@ -94,9 +94,9 @@ impl TokenCounter for Counter {
 
 /// Texts this long or longer are remembered by [`LastCount`]: hashing a shorter one costs
 /// about what counting it does.
-pub const REMEMBERED_BYTES: usize = 1_024;
+pub(crate) const REMEMBERED_BYTES: usize = 1_024;
 
-/// The count of the last text of at least [`REMEMBERED_BYTES`] a counter counted, by its
+/// The count of the last text of at least `REMEMBERED_BYTES` a counter counted, by its
 /// length and hash: a session checks a message (counting it) before it pushes it (counting it
 /// again), and the estimator's pass over a 40 KB tool output costs several times its hash.
 ///
