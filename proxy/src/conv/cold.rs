@@ -7,20 +7,24 @@ use super::{Conv, ConvError};
 use crate::wire::{CACHE_LIFETIME_MS, Request, cache_lifetime_ms};
 
 impl Conv {
-    /// Compacts the history before `request`'s messages are pushed when the conversation's
-    /// previous request was sent longer ago than the provider keeps its cache (at `now_ms`)
-    /// and the history is more than halfway from the low-water mark to the budget: the
-    /// compaction would come soon anyway, and now it rewrites nothing that was cached.
-    /// Returns the units evicted.
+    /// Compacts the history before `request`'s messages are pushed when its newest message
+    /// was pushed longer ago than the provider keeps its cache (at `now_ms`) and the history
+    /// is more than halfway from the low-water mark to the budget: the compaction would come
+    /// soon anyway, and now it rewrites nothing that was cached. The newest message's
+    /// timestamp, not this instance's clock of its last request: an instance taking over a
+    /// conversation replays its rows with their timestamps, and decides as the one that
+    /// served it would have. Returns the units evicted.
     pub(super) fn compact_if_cold(
         &mut self,
         request: &Request,
         now_ms: u64,
     ) -> Result<usize, ConvError> {
-        let last = self.recorded.bill.client_at_ms;
+        let Some(last) = self.session.manager().history().next_back().map(|m| m.timestamp()) else {
+            return Ok(0);
+        };
         // No provider keeps a prefix less than CACHE_LIFETIME_MS: most requests stop here.
         let idle = now_ms.saturating_sub(last);
-        if last == 0 || idle <= CACHE_LIFETIME_MS {
+        if idle <= CACHE_LIFETIME_MS {
             return Ok(0);
         }
         let Some(lifetime) = cache_lifetime_ms(self.provider, request) else { return Ok(0) };

@@ -592,21 +592,23 @@ fn a_pause_longer_than_the_cache_lives_compacts_a_history_past_halfway_first() {
         (conv, messages, compactions)
     };
     let minute = 60 * 1000;
-    let next = |messages: &mut Vec<Value>| {
-        messages.push(json!({"role": "user", "content": "And now?"}));
-    };
-    // Eleven minutes idle: OpenAI's cache (5 to 10 minutes) is cold: compacted first.
+    let now = super::measure::unix_ms();
+    // Eleven minutes after the newest message: OpenAI's cache (5 to 10 minutes) is cold.
     let (mut conv, mut messages, before) = filled("cold");
-    conv.recorded.bill.client_at_ms = super::measure::unix_ms() - 11 * minute;
-    next(&mut messages);
-    turn(&mut conv, &messages);
+    messages.push(json!({"role": "user", "content": "And now?"}));
+    let request = request(&messages);
+    assert!(conv.compact_if_cold(&request, now + 11 * minute).unwrap() > 0);
     let manager = conv.session().manager();
     assert_eq!(manager.stats().counters.compactions, before + 1);
-    assert!(manager.used() < manager.config().low_water_tokens() + 200, "{}", manager.used());
-    // Nine minutes: it may still be warm: nothing moves before the budget needs it.
-    let (mut conv, mut messages, before) = filled("warm");
-    conv.recorded.bill.client_at_ms = super::measure::unix_ms() - 9 * minute;
-    next(&mut messages);
-    turn(&mut conv, &messages);
+    assert!(manager.used() <= manager.config().low_water_tokens(), "{}", manager.used());
+    let hashes = crate::wire::raw_hashes(&request);
+    assert!(matches!(conv.ingest(&request, &hashes).unwrap(), Ingest::Extended { .. }));
+    // Nine minutes: it may still be warm; nothing moves before the budget needs it.
+    let (mut conv, _, before) = filled("warm");
+    assert_eq!(conv.compact_if_cold(&request, now + 9 * minute).unwrap(), 0);
+    assert_eq!(conv.session().manager().stats().counters.compactions, before);
+    // A request the client sends now (the wall clock): its newest message is not old.
+    let (mut conv, _, before) = filled("now");
+    assert!(matches!(conv.ingest(&request, &hashes).unwrap(), Ingest::Extended { .. }));
     assert_eq!(conv.session().manager().stats().counters.compactions, before);
 }
