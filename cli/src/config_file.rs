@@ -533,6 +533,9 @@ const PROXY_SECTION: &str = "\n\
 # (after the client's tools) that the model calls to read it whole; the proxy answers it\n\
 # itself. On when a limit above is set; false: off.\n\
 # recall_tool = true\n\
+# A header carrying each request's time (ms since the Unix epoch) taken instead of the clock:\n\
+# for benches and replays of recorded sessions, behind trusted clients. Unset: the clock.\n\
+# clock_header = \"x-request-time-ms\"\n\
 # Conversations kept in memory; the least recently used idle ones are unloaded above it.\n\
 # max_resident = 256\n\
 # The key clients send in x-ctxwin-key (required to listen off loopback).\n\
@@ -664,6 +667,7 @@ mod tests {
             "never_cut",
             "supersede",
             "recall_tool",
+            "clock_header",
         ] {
             assert!(template.contains(&format!("\n# {key} = ")), "[proxy] {key} is not documented");
         }

@@ -73,6 +73,12 @@ pub struct ProxyConfig {
     /// otherwise, and for a request without it, the credential it carries does
     /// ([`crate::keys`]).
     pub tenant_header: Option<String>,
+    /// The header that carries a request's time (ms since the Unix epoch, lower case), when
+    /// set (`[proxy] clock_header`): its messages are stamped with it and the pause before it
+    /// is measured to it (a compaction on a cold prompt cache). For benches and replays of
+    /// recorded sessions, behind clients the operator trusts; unset, and for a request
+    /// without it, the wall clock.
+    pub clock_header: Option<String>,
     /// How long a connection may take to send a request's headers, counted from when it
     /// opens or its previous answer ends: one that never finishes them, and an idle
     /// keep-alive connection, is closed after it.
@@ -144,6 +150,7 @@ impl Default for ProxyConfig {
             checkpoint_idle: Duration::from_secs(1),
             checkpoint_every: 64,
             tenant_header: None,
+            clock_header: None,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(60),
             max_connections: 4_096,
@@ -193,6 +200,7 @@ struct ProxySection {
     checkpoint_idle_ms: Option<u64>,
     checkpoint_every: Option<u32>,
     tenant_header: Option<String>,
+    clock_header: Option<String>,
     header_timeout_secs: Option<u64>,
     body_timeout_secs: Option<u64>,
     max_connections: Option<usize>,
@@ -363,6 +371,9 @@ impl ProxyConfig {
         if let Some(header) = section.tenant_header {
             self.tenant_header = tenant_header(&header);
         }
+        if let Some(header) = section.clock_header {
+            self.clock_header = tenant_header(&header);
+        }
         Ok(())
     }
 
@@ -445,12 +456,16 @@ impl ProxyConfig {
                 self.upstream
             )));
         }
-        if let Some(header) = &self.tenant_header
-            && axum::http::HeaderName::from_bytes(header.as_bytes()).is_err()
+        for (key, header) in
+            [("tenant_header", &self.tenant_header), ("clock_header", &self.clock_header)]
         {
-            return Err(ConfigError::Invalid(format!(
-                "tenant_header `{header}` is not an HTTP header name"
-            )));
+            if let Some(header) = header
+                && axum::http::HeaderName::from_bytes(header.as_bytes()).is_err()
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "{key} `{header}` is not an HTTP header name"
+                )));
+            }
         }
         if let Some(url) = &self.store_url
             && !matches!(
@@ -565,6 +580,9 @@ impl ProxyConfig {
             ),
         });
         notes.push(self.recall_note());
+        if let Some(header) = &self.clock_header {
+            notes.push(format!("clock: a request's time is its {header} header when it has one ([proxy] clock_header: for benches and replays, behind trusted clients)"));
+        }
         notes.push(format!(
             "tasks ([tasks] detect = \"{}\"): {}",
             self.task_detection.as_str(),
@@ -616,7 +634,7 @@ fn store_url(text: &str) -> Option<String> {
     (!text.is_empty()).then(|| text.to_string())
 }
 
-/// A tenant header setting: lower case (header names are case-insensitive); empty is none.
+/// A header name setting: lower case (header names are case-insensitive); empty is none.
 fn tenant_header(text: &str) -> Option<String> {
     let text = text.trim();
     (!text.is_empty()).then(|| text.to_ascii_lowercase())
@@ -681,6 +699,13 @@ max_resident = 4
         config.apply_toml("[proxy]\ntenant_header = \"X-Team-Id\"").unwrap();
         assert_eq!(config.tenant_header.as_deref(), Some("x-team-id"));
         config.validate().unwrap();
+        config.apply_toml("[proxy]\nclock_header = \"X-Request-Time-Ms\"").unwrap();
+        assert_eq!(config.clock_header.as_deref(), Some("x-request-time-ms"));
+        config.validate().unwrap();
+        assert!(config.notes().iter().any(|note| note.contains("x-request-time-ms")));
+        let mut bad = config.clone();
+        bad.apply_toml("[proxy]\nclock_header = \"bad header\"").unwrap();
+        assert!(bad.validate().unwrap_err().to_string().contains("clock_header"));
         config
             .apply_env(|k| (k == "CTXWIN_PROXY_TENANT_HEADER").then(|| "bad header".into()))
             .unwrap();

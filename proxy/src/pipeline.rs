@@ -61,7 +61,8 @@ async fn handle(
         .map_err(bad_request)?;
     let key = conversation_key(&app.keys, tenant_header, headers, &request, provider)
         .map_err(bad_request)?;
-    let (guard, composed) = take(app, key, provider, request).await?;
+    let at_ms = request_time(app, headers);
+    let (guard, composed) = take(app, key, provider, request, at_ms).await?;
     count(app, &composed);
     let path = match provider {
         Provider::OpenAi => "/v1/chat/completions",
@@ -110,11 +111,15 @@ async fn take(
     mut key: String,
     provider: Provider,
     request: Arc<Request>,
+    at_ms: u64,
 ) -> Result<(Guard, Composed), Failure> {
     let hashes: Arc<[u64]> = request.item_hashes().into();
     let bad = |e: wire::BadRequest| Failure::new(StatusCode::BAD_REQUEST, e.0);
     for hop in 0..=MAX_HOPS {
-        let guard = app.lock(&key, provider, &request.model).await?;
+        let mut guard = app.lock(&key, provider, &request.model).await?;
+        if let Some(conv) = guard.as_mut() {
+            conv.set_request_time(at_ms);
+        }
         let (guard, step) = take_once(app, guard, &request, &hashes).await?;
         match step {
             Ok(Step::Composed(composed, tokens_in)) => {
@@ -144,6 +149,14 @@ async fn take(
         StatusCode::BAD_REQUEST,
         format!("this history was edited in more than {MAX_HOPS} places: start a new conversation"),
     ))
+}
+
+/// The request's time by its `[proxy] clock_header` (ms since the Unix epoch); 0 (the wall
+/// clock) without one, or when it does not read as a number.
+fn request_time(app: &App, headers: &HeaderMap) -> u64 {
+    let header = app.config.clock_header.as_deref();
+    let value = header.and_then(|name| headers.get(name)).and_then(|v| v.to_str().ok());
+    value.and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
 /// One conversation's try at the request. A request the session serves from memory takes

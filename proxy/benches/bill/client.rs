@@ -11,6 +11,14 @@ use crate::session::MAX_TOKENS;
 use crate::tokens::Counter;
 use crate::upstream::Upstream;
 
+/// The header that tells the proxy when a request was sent in the session's simulated time
+/// (its `[proxy] clock_header`): the pauses the fake upstream's cache model sees, the proxy
+/// sees too.
+pub const CLOCK_HEADER: &str = "x-bill-at-ms";
+
+/// The simulated session's start, ms since the Unix epoch (2026-01-01).
+pub const CLOCK_EPOCH_MS: u64 = 1_767_225_600_000;
+
 /// What the client sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trim {
@@ -273,7 +281,8 @@ pub async fn run(
             .post(&url)
             .header("content-type", "application/json")
             .header("x-bill-conv", conv.to_string())
-            .header("x-bill-step", k.to_string());
+            .header("x-bill-step", k.to_string())
+            .header(CLOCK_HEADER, (CLOCK_EPOCH_MS + wire.conversation.steps[k].at_ms).to_string());
         request = match provider {
             Provider::Anthropic => request
                 .header("x-api-key", "sk-ant-bench-not-a-key")

@@ -26,9 +26,10 @@ impl ProxyProcess {
         let windows: Vec<String> =
             windows.iter().map(|(model, window)| format!("{model:?} = {window}")).collect();
         let mut toml = format!(
-            "[proxy]\nupstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\nstate_dir = {:?}\nwindows = {{ {} }}\n",
+            "[proxy]\nupstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\nstate_dir = {:?}\nwindows = {{ {} }}\nclock_header = \"{}\"\n",
             state.display().to_string(),
-            windows.join(", ")
+            windows.join(", "),
+            crate::client::CLOCK_HEADER
         );
         toml.push_str(extra);
         let config = dir.path().join("ctxwin.toml");

@@ -57,7 +57,8 @@ impl Conv {
         {
             last.from_answer = false;
         }
-        let mut evicted = self.compact_if_cold(request, super::measure::unix_ms())?;
+        let now = self.request_time();
+        let mut evicted = self.compact_if_cold(request, now)?;
         evicted += self.take_tools(request)?;
         for (i, message) in &new {
             evicted += self.record(message, request.items[*i].get(), hashes[*i])?;
@@ -176,7 +177,8 @@ impl Conv {
             let level = level_of(&part.chat, pinned);
             let raw = entry.ids.is_empty().then_some(raw);
             let whole = self.keeps_whole(part);
-            let options = PushOptions { level, raw, whole, ..PushOptions::default() };
+            let timestamp = Some(self.request_time());
+            let options = PushOptions { level, raw, whole, timestamp, ..PushOptions::default() };
             let rendering = self.rendering(part);
             match self.session.push_with(&rendering, options) {
                 Ok(report) => {

@@ -35,7 +35,7 @@ impl Conv {
     /// client's body would cost sent direct, and the forwarded prompt's stable prefix against
     /// the previous forwarded one.
     pub fn measure(&mut self, request: &Request, composed: &Composed) {
-        let now = unix_ms();
+        let now = self.request_time();
         let entries =
             &self.recorded.entries[..request.items.len().min(self.recorded.entries.len())];
         let tokens =

@@ -173,6 +173,9 @@ pub struct Conv {
     /// The retrieved block sent with every payload since the last compaction (not kept in
     /// checkpoints: retrieved again after a restart).
     recalled: Option<String>,
+    /// The time of the request being taken, ms since the Unix epoch, when its client says it
+    /// (`[proxy] clock_header`); 0: the wall clock ([`Conv::set_request_time`]).
+    request_at_ms: u64,
     /// Something left the core since the last payload was composed (a compaction in this
     /// request: the cached prefix is rewritten anyway).
     recall_stale: bool,
@@ -370,6 +373,7 @@ impl Conv {
             tasks_reported,
             evicted_any: false,
             recalled: None,
+            request_at_ms: 0,
             recall_stale: false,
             recalled_for: None,
             evicted_unsent: 0,
@@ -378,6 +382,21 @@ impl Conv {
             last_used: Instant::now(),
             pending_answer: None,
             recall_clash_logged: false,
+        }
+    }
+
+    /// Takes the next request as sent at `at_ms` (ms since the Unix epoch): its messages are
+    /// stamped with it, and the pause before it is measured to it. 0: the wall clock.
+    pub fn set_request_time(&mut self, at_ms: u64) {
+        self.request_at_ms = at_ms;
+    }
+
+    /// The time of the request being taken: [`Conv::set_request_time`]'s, else the wall
+    /// clock.
+    fn request_time(&self) -> u64 {
+        match self.request_at_ms {
+            0 => measure::unix_ms(),
+            at => at,
         }
     }
 

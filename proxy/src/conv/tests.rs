@@ -607,6 +607,12 @@ fn a_pause_longer_than_the_cache_lives_compacts_a_history_past_halfway_first() {
     let (mut conv, _, before) = filled("warm");
     assert_eq!(conv.compact_if_cold(&request, now + 9 * minute).unwrap(), 0);
     assert_eq!(conv.session().manager().stats().counters.compactions, before);
+    // A request whose client says when it was sent: its messages carry that time.
+    let (mut conv, _, _) = filled("told");
+    conv.set_request_time(now + 3 * minute);
+    assert!(matches!(conv.ingest(&request, &hashes).unwrap(), Ingest::Extended { .. }));
+    let newest = conv.session().manager().history().next_back().map(|m| m.timestamp());
+    assert_eq!(newest, Some(now + 3 * minute));
     // A request the client sends now (the wall clock): its newest message is not old.
     let (mut conv, _, before) = filled("now");
     assert!(matches!(conv.ingest(&request, &hashes).unwrap(), Ingest::Extended { .. }));
