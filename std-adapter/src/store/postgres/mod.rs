@@ -16,7 +16,10 @@
 //!   computed in Rust and verified on every read; checkpoints carry their frame's CRC.
 //! * **Search** is PostgreSQL's text search (English stemming) with BM25 computed in SQL
 //!   from the conversation's own counts: scores normalised as every adapter's
-//!   ([`SearchHit::score`](crate::store::SearchHit::score)).
+//!   ([`SearchHit::score`](crate::store::SearchHit::score)). Message rows are written
+//!   without their search vector; a search first indexes its conversation's rows written
+//!   or changed since its last one (schema V4), so a write costs no text analysis and a
+//!   conversation nobody searches none at all.
 //! * **Pooled** with a floor of [`PgOptions::min_idle`] connections (0 by default: an idle
 //!   process holds none once [`PgOptions::idle_timeout`] passes) and a ceiling of
 //!   [`PgOptions::max_connections`].
@@ -36,7 +39,7 @@
 //! * **Checkpoints** are framed payloads in a table, ordered by a per-conversation sequence:
 //!   a session's snapshot is stored once per save and its rows once in `messages` (storage
 //!   grows with the messages plus the checkpoints kept, not messages × checkpoints).
-//! * **Forget means gone** from the live data: rows, the search vectors (recomputed), vectors
+//! * **Forget means gone** from the live data: rows, the search vectors (cleared), vectors
 //!   (dropped), summaries and checkpoints (rewritten), then `VACUUM` of the touched tables
 //!   so no dead row version keeps the text in the tables' pages. What PostgreSQL keeps
 //!   outside them — WAL segments not yet recycled, replicas, base backups — still holds it
@@ -101,6 +104,8 @@ mod error;
 mod escape;
 mod forget;
 mod group;
+#[cfg(test)]
+mod indexing_tests;
 mod metrics;
 mod port;
 mod records;
