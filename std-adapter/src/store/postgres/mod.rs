@@ -25,8 +25,9 @@
 //!   [`PgOptions::max_connections`].
 //! * **Prepared, or pooler-safe.** By default each statement is prepared once per connection
 //!   and kept ([`PgOptions::prepared_statements`]): the server parses and plans it once, not
-//!   on every use, and a lease check or a lease taken is one statement, its connection's
-//!   `lock_timeout` set when it opened. With
+//!   on every use (its connections are opened with `plan_cache_mode = force_generic_plan`),
+//!   and a lease check or a lease taken is one statement, its connection's `lock_timeout`
+//!   set when it opened. With
 //!   `prepared_statements` off (`?prepared_statements=off` in the URL) no statement relies on
 //!   session state: every statement is sent unnamed with its types, locks and settings are
 //!   transaction-scoped (`pg_advisory_xact_lock`, `SET LOCAL`), every write an explicit
@@ -161,7 +162,8 @@ pub struct PgOptions {
     pub vacuum_after_forget: bool,
     /// Whether statements are prepared once per connection and kept (`true` by default):
     /// the server then parses and plans each statement once per connection instead of on
-    /// every use. Turn it off behind a transaction-mode pooler that does not keep prepared
+    /// every use (the connections are opened with `plan_cache_mode = force_generic_plan`
+    /// and the lock timeout as startup options). Turn it off behind a transaction-mode pooler that does not keep prepared
     /// statements (PgBouncer before 1.21, or with `max_prepared_statements = 0`): every
     /// statement is then sent unnamed. With a URL, `?prepared_statements=off`
     /// ([`PgStore::open`]).
@@ -341,8 +343,15 @@ impl PgStore {
         if options.prepared_statements {
             // Set once per connection (not behind a transaction-mode pooler, where it would
             // not follow the transactions): what a write of rows made of one statement
-            // waits for a lock at most, as a transaction's `SET LOCAL` does.
-            let timeout = format!("-c lock_timeout={}", options.lock_timeout.as_millis().max(1));
+            // waits for a lock at most, as a transaction's `SET LOCAL` does; and generic
+            // plans for the prepared statements, which are all addressed by key: left to
+            // choose, the server planned the group row write anew on every execution (its
+            // custom plan, sized to the arrays, always looked cheaper), a third of its CPU
+            // per fleet request.
+            let timeout = format!(
+                "-c lock_timeout={} -c plan_cache_mode=force_generic_plan",
+                options.lock_timeout.as_millis().max(1)
+            );
             let startup = match config.get_options() {
                 Some(given) => format!("{given} {timeout}"),
                 None => timeout,
