@@ -196,3 +196,39 @@ fn a_store_migrated_from_version_3_searches_rows_written_before_and_after() {
     }
     assert_indexed(&schema, &s, "searched after the migration");
 }
+
+/// Searches from two other handles while one writes new rows and rewrites old ones: whatever
+/// the interleaving (two searches indexing at once, a write between a search's look and its
+/// update), the counts hold what the rows say, and a last search leaves them a recount.
+#[test]
+fn searches_during_writes_leave_the_counts_a_recount() {
+    let Some(schema) = TestSchema::new("index while writing") else { return };
+    let schema = schema.unwrap();
+    let writer = schema.open().unwrap();
+    let searchers = [schema.open().unwrap(), schema.open().unwrap()];
+    let s = Scope::new("t", "busy");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|threads| {
+        for searcher in &searchers {
+            threads.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    searcher.search(&s, &SearchQuery::new("deploy words", 5)).unwrap();
+                }
+            });
+        }
+        for id in 1..=120_u64 {
+            let mut rows = vec![row(id, &format!("deploy {id} words"))];
+            if id > 10 {
+                rows.push(row(id - 10, &format!("deploy rewritten {id} more words than before")));
+            }
+            writer.put(&s, Fence::NONE, &rows).unwrap();
+            if id == 100 {
+                writer.delete_from(&s, Fence::NONE, 90).unwrap();
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_counted(&schema, &s, "written while searched");
+    assert_eq!(search(&writer, &s, "rewritten").len(), 10, "a full page of hits");
+    assert_indexed(&schema, &s, "searched at the end");
+}
