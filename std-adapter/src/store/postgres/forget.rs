@@ -1,7 +1,7 @@
 //! Forgetting: text out of a conversation's rows (content, tool calls, original, raw JSON),
-//! its search vectors (recomputed from the scrubbed text), its vectors (dropped with the
-//! content they described) and summaries, then `VACUUM` of the tables so no dead row version
-//! keeps it in their pages.
+//! its search vectors (cleared: the next search indexes the scrubbed text), its vectors
+//! (dropped with the content they described) and summaries, then `VACUUM` of the tables so
+//! no dead row version keeps it in their pages.
 
 use postgres::types::Type;
 
@@ -103,7 +103,7 @@ fn scrub_in_place(
     if what.ids.contains(&id) {
         tx.query(
             "UPDATE messages SET content = $3, tool_calls = NULL, tool_text = '',
-                 original = NULL, raw = NULL
+                 original = NULL, raw = NULL, search = NULL
              WHERE conversation_id = $1 AND id = $2",
             &[(&conversation, Type::INT8), (&sql_id, Type::INT8), (&FORGOTTEN, Type::TEXT)],
         )?;
@@ -114,7 +114,8 @@ fn scrub_in_place(
                  tool_text = replace(tool_text, $3, $4), original = replace(original, $3, $4),
                  raw = CASE WHEN strpos(coalesce(raw, ''), $3) > 0 THEN NULL ELSE raw END,
                  tool_calls = CASE WHEN strpos(coalesce(tool_calls, ''), $3) > 0
-                     THEN NULL ELSE tool_calls END
+                     THEN NULL ELSE tool_calls END,
+                 search = NULL
              WHERE conversation_id = $1 AND id = $2",
             &[
                 (&conversation, Type::INT8),

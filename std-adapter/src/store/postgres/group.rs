@@ -42,14 +42,18 @@ const MOST: usize = 64;
 /// locked unless another transaction holds it (skipped), its fence checked as
 /// [`check_fence`] does, its rows written only when it passes. Returns, for each
 /// conversation found and locked, its position, its fence and its holder.
+///
+/// Each conversation is looked up on its own (`LATERAL`, the lock inside): joined with
+/// the arrays, the prepared statement's generic plan scanned all of `conversations` and
+/// hashed it while the table was small (400 rows: 0.13 ms of execution against 0.07).
 pub(super) const GROUP_UPSERT: &str = concat!(
     "
 WITH c AS (
     SELECT b.k, c.id, c.fence AS current, c.holder, b.fence AS carried
-    FROM conversations c
-    JOIN unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS b(tenant, name, fence, k)
-      ON c.tenant = b.tenant AND c.name = b.name
-    FOR NO KEY UPDATE OF c SKIP LOCKED
+    FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS b(tenant, name, fence, k),
+    LATERAL (SELECT id, fence, holder FROM conversations
+             WHERE tenant = b.tenant AND name = b.name
+             FOR NO KEY UPDATE SKIP LOCKED) c
 ), allowed AS (
     SELECT k, id FROM c
     WHERE carried = 0 OR current = 0 OR (current = carried AND holder = $4)

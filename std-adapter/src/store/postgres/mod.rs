@@ -16,14 +16,18 @@
 //!   computed in Rust and verified on every read; checkpoints carry their frame's CRC.
 //! * **Search** is PostgreSQL's text search (English stemming) with BM25 computed in SQL
 //!   from the conversation's own counts: scores normalised as every adapter's
-//!   ([`SearchHit::score`](crate::store::SearchHit::score)).
+//!   ([`SearchHit::score`](crate::store::SearchHit::score)). Message rows are written
+//!   without their search vector; a search first indexes its conversation's rows written
+//!   or changed since its last one (schema V4), so a write costs no text analysis and a
+//!   conversation nobody searches none at all.
 //! * **Pooled** with a floor of [`PgOptions::min_idle`] connections (0 by default: an idle
 //!   process holds none once [`PgOptions::idle_timeout`] passes) and a ceiling of
 //!   [`PgOptions::max_connections`].
 //! * **Prepared, or pooler-safe.** By default each statement is prepared once per connection
 //!   and kept ([`PgOptions::prepared_statements`]): the server parses and plans it once, not
-//!   on every use, and a lease check or a lease taken is one statement, its connection's
-//!   `lock_timeout` set when it opened. With
+//!   on every use (its connections are opened with `plan_cache_mode = force_generic_plan`),
+//!   and a lease check or a lease taken is one statement, its connection's `lock_timeout`
+//!   set when it opened. With
 //!   `prepared_statements` off (`?prepared_statements=off` in the URL) no statement relies on
 //!   session state: every statement is sent unnamed with its types, locks and settings are
 //!   transaction-scoped (`pg_advisory_xact_lock`, `SET LOCAL`), every write an explicit
@@ -36,7 +40,7 @@
 //! * **Checkpoints** are framed payloads in a table, ordered by a per-conversation sequence:
 //!   a session's snapshot is stored once per save and its rows once in `messages` (storage
 //!   grows with the messages plus the checkpoints kept, not messages × checkpoints).
-//! * **Forget means gone** from the live data: rows, the search vectors (recomputed), vectors
+//! * **Forget means gone** from the live data: rows, the search vectors (cleared), vectors
 //!   (dropped), summaries and checkpoints (rewritten), then `VACUUM` of the touched tables
 //!   so no dead row version keeps the text in the tables' pages. What PostgreSQL keeps
 //!   outside them — WAL segments not yet recycled, replicas, base backups — still holds it
@@ -101,6 +105,8 @@ mod error;
 mod escape;
 mod forget;
 mod group;
+#[cfg(test)]
+mod indexing_tests;
 mod metrics;
 mod port;
 mod records;
@@ -156,7 +162,8 @@ pub struct PgOptions {
     pub vacuum_after_forget: bool,
     /// Whether statements are prepared once per connection and kept (`true` by default):
     /// the server then parses and plans each statement once per connection instead of on
-    /// every use. Turn it off behind a transaction-mode pooler that does not keep prepared
+    /// every use (the connections are opened with `plan_cache_mode = force_generic_plan`
+    /// and the lock timeout as startup options). Turn it off behind a transaction-mode pooler that does not keep prepared
     /// statements (PgBouncer before 1.21, or with `max_prepared_statements = 0`): every
     /// statement is then sent unnamed. With a URL, `?prepared_statements=off`
     /// ([`PgStore::open`]).
@@ -336,8 +343,15 @@ impl PgStore {
         if options.prepared_statements {
             // Set once per connection (not behind a transaction-mode pooler, where it would
             // not follow the transactions): what a write of rows made of one statement
-            // waits for a lock at most, as a transaction's `SET LOCAL` does.
-            let timeout = format!("-c lock_timeout={}", options.lock_timeout.as_millis().max(1));
+            // waits for a lock at most, as a transaction's `SET LOCAL` does; and generic
+            // plans for the prepared statements, which are all addressed by key: left to
+            // choose, the server planned the group row write anew on every execution (its
+            // custom plan, sized to the arrays, always looked cheaper), a third of its CPU
+            // per fleet request.
+            let timeout = format!(
+                "-c lock_timeout={} -c plan_cache_mode=force_generic_plan",
+                options.lock_timeout.as_millis().max(1)
+            );
             let startup = match config.get_options() {
                 Some(given) => format!("{given} {timeout}"),
                 None => timeout,

@@ -25,7 +25,9 @@ pub(super) const MESSAGE_COLUMNS: &str = "m.id, m.unit, m.level, m.role, m.conte
 pub(super) const SCOPED_MESSAGES: &str = "messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.tenant = $1 AND c.name = $2";
 
 /// The conflict clause of every `messages` upsert (aliased `m`): a row identical to the stored
-/// one writes nothing (no new row version, no index churn), a changed one is rewritten.
+/// one writes nothing (no new row version, no index churn), a changed one is rewritten, and
+/// one whose indexed text changed loses its search vector (the next search of its
+/// conversation indexes it again; its old length stays counted until then: see schema V4).
 macro_rules! row_conflict {
     () => {
         "
@@ -35,7 +37,10 @@ ON CONFLICT (conversation_id, id) DO UPDATE SET
     tool_text = excluded.tool_text, tool_call_id = excluded.tool_call_id,
     original = excluded.original, timestamp = excluded.timestamp, tokens = excluded.tokens,
     name = excluded.name, is_error = excluded.is_error, raw = excluded.raw,
-    checksum = excluded.checksum
+    checksum = excluded.checksum,
+    search = CASE WHEN (m.content, m.tool_text, m.original)
+                       IS NOT DISTINCT FROM (excluded.content, excluded.tool_text, excluded.original)
+                  THEN m.search END
 WHERE (m.unit, m.level, m.role, m.content, m.tool_calls, m.tool_call_id, m.original,
        m.timestamp, m.tokens, m.name, m.is_error, m.raw, m.checksum)
    IS DISTINCT FROM
@@ -48,7 +53,7 @@ pub(super) use row_conflict;
 
 /// Upserts rows given as parallel arrays; a row identical to the stored one writes nothing
 /// (no new row version, no index churn).
-const UPSERT: &str = concat!(
+pub(super) const UPSERT: &str = concat!(
     "
 INSERT INTO messages AS m (conversation_id, id, unit, level, role, content, tool_calls,
     tool_text, tool_call_id, original, timestamp, tokens, name, is_error, raw, checksum)

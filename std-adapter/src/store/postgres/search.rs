@@ -9,6 +9,11 @@
 //! conversation alone (its row count and mean indexed length, kept in `conversations`;
 //! document frequencies counted over its matches): another conversation's rows are never
 //! counted or ranked in. Scores are then normalised as every adapter's (best `1.0`).
+//!
+//! Message rows are indexed when their conversation is searched, not when they are written
+//! (schema V4): a search first indexes the conversation's rows written or changed since its
+//! last one, then searches. Summaries are indexed as they are written (a trigger: they are
+//! rare).
 
 use postgres::Row;
 use postgres::types::Type;
@@ -63,6 +68,13 @@ fn ranked(table: &str, rows: &str, terms: &str) -> String {
          )"
     )
 }
+
+/// Indexes the message rows of conversation `$1`/`$2` not indexed yet (written or changed
+/// since its last search; schema V4's `ctxwin_index_messages`) and moves its counts, in the
+/// statement's own transaction, before a search reads them. Nothing of another conversation
+/// is read or written.
+const INDEX_PENDING: &str =
+    "SELECT ctxwin_index_messages(c.id) FROM conversations c WHERE c.tenant = $1 AND c.name = $2";
 
 /// The columns of a hit: those of [`MESSAGE_COLUMNS`](super::rows::MESSAGE_COLUMNS) with the
 /// original text and raw JSON left out (a search verifies the head of each row's checksum
@@ -131,6 +143,7 @@ impl PgStore {
         );
         let limit = sql_limit(query.limit);
         self.run(|client| {
+            client.query_typed(INDEX_PENDING, &[(&tenant, Type::TEXT), (&name, Type::TEXT)])?;
             let rows = client.query_typed(
                 &sql,
                 &[

@@ -46,6 +46,27 @@ fn passes_the_conformance_suites_with_every_statement_unnamed() {
     conformance::checkpoints(&open);
 }
 
+/// A store that keeps its statements prepared has the server keep their generic plans
+/// (planned once per connection, not on every execution); one sending them unnamed leaves
+/// the server's setting alone.
+#[test]
+fn prepared_statements_run_on_generic_plans() {
+    let Some(schema) = TestSchema::new("generic plans") else { return };
+    let schema = schema.unwrap();
+    let setting = |store: &PgStore| -> String {
+        store
+            .run(|client| {
+                let row =
+                    client.query_typed_one("SELECT current_setting('plan_cache_mode')", &[])?;
+                get(&row, 0)
+            })
+            .unwrap()
+    };
+    assert_eq!(setting(&schema.open().unwrap()), "force_generic_plan");
+    let unnamed = PgStore::open(&format!("{}&prepared_statements=off", schema.url())).unwrap();
+    assert_eq!(setting(&unnamed), "auto");
+}
+
 #[test]
 fn the_url_turns_prepared_statements_off_and_nothing_else() {
     let plain = "postgres://u:p@h:1/d";
