@@ -369,10 +369,10 @@ impl ProxyConfig {
             self.checkpoint_every = every.max(1);
         }
         if let Some(header) = section.tenant_header {
-            self.tenant_header = tenant_header(&header);
+            self.tenant_header = header_name(&header);
         }
         if let Some(header) = section.clock_header {
-            self.clock_header = tenant_header(&header);
+            self.clock_header = header_name(&header);
         }
         Ok(())
     }
@@ -426,7 +426,7 @@ impl ProxyConfig {
             })?;
         }
         if let Some(header) = get("CTXWIN_PROXY_TENANT_HEADER") {
-            self.tenant_header = tenant_header(&header);
+            self.tenant_header = header_name(&header);
         }
         if let Some(url) = get(ctxwin_std::store::STORE_URL_VAR).and_then(|url| store_url(&url)) {
             self.store_url = Some(url);
@@ -635,7 +635,7 @@ fn store_url(text: &str) -> Option<String> {
 }
 
 /// A header name setting: lower case (header names are case-insensitive); empty is none.
-fn tenant_header(text: &str) -> Option<String> {
+fn header_name(text: &str) -> Option<String> {
     let text = text.trim();
     (!text.is_empty()).then(|| text.to_ascii_lowercase())
 }

@@ -49,6 +49,12 @@ impl Model {
     }
 }
 
+/// The proxy's configuration in front of `up` with state in `state`, cutting tool outputs
+/// over 256 tokens (so a log of the tests' size is cut and its recall declared).
+fn cutting(up: SocketAddr, state: &std::path::Path) -> ctxwin_proxy::ProxyConfig {
+    ctxwin_proxy::ProxyConfig { observation_limit: Some(256), ..config(up, state) }
+}
+
 async fn start_model() -> (SocketAddr, Arc<Model>) {
     let model = Arc::new(Model::default());
     let router = Router::new()
@@ -342,11 +348,7 @@ async fn metric(url: &str, name: &str) -> u64 {
 async fn anthropic_a_cut_output_is_recalled_whole_and_the_client_sees_one_answer() {
     let state = tempfile::tempdir().unwrap();
     let (up, model) = start_model().await;
-    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
-        observation_limit: Some(256),
-        ..config(up, state.path())
-    })
-    .await;
+    let proxy = start_proxy(cutting(up, state.path())).await;
     let output = log("build", 120);
     let mut messages = anthropic_read(&output);
     let answer =
@@ -418,8 +420,7 @@ async fn openai_a_cut_output_is_recalled_whole_and_the_client_sees_one_answer() 
     let (up, model) = start_model().await;
     let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
         compaction_limit: Some(64),
-        observation_limit: Some(256),
-        ..config(up, state.path())
+        ..cutting(up, state.path())
     })
     .await;
     let output = log("build", 120);
@@ -453,11 +454,7 @@ async fn a_mixed_answer_reaches_the_client_without_its_recall_calls() {
     let state = tempfile::tempdir().unwrap();
     let (up, model) = start_model().await;
     model.script.lock().unwrap().mixed = true;
-    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
-        observation_limit: Some(256),
-        ..config(up, state.path())
-    })
-    .await;
+    let proxy = start_proxy(cutting(up, state.path())).await;
     let output = log("build", 120);
     let answer = post(
         &proxy.url("/v1/messages"),
@@ -487,11 +484,7 @@ async fn a_mixed_answer_reaches_the_client_without_its_recall_calls() {
 async fn an_id_of_another_tenant_gets_an_error_result_and_none_of_its_text() {
     let state = tempfile::tempdir().unwrap();
     let (up, model) = start_model().await;
-    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
-        observation_limit: Some(256),
-        ..config(up, state.path())
-    })
-    .await;
+    let proxy = start_proxy(cutting(up, state.path())).await;
     // Tenant A: a longer conversation, so that its cut output's id is past any of B's.
     let secret = log("SECRET-A", 120);
     let mut messages = Vec::new();
@@ -561,11 +554,7 @@ async fn without_a_limit_or_with_recall_tool_off_nothing_is_declared_or_marked()
 async fn a_client_tool_of_the_same_name_or_no_client_tools_mean_no_declaration() {
     let state = tempfile::tempdir().unwrap();
     let (up, model) = start_model().await;
-    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
-        observation_limit: Some(256),
-        ..config(up, state.path())
-    })
-    .await;
+    let proxy = start_proxy(cutting(up, state.path())).await;
     let tools = r#"[{"name":"ctxwin_recall","description":"the client's own","input_schema":{"type":"object"}}]"#;
     let output = log("build", 120);
     let answer =
@@ -605,11 +594,7 @@ fn a_malformed_recall_tool_setting_is_refused_by_name() {
 async fn anthropic_streamed_recall_continues_the_clients_stream() {
     let state = tempfile::tempdir().unwrap();
     let (up, model) = start_model().await;
-    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
-        observation_limit: Some(256),
-        ..config(up, state.path())
-    })
-    .await;
+    let proxy = start_proxy(cutting(up, state.path())).await;
     let output = log("build", 120);
     let mut messages = anthropic_read(&output);
     let url = proxy.url("/v1/messages");
@@ -663,11 +648,7 @@ async fn anthropic_streamed_recall_continues_the_clients_stream() {
 async fn openai_streamed_recall_continues_the_clients_stream() {
     let state = tempfile::tempdir().unwrap();
     let (up, model) = start_model().await;
-    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
-        observation_limit: Some(256),
-        ..config(up, state.path())
-    })
-    .await;
+    let proxy = start_proxy(cutting(up, state.path())).await;
     let output = log("build", 120);
     let url = proxy.url("/v1/chat/completions");
     let stream = post_stream(&url, openai_body(OPENAI_TOOLS, &openai_read(&output)), "sk-so").await;
@@ -708,11 +689,7 @@ async fn openai_streamed_recall_continues_the_clients_stream() {
 async fn streams_without_a_recall_call_stay_byte_identical_and_mixed_ones_lose_only_it() {
     let state = tempfile::tempdir().unwrap();
     let (up, model) = start_model().await;
-    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
-        observation_limit: Some(256),
-        ..config(up, state.path())
-    })
-    .await;
+    let proxy = start_proxy(cutting(up, state.path())).await;
     // Declared, not called: the upstream's bytes, as they came.
     let question = [json!({"role": "user", "content": "Is the build green?"})];
     let a = post_stream(
@@ -855,11 +832,7 @@ async fn at_most_4_follow_ups_then_the_client_gets_what_came() {
         let mut script = model.script.lock().unwrap();
         (script.anywhere, script.insist) = (true, true);
     }
-    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
-        observation_limit: Some(256),
-        ..config(up, state.path())
-    })
-    .await;
+    let proxy = start_proxy(cutting(up, state.path())).await;
     let output = log("build", 120);
     let body = anthropic_body(ANTHROPIC_TOOLS, &anthropic_read(&output));
     let answer = post(&proxy.url("/v1/messages"), body.clone(), "sk-r").await;
@@ -882,11 +855,7 @@ async fn a_failed_follow_up_leaves_the_client_the_answer_before_it() {
     let state = tempfile::tempdir().unwrap();
     let (up, model) = start_model().await;
     model.script.lock().unwrap().refuse_follow_up = true;
-    let proxy = start_proxy(ctxwin_proxy::ProxyConfig {
-        observation_limit: Some(256),
-        ..config(up, state.path())
-    })
-    .await;
+    let proxy = start_proxy(cutting(up, state.path())).await;
     let output = log("build", 120);
     let body = anthropic_body(ANTHROPIC_TOOLS, &anthropic_read(&output));
     let answer = post(&proxy.url("/v1/messages"), body.clone(), "sk-f").await;
