@@ -119,16 +119,68 @@ impl Group {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Queues `rows` of `scope` under `fence` and returns what became of them: sent by this
+    /// thread, when no statement is in flight, with everything queued meanwhile (`send`
+    /// answers each write of the batch in order), or by the thread leading then.
+    fn write(
+        &self,
+        scope: &Scope,
+        fence: Fence,
+        rows: Columns,
+        mut send: impl FnMut(&mut [Queued]) -> Vec<Outcome>,
+    ) -> Outcome {
+        let mut state = self.lock();
+        let ticket = state.next;
+        state.next += 1;
+        state.queued.push(Queued { ticket, scope: scope.clone(), fence, rows });
+        loop {
+            if let Some(outcome) = state.outcomes.remove(&ticket) {
+                return outcome;
+            }
+            if state.leading {
+                state = self.answered.wait(state).unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            state.leading = true;
+            let mut batch = take_batch(&mut state.queued);
+            drop(state);
+            let tickets = batch.iter().map(|q| q.ticket).filter(|&t| t != ticket).collect();
+            let mut leading = Leading { group: self, tickets };
+            let outcomes = send(&mut batch);
+            let mut answered = self.lock();
+            answered.statements += 1;
+            answered.writes += batch.len() as u64;
+            for (queued, outcome) in batch.iter().zip(outcomes) {
+                answered.outcomes.insert(queued.ticket, outcome);
+            }
+            drop(answered);
+            leading.tickets.clear();
+            drop(leading);
+            state = self.lock();
+        }
+    }
 }
 
-/// Clears the group's leader when the statement is done, whatever happened to it (a panic
-/// in the leader must not leave the others waiting for ever).
-struct Leading<'a>(&'a Group);
+/// Clears the group's leader when the statement is done, whatever happened to it: a
+/// leader that panicked left its batch's writes (`tickets`) unanswered, and their callers
+/// would wait for ever, or lead empty statements for ever; they write alone instead.
+struct Leading<'a> {
+    group: &'a Group,
+    /// The other callers' writes of the statement in flight still without an outcome (the
+    /// leader's own is answered by its return, or by its panic).
+    tickets: Vec<u64>,
+}
 
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
-        self.0.lock().leading = false;
-        self.0.answered.notify_all();
+        let mut state = self.group.lock();
+        for &ticket in &self.tickets {
+            state.outcomes.entry(ticket).or_insert(Outcome::Alone);
+        }
+        state.leading = false;
+        drop(state);
+        self.group.answered.notify_all();
     }
 }
 
@@ -146,40 +198,14 @@ impl PgStore {
         fence: Fence,
         rows: Columns,
     ) -> Result<bool, StoreError> {
-        let group = &self.inner.group;
-        let mut state = group.lock();
-        let ticket = state.next;
-        state.next += 1;
-        state.queued.push(Queued { ticket, scope: scope.clone(), fence, rows });
-        loop {
-            if let Some(outcome) = state.outcomes.remove(&ticket) {
-                return match outcome {
-                    Outcome::Written => Ok(true),
-                    Outcome::Alone => Ok(false),
-                    Outcome::Refused { current, own } => {
-                        check_fence(scope, fence, current, own).map_err(|Failure(e)| e)?;
-                        Ok(false)
-                    }
-                };
+        let outcome = self.inner.group.write(scope, fence, rows, |batch| self.send_group(batch));
+        match outcome {
+            Outcome::Written => Ok(true),
+            Outcome::Alone => Ok(false),
+            Outcome::Refused { current, own } => {
+                check_fence(scope, fence, current, own).map_err(|Failure(e)| e)?;
+                Ok(false)
             }
-            if state.leading {
-                state = group.answered.wait(state).unwrap_or_else(PoisonError::into_inner);
-                continue;
-            }
-            state.leading = true;
-            let mut batch = take_batch(&mut state.queued);
-            drop(state);
-            let leading = Leading(group);
-            let outcomes = self.send_group(&mut batch);
-            let mut answered = group.lock();
-            answered.statements += 1;
-            answered.writes += batch.len() as u64;
-            for (queued, outcome) in batch.iter().zip(outcomes) {
-                answered.outcomes.insert(queued.ticket, outcome);
-            }
-            drop(answered);
-            drop(leading);
-            state = group.lock();
         }
     }
 
@@ -282,6 +308,53 @@ mod tests {
 
     fn texts(store: &PgStore, scope: &Scope) -> Vec<String> {
         store.rows_after(scope, 0, 100).unwrap().into_iter().map(|r| r.message.content).collect()
+    }
+
+    /// A leader that panics while its statement is out leaves no write of its batch waiting:
+    /// the other caller of the batch gets `Alone` (it writes alone) without sending a
+    /// statement, and the group takes writes again. No server needed: the statements are
+    /// stand-ins.
+    #[test]
+    fn a_leader_that_panics_leaves_its_batch_to_write_alone() {
+        let group = Group::default();
+        let scopes: Vec<Scope> = (0..3).map(|n| Scope::new("t", format!("c{n}"))).collect();
+        let sent = std::sync::atomic::AtomicUsize::new(0);
+        let write = |scope: &Scope, first: bool| {
+            group.write(scope, Fence::NONE, Columns::default(), |batch| {
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if !first {
+                    std::panic::panic_any("the statement's leader failed mid-way");
+                }
+                // The first statement stays out until both other writes are queued behind
+                // it: the next statement carries the two.
+                while group.lock().queued.len() < 2 {
+                    std::thread::yield_now();
+                }
+                vec![Outcome::Written; batch.len()]
+            })
+        };
+        let (first, others) = std::thread::scope(|threads| {
+            let first = threads.spawn(|| write(&scopes[0], true));
+            while !group.lock().leading {
+                std::thread::yield_now();
+            }
+            let others: Vec<_> = scopes[1..]
+                .iter()
+                .map(|scope| threads.spawn(move || write(scope, false)))
+                .collect();
+            (first.join(), others.into_iter().map(|h| h.join()).collect::<Vec<_>>())
+        });
+        assert!(matches!(first, Ok(Outcome::Written)), "{first:?}");
+        let panicked = others.iter().filter(|result| result.is_err()).count();
+        let alone = others.iter().filter(|result| matches!(result, Ok(Outcome::Alone))).count();
+        assert_eq!((panicked, alone), (1, 1), "{others:?}");
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 2, "no empty statement");
+        let state = group.lock();
+        assert!(state.queued.is_empty() && state.outcomes.is_empty() && !state.leading);
+        drop(state);
+        let written = |batch: &mut [Queued]| vec![Outcome::Written; batch.len()];
+        let next = group.write(&scopes[1], Fence::NONE, Columns::default(), written);
+        assert!(matches!(next, Outcome::Written), "the group goes on");
     }
 
     /// One statement carries three conversations: one under a stale fence (refused alone,
