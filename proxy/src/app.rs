@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::http::StatusCode;
+use ctxwin_std::store::Deferred;
+use ctxwin_std::store::sqlite::SqliteArchive;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::bills::Bills;
@@ -71,6 +73,12 @@ impl App {
     /// Whether the conversations are a fleet's, on a shared PostgreSQL.
     pub fn is_fleet(&self) -> bool {
         self.stores.is_fleet()
+    }
+
+    /// The archive's writer thread on a state directory (`None` in a fleet, whose rows are
+    /// written on the request path).
+    pub fn archive_writer(&self) -> Option<&Deferred<SqliteArchive>> {
+        self.stores.local().map(|local| local.writer.as_ref())
     }
 
     /// A proxy with `config`.

@@ -7,6 +7,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use ctxwin_std::store::DeferredStats;
+
 /// Upper bounds of the added-latency histogram, in seconds.
 const BUCKETS: [f64; 12] =
     [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
@@ -304,9 +306,56 @@ pub fn render_postgres(out: &mut String) {
     }
 }
 
+/// What the archive's writer thread has committed and what it still holds: rows are
+/// acknowledged to clients when queued, so a queue that keeps growing means requests are
+/// answered faster than they are archived (and will wait for room at the queue's bound).
+pub fn render_archive_writer(out: &mut String, stats: &DeferredStats) {
+    for (name, kind, help, value) in [
+        (
+            "archive_queued_rows",
+            "gauge",
+            "Rows the archive's writer thread holds, queued or being written.",
+            stats.queued_rows as u64,
+        ),
+        (
+            "archive_rows_committed_total",
+            "counter",
+            "Rows the archive's writer thread committed.",
+            stats.rows_committed,
+        ),
+        (
+            "archive_write_waits_total",
+            "counter",
+            "Writes that waited for room in the archive writer's queue.",
+            stats.waited_for_room,
+        ),
+        (
+            "archive_write_failures_total",
+            "counter",
+            "Archive transactions that failed (their rows were queued again).",
+            stats.failed_attempts,
+        ),
+    ] {
+        let name = format!("ctxwin_proxy_{name}");
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renders_the_archive_writers_queue_and_commits() {
+        let stats =
+            DeferredStats { queued_rows: 7, rows_committed: 40, ..DeferredStats::default() };
+        let mut text = String::new();
+        render_archive_writer(&mut text, &stats);
+        assert!(text.contains("# TYPE ctxwin_proxy_archive_queued_rows gauge\n"), "{text}");
+        assert!(text.contains("ctxwin_proxy_archive_queued_rows 7\n"), "{text}");
+        assert!(text.contains("ctxwin_proxy_archive_rows_committed_total 40\n"), "{text}");
+        assert!(text.contains("ctxwin_proxy_archive_write_waits_total 0\n"), "{text}");
+    }
 
     #[test]
     fn renders_prometheus_text() {

@@ -159,16 +159,27 @@ fn request_time(app: &App, headers: &HeaderMap) -> u64 {
     value.and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
-/// One conversation's try at the request. A request the session serves from memory takes
-/// tens of microseconds: it runs here, as a hop to the blocking pool (a permit, a thread woken
-/// and switched to) would cost more than it and queue behind other conversations' disk work.
+/// New request bytes up to which a request the session serves from memory is taken on the
+/// async thread. Ingesting costs some nanoseconds per byte (read, counted, hashed, queued):
+/// a catch-up request bringing megabytes of new tool output would hold an async thread for
+/// tens of milliseconds, and every connection queued on it would wait, where the blocking
+/// pool's threads are preempted by the kernel as any other.
+const INLINE_NEW_BYTES: usize = 64 << 10;
+
+/// One conversation's try at the request. A request the session serves from memory with
+/// little new in it takes tens of microseconds: it runs here, as a hop to the blocking pool
+/// (a permit, a thread woken and switched to) would cost more than it and queue behind other
+/// conversations' disk work.
 async fn take_once(
     app: &App,
     mut guard: Guard,
     request: &Arc<Request>,
     hashes: &Arc<[u64]>,
 ) -> Result<(Guard, Result<Step, ConvError>), Failure> {
-    let (guard, progress) = if guard.as_ref().is_some_and(Conv::request_in_memory) {
+    let inline = guard.as_ref().is_some_and(|conv| {
+        conv.request_in_memory() && conv.new_bytes(request) <= INLINE_NEW_BYTES
+    });
+    let (guard, progress) = if inline {
         let progress = take_request(&mut guard, request, hashes, true);
         (guard, progress)
     } else {

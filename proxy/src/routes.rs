@@ -96,6 +96,9 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if app.is_fleet() {
         crate::metrics::render_postgres(&mut text);
     }
+    if let Some(writer) = app.archive_writer() {
+        crate::metrics::render_archive_writer(&mut text, &writer.stats());
+    }
     app.bills.render_top(&mut text);
     let mut response = text.into_response();
     response.headers_mut().insert(

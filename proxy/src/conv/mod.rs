@@ -40,7 +40,7 @@ pub use stores::{
     open_fleet, open_stores, persisted_keys, prepare_state,
 };
 
-use crate::wire::{PromptRanges, Provider};
+use crate::wire::{PromptRanges, Provider, Request};
 use bill::{Bill, Forwarded};
 use state::Recorded;
 
@@ -433,6 +433,14 @@ impl Conv {
     /// How long since the conversation was last used.
     pub fn idle(&self) -> Duration {
         self.last_used.elapsed()
+    }
+
+    /// Bytes of `request`'s items past the ones recorded: what [`ingest`](Self::ingest)
+    /// reads, counts and queues for the archive (a bound: a request that diverges pushes
+    /// less, or nothing).
+    pub fn new_bytes(&self, request: &Request) -> usize {
+        let known = self.recorded.entries.len();
+        request.items.iter().skip(known).map(|item| item.get().len()).sum()
     }
 
     /// Whether [`ingest`](Self::ingest) and [`compose_in_memory`](Self::compose_in_memory) of

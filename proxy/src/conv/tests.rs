@@ -618,3 +618,20 @@ fn a_pause_longer_than_the_cache_lives_compacts_a_history_past_halfway_first() {
     assert!(matches!(conv.ingest(&request, &hashes).unwrap(), Ingest::Extended { .. }));
     assert_eq!(conv.session().manager().stats().counters.compactions, before);
 }
+
+#[test]
+fn new_bytes_are_the_items_past_the_recorded_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let settings = ConvSettings { recall: false, ..ConvSettings::new(32_768, 1_024) };
+    let mut conv = Conv::open(dir.path(), &store, "bytes", Provider::OpenAi, &settings).unwrap();
+    let mut messages = vec![json!({"role": "user", "content": "Read the log."})];
+    assert_eq!(conv.new_bytes(&request(&messages)), request(&messages).items[0].get().len());
+    turn(&mut conv, &messages);
+    messages.push(json!({"role": "assistant", "content": "It says: ".repeat(100)}));
+    messages.push(json!({"role": "user", "content": "And then?"}));
+    let next = request(&messages);
+    let past: usize = next.items[1..].iter().map(|item| item.get().len()).sum();
+    assert!(past > 900);
+    assert_eq!(conv.new_bytes(&next), past, "the first message is recorded");
+}
