@@ -541,6 +541,9 @@ const PROXY_SECTION: &str = "\n\
 # The key clients send in x-ctxwin-key (required to listen off loopback).\n\
 # api_key = \"change-me\"\n\
 # body_limit = 33554432\n\
+# MiB of parsed request bodies kept, so that a conversation's next request reads only what\n\
+# it adds (about the newest body of a hundred 2 MB conversations); 0: every body read whole.\n\
+# parse_cache_mib = 256\n\
 # upstream_timeout_secs = 300\n\
 # checkpoint_idle_ms = 1000\n\
 # checkpoint_every = 64\n\
@@ -668,6 +671,7 @@ mod tests {
             "supersede",
             "recall_tool",
             "clock_header",
+            "parse_cache_mib",
         ] {
             assert!(template.contains(&format!("\n# {key} = ")), "[proxy] {key} is not documented");
         }

@@ -99,6 +99,7 @@ impl App {
             );
         }
         let client = upstream::client(&config)?;
+        let parsed = Parsed::new(config.parse_cache_bytes);
         Ok(Arc::new(Self {
             config,
             metrics: Metrics::default(),
@@ -110,7 +111,7 @@ impl App {
             } else {
                 Pool::default()
             },
-            parsed: Parsed::default(),
+            parsed,
             stores,
             slots: Mutex::default(),
             resident: Mutex::default(),

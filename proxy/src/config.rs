@@ -63,6 +63,9 @@ pub struct ProxyConfig {
     pub proxy_key: Option<String>,
     /// Largest request body accepted, in bytes.
     pub body_limit: usize,
+    /// Bytes of parsed request bodies kept so that a conversation's next request reads only
+    /// what it adds ([`crate::parsed`]); 0: every body is read whole.
+    pub parse_cache_bytes: usize,
     /// How long to wait for the upstream's response headers (and between stream chunks).
     pub upstream_timeout: Duration,
     /// A conversation idle this long after a change is checkpointed.
@@ -146,6 +149,7 @@ impl Default for ProxyConfig {
             max_resident: 256,
             proxy_key: None,
             body_limit: 32 << 20,
+            parse_cache_bytes: crate::parsed::MAX_BYTES,
             upstream_timeout: Duration::from_secs(300),
             checkpoint_idle: Duration::from_secs(1),
             checkpoint_every: 64,
@@ -196,6 +200,7 @@ struct ProxySection {
     max_resident: Option<usize>,
     api_key: Option<String>,
     body_limit: Option<usize>,
+    parse_cache_mib: Option<usize>,
     upstream_timeout_secs: Option<u64>,
     checkpoint_idle_ms: Option<u64>,
     checkpoint_every: Option<u32>,
@@ -358,6 +363,9 @@ impl ProxyConfig {
         }
         if let Some(limit) = section.body_limit {
             self.body_limit = limit;
+        }
+        if let Some(mib) = section.parse_cache_mib {
+            self.parse_cache_bytes = mib.saturating_mul(1 << 20);
         }
         if let Some(secs) = section.upstream_timeout_secs {
             self.upstream_timeout = Duration::from_secs(secs);
@@ -696,6 +704,9 @@ max_resident = 4
         config.proxy_key = Some("k".into());
         config.validate().unwrap();
         assert!(config.apply_toml("[proxy]\nbogus = 1").is_err());
+        assert_eq!(config.parse_cache_bytes, 256 << 20);
+        config.apply_toml("[proxy]\nparse_cache_mib = 16").unwrap();
+        assert_eq!(config.parse_cache_bytes, 16 << 20);
         config.apply_toml("[proxy]\ntenant_header = \"X-Team-Id\"").unwrap();
         assert_eq!(config.tenant_header.as_deref(), Some("x-team-id"));
         config.validate().unwrap();
