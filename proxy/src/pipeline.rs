@@ -223,9 +223,10 @@ const REDO: usize = 4;
 /// writer far behind), or when composing needs an archive search (a new retrieved block,
 /// [`Conv::compose_in_memory`]).
 ///
-/// In a fleet the conversation first catches up with what other instances wrote; when one
-/// takes it midway, the request is redone whole on the new state, where what this one wrote
-/// already is known ([`Conv::catch_up`]).
+/// In a fleet the conversation first catches up with what other instances wrote, unless its
+/// first write proves the lease ([`Conv::lease_proved_by_writes`]); when one takes it
+/// midway, the request is redone whole on the new state, where what this one wrote already
+/// is known ([`Conv::catch_up`]).
 fn take_request(
     guard: &mut Guard,
     request: &Request,
@@ -234,9 +235,26 @@ fn take_request(
 ) -> Result<Progress, ConvError> {
     let mut redone = 0;
     loop {
-        guard.as_mut().ok_or(ConvError::Unloaded)?.catch_up()?;
-        match take_attempt(guard, request, hashes, inline) {
+        let conv = guard.as_mut().ok_or(ConvError::Unloaded)?;
+        let unchecked = redone == 0 && conv.lease_proved_by_writes();
+        if !unchecked {
+            conv.catch_up()?;
+        }
+        let written = conv.writes();
+        let attempt = take_attempt(guard, request, hashes, inline);
+        let conv = guard.as_mut().ok_or(ConvError::Unloaded)?;
+        match attempt {
+            // Nothing written proved the lease: read it now, and redo what was done on a
+            // state another instance has moved past.
+            Ok(_) if unchecked && conv.writes() == written && conv.catch_up()? => {
+                redone += 1;
+                tracing::info!(
+                    redone,
+                    "proxy: another instance took the conversation; redoing the request on its state"
+                );
+            }
             Err(error) if error.is_overtaken() && redone < REDO => {
+                conv.overtaken();
                 redone += 1;
                 tracing::info!(%error, redone, "proxy: another instance took the conversation; redoing the request on its state");
             }
@@ -361,5 +379,91 @@ mod tests {
             messages.push(json!({"role": "user", "content": format!("Turn {n}: which Postgres version runs on staging, and who owns the failing job?")}));
         }
         panic!("nothing was evicted in 200 turns");
+    }
+
+    /// A conversation of a fleet, on `stores`, whose requests go through [`take_request`] as
+    /// an instance's do; the body it forwards, or where the request diverged.
+    struct Instance(Guard);
+
+    impl Instance {
+        fn open(stores: &crate::conv::Stores) -> Self {
+            let settings = crate::conv::ConvSettings::new(32_768, 1_024);
+            let dir = std::path::Path::new("unused");
+            let conv = Conv::open(dir, stores, "k", Provider::OpenAi, &settings).unwrap();
+            Self(Arc::new(AsyncMutex::new(Some(conv))).try_lock_owned().unwrap())
+        }
+
+        fn take(&mut self, messages: &[serde_json::Value]) -> Result<String, usize> {
+            let body = json!({"model": "m", "messages": messages}).to_string();
+            let request = Request::parse(Provider::OpenAi, body.as_bytes()).unwrap();
+            let hashes = request.item_hashes().to_vec();
+            match take_request(&mut self.0, &request, &hashes, false).unwrap() {
+                Progress::Done(Step::Composed(composed, _)) => {
+                    Ok(String::from_utf8(composed.body).unwrap())
+                }
+                Progress::Done(Step::Diverged(at)) => Err(at),
+                Progress::Taken { .. } => panic!("composed on the pool"),
+            }
+        }
+
+        fn conv(&self) -> &Conv {
+            self.0.as_ref().unwrap()
+        }
+    }
+
+    /// A conversation kept on one instance takes its requests without reading the lease
+    /// first (its writes prove it); once another instance served it, a write refused as
+    /// stale redoes the request on the reloaded state, the lease is read first until two
+    /// reads find the conversation still here, and a request that writes nothing reads the
+    /// lease after it: the payloads, the rows and a rewind found are one instance's.
+    #[test]
+    fn a_fleet_request_whose_writes_prove_the_lease_reads_it_only_when_overtaken() {
+        use ctxwin_std::store::{MemoryStore, Ports};
+        let fleet = || {
+            let store = Arc::new(MemoryStore::new());
+            crate::conv::Stores::Fleet(Ports { archive: store.clone(), checkpoints: store })
+        };
+        let (shared, alone) = (fleet(), fleet());
+        let (mut a, mut single) = (Instance::open(&shared), Instance::open(&alone));
+        let mut messages = vec![json!({"role": "user", "content": "Which port does staging use?"})];
+        let mut requests = Vec::new();
+        for turn in 0..8 {
+            requests.push(messages.clone());
+            messages.push(json!({"role": "assistant", "content": format!("Answer {turn}.")}));
+            messages.push(json!({"role": "user", "content": format!("Question {}?", turn + 1)}));
+        }
+        for request in &requests[..3] {
+            assert_eq!(a.take(request), single.take(request));
+        }
+        assert!(a.conv().lease_proved_by_writes(), "new here, kept here");
+        assert_eq!(a.conv().session().counters().reloads, 0);
+        // Another instance opens the conversation (taking its lease: it was served before,
+        // so it reads the lease first) and serves the next request; `a`'s first write is
+        // refused as stale, and the request redone on the reloaded state.
+        let mut b = Instance::open(&shared);
+        assert!(!b.conv().lease_proved_by_writes());
+        assert_eq!(b.take(&requests[3]), single.take(&requests[3]));
+        assert_eq!(a.take(&requests[4]), single.take(&requests[4]));
+        assert_eq!(a.conv().session().counters().reloads, 1);
+        assert!(!a.conv().lease_proved_by_writes(), "it moved: the lease is read first");
+        for request in &requests[5..7] {
+            assert_eq!(a.take(request), single.take(request));
+        }
+        assert!(a.conv().lease_proved_by_writes(), "two reads found it here");
+        assert_eq!(b.take(&requests[7]), single.take(&requests[7]));
+        // `a` gets a request bringing nothing new to its state (a rewind to what it served):
+        // nothing written proves the lease, so it reads it after, reloads and finds the
+        // rewind one instance finds.
+        let rewound = single.take(&requests[6]);
+        assert!(rewound.is_err(), "{rewound:?}");
+        assert_eq!(a.take(&requests[6]), rewound);
+        assert_eq!(a.conv().session().counters().reloads, 2);
+        let rows = |stores: &crate::conv::Stores| {
+            let crate::conv::Stores::Fleet(ports) = stores else { unreachable!() };
+            let scope = ctxwin_std::store::Scope::local("k");
+            let rows = ports.archive.rows_after(&scope, 0, 1_000).unwrap();
+            rows.iter().map(|r| (r.id, r.full_text().to_string())).collect::<Vec<_>>()
+        };
+        assert_eq!(rows(&shared), rows(&alone), "each message once, in order");
     }
 }

@@ -33,6 +33,10 @@ use crate::wire::{
 /// Rows read at once while rebuilding.
 const PAGE: usize = 500;
 
+/// Lease reads in a row that must find a conversation still this instance's before its
+/// requests are taken without one ([`Conv::lease_proved_by_writes`]).
+pub(super) const QUIET_CHECKS: u32 = 2;
+
 impl Conv {
     /// Opens conversation `key` of a fleet: takes its lease, restores its newest checkpoint
     /// and the rows archived after it, and rebuilds what it recorded. A conversation nobody
@@ -63,6 +67,8 @@ impl Conv {
         let mut conv =
             Self::from_parts(key, provider, session, &stores, Recorded::new(window), settings);
         conv.rebuild()?;
+        // Served before, maybe by another instance that still serves it.
+        conv.roams = !conv.recorded.entries.is_empty();
         Ok(conv)
     }
 
@@ -77,8 +83,39 @@ impl Conv {
             self.pending_answer = None;
         }
         let reloaded = self.session.counters().reloads != self.seen_reloads;
+        if reloaded {
+            self.overtaken();
+        } else if self.roams {
+            self.quiet += 1;
+            self.roams = self.quiet < QUIET_CHECKS;
+        }
         self.resync()?;
         Ok(reloaded)
+    }
+
+    /// Whether a request may be taken without reading the lease first: in a fleet, while the
+    /// conversation stays on this instance (as a load balancer with affinity keeps it: new
+    /// here, or found here by the last `QUIET_CHECKS` lease reads). Its first write then
+    /// proves the lease: the database refuses it when another instance took the conversation
+    /// meanwhile, and the request is redone on the reloaded state, as a request overtaken
+    /// midway is. A request that writes nothing proves nothing and reads the lease after
+    /// ([`Conv::writes`]). Saves a round trip per request; a conversation that moves
+    /// between instances reads the lease first, as a refused write would cost one more.
+    pub fn lease_proved_by_writes(&self) -> bool {
+        self.fleet && !self.roams
+    }
+
+    /// Notes that another instance took the conversation (a write was refused as stale).
+    pub fn overtaken(&mut self) {
+        self.roams = true;
+        self.quiet = 0;
+    }
+
+    /// How many writes (rows, checkpoints, summaries) this conversation's session has made,
+    /// each under its lease: unchanged over a request that wrote nothing.
+    pub fn writes(&self) -> u64 {
+        let counters = self.session.counters();
+        counters.archive_rows_written + counters.checkpoints_written + counters.summaries_recorded
     }
 
     /// In a fleet: whether another instance took the conversation's lease since this one's

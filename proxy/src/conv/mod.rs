@@ -141,6 +141,13 @@ pub struct Conv {
     writer: Option<Arc<Deferred<SqliteArchive>>>,
     /// Served by a fleet: other instances may serve it too ([`Conv::catch_up`]).
     fleet: bool,
+    /// In a fleet: the conversation moves between instances (another one served it before
+    /// this one loaded it, or since: a catch-up found it, or a write was refused as stale),
+    /// so its requests read the lease first ([`Conv::lease_proved_by_writes`]), until
+    /// [`QUIET_CHECKS`](fleet::QUIET_CHECKS) reads in a row find it still here.
+    roams: bool,
+    /// Lease reads in a row that found the conversation still this instance's.
+    quiet: u32,
     /// The session's reloads this conversation's record was rebuilt for.
     seen_reloads: u64,
     /// In a fleet: the id after the last message the record in the newest checkpoint names
@@ -360,6 +367,8 @@ impl Conv {
                 Stores::Fleet(_) => None,
             },
             fleet: stores.is_fleet(),
+            roams: false,
+            quiet: 0,
             seen_reloads: session.counters().reloads,
             stored_next: session.manager().next_id(),
             session,

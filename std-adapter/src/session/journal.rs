@@ -1,8 +1,8 @@
 //! [`Journal`]: what the core decided and the archive does not have yet, in order.
 
 use crate::store::{
-    ArchiveStore, ArchivedMessage, CompressionRecord, Fence, PendingOp, PendingWrite, Scope,
-    StoreError, SummaryRecord,
+    ArchiveStore, ArchivedMessage, CompressionRecord, ErrorKind, Fence, PendingOp, PendingWrite,
+    Scope, StoreError, SummaryRecord,
 };
 
 /// The one ordered queue between the core and the archive port. An operation appends the
@@ -14,6 +14,9 @@ use crate::store::{
 #[derive(Debug, Default)]
 pub(crate) struct Journal {
     writes: Vec<PendingWrite>,
+    /// Whether the store refused the last write as stale: another process took the lease,
+    /// which a fleet's instance finds out by writing (an expected event, not a failure).
+    fenced: bool,
 }
 
 impl Journal {
@@ -23,9 +26,10 @@ impl Journal {
     }
 
     /// Drops every entry held (writes the store refused for good: a stale lease's); how
-    /// many there were.
-    pub(crate) fn clear(&mut self) -> usize {
-        std::mem::take(&mut self.writes).len()
+    /// many there were, and whether the store refused them as stale.
+    pub(crate) fn clear(&mut self) -> (usize, bool) {
+        let fenced = std::mem::take(&mut self.fenced);
+        (std::mem::take(&mut self.writes).len(), fenced)
     }
 
     /// Appends message rows (to the last entry when it holds rows of the same scope: one
@@ -67,13 +71,18 @@ impl Journal {
         let writes = std::mem::take(&mut self.writes);
         let rows: usize = writes.iter().map(PendingWrite::rows).sum();
         match store.write_owned(writes) {
-            Ok(()) => Ok(rows),
+            Ok(()) => {
+                self.fenced = false;
+                Ok(rows)
+            }
             Err(unwritten) => {
-                tracing::warn!(
-                    held = unwritten.writes.len(),
-                    error = %unwritten.error,
-                    "session: archive write failed; kept in the journal"
-                );
+                let (held, error) = (unwritten.writes.len(), &unwritten.error);
+                self.fenced = error.kind() == ErrorKind::Fenced;
+                if self.fenced {
+                    tracing::debug!(held, %error, "session: archive write refused as stale");
+                } else {
+                    tracing::warn!(held, %error, "session: archive write failed; kept in the journal");
+                }
                 self.writes = unwritten.writes;
                 Err(unwritten.error)
             }

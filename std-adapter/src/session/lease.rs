@@ -213,8 +213,10 @@ impl Session {
     pub(super) fn reload_under(&mut self, fence: Fence) -> Result<ReloadReport, SessionError> {
         let reproducible =
             self.journal.len() == 0 && self.stores.lease.reproducible == Some(ReplayMark::of(self));
-        let dropped = self.journal.clear();
-        if dropped > 0 {
+        let (dropped, fenced) = self.journal.clear();
+        if dropped > 0 && fenced {
+            tracing::debug!(scope = %self.scope, dropped, "session: reload drops writes the store refused as stale");
+        } else if dropped > 0 {
             tracing::warn!(scope = %self.scope, dropped, "session: reload drops writes the store refused");
         }
         self.stores.lease.fence = fence;
