@@ -102,8 +102,11 @@
 //!   any instance serves any conversation. The secret that names tenants and conversations
 //!   is kept in the database ([`conv::fleet_secret`]), so every instance names them alike.
 //!   Each conversation's session holds the conversation's lease, and every row it writes is
-//!   checked against it in the database. A request first reads the newest fence (one query);
-//!   when another instance served the conversation since, the session reloads (the newest
+//!   checked against it in the database. A request first reads the newest fence (one query),
+//!   unless the conversation stays on this instance: then its first write proves the lease
+//!   (refused when another instance took it, and the request redone), and a request that
+//!   writes nothing reads the fence after it. When another instance served the conversation
+//!   since, the session reloads (the newest
 //!   checkpoint and the rows after it) and the proxy rebuilds its record of the messages from
 //!   the same two: the caller state of that checkpoint, then each archived message after it
 //!   read again from its raw JSON ([`conv::Conv::catch_up`]). So rows are written in the
