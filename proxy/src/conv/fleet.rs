@@ -4,11 +4,12 @@
 //! the database refuses one older than the newest handed out. A request first reads the
 //! newest fence ([`Conv::catch_up`]) — unless the conversation stays on this instance, where
 //! its first write proves the lease instead ([`Conv::lease_proved_by_writes`]); when another
-//! instance took the conversation since, the session reloads (the newest checkpoint and the rows after it) and the conversation
-//! rebuilds what it recorded from the same two: the caller state of that checkpoint (what it
-//! recorded up to its last checkpoint) and the archived rows after the last message that
-//! names, each message's entry read again from its raw JSON. So no checkpoint is needed per
-//! request: the rows a request writes are what the next instance reads.
+//! instance took the conversation since, the session reloads (the newest checkpoint and the
+//! rows after it) and the conversation rebuilds what it recorded from the same two: the
+//! caller state of that checkpoint (what it recorded up to its last checkpoint) and the
+//! archived rows after the last message that names, each message's entry read again from
+//! its raw JSON. So no checkpoint is needed per request: the rows a request writes are what
+//! the next instance reads.
 //!
 //! The session does not read the fence before each operation nor redo one on a state another
 //! instance extended
