@@ -301,3 +301,27 @@ impl App {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `[proxy] parse_cache_mib` bounds the bodies the app keeps parsed: at 0 a
+    /// conversation's next request is read whole, by default it continues the last one.
+    #[test]
+    fn the_parse_cache_holds_what_the_setting_says() {
+        let first = br#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hello."}]}"#;
+        let next = br#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hello."},{"role":"user","content":"Bye."}]}"#;
+        let reused = |toml: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut config =
+                ProxyConfig { state_dir: dir.path().join("state"), ..ProxyConfig::default() };
+            config.apply_toml(toml).unwrap();
+            let app = App::new(config).unwrap();
+            app.parsed.parse("t", Provider::OpenAi, first).unwrap();
+            app.parsed.parse("t", Provider::OpenAi, next).unwrap().reused()
+        };
+        assert_eq!(reused(""), 1);
+        assert_eq!(reused("[proxy]\nparse_cache_mib = 0"), 0);
+    }
+}
