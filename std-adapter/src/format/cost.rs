@@ -75,7 +75,24 @@ pub fn audio_tokens(bytes: usize) -> u32 {
 /// assert_eq!(ctxwin_std::format::cost::json_tokens(&block), 9);
 /// ```
 pub fn json_tokens(value: &Value) -> u32 {
-    text_tokens(&value.to_string())
+    let mut length = JsonLength(0);
+    // Counted as written: a web search result's JSON is not copied just to be measured.
+    let _ = serde_json::to_writer(&mut length, value);
+    u32::try_from(length.0 / 4).unwrap_or(u32::MAX).max(1)
+}
+
+/// A writer that only counts the bytes written to it.
+struct JsonLength(usize);
+
+impl std::io::Write for JsonLength {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Plain text the counter does not see (a text document's data, redacted thinking): a quarter

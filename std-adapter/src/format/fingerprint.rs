@@ -96,12 +96,13 @@ pub fn raw_hash(bytes: &[u8]) -> u64 {
 /// assert_eq!(canonical(&value), r#"{"a":{"x":[1,2]},"b":1}"#);
 /// ```
 pub fn canonical(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write_canonical(value, &mut out);
-    out
+    // serde_json writes UTF-8 only.
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut members: Vec<(&String, &Value)> = map
@@ -109,28 +110,31 @@ fn write_canonical(value: &Value, out: &mut String) {
                 .filter(|(key, value)| !value.is_null() && key.as_str() != "cache_control")
                 .collect();
             members.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
+            out.push(b'{');
             for (i, (key, value)) in members.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::from(key.as_str()).to_string());
-                out.push(':');
+                // Straight into the buffer: a tool result's text is escaped once, not copied.
+                let _ = serde_json::to_writer(&mut *out, key);
+                out.push(b':');
                 write_canonical(value, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        other => out.push_str(&other.to_string()),
+        other => {
+            let _ = serde_json::to_writer(&mut *out, other);
+        }
     }
 }
 
@@ -226,6 +230,29 @@ mod tests {
         assert_eq!(canonical(&a), r#"{"a":{"x":[1,2]},"b":1}"#);
         assert_eq!(canonical_text("{\"q\": 2, \"p\": 1}"), r#"{"p":1,"q":2}"#);
         assert_eq!(canonical_text("not json"), "not json");
+    }
+
+    /// Keys and leaves are written as serde_json writes them (fingerprints are stored: a
+    /// changed byte would make every stored conversation look edited).
+    #[test]
+    fn canonical_writes_strings_and_numbers_as_serde_json_does() {
+        let text = "tab\t quote\" back\\slash \u{1} é 💡 </script> \u{2028}";
+        let leaves = [
+            Value::from(text),
+            Value::from(1.5),
+            Value::from(-0.0),
+            Value::from(1e300),
+            Value::from(u64::MAX),
+            Value::from(i64::MIN),
+            Value::from(true),
+        ];
+        for leaf in &leaves {
+            assert_eq!(canonical(leaf), leaf.to_string());
+            let object = serde_json::json!({ "a": leaf.clone(), text: [leaf.clone()] });
+            let expected =
+                format!("{{{}:{leaf},{}:[{leaf}]}}", Value::from("a"), Value::from(text));
+            assert_eq!(canonical(&object), expected);
+        }
     }
 
     #[test]
