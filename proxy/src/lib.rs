@@ -106,11 +106,11 @@
 //!   unless the conversation stays on this instance: then its first write proves the lease
 //!   (refused when another instance took it, and the request redone), and a request that
 //!   writes nothing reads the fence after it. When another instance served the conversation
-//!   since, the session reloads (the newest
-//!   checkpoint and the rows after it) and the proxy rebuilds its record of the messages from
-//!   the same two: the caller state of that checkpoint, then each archived message after it
-//!   read again from its raw JSON ([`conv::Conv::catch_up`]). So rows are written in the
-//!   request's own transactions, committed before it is forwarded, and no checkpoint is
+//!   since, the session reloads (the newest checkpoint and the rows after it) and the proxy
+//!   rebuilds its record of the messages from the same two: the caller state of that
+//!   checkpoint, then each archived message after it read again from its raw JSON
+//!   ([`conv::Conv::catch_up`]). So rows are written in the request's own transactions,
+//!   committed before it is forwarded, and no checkpoint is
 //!   needed per request: a conversation is checkpointed once 32 messages were archived after
 //!   its newest checkpoint (idle, or before it is unloaded), besides the checkpoints the
 //!   session writes after an operation that pushes alone would not reproduce (a compose that

@@ -12,8 +12,8 @@ impl Session {
     /// mark; what left is archived. For a caller that knows a compaction costs nothing now
     /// and saves one later: the proxy, when the provider's prompt cache has expired (the
     /// next request rewrites the prefix anyway). Returns the units evicted (0: usage is under
-    /// the low-water mark already, or nothing could leave). Under a lease the new state is checkpointed, as after any change a replay of
-    /// the rows would not make.
+    /// the low-water mark already, or nothing could leave). Under a lease the new state is
+    /// checkpointed, as after any change a replay of the rows would not make.
     ///
     /// # Errors
     /// Archive errors, the lease's.

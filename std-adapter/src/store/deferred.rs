@@ -608,7 +608,6 @@ fn failed(shared: &Shared, batch: Vec<Job>, error: &StoreError) -> bool {
     give_up
 }
 
-/// The writer thread: takes what is queued, writes it in one batch, repeats.
 /// Raises the calling thread's nice value by `by` (Linux: nice is per thread).
 #[cfg(target_os = "linux")]
 fn yield_cpu(by: u8) {
@@ -625,6 +624,7 @@ fn yield_cpu(by: u8) {
 #[cfg(not(target_os = "linux"))]
 fn yield_cpu(_by: u8) {}
 
+/// The writer thread: takes what is queued, writes it in one batch, repeats.
 fn run(shared: &Shared, inner: &dyn ArchiveStore) {
     let _stop = StopGuard(shared);
     let options = shared.options;

@@ -163,10 +163,10 @@ pub struct PgOptions {
     /// Whether statements are prepared once per connection and kept (`true` by default):
     /// the server then parses and plans each statement once per connection instead of on
     /// every use (the connections are opened with `plan_cache_mode = force_generic_plan`
-    /// and the lock timeout as startup options). Turn it off behind a transaction-mode pooler that does not keep prepared
-    /// statements (PgBouncer before 1.21, or with `max_prepared_statements = 0`): every
-    /// statement is then sent unnamed. With a URL, `?prepared_statements=off`
-    /// ([`PgStore::open`]).
+    /// and the lock timeout as startup options). Turn it off behind a transaction-mode
+    /// pooler that does not keep prepared statements (PgBouncer before 1.21, or with
+    /// `max_prepared_statements = 0`): every statement is then sent unnamed. With a URL,
+    /// `?prepared_statements=off` ([`PgStore::open`]).
     pub prepared_statements: bool,
 }
 
