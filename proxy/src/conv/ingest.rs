@@ -15,6 +15,7 @@ use super::state::Entry;
 use super::validate::{level_of, pins};
 use super::{Conv, ConvError, Ingest};
 use crate::hash::{canonical, hash_str};
+use crate::wire::raw_hash;
 use crate::wire::{Analyzed, Part, Request, analyze_item, tools_with_recall};
 
 /// What the proxy pushes for a request's tool definitions, before their JSON
@@ -82,12 +83,19 @@ impl Conv {
 
     /// The request's tool definitions when they changed since the last pushed: their
     /// fingerprint and the text pushed for them: the tools the body declares, the recall
-    /// tool included (pinned like the client's: its tokens are the prompt's).
-    pub(super) fn tools_to_push(&self, request: &Request) -> Option<(u64, String)> {
+    /// tool included (pinned like the client's: its tokens are the prompt's). Definitions
+    /// byte for byte those of the last request are not parsed again: a coding agent's are
+    /// tens of KB, sent unchanged with every request.
+    pub(super) fn tools_to_push(&mut self, request: &Request) -> Option<(u64, String)> {
         let tools = request.fields.get("tools")?;
+        let raw = raw_hash(tools.get().as_bytes());
+        if self.tools_seen == (raw, self.recorded.tools_fp) {
+            return None;
+        }
         let parsed: Value = serde_json::from_str(tools.get()).unwrap_or(Value::Null);
         let fp = hash_str(&canonical(&parsed));
         if fp == self.recorded.tools_fp || parsed.as_array().is_none_or(|a| a.is_empty()) {
+            self.tools_seen = (raw, self.recorded.tools_fp);
             return None;
         }
         let declared = match self.recall_declared(request) {

@@ -148,6 +148,10 @@ pub struct Conv {
     roams: bool,
     /// Lease reads in a row that found the conversation still this instance's.
     quiet: u32,
+    /// The raw hash of the last request's tool definitions and the fingerprint they had
+    /// then: the same bytes again, with the same fingerprint recorded, are not parsed and
+    /// fingerprinted again ([`Conv::tools_to_push`]; not kept in checkpoints).
+    tools_seen: (u64, u64),
     /// The session's reloads this conversation's record was rebuilt for.
     seen_reloads: u64,
     /// In a fleet: the id after the last message the record in the newest checkpoint names
@@ -369,6 +373,7 @@ impl Conv {
             fleet: stores.is_fleet(),
             roams: false,
             quiet: 0,
+            tools_seen: (0, 0),
             seen_reloads: session.counters().reloads,
             stored_next: session.manager().next_id(),
             session,

@@ -635,3 +635,33 @@ fn new_bytes_are_the_items_past_the_recorded_ones() {
     assert!(past > 900);
     assert_eq!(conv.new_bytes(&next), past, "the first message is recorded");
 }
+
+#[test]
+fn tool_definitions_are_pushed_when_they_change_and_not_parsed_again_when_they_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = prepare_state(dir.path()).unwrap();
+    let settings = ConvSettings::new(32_768, 1_024);
+    let mut conv = Conv::open(dir.path(), &store, "tools", Provider::OpenAi, &settings).unwrap();
+    let tool = |name: &str| json!([{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}]);
+    let mut messages = vec![json!({"role": "user", "content": "go"})];
+    // A, A, B, A: the third and the fourth change what the session holds.
+    let mut pushed = Vec::new();
+    for (n, tools) in [tool("run"), tool("run"), tool("build"), tool("run")].into_iter().enumerate()
+    {
+        let body = json!({"model": "m", "tools": tools, "messages": messages}).to_string();
+        let request = Request::parse(Provider::OpenAi, body.as_bytes()).unwrap();
+        let hashes = crate::wire::raw_hashes(&request);
+        let before = conv.recorded.tools_fp;
+        conv.ingest(&request, &hashes).unwrap();
+        pushed.push(conv.recorded.tools_fp != before);
+        let raw = crate::wire::raw_hash(request.fields["tools"].get().as_bytes());
+        // Once taken, the same bytes are known: the next request does not parse them.
+        assert_eq!(conv.tools_seen.0 == raw, n > 0 && !pushed[n], "request {n}");
+        assert!(conv.tools_to_push(&request).is_none(), "request {n}: taken");
+        assert_eq!(conv.tools_seen, (raw, conv.recorded.tools_fp), "request {n}");
+        conv.compose(&request).unwrap();
+        messages.push(json!({"role": "assistant", "content": format!("done {n}")}));
+        messages.push(json!({"role": "user", "content": format!("next {n}")}));
+    }
+    assert_eq!(pushed, [true, false, true, true]);
+}
