@@ -28,8 +28,8 @@ use crate::tokens::ExactCounter;
 #[derive(Clone, Debug)]
 pub enum Counter {
     /// The core's estimator (no tokenizer; about 8% mean error, with a safety margin), and
-    /// the count of the last large text it counted.
-    Estimator(Estimator, LastCount),
+    /// the counts of the last long texts it counted.
+    Estimator(Estimator, RecentCounts),
     /// A Hugging Face tokenizer, with a per-text cache (cargo feature `tokenizers`).
     #[cfg(feature = "tokenizers")]
     Exact(ExactCounter),
@@ -65,13 +65,13 @@ impl Counter {
 
 impl Default for Counter {
     fn default() -> Self {
-        Counter::Estimator(Estimator::new(), LastCount::default())
+        Counter::Estimator(Estimator::new(), RecentCounts::default())
     }
 }
 
 impl From<Estimator> for Counter {
     fn from(estimator: Estimator) -> Self {
-        Counter::Estimator(estimator, LastCount::default())
+        Counter::Estimator(estimator, RecentCounts::default())
     }
 }
 
@@ -92,13 +92,18 @@ impl TokenCounter for Counter {
     }
 }
 
-/// Texts this long or longer are remembered by [`LastCount`]: hashing a shorter one costs
+/// Texts this long or longer are remembered by [`RecentCounts`]: hashing a shorter one costs
 /// about what counting it does.
 pub(crate) const REMEMBERED_BYTES: usize = 1_024;
 
-/// The count of the last text of at least `REMEMBERED_BYTES` a counter counted, by its
-/// length and hash: a session checks a message (counting it) before it pushes it (counting it
-/// again), and the estimator's pass over a 40 KB tool output costs several times its hash.
+/// How many long texts' counts [`RecentCounts`] remembers: a request's new messages are all
+/// checked before they are all pushed, and a coding agent's turn brings several tool outputs.
+pub(crate) const REMEMBERED_TEXTS: usize = 8;
+
+/// The counts of the last [`REMEMBERED_TEXTS`] texts of at least `REMEMBERED_BYTES` a counter
+/// counted, by their length and hash: a session checks a request's messages (counting them)
+/// before it pushes them (counting them again), and the estimator's pass over a 40 KB tool
+/// output costs several times its hash.
 ///
 /// ```
 /// use ctxwin_core::counter::TokenCounter;
@@ -109,30 +114,42 @@ pub(crate) const REMEMBERED_BYTES: usize = 1_024;
 /// assert!(counter.count(&long[..1_300]) < counter.count(&long));
 /// ```
 #[derive(Debug, Default)]
-pub struct LastCount(Mutex<Option<(usize, u64, u32)>>);
+pub struct RecentCounts(Box<Mutex<Recent>>);
 
-impl Clone for LastCount {
+/// Remembered (length, hash, tokens), and the slot the next count takes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Recent {
+    counts: [(usize, u64, u32); REMEMBERED_TEXTS],
+    next: usize,
+}
+
+impl Clone for RecentCounts {
     fn clone(&self) -> Self {
-        Self(Mutex::new(*self.0.lock().unwrap_or_else(PoisonError::into_inner)))
+        Self(Box::new(Mutex::new(*self.0.lock().unwrap_or_else(PoisonError::into_inner))))
     }
 }
 
-impl LastCount {
-    /// `text`'s count: the remembered one when `text` is the last long text counted, else
-    /// `count`'s (remembered when `text` is long).
+impl RecentCounts {
+    /// `text`'s count: the remembered one when `text` is one of the last long texts counted,
+    /// else `count`'s (remembered when `text` is long, in place of the oldest).
     fn count(&self, text: &str, count: impl FnOnce(&str) -> u32) -> u32 {
         if text.len() < REMEMBERED_BYTES {
             return count(text);
         }
         let (len, hash) = (text.len(), raw_hash(text.as_bytes()));
-        let last = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((was_len, was_hash, tokens)) = last
-            && (was_len, was_hash) == (len, hash)
+        let recent = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&(_, _, tokens)) =
+            recent.counts.iter().find(|&&(was_len, was_hash, _)| (was_len, was_hash) == (len, hash))
         {
             return tokens;
         }
         let tokens = count(text);
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((len, hash, tokens));
+        let mut recent = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = recent.next % REMEMBERED_TEXTS;
+        if let Some(remembered) = recent.counts.get_mut(slot) {
+            *remembered = (len, hash, tokens);
+        }
+        recent.next = (slot + 1) % REMEMBERED_TEXTS;
         tokens
     }
 }
@@ -156,15 +173,38 @@ mod tests {
         assert_eq!(counter.count(&a), estimator.count(&a));
         assert_eq!(counter.count(&b), estimator.count(&b), "same length, other text");
         assert_ne!(estimator.count(&a), estimator.count(&b));
-        let last = LastCount::default();
+        let recent = RecentCounts::default();
         let mut counted = Vec::new();
         for text in [&a, &a, &b, &a, &a[..500], &a[..500]] {
-            last.count(text, |t| {
+            recent.count(text, |t| {
                 counted.push(t.len());
                 estimator.count(t)
             });
         }
-        assert_eq!(counted, [2_000, 2_000, 2_000, 500, 500], "once per long text in a row");
+        assert_eq!(counted, [2_000, 2_000, 500, 500], "once per long text, short ones always");
+    }
+
+    #[test]
+    fn the_last_eight_long_texts_are_remembered_and_the_oldest_forgotten() {
+        let estimator = Estimator::new();
+        let recent = RecentCounts::default();
+        let texts: Vec<String> =
+            (0..=REMEMBERED_TEXTS).map(|n| format!("{n} ").repeat(REMEMBERED_BYTES)).collect();
+        let mut counted = Vec::new();
+        let mut count = |n: usize| {
+            let tokens = recent.count(&texts[n], |t| {
+                counted.push(n);
+                estimator.count(t)
+            });
+            assert_eq!(tokens, estimator.count(&texts[n]));
+        };
+        // Checked, then pushed: eight texts counted once.
+        (0..REMEMBERED_TEXTS).chain(0..REMEMBERED_TEXTS).for_each(&mut count);
+        // A ninth takes the oldest's place.
+        count(REMEMBERED_TEXTS);
+        count(0);
+        count(REMEMBERED_TEXTS - 1);
+        assert_eq!(counted, (0..=REMEMBERED_TEXTS).chain([0]).collect::<Vec<_>>());
     }
 
     #[test]

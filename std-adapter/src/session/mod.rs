@@ -126,7 +126,7 @@ pub use checkpointing::{CheckpointPolicy, PeriodicCheckpointer};
 pub use compose::{ComposeOptions, ComposedPayload, Origin, RecallFor};
 pub use convert::tool_definition_json;
 pub use core::{SessionCore, SessionManager};
-pub use counter::{Counter, LastCount};
+pub use counter::{Counter, RecentCounts};
 pub use error::SessionError;
 pub use forget::ForgetReport;
 pub use fusion::Hybrid;
