@@ -123,7 +123,7 @@ fn the_archive_is_verified_against_its_checkpoints() {
 
     // A missing table.
     let conn = rusqlite::Connection::open(&archive).unwrap();
-    conn.execute_batch("DROP TABLE keywords").unwrap();
+    conn.execute_batch("DROP TABLE messages_fts").unwrap();
     drop(conn);
     let run = work.run(&["add", "user", "more"]);
     assert_eq!(run.code, CORRUPT, "{}", run.stderr);

@@ -91,7 +91,7 @@ fn mask_checkpoint(bytes: &[u8], needles: &[&[u8]]) -> Option<Vec<u8>> {
 
 impl Session {
     /// Forgets message `id`: its text leaves the window (a same-length `[forgotten]` marker
-    /// takes its place, keeping its role and unit), the archive (index and keywords included)
+    /// takes its place, keeping its role and unit), the archive (its index included)
     /// and every checkpoint; summaries that stand for it or quote it are scrubbed and listed
     /// for rewrite.
     ///

@@ -52,7 +52,6 @@ mod deferred;
 mod dir;
 mod error;
 mod faulty;
-pub mod keywords;
 mod memory;
 mod open;
 mod port;

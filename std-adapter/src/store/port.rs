@@ -350,8 +350,8 @@ pub trait ArchiveStore: Send + Sync + fmt::Debug {
 
     /// Forgets, in `scope`, rows `what.ids` (their text becomes
     /// [`FORGOTTEN`](super::FORGOTTEN); the rows stay) and every occurrence of each of
-    /// `what.texts` in rows (content, tool calls, original, raw JSON) and summaries; indexes,
-    /// keywords and vectors of touched rows follow. No byte of forgotten text stays on the
+    /// `what.texts` in rows (content, tool calls, original, raw JSON) and summaries; indexes
+    /// and vectors of touched rows follow. No byte of forgotten text stays on the
     /// medium (an adapter rewrites what deleted data could linger in).
     ///
     /// # Errors

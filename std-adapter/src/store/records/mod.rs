@@ -15,7 +15,7 @@
 //! itself).
 //!
 //! **Adapters:** [`MemoryRecords`]; [`SqliteArchive`](crate::store::sqlite::SqliteArchive)
-//! (table `records` of the state directory's `archive.db`, schema version 6; cargo feature
+//! (table `records` of the state directory's `archive.db`, since schema version 6; cargo feature
 //! `sqlite`); [`PgStore`](crate::store::postgres::PgStore) (table `records`, migration 2;
 //! feature `postgres`). [`open_records`](crate::store::open_records) opens the one a
 //! [`Location`](crate::store::Location) names.

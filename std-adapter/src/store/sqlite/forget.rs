@@ -1,6 +1,6 @@
 //! Forgetting: text out of a conversation's rows (content, tool calls, original, raw JSON),
-//! its summaries, the full-text index, keywords and vectors, with no copy left in the database
-//! file or its WAL.
+//! its summaries, the full-text index and vectors, with no copy left in the database file or
+//! its WAL.
 
 use rusqlite::Connection;
 

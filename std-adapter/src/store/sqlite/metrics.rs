@@ -17,8 +17,6 @@ pub struct ArchiveStats {
     pub messages: u64,
     /// Summaries.
     pub summaries: u64,
-    /// Keyword rows (message, keyword pairs).
-    pub keywords: u64,
     /// Compression events recorded.
     pub compression_events: u64,
     /// Database size in bytes (page count × page size, WAL content included).
@@ -145,7 +143,6 @@ impl SqliteArchive {
                 sessions: count("sessions")?,
                 messages: count("messages")?,
                 summaries: count("summaries")?,
-                keywords: count("keywords")?,
                 compression_events: count("compression_metrics")?,
                 db_size_bytes: self.size_bytes()?,
             })

@@ -1,6 +1,5 @@
 //! [`SqliteArchive`]: the archive port on an embedded SQLite database (WAL, one file), with
-//! an FTS5 full-text index, keywords, summaries with their sources, vectors and compression
-//! metrics.
+//! an FTS5 full-text index, summaries with their sources, vectors and compression metrics.
 //!
 //! * A [`Scope`] is a row of `sessions` (tenant, name): every query joins or filters on its
 //!   id, and the full-text index holds it, so a search intersects the conversation's postings
@@ -53,7 +52,6 @@ mod vectors;
 
 pub use integrity::QUICK_CHECK_MAX_BYTES;
 pub use metrics::ArchiveStats;
-pub use search::{KeywordCount, KeywordHit};
 
 use error::{Failure, Sql, from_sql_int};
 
@@ -510,12 +508,6 @@ fn collect_messages(
         out.push(decode_message(scope, row)?);
     }
     Ok(out)
-}
-
-/// The keywords of a row: of its content, tool calls and original text, counted together.
-fn keywords_of(message: &ArchivedMessage, tool_text: &str) -> Vec<(String, u32)> {
-    let texts = [message.message.content.as_str(), tool_text];
-    crate::store::keywords::extract_all(texts.into_iter().chain(message.original.as_deref()))
 }
 
 /// Clamps a caller's `limit` for SQL.

@@ -1,4 +1,4 @@
-//! [`RecordStore`] for [`SqliteArchive`]: table `records` of the archive file (schema
+//! [`RecordStore`] for [`SqliteArchive`]: table `records` of the archive file (since schema
 //! version 6). Names and keys are stored as their UTF-8 bytes, so keys compare byte by byte
 //! and a prefix is a range of the primary key; a listing that matches fields reads its range
 //! in order and stops once it has `limit` matches.

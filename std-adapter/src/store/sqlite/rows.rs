@@ -6,16 +6,13 @@ use std::collections::HashMap;
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::error::{Sql, from_sql_int};
-use super::{
-    MESSAGE_COLUMNS, SqliteArchive, collect_messages, ensure_session, keywords_of, sql_limit,
-};
+use super::{MESSAGE_COLUMNS, SqliteArchive, collect_messages, ensure_session, sql_limit};
 use crate::store::error::to_i64;
 use crate::store::{ArchivedMessage, Scope, Write, WriteOp, checksum};
 
 /// Inserts messages, or updates one whose id exists when something differs: the statement's
 /// head, followed by [`UPSERT_ROW`] once per message, comma-separated, then [`UPSERT_TAIL`].
-/// Returns each written row's pk, session and id (an identical row writes nothing: no index
-/// churn).
+/// An identical row writes nothing: no index churn.
 const UPSERT_HEAD: &str = "
 INSERT INTO messages (session_id, id, unit, level, role, content, tool_calls, tool_text,
                       tool_call_id, original, timestamp, tokens, name, is_error, raw, checksum)
@@ -39,8 +36,7 @@ WHERE messages.checksum IS NOT excluded.checksum
        messages.name, messages.is_error, messages.raw)
    IS NOT (excluded.unit, excluded.level, excluded.role, excluded.content, excluded.tool_calls,
            excluded.tool_call_id, excluded.original, excluded.timestamp, excluded.tokens,
-           excluded.name, excluded.is_error, excluded.raw)
-RETURNING pk, session_id, id";
+           excluded.name, excluded.is_error, excluded.raw)";
 
 /// Messages one upsert statement writes, largest first (a batch is cut into these). Every
 /// statement that writes a message opens a statement journal (its triggers write the
@@ -87,7 +83,6 @@ pub(super) struct Encoded<'a> {
     timestamp: i64,
     tool_calls: Option<String>,
     tool_text: String,
-    keywords: Vec<(String, u32)>,
     checksum: i64,
     source: &'a ArchivedMessage,
 }
@@ -110,9 +105,8 @@ pub(super) fn encode<'a>(scope: &Scope, message: &'a ArchivedMessage) -> Sql<Enc
     let calls = &message.message.tool_calls;
     let tool_calls = if calls.is_empty() { None } else { Some(serde_json::to_string(calls)?) };
     let tool_text = tool_text(message);
-    let keywords = keywords_of(message, &tool_text);
     let checksum = checksum::message(scope, message) as i64;
-    Ok(Encoded { id, unit, timestamp, tool_calls, tool_text, keywords, checksum, source: message })
+    Ok(Encoded { id, unit, timestamp, tool_calls, tool_text, checksum, source: message })
 }
 
 /// Writes encoded messages of session `session_id` inside the caller's transaction.
@@ -136,23 +130,14 @@ pub(super) fn write_sessions_rows(conn: &Connection, rows: &[(i64, &Encoded<'_>)
             }
         }
     }
-    let mut clear_keywords = conn.prepare_cached("DELETE FROM keywords WHERE message_pk = ?1")?;
     for chunk in chunked(&unique, &UPSERT_CHUNKS) {
-        let written = upsert(conn, chunk)?;
-        let mut keywords: Vec<(&str, i64, u32)> = Vec::new();
-        for (pk, at) in written {
-            clear_keywords.execute([pk])?;
-            let Some((_, m)) = chunk.get(at) else { continue };
-            keywords
-                .extend(m.keywords.iter().map(|(keyword, count)| (keyword.as_str(), pk, *count)));
-        }
-        add_keywords(conn, &keywords)?;
+        upsert(conn, chunk)?;
     }
     Ok(())
 }
 
-/// Upserts `chunk` in one statement; the pk of each row written, with its place in `chunk`.
-fn upsert(conn: &Connection, chunk: &[(i64, &Encoded<'_>)]) -> Sql<Vec<(i64, usize)>> {
+/// Upserts `chunk` in one statement.
+fn upsert(conn: &Connection, chunk: &[(i64, &Encoded<'_>)]) -> Sql<()> {
     let mut statement = conn.prepare_cached(&upsert_sql(chunk.len()))?;
     let levels: Vec<u8> =
         chunk.iter().map(|(_, m)| crate::store::types::level_code(m.source.level)).collect();
@@ -179,30 +164,7 @@ fn upsert(conn: &Connection, chunk: &[(i64, &Encoded<'_>)]) -> Sql<Vec<(i64, usi
             &m.checksum,
         ]);
     }
-    let place: HashMap<(i64, i64), usize> =
-        chunk.iter().enumerate().map(|(n, (session_id, m))| ((*session_id, m.id), n)).collect();
-    let mut rows = statement.query(rusqlite::params_from_iter(params))?;
-    let mut written = Vec::with_capacity(chunk.len());
-    while let Some(row) = rows.next()? {
-        let (pk, session_id, id): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
-        if let Some(&at) = place.get(&(session_id, id)) {
-            written.push((pk, at));
-        }
-    }
-    // In the order the rows were given: the keywords are written in that order.
-    written.sort_unstable_by_key(|&(_, at)| at);
-    Ok(written)
-}
-
-/// Inserts keyword rows `(keyword, message pk, count)`, one to a statement: a statement
-/// writing several rows opens a statement journal (copies of the pages it changes), and
-/// FTS5 flushes its pending terms when one opens.
-fn add_keywords(conn: &Connection, keywords: &[(&str, i64, u32)]) -> Sql<()> {
-    let mut statement = conn
-        .prepare_cached("INSERT INTO keywords (keyword, message_pk, count) VALUES (?1, ?2, ?3)")?;
-    for (keyword, pk, count) in keywords {
-        statement.execute(rusqlite::params![keyword, pk, count])?;
-    }
+    statement.execute(rusqlite::params_from_iter(params))?;
     Ok(())
 }
 
@@ -421,32 +383,24 @@ mod tests {
                 };
                 assert_eq!(ids(&batched), ids(&single), "{scope} {query:?}");
             }
-            for keyword in
-                ["parse_header", "alice", "billing_service", "consumer_lag", "rollback_plan"]
-            {
-                let ids = |archive: &SqliteArchive| -> Vec<(u64, u32)> {
-                    let hits = archive.by_keyword(scope, keyword, 200).unwrap();
-                    hits.into_iter().map(|h| (h.id, h.count)).collect()
-                };
-                assert_eq!(ids(&batched), ids(&single), "{scope} {keyword}");
-            }
         }
         let seven = batched.get(&a, 7).unwrap().unwrap();
         assert!(seven.message.content.starts_with("rewritten"));
-        assert!(batched.by_keyword(&a, "consumer_lag", 10).unwrap().len() == 1);
+        let lag = crate::store::SearchQuery::new("consumer_lag", 10);
+        assert_eq!(batched.search(&a, &lag).unwrap().len(), 1);
     }
 
     #[test]
-    fn keywords_follow_an_update() {
+    fn the_index_follows_an_update() {
         let archive = SqliteArchive::open_in_memory().unwrap();
         let s = Scope::local("s");
         let first = ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "see old_name"));
         archive.put(&s, Fence::NONE, &[first]).unwrap();
         let second = ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "see new_name"));
         archive.put(&s, Fence::NONE, &[second]).unwrap();
-        assert!(archive.by_keyword(&s, "old_name", 10).unwrap().is_empty());
-        assert_eq!(archive.by_keyword(&s, "new_name", 10).unwrap().len(), 1);
-        let old = crate::store::SearchQuery::new("old", 10);
-        assert!(archive.search(&s, &old).unwrap().is_empty());
+        let search = |text: &str| archive.search(&s, &crate::store::SearchQuery::new(text, 10));
+        assert!(search("old_name").unwrap().is_empty());
+        assert!(search("old").unwrap().is_empty());
+        assert_eq!(search("new_name").unwrap().len(), 1);
     }
 }

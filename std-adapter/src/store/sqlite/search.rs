@@ -1,35 +1,16 @@
-//! Retrieval: BM25 full-text search over messages and summaries, and keyword lookups.
+//! Retrieval: BM25 full-text search over messages and summaries.
 
 use super::error::{Failure, Sql, from_sql_int};
 use super::{SqliteArchive, decode_unverified, row_name, sql_limit};
 use crate::store::types::normalise;
-use crate::store::{Scope, SearchHit, SearchQuery, StoreError, SummaryHit, checksum, keywords};
+use crate::store::{Scope, SearchHit, SearchQuery, StoreError, SummaryHit, checksum};
+use ctxwin_core::terms::is_stop_word;
 
 /// Query words beyond this many are ignored (bounds the cost of a pasted paragraph).
 const MAX_QUERY_TERMS: usize = 32;
 
 /// Tokens of context around the match in a snippet.
 const SNIPPET_TOKENS: i64 = 16;
-
-/// One message holding a keyword, from [`SqliteArchive::by_keyword`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KeywordHit {
-    /// Message id.
-    pub id: u64,
-    /// Unit id.
-    pub unit: u64,
-    /// How often the keyword occurs in the message.
-    pub count: u32,
-}
-
-/// A keyword and how many messages hold it, from [`SqliteArchive::keyword_counts`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KeywordCount {
-    /// The keyword (lower-case).
-    pub keyword: String,
-    /// Messages that hold it.
-    pub messages: u64,
-}
 
 /// Turns plain user words into an FTS5 query that cannot fail to parse. Words are the core's
 /// one definition, [`ctxwin_core::terms::search_words`] (letters and digits; possessives and
@@ -59,8 +40,8 @@ pub(crate) fn fts_query(user: &str) -> Option<String> {
             }
         }
     }
-    if terms.iter().any(|t| !keywords::is_stop_word(t)) {
-        terms.retain(|t| !keywords::is_stop_word(t));
+    if terms.iter().any(|t| !is_stop_word(t)) {
+        terms.retain(|t| !is_stop_word(t));
     }
     terms.truncate(MAX_QUERY_TERMS);
     if terms.is_empty() {
@@ -260,104 +241,6 @@ impl SqliteArchive {
         }
         Ok(hits)
     }
-
-    /// Messages of `scope` holding `keyword` (matched case-insensitively against the
-    /// extracted [keywords]), most occurrences first, then newest
-    /// first.
-    ///
-    /// # Errors
-    /// Backend errors.
-    ///
-    /// ```
-    /// use ctxwin_std::store::sqlite::SqliteArchive;
-    /// use ctxwin_std::store::{ArchiveStore, ArchivedMessage, Fence, Scope};
-    /// use ctxwin_std::{ChatMessage, core::Role};
-    /// let archive = SqliteArchive::open_in_memory()?;
-    /// let s = Scope::local("s");
-    /// archive.put(&s, Fence::NONE, &[ArchivedMessage::new(1, 1,
-    ///     ChatMessage::text(Role::User, "edit src/lib.rs and src/lib.rs again"))])?;
-    /// let hits = archive.by_keyword(&s, "SRC/LIB.RS", 10)?;
-    /// assert_eq!((hits[0].id, hits[0].count), (1, 2));
-    /// # Ok::<(), ctxwin_std::store::StoreError>(())
-    /// ```
-    pub fn by_keyword(
-        &self,
-        scope: &Scope,
-        keyword: &str,
-        limit: usize,
-    ) -> Result<Vec<KeywordHit>, StoreError> {
-        let run = || -> Sql<Vec<KeywordHit>> {
-            let Some(session_id) = self.session_id(scope)? else { return Ok(Vec::new()) };
-            let conn = self.read_conn();
-            let mut stmt = conn.prepare_cached(
-                "SELECT m.id, m.unit, k.count
-                 FROM keywords k JOIN messages m ON m.pk = k.message_pk
-                 WHERE k.keyword = ?1 AND m.session_id = ?2
-                 ORDER BY k.count DESC, m.pk DESC LIMIT ?3",
-            )?;
-            let mut rows = stmt.query(rusqlite::params![
-                keyword.to_lowercase(),
-                session_id,
-                sql_limit(limit)
-            ])?;
-            let mut hits = Vec::new();
-            while let Some(row) = rows.next()? {
-                let count: i64 = row.get(2)?;
-                hits.push(KeywordHit {
-                    id: from_sql_int("message id", row.get(0)?)?,
-                    unit: from_sql_int("unit id", row.get(1)?)?,
-                    count: u32::try_from(count).unwrap_or(u32::MAX),
-                });
-            }
-            Ok(hits)
-        };
-        Ok(run()?)
-    }
-
-    /// The `limit` keywords held by the most messages of `scope`.
-    ///
-    /// # Errors
-    /// Backend errors.
-    ///
-    /// ```
-    /// use ctxwin_std::store::sqlite::SqliteArchive;
-    /// use ctxwin_std::store::{ArchiveStore, ArchivedMessage, Fence, Scope};
-    /// use ctxwin_std::{ChatMessage, core::Role};
-    /// let archive = SqliteArchive::open_in_memory()?;
-    /// let s = Scope::local("s");
-    /// for (id, text) in [(1, "fix parse_header"), (2, "parse_header again, see HTTP 404")] {
-    ///     archive.put(&s, Fence::NONE, &[ArchivedMessage::new(id, id, ChatMessage::text(Role::User, text))])?;
-    /// }
-    /// let top = archive.keyword_counts(&s, 1)?;
-    /// assert_eq!((top[0].keyword.as_str(), top[0].messages), ("parse_header", 2));
-    /// # Ok::<(), ctxwin_std::store::StoreError>(())
-    /// ```
-    pub fn keyword_counts(
-        &self,
-        scope: &Scope,
-        limit: usize,
-    ) -> Result<Vec<KeywordCount>, StoreError> {
-        let run = || -> Sql<Vec<KeywordCount>> {
-            let Some(session_id) = self.session_id(scope)? else { return Ok(Vec::new()) };
-            let conn = self.read_conn();
-            let mut stmt = conn.prepare_cached(
-                "SELECT k.keyword, count(*) AS n
-                 FROM keywords k JOIN messages m ON m.pk = k.message_pk
-                 WHERE m.session_id = ?1
-                 GROUP BY k.keyword ORDER BY n DESC, k.keyword LIMIT ?2",
-            )?;
-            let mut rows = stmt.query(rusqlite::params![session_id, sql_limit(limit)])?;
-            let mut counts = Vec::new();
-            while let Some(row) = rows.next()? {
-                counts.push(KeywordCount {
-                    keyword: row.get(0)?,
-                    messages: from_sql_int("keyword count", row.get(1)?)?,
-                });
-            }
-            Ok(counts)
-        };
-        Ok(run()?)
-    }
 }
 
 #[cfg(test)]
@@ -485,7 +368,7 @@ mod tests {
         // A writer holding the shared connection, as the deferred writer's thread does for a
         // transaction of many sessions' rows.
         let held = archive.conn_for_tests();
-        held.execute_batch("BEGIN IMMEDIATE; DELETE FROM keywords;").unwrap();
+        held.execute_batch("BEGIN IMMEDIATE; DELETE FROM compression_metrics;").unwrap();
         let reader = archive.clone();
         // Two searches at once: one on each read connection, or one waiting for the other.
         let (tx, rx) = std::sync::mpsc::channel();
