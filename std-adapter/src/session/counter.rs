@@ -100,7 +100,7 @@ pub(crate) const REMEMBERED_BYTES: usize = 1_024;
 /// checked before they are all pushed, and a coding agent's turn brings several tool outputs.
 pub(crate) const REMEMBERED_TEXTS: usize = 8;
 
-/// The counts of the last [`REMEMBERED_TEXTS`] texts of at least `REMEMBERED_BYTES` a counter
+/// The counts of the last 8 texts of at least 1,024 bytes a counter
 /// counted, by their length and hash: a session checks a request's messages (counting them)
 /// before it pushes them (counting them again), and the estimator's pass over a 40 KB tool
 /// output costs several times its hash.
