@@ -22,7 +22,7 @@ fn main() {
     let convs: usize = std::env::var("CONVS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
     let turns = 20;
     let dir = tempfile::tempdir().unwrap();
-    let stores = prepare_state(dir.path()).unwrap();
+    let stores = prepare_state(dir.path(), false).unwrap();
     let mut t = [Duration::ZERO; 6];
     let rss = || {
         std::fs::read_to_string("/proc/self/statm")

@@ -238,7 +238,7 @@ pub fn stored_bills(config: &ProxyConfig) -> Result<Vec<(String, conv::bill::Bil
         let stores = match &config.store_url {
             Some(url) => conv::open_fleet(url)?,
             None if !dir.join("archive.db").is_file() => return Ok(Vec::new()),
-            None => conv::prepare_state(dir)?,
+            None => conv::prepare_state(dir, false)?,
         };
         conv::stored_bills(&stores, dir)
     };

@@ -326,7 +326,7 @@ mod tests {
     #[test]
     fn the_request_that_first_evicts_composes_off_the_async_thread() {
         let dir = tempfile::tempdir().unwrap();
-        let stores = crate::conv::prepare_state(dir.path()).unwrap();
+        let stores = crate::conv::prepare_state(dir.path(), false).unwrap();
         let conv = Conv::create(
             dir.path(),
             &stores,

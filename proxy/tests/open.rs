@@ -61,7 +61,7 @@ fn files(dir: &Path) -> Vec<(String, u64)> {
 #[test]
 fn a_new_conversation_opens_without_writing_and_keeps_its_window() {
     let state = tempfile::tempdir().unwrap();
-    let stores = prepare_state(state.path()).unwrap();
+    let stores = prepare_state(state.path(), false).unwrap();
     let before = files(state.path());
     let mut conv = open(state.path(), &stores, "k", 8_192);
     assert_eq!(files(state.path()), before, "nothing written");
@@ -81,7 +81,7 @@ fn a_new_conversation_opens_without_writing_and_keeps_its_window() {
     drop(stores);
 
     // A restart, configured for another window: the conversation keeps its own.
-    let stores = prepare_state(state.path()).unwrap();
+    let stores = prepare_state(state.path(), false).unwrap();
     let mut conv = open(state.path(), &stores, "k", 32_768);
     assert_eq!(window_of(&conv), 8_192);
     assert_eq!(conv.session().name(), "k");
@@ -96,7 +96,7 @@ fn a_new_conversation_opens_without_writing_and_keeps_its_window() {
 #[test]
 fn a_crash_before_the_first_checkpoint_starts_the_next_generation() {
     let state = tempfile::tempdir().unwrap();
-    let stores = prepare_state(state.path()).unwrap();
+    let stores = prepare_state(state.path(), false).unwrap();
     let mut conv = open(state.path(), &stores, "g", 8_192);
     let mut messages = vec![json!({"role": "user", "content": "first words"})];
     turn(&mut conv, &messages);
@@ -126,7 +126,7 @@ fn a_crash_before_the_first_checkpoint_starts_the_next_generation() {
 #[test]
 fn an_older_proxys_conversation_continues_as_the_next_generation() {
     let state = tempfile::tempdir().unwrap();
-    let stores = prepare_state(state.path()).unwrap();
+    let stores = prepare_state(state.path(), false).unwrap();
     // What an older proxy left: a checkpoint without the recorded messages (it kept them in
     // proxy.db, which is not read any more), and proxy.db itself.
     let mut old = SessionBuilder::new("o")
@@ -140,7 +140,7 @@ fn an_older_proxys_conversation_continues_as_the_next_generation() {
     std::fs::write(state.path().join(LEFTOVER_SIDE_STORE), b"SQLite format 3\0").unwrap();
     drop(stores);
 
-    let stores = prepare_state(state.path()).unwrap();
+    let stores = prepare_state(state.path(), false).unwrap();
     let mut conv = open(state.path(), &stores, "o", 8_192);
     assert_eq!((conv.session().name(), conv.len()), ("o#1", 0));
     turn(&mut conv, &[json!({"role": "user", "content": "from the old proxy"})]);
@@ -162,7 +162,7 @@ fn measure_opening_200_new_conversations() {
     // On the disk the state directory lives on (the temp directory may be a RAM disk, where
     // an fsync costs nothing).
     let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let stores = prepare_state(state.path()).unwrap();
+    let stores = prepare_state(state.path(), false).unwrap();
     let count = 200;
     let started = Instant::now();
     let mut each: Vec<Duration> = (0..count)

@@ -67,11 +67,15 @@ pub struct LocalStores {
 }
 
 /// Opens the archive every conversation shares (once, at start). A side store an older proxy
-/// left (`proxy.db`) is not read: one warning names it.
+/// left (`proxy.db`) is not read: one warning names it. Rows enter the full-text index as
+/// they are written when `searched` (retrieval on: its searches then find them indexed off
+/// the request path), else when their conversation is first searched
+/// ([`SqliteArchive::index_when_searched`]: a proxy that never searches does not tokenize
+/// every row).
 ///
 /// # Errors
 /// Store and I/O errors.
-pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
+pub fn prepare_state(state_dir: &Path, searched: bool) -> Result<Stores, ConvError> {
     std::fs::create_dir_all(state_dir)?;
     let leftover = state_dir.join(LEFTOVER_SIDE_STORE);
     if leftover.exists() {
@@ -90,6 +94,7 @@ pub fn prepare_state(state_dir: &Path) -> Result<Stores, ConvError> {
     let archive = SqliteArchive::open(&path)
         .and_then(|archive| archive.with_read_connections(crate::pool::workers()))
         .map_err(SessionError::from)?;
+    let archive = if searched { archive } else { archive.index_when_searched() };
     archive.set_cache_kib(ARCHIVE_CACHE_KIB).map_err(SessionError::from)?;
     let wal = SqliteArchive::open(&path).map_err(SessionError::from)?;
     wal.set_cache_kib(64).map_err(SessionError::from)?;
@@ -158,7 +163,7 @@ pub fn open_stores(config: &ProxyConfig) -> Result<(Stores, KeyedHash), String> 
     let Some(url) = &config.store_url else {
         let dir = &config.state_dir;
         let failed = |e: &dyn std::fmt::Display| format!("state directory {}: {e}", dir.display());
-        let stores = prepare_state(dir).map_err(|e| failed(&e))?;
+        let stores = prepare_state(dir, config.retrieval.auto).map_err(|e| failed(&e))?;
         let keys = KeyedHash::for_state_dir(dir).map_err(|e| failed(&e))?;
         return Ok((stores, keys));
     };

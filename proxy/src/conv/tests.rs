@@ -24,7 +24,7 @@ fn turn(conv: &mut Conv, messages: &[Value]) -> String {
 #[test]
 fn a_reduced_tool_output_of_text_blocks_is_sent_reduced() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let limited =
         ConvSettings { observation_limit: Some(1_000), ..ConvSettings::new(32_768, 1_024) };
     let long: String = (0..800).map(|i| format!("line {i} of the build log\n")).collect();
@@ -66,7 +66,7 @@ fn a_reduced_tool_output_of_text_blocks_is_sent_reduced() {
 #[test]
 fn persisted_keys_name_every_conversation_with_something_stored() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let messages = [json!({"role": "user", "content": "Is the build green?"})];
     // Checkpointed: archive rows and a checkpoint.
     let mut saved =
@@ -113,7 +113,7 @@ fn persisted_keys_name_every_conversation_with_something_stored() {
 #[test]
 fn a_waiting_answer_is_stored_as_the_clients_copy_or_dropped_when_superseded() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let mut conv =
         Conv::open(dir.path(), &store, "w", Provider::OpenAi, &ConvSettings::new(8_192, 512))
             .unwrap();
@@ -165,7 +165,7 @@ pub(crate) fn retrieving(window: u32, reserve: u32) -> ConvSettings {
 #[test]
 fn retrieval_starts_with_the_first_eviction() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let settings = retrieving(2_048, 256);
     let mut conv = Conv::open(dir.path(), &store, "t", Provider::OpenAi, &settings).unwrap();
     assert_eq!(
@@ -215,7 +215,7 @@ fn retrieval_starts_with_the_first_eviction() {
 #[test]
 fn detected_tasks_are_summarized_and_reported_once() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let settings = ConvSettings {
         task_detection: ctxwin_std::session::TaskDetection::NewRequest,
         ..ConvSettings::new(32_768, 1_024)
@@ -252,7 +252,7 @@ fn retrieved_block(body: &str) -> Option<String> {
 #[test]
 fn the_retrieved_block_is_renewed_only_at_a_compaction_for_a_new_request() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let settings = retrieving(2_048, 256);
     let mut conv = Conv::open(dir.path(), &store, "r", Provider::OpenAi, &settings).unwrap();
     // Something left the window: the cached prefix is rewritten from there anyway.
@@ -310,7 +310,7 @@ fn the_retrieved_block_is_renewed_only_at_a_compaction_for_a_new_request() {
 #[test]
 fn the_archive_is_searched_only_when_a_new_block_is_retrieved() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let settings = retrieving(2_048, 256);
     let mut conv = Conv::open(dir.path(), &store, "s", Provider::OpenAi, &settings).unwrap();
     let compactions = |conv: &Conv| conv.session().manager().stats().counters.units_evicted;
@@ -358,7 +358,7 @@ fn the_archive_is_searched_only_when_a_new_block_is_retrieved() {
 #[test]
 fn a_compaction_cuts_old_tool_outputs_and_never_a_never_cut_tools() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let settings = ConvSettings {
         compaction_limit: Some(64),
         never_cut: Arc::from(["read".to_string()]),
@@ -424,7 +424,7 @@ fn a_compaction_cuts_old_tool_outputs_and_never_a_never_cut_tools() {
 #[test]
 fn a_file_read_again_is_cut_to_a_note_at_the_next_compaction_only() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let settings = ConvSettings { recall: false, ..ConvSettings::new(32_768, 512) };
     assert_eq!(&*settings.supersede, ["Read", "read_file"], "file reads by default");
     let mut conv = Conv::open(dir.path(), &store, "reads", Provider::OpenAi, &settings).unwrap();
@@ -471,7 +471,7 @@ fn a_file_read_again_is_cut_to_a_note_at_the_next_compaction_only() {
 fn recalled_text_is_the_archived_whole_within_the_room_and_the_cap() {
     use crate::wire::RecallCall;
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let settings = ConvSettings {
         observation_limit: Some(64),
         recall_tool: true,
@@ -520,7 +520,7 @@ fn recalled_text_is_the_archived_whole_within_the_room_and_the_cap() {
 fn the_recall_tool_is_pinned_with_the_clients_tools() {
     use ctxwin_std::core::Level;
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let pinned = |recall_tool: bool, name: &str| {
         let settings = ConvSettings { recall_tool, ..ConvSettings::new(32_768, 1_024) };
         let mut conv = Conv::open(dir.path(), &store, name, Provider::OpenAi, &settings).unwrap();
@@ -541,7 +541,7 @@ fn the_recall_tool_is_pinned_with_the_clients_tools() {
 #[test]
 fn a_small_history_room_locks_fewer_messages_once_the_pinned_part_is_known() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let rules: String = (0..1_500).map(|n| format!("Rule {n}: keep the build green. ")).collect();
     let locked = |window: u32| {
         let settings = ConvSettings { recall: false, ..ConvSettings::new(window, 1_024) };
@@ -566,7 +566,7 @@ fn a_small_history_room_locks_fewer_messages_once_the_pinned_part_is_known() {
 #[test]
 fn a_pause_longer_than_the_cache_lives_compacts_a_history_past_halfway_first() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let settings = ConvSettings { recall: false, ..ConvSettings::new(8_192, 512) };
     // A conversation past halfway from its low-water mark to its budget, cache warm, and
     // how many compactions it has had.
@@ -622,7 +622,7 @@ fn a_pause_longer_than_the_cache_lives_compacts_a_history_past_halfway_first() {
 #[test]
 fn new_bytes_are_the_items_past_the_recorded_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let settings = ConvSettings { recall: false, ..ConvSettings::new(32_768, 1_024) };
     let mut conv = Conv::open(dir.path(), &store, "bytes", Provider::OpenAi, &settings).unwrap();
     let mut messages = vec![json!({"role": "user", "content": "Read the log."})];
@@ -639,7 +639,7 @@ fn new_bytes_are_the_items_past_the_recorded_ones() {
 #[test]
 fn tool_definitions_are_pushed_when_they_change_and_not_parsed_again_when_they_do_not() {
     let dir = tempfile::tempdir().unwrap();
-    let store = prepare_state(dir.path()).unwrap();
+    let store = prepare_state(dir.path(), false).unwrap();
     let settings = ConvSettings::new(32_768, 1_024);
     let mut conv = Conv::open(dir.path(), &store, "tools", Provider::OpenAi, &settings).unwrap();
     let tool = |name: &str| json!([{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}]);

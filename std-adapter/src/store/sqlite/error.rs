@@ -59,6 +59,11 @@ fn map(error: rusqlite::Error) -> StoreError {
             | ErrorCode::FileLockingProtocolFailed => StoreError::Io { detail, source: None },
             _ => StoreError::Backend { detail: format!("sqlite: {detail}") },
         },
+        // One of the adapter's fixed statements that the file's schema does not fit (a
+        // table or column name changed by damage): as `ErrorCode::Unknown` above.
+        rusqlite::Error::SqlInputError { .. } => {
+            StoreError::damaged(format!("{DATABASE} (damaged, or not ctxwin's)"), detail)
+        }
         // A value of the wrong type or out of range in a row: written by another program,
         // or damaged.
         rusqlite::Error::FromSqlConversionFailure(..)
@@ -95,5 +100,15 @@ mod tests {
         assert_eq!(map(failure(rusqlite::ffi::SQLITE_FULL)).kind(), ErrorKind::Full);
         assert_eq!(map(failure(rusqlite::ffi::SQLITE_CANTOPEN)).kind(), ErrorKind::Io);
         assert_eq!(from_sql_int("id", -1).unwrap_err().kind(), ErrorKind::Damaged);
+    }
+
+    #[test]
+    fn a_statement_the_schema_does_not_fit_is_damage() {
+        // A byte flipped in a column's name in the stored schema: the adapter's statement
+        // names a column the file no longer has.
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE messages (pk INTEGER PRIMARY KEY, rolf TEXT)").unwrap();
+        let error = conn.prepare("SELECT m.role FROM messages m").unwrap_err();
+        assert_eq!(map(error).kind(), ErrorKind::Damaged);
     }
 }

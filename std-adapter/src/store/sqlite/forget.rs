@@ -114,7 +114,7 @@ impl SqliteArchive {
         }
         let encoded =
             rewritten.iter().map(|row| super::rows::encode(scope, row)).collect::<Sql<Vec<_>>>()?;
-        super::rows::write_rows(&tx, session_id, &encoded)?;
+        super::rows::write_rows(&tx, session_id, &encoded, self.index_on_write)?;
         for &id in &summaries {
             let Ok(sql_id) = i64::try_from(id) else { continue };
             let Some(mut summary) = super::summaries::unverified(&tx, session_id, sql_id)? else {

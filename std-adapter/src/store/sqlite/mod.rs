@@ -76,6 +76,9 @@ pub struct SqliteArchive {
     /// Connections for searches ([`with_read_connections`](SqliteArchive::with_read_connections)),
     /// shared by the clones too.
     readers: Option<Arc<Readers>>,
+    /// Rows this handle writes enter the full-text index at once (else when their
+    /// conversation is searched: [`index_when_searched`](SqliteArchive::index_when_searched)).
+    index_on_write: bool,
 }
 
 /// An archive's read connections and where the next wait for one goes.
@@ -101,7 +104,12 @@ impl Clone for SqliteArchive {
     /// # Ok::<(), ctxwin_std::store::StoreError>(())
     /// ```
     fn clone(&self) -> Self {
-        Self { conn: self.conn.clone(), gate: self.gate.clone(), readers: self.readers.clone() }
+        Self {
+            conn: self.conn.clone(),
+            gate: self.gate.clone(),
+            readers: self.readers.clone(),
+            index_on_write: self.index_on_write,
+        }
     }
 }
 
@@ -193,7 +201,30 @@ impl SqliteArchive {
     }
 
     fn with(conn: Connection, gate: Option<Arc<Mutex<()>>>) -> Self {
-        Self { conn: Arc::new(Mutex::new(conn)), gate, readers: None }
+        Self { conn: Arc::new(Mutex::new(conn)), gate, readers: None, index_on_write: true }
+    }
+
+    /// This handle with the rows it writes left out of the full-text index until their
+    /// conversation is searched: a search of a conversation first indexes its rows still
+    /// waiting (work bounded by the rows written since its last search), and a conversation
+    /// nobody searches costs no indexing. For a writer whose conversations are rarely or
+    /// never searched (the proxy with retrieval off): tokenizing every row as it was written
+    /// was a quarter of its CPU. Searches find the same rows either way; other handles on the
+    /// file keep their own choice (the default: indexed as written).
+    ///
+    /// ```
+    /// use ctxwin_std::store::sqlite::SqliteArchive;
+    /// use ctxwin_std::store::{ArchiveStore, ArchivedMessage, Fence, Scope, SearchQuery};
+    /// use ctxwin_std::{ChatMessage, core::Role};
+    /// let archive = SqliteArchive::open_in_memory()?.index_when_searched();
+    /// let s = Scope::local("s");
+    /// archive.put(&s, Fence::NONE, &[ArchivedMessage::new(1, 1, ChatMessage::text(Role::User, "the lexer panics"))])?;
+    /// assert_eq!(archive.search(&s, &SearchQuery::new("lexer", 5))?.len(), 1);
+    /// # Ok::<(), ctxwin_std::store::StoreError>(())
+    /// ```
+    pub fn index_when_searched(mut self) -> Self {
+        self.index_on_write = false;
+        self
     }
 
     /// This handle with `count` more connections to its file for searches (`search`,
@@ -534,6 +565,76 @@ mod tests {
             let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Arc::new(SqliteArchive::open(dir.path().join(format!("{n}.db"))).unwrap())
         });
+        // Rows indexed when their conversation is searched: the same contract.
+        conformance::archive(&|| {
+            Arc::new(SqliteArchive::open_in_memory().unwrap().index_when_searched())
+        });
+        conformance::archive(&|| {
+            let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = dir.path().join(format!("{n}.db"));
+            Arc::new(SqliteArchive::open(path).unwrap().index_when_searched())
+        });
+    }
+
+    #[test]
+    fn the_index_holds_exactly_the_indexed_rows_whoever_wrote_them() {
+        use crate::store::{Forget, SearchQuery};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        let eager = SqliteArchive::open(&path).unwrap();
+        let lazy = SqliteArchive::open(&path).unwrap().index_when_searched();
+        let (a, b) = (Scope::local("a"), Scope::local("b"));
+        let indexed_docs = || -> i64 {
+            let conn = eager.conn_for_tests();
+            conn.query_row("SELECT count(*) FROM messages_fts_docsize", [], |r| r.get(0)).unwrap()
+        };
+        let consistent = || {
+            // FTS5 checks its index against the messages table (rank 1): every row with its
+            // current text, nothing else (so only once no row waits).
+            let conn = eager.conn_for_tests();
+            conn.execute_batch(
+                "INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)",
+            )
+            .unwrap();
+        };
+        let hits = |archive: &SqliteArchive, scope: &Scope, text: &str| -> Vec<u64> {
+            let found = archive.search(scope, &SearchQuery::new(text, 20)).unwrap();
+            found.into_iter().map(|h| h.id).collect()
+        };
+        lazy.put(&a, Fence::NONE, &[row(1, "lexer panics on heredoc"), row(2, "parser ok")])
+            .unwrap();
+        eager.put(&b, Fence::NONE, &[row(1, "lexer fine here")]).unwrap();
+        assert_eq!(indexed_docs(), 1, "only the eager handle's row is indexed yet");
+        // A lazy row rewritten before any search, an eager row rewritten by the lazy handle
+        // (it leaves the index until searched), a lazy row forgotten.
+        lazy.put(&a, Fence::NONE, &[row(2, "parser rewritten")]).unwrap();
+        lazy.put(&b, Fence::NONE, &[row(1, "lexer replaced entirely")]).unwrap();
+        assert_eq!(indexed_docs(), 0);
+        lazy.put(&a, Fence::NONE, &[row(3, "secret token zebra")]).unwrap();
+        lazy.forget(&a, Fence::NONE, &Forget { ids: &[], texts: &["zebra"] }).unwrap();
+        for file in ["a.db", "a.db-wal"] {
+            let bytes = std::fs::read(dir.path().join(file)).unwrap_or_default();
+            assert!(!bytes.windows(5).any(|w| w == b"zebra"), "{file} keeps the forgotten text");
+        }
+        // The searches index what waits of their own conversation, and only that.
+        assert_eq!(hits(&eager, &a, "lexer"), [1]);
+        assert_eq!(indexed_docs(), 3);
+        assert!(hits(&eager, &a, "zebra").is_empty());
+        assert_eq!(hits(&lazy, &a, "rewritten"), [2]);
+        assert_eq!(hits(&lazy, &b, "replaced"), [1]);
+        assert!(hits(&lazy, &b, "fine").is_empty());
+        assert_eq!(indexed_docs(), 4);
+        consistent();
+        // Indexed rows rewritten, rewound and deleted keep the index exact.
+        eager.put(&a, Fence::NONE, &[row(1, "lexer fixed")]).unwrap();
+        lazy.put(&a, Fence::NONE, &[row(2, "parser again")]).unwrap();
+        lazy.delete_from(&a, Fence::NONE, 3).unwrap();
+        eager.delete_conversation(&b, Fence::NONE).unwrap();
+        assert_eq!(indexed_docs(), 1, "row 2 waits again, 3 and b's are gone");
+        assert_eq!(hits(&lazy, &a, "lexer fixed heredoc"), [1]);
+        assert!(hits(&lazy, &a, "panics").is_empty());
+        assert_eq!(hits(&lazy, &a, "again"), [2]);
+        consistent();
     }
 
     #[test]

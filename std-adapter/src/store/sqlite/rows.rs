@@ -15,11 +15,12 @@ use crate::store::{ArchivedMessage, Scope, Write, WriteOp, checksum};
 /// An identical row writes nothing: no index churn.
 const UPSERT_HEAD: &str = "
 INSERT INTO messages (session_id, id, unit, level, role, content, tool_calls, tool_text,
-                      tool_call_id, original, timestamp, tokens, name, is_error, raw, checksum)
+                      tool_call_id, original, timestamp, tokens, name, is_error, raw, checksum,
+                      indexed)
 VALUES ";
 
 /// One message's values in an upsert.
-const UPSERT_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const UPSERT_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// What an upsert does with a message whose id exists.
 const UPSERT_TAIL: &str = "
@@ -29,7 +30,7 @@ ON CONFLICT (session_id, id) DO UPDATE SET
     tool_text = excluded.tool_text, tool_call_id = excluded.tool_call_id,
     original = excluded.original, timestamp = excluded.timestamp, tokens = excluded.tokens,
     name = excluded.name, is_error = excluded.is_error, raw = excluded.raw,
-    checksum = excluded.checksum
+    checksum = excluded.checksum, indexed = excluded.indexed
 WHERE messages.checksum IS NOT excluded.checksum
    OR (messages.unit, messages.level, messages.role, messages.content, messages.tool_calls,
        messages.tool_call_id, messages.original, messages.timestamp, messages.tokens,
@@ -109,16 +110,27 @@ pub(super) fn encode<'a>(scope: &Scope, message: &'a ArchivedMessage) -> Sql<Enc
     Ok(Encoded { id, unit, timestamp, tool_calls, tool_text, checksum, source: message })
 }
 
-/// Writes encoded messages of session `session_id` inside the caller's transaction.
-pub(super) fn write_rows(conn: &Connection, session_id: i64, batch: &[Encoded<'_>]) -> Sql<()> {
+/// Writes encoded messages of session `session_id` inside the caller's transaction, into the
+/// full-text index at once when `indexed` (else when the conversation is searched).
+pub(super) fn write_rows(
+    conn: &Connection,
+    session_id: i64,
+    batch: &[Encoded<'_>],
+    indexed: bool,
+) -> Sql<()> {
     let rows: Vec<(i64, &Encoded<'_>)> = batch.iter().map(|m| (session_id, m)).collect();
-    write_sessions_rows(conn, &rows)
+    write_sessions_rows(conn, &rows, indexed)
 }
 
 /// Writes encoded messages, each with its session's id, inside the caller's transaction,
 /// many to a statement ([`UPSERT_CHUNKS`]). A message written twice is written once, where
-/// it came first, with what it came with last: what writing them one by one leaves.
-pub(super) fn write_sessions_rows(conn: &Connection, rows: &[(i64, &Encoded<'_>)]) -> Sql<()> {
+/// it came first, with what it came with last: what writing them one by one leaves. Into the
+/// full-text index at once when `indexed`.
+pub(super) fn write_sessions_rows(
+    conn: &Connection,
+    rows: &[(i64, &Encoded<'_>)],
+    indexed: bool,
+) -> Sql<()> {
     let mut first_at: HashMap<(i64, i64), usize> = HashMap::with_capacity(rows.len());
     let mut unique: Vec<(i64, &Encoded<'_>)> = Vec::with_capacity(rows.len());
     for &(session_id, m) in rows {
@@ -131,18 +143,18 @@ pub(super) fn write_sessions_rows(conn: &Connection, rows: &[(i64, &Encoded<'_>)
         }
     }
     for chunk in chunked(&unique, &UPSERT_CHUNKS) {
-        upsert(conn, chunk)?;
+        upsert(conn, chunk, indexed)?;
     }
     Ok(())
 }
 
 /// Upserts `chunk` in one statement.
-fn upsert(conn: &Connection, chunk: &[(i64, &Encoded<'_>)]) -> Sql<()> {
+fn upsert(conn: &Connection, chunk: &[(i64, &Encoded<'_>)], indexed: bool) -> Sql<()> {
     let mut statement = conn.prepare_cached(&upsert_sql(chunk.len()))?;
     let levels: Vec<u8> =
         chunk.iter().map(|(_, m)| crate::store::types::level_code(m.source.level)).collect();
     let roles: Vec<&str> = chunk.iter().map(|(_, m)| m.source.message.role.as_str()).collect();
-    let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 16);
+    let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 17);
     for (n, (session_id, m)) in chunk.iter().enumerate() {
         let msg = &m.source.message;
         params.extend_from_slice(&[
@@ -162,6 +174,7 @@ fn upsert(conn: &Connection, chunk: &[(i64, &Encoded<'_>)]) -> Sql<()> {
             &msg.is_error,
             &m.source.raw,
             &m.checksum,
+            &indexed,
         ]);
     }
     statement.execute(rusqlite::params_from_iter(params))?;
@@ -211,14 +224,14 @@ impl SqliteArchive {
                 run.extend(rows.iter().map(|row| (session_id, row)));
                 continue;
             }
-            write_sessions_rows(&tx, &std::mem::take(&mut run))?;
+            write_sessions_rows(&tx, &std::mem::take(&mut run), self.index_on_write)?;
             match prepared {
                 Prepared::Rows(_) => {}
                 Prepared::Summary(summary) => super::summaries::write(&tx, session_id, summary)?,
                 Prepared::Compression(event) => super::metrics::write(&tx, session_id, event)?,
             }
         }
-        write_sessions_rows(&tx, &run)?;
+        write_sessions_rows(&tx, &run, self.index_on_write)?;
         tx.commit()?;
         tracing::trace!(writes = writes.len(), "archive: batch committed");
         Ok(())

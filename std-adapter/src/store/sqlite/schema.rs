@@ -10,12 +10,12 @@ use super::error::{Failure, Sql};
 use crate::store::StoreError;
 
 /// Migration scripts, oldest first. Never edit a published entry: append a new one.
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 /// The schema version this build writes.
 ///
 /// ```
-/// assert_eq!(ctxwin_std::store::sqlite::schema::SCHEMA_VERSION, 7);
+/// assert_eq!(ctxwin_std::store::sqlite::schema::SCHEMA_VERSION, 8);
 /// ```
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -251,6 +251,39 @@ CREATE TABLE records (
 /// its archive writer on every row. PostgreSQL never had the table.
 const V7: &str = r#"
 DROP TABLE keywords;
+"#;
+
+/// Version 8: a message may wait to enter the full-text index until its conversation is
+/// searched (`messages.indexed` 0; the writer chooses:
+/// [`SqliteArchive::index_when_searched`](super::SqliteArchive::index_when_searched)). A
+/// proxy that never searches (retrieval off, its default) spent a quarter of its CPU
+/// tokenizing every row as it was written. The triggers keep the index holding exactly the
+/// rows marked indexed, with their current text: a row inserted indexed enters it; an update
+/// takes the old text out if it was in and puts the new one in if the row is indexed now (a
+/// search indexes a conversation's waiting rows by setting the mark); a delete takes an
+/// indexed row out. Rows written before this version are indexed.
+const V8: &str = r#"
+ALTER TABLE messages ADD COLUMN indexed INTEGER NOT NULL DEFAULT 1;
+CREATE INDEX messages_unindexed ON messages(session_id) WHERE indexed = 0;
+DROP TRIGGER messages_fts_insert;
+DROP TRIGGER messages_fts_delete;
+DROP TRIGGER messages_fts_update;
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages WHEN new.indexed = 1 BEGIN
+    INSERT INTO messages_fts(rowid, content, tool_text, original, session_id)
+    VALUES (new.pk, new.content, new.tool_text, new.original, new.session_id);
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages WHEN old.indexed = 1 BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content, tool_text, original, session_id)
+    VALUES ('delete', old.pk, old.content, old.tool_text, old.original, old.session_id);
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content, tool_text, original, session_id)
+    SELECT 'delete', old.pk, old.content, old.tool_text, old.original, old.session_id
+    WHERE old.indexed = 1;
+    INSERT INTO messages_fts(rowid, content, tool_text, original, session_id)
+    SELECT new.pk, new.content, new.tool_text, new.original, new.session_id
+    WHERE new.indexed = 1;
+END;
 "#;
 
 /// Applies the connection settings: foreign keys, a busy timeout, and for files WAL with

@@ -111,6 +111,7 @@ impl SqliteArchive {
             return Ok(Vec::new());
         }
         let Some(session_id) = self.session_id(scope)? else { return Ok(Vec::new()) };
+        self.index_waiting(session_id)?;
         let matched = in_session(&fts, session_id);
         let ranked = if query.snippets {
             None
@@ -137,6 +138,30 @@ impl SqliteArchive {
     /// damaged index: the index is a copy of the rows): then [`Self::ranked_after_join`]
     /// decides, so such an entry can neither hand over another session's message nor push the
     /// session's own out.
+    /// Puts the rows of session `session_id` still waiting for the full-text index into it
+    /// ([`index_when_searched`](SqliteArchive::index_when_searched)): setting their mark
+    /// makes the update trigger index them. Nothing is written when none waits (one read of
+    /// a partial index).
+    fn index_waiting(&self, session_id: i64) -> Sql<()> {
+        let waiting: bool = self.read_conn().query_row(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE session_id = ?1 AND indexed = 0)",
+            [session_id],
+            |row| row.get(0),
+        )?;
+        if !waiting {
+            return Ok(());
+        }
+        let _turn = super::write_turn(&self.gate);
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute(
+            "UPDATE messages SET indexed = 1 WHERE session_id = ?1 AND indexed = 0",
+            [session_id],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
     fn ranked_in_index(
         &self,
         scope: &Scope,
