@@ -442,6 +442,41 @@ mod tests {
     }
 
     #[test]
+    fn version_8_keeps_the_rows_of_a_version_7_file_in_the_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for script in &MIGRATIONS[..7] {
+            conn.execute_batch(script).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 7).unwrap();
+        conn.execute_batch(
+            "INSERT INTO sessions (id, tenant, name) VALUES (7, '', 'old');
+             INSERT INTO messages (session_id, id, unit, level, role, content, tool_text, timestamp, tokens)
+             VALUES (7, 1, 1, 2, 'user', 'the staging database runs Postgres 16', '', 0, 9),
+                    (7, 2, 2, 2, 'user', 'and the lexer panics', '', 0, 5);",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let waiting: i64 = conn
+            .query_row("SELECT count(*) FROM messages WHERE indexed = 0", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(waiting, 0, "the rows a version 7 trigger indexed are marked indexed");
+        // Their index entries follow an update and a delete: FTS5 finds its index and the
+        // table in step (rank 1 compares the two).
+        conn.execute_batch(
+            "UPDATE messages SET content = 'the lexer is fixed' WHERE id = 2;
+             DELETE FROM messages WHERE id = 1;
+             INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1);",
+        )
+        .unwrap();
+        let found = |word: &str| -> i64 {
+            let query =
+                format!("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH '{word}'");
+            conn.query_row(&query, [], |r| r.get(0)).unwrap()
+        };
+        assert_eq!((found("fixed"), found("panics"), found("postgres")), (1, 0, 0));
+    }
+
+    #[test]
     fn refuses_a_newer_schema() {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
