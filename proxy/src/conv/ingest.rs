@@ -15,8 +15,7 @@ use super::state::Entry;
 use super::validate::{level_of, pins};
 use super::{Conv, ConvError, Ingest};
 use crate::hash::{canonical, hash_str};
-use crate::wire::raw_hash;
-use crate::wire::{Analyzed, Part, Request, analyze_item, tools_with_recall};
+use crate::wire::{Analyzed, Part, Request, analyze_item, raw_hash, tools_with_recall};
 
 /// What the proxy pushes for a request's tool definitions, before their JSON
 /// ([`Conv::tools_to_push`]).
