@@ -145,7 +145,7 @@ impl RecentCounts {
         }
         let tokens = count(text);
         let mut recent = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let slot = recent.next % REMEMBERED_TEXTS;
+        let slot = recent.next;
         if let Some(remembered) = recent.counts.get_mut(slot) {
             *remembered = (len, hash, tokens);
         }

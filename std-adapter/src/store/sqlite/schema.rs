@@ -356,6 +356,14 @@ fn migrate_from(conn: &mut Connection, found: i64) -> Sql<()> {
 mod tests {
     use super::*;
 
+    /// `conn` at schema `version`, as a build of that version left it.
+    fn at_version(conn: &Connection, version: usize) {
+        for script in &MIGRATIONS[..version] {
+            conn.execute_batch(script).unwrap();
+        }
+        conn.pragma_update(None, "user_version", version as i64).unwrap();
+    }
+
     #[test]
     fn migrates_a_fresh_database_once() {
         let mut conn = Connection::open_in_memory().unwrap();
@@ -373,10 +381,7 @@ mod tests {
     #[test]
     fn version_4_indexes_the_messages_a_version_3_file_holds() {
         let mut conn = Connection::open_in_memory().unwrap();
-        for script in &MIGRATIONS[..3] {
-            conn.execute_batch(script).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 3).unwrap();
+        at_version(&conn, 3);
         conn.execute_batch(
             "INSERT INTO sessions (id, name) VALUES (7, 'old');
              INSERT INTO messages (session_id, id, unit, level, role, content, tool_text, timestamp, tokens)
@@ -401,10 +406,7 @@ mod tests {
         let path = dir.path().join("old.db");
         {
             let conn = Connection::open(&path).unwrap();
-            for script in &MIGRATIONS[..4] {
-                conn.execute_batch(script).unwrap();
-            }
-            conn.pragma_update(None, "user_version", 4).unwrap();
+            at_version(&conn, 4);
             conn.execute_batch(
                 "INSERT INTO archive_meta VALUES ('identity', 'old-identity');
                  INSERT INTO sessions (id, name) VALUES (7, 'old'), (8, 'broken');
@@ -444,10 +446,7 @@ mod tests {
     #[test]
     fn version_8_keeps_the_rows_of_a_version_7_file_in_the_index() {
         let mut conn = Connection::open_in_memory().unwrap();
-        for script in &MIGRATIONS[..7] {
-            conn.execute_batch(script).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 7).unwrap();
+        at_version(&conn, 7);
         conn.execute_batch(
             "INSERT INTO sessions (id, tenant, name) VALUES (7, '', 'old');
              INSERT INTO messages (session_id, id, unit, level, role, content, tool_text, timestamp, tokens)

@@ -152,13 +152,10 @@ impl SqliteArchive {
             return Ok(());
         }
         let _turn = super::write_turn(&self.gate);
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        tx.execute(
+        self.conn().execute(
             "UPDATE messages SET indexed = 1 WHERE session_id = ?1 AND indexed = 0",
             [session_id],
         )?;
-        tx.commit()?;
         Ok(())
     }
 
